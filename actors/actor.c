@@ -1,0 +1,237 @@
+/* See actor.h. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "actors/actor.h"
+
+#define MAX_PEERS 80
+#define LINGER_MS 1000
+
+typedef struct peer {
+  char name[32];
+  void *sock;
+} peer;
+
+struct actor {
+  void *zctx;
+  const actor_def *def;
+  char name[32];
+  void *state;
+  pthread_t thread;
+  void *mailbox;
+  peer peers[MAX_PEERS];
+  int npeers;
+  uint64_t malformed;
+  /* start handshake */
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int started; /* 0 waiting, 1 running, -1 failed */
+  sched_error_t start_err;
+};
+
+void *actor_state(const actor_t *a) { return a->state; }
+const char *actor_name(const actor_t *a) { return a->name; }
+uint64_t actor_malformed(const actor_t *a) { return a->malformed; }
+
+static void *new_socket(void *zctx, int type, sched_error_t *err) {
+  void *s = zmq_socket(zctx, type);
+  if (!s) {
+    err_set(err, SCHED_EINTERNAL, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+    return NULL;
+  }
+  int zero = 0, linger = LINGER_MS;
+  /* No high-water mark: a full pipe between two actors that send to each
+   * other would block both. Memory bounds the queues instead. */
+  zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
+  zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  return s;
+}
+
+static void endpoint(char *buf, size_t len, const char *name) {
+  snprintf(buf, len, "inproc://%s", name);
+}
+
+void *mbox_bind(void *zctx, const char *name, sched_error_t *err) {
+  void *s = new_socket(zctx, ZMQ_PULL, err);
+  if (!s) return NULL;
+  char ep[64];
+  endpoint(ep, sizeof ep, name);
+  if (zmq_bind(s, ep) != 0) {
+    err_set(err, SCHED_EINTERNAL, "zmq_bind %s: %s", ep, zmq_strerror(zmq_errno()));
+    zmq_close(s);
+    return NULL;
+  }
+  return s;
+}
+
+void *mbox_connect(void *zctx, const char *name, sched_error_t *err) {
+  void *s = new_socket(zctx, ZMQ_PUSH, err);
+  if (!s) return NULL;
+  char ep[64];
+  endpoint(ep, sizeof ep, name);
+  if (zmq_connect(s, ep) != 0) {
+    err_set(err, SCHED_EINTERNAL, "zmq_connect %s: %s", ep, zmq_strerror(zmq_errno()));
+    zmq_close(s);
+    return NULL;
+  }
+  return s;
+}
+
+void mbox_close(void *sock) {
+  if (sock) zmq_close(sock);
+}
+
+static void free_buf(void *data, void *hint) {
+  (void)hint;
+  free(data);
+}
+
+int mbox_send(void *sock, const msg *m, sched_error_t *err) {
+  uint8_t *buf;
+  size_t len;
+  int rc = msg_encode(m, &buf, &len, err);
+  if (rc) return rc;
+  zmq_msg_t zm;
+  /* zero copy: ZeroMQ frees the encoded buffer when it is done with it */
+  if (zmq_msg_init_data(&zm, buf, len, free_buf, NULL) != 0) {
+    free(buf);
+    return err_set(err, SCHED_ENOMEM, "zmq_msg_init_data: %s", zmq_strerror(zmq_errno()));
+  }
+  for (;;) {
+    if (zmq_msg_send(&zm, sock, 0) >= 0) return SCHED_OK;
+    if (zmq_errno() == EINTR) continue;
+    int e = zmq_errno();
+    zmq_msg_close(&zm);
+    return err_set(err, e == ETERM ? SCHED_ECLOSED : SCHED_EINTERNAL, "send %s: %s",
+                   msg_type_name(m->type), zmq_strerror(e));
+  }
+}
+
+int mbox_recv(void *sock, int timeout_ms, msg *m, uint64_t *malformed, sched_error_t *err) {
+  uint64_t deadline = timeout_ms < 0 ? 0 : now_ns() + (uint64_t)timeout_ms * 1000000ull;
+  for (;;) {
+    long wait = -1;
+    if (timeout_ms >= 0) {
+      uint64_t now = now_ns();
+      wait = now >= deadline ? 0 : (long)((deadline - now + 999999) / 1000000);
+    }
+    zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+    int n = zmq_poll(&it, 1, wait);
+    if (n < 0) {
+      if (zmq_errno() == EINTR) continue;
+      return err_set(err, SCHED_EINTERNAL, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+    }
+    if (n == 0) return err_set(err, SCHED_ETIMEOUT, "no message within %d ms", timeout_ms);
+    zmq_msg_t zm;
+    zmq_msg_init(&zm);
+    if (zmq_msg_recv(&zm, sock, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&zm);
+      if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) continue;
+      return err_set(err, SCHED_ECLOSED, "receive: %s", zmq_strerror(zmq_errno()));
+    }
+    sched_error_t e = {0};
+    int rc = msg_decode(zmq_msg_data(&zm), zmq_msg_size(&zm), m, &e);
+    zmq_msg_close(&zm);
+    sched_error_clear(&e);
+    if (rc == SCHED_OK) return SCHED_OK;
+    if (malformed) (*malformed)++;
+  }
+}
+
+int actor_send(actor_t *self, const char *to, const msg *m) {
+  peer *p = NULL;
+  for (int i = 0; i < self->npeers; i++)
+    if (strcmp(self->peers[i].name, to) == 0) p = &self->peers[i];
+  if (!p) {
+    if (self->npeers == MAX_PEERS) return SCHED_EINTERNAL;
+    void *s = mbox_connect(self->zctx, to, NULL);
+    if (!s) return SCHED_EINTERNAL;
+    p = &self->peers[self->npeers++];
+    snprintf(p->name, sizeof p->name, "%s", to);
+    p->sock = s;
+  }
+  return mbox_send(p->sock, m, NULL);
+}
+
+static void *actor_main(void *arg) {
+  actor_t *a = arg;
+  sched_error_t err = {0};
+  int rc = SCHED_OK;
+  a->mailbox = mbox_bind(a->zctx, a->name, &err);
+  if (!a->mailbox) rc = err.code ? err.code : SCHED_EINTERNAL;
+  else if (a->def->start) rc = a->def->start(a, &err);
+  pthread_mutex_lock(&a->lock);
+  a->started = rc == SCHED_OK ? 1 : -1;
+  if (rc) err_move(&a->start_err, &err);
+  pthread_cond_signal(&a->cond);
+  pthread_mutex_unlock(&a->lock);
+  if (rc == SCHED_OK) {
+    for (;;) {
+      msg m;
+      if (mbox_recv(a->mailbox, -1, &m, &a->malformed, NULL) != SCHED_OK) break;
+      int what = a->def->handle(a, &m);
+      msg_free(&m);
+      if (what == ACTOR_STOP) break;
+    }
+    if (a->def->stop) a->def->stop(a);
+  }
+  for (int i = 0; i < a->npeers; i++) mbox_close(a->peers[i].sock);
+  a->npeers = 0;
+  mbox_close(a->mailbox);
+  a->mailbox = NULL;
+  sched_error_clear(&err);
+  return NULL;
+}
+
+int actor_start(void *zctx, const actor_def *def, const char *name, void *state, actor_t **out,
+                sched_error_t *err) {
+  *out = NULL;
+  actor_t *a = calloc(1, sizeof *a);
+  if (!a) return err_set(err, SCHED_ENOMEM, "out of memory");
+  a->zctx = zctx;
+  a->def = def;
+  a->state = state;
+  snprintf(a->name, sizeof a->name, "%s", name);
+  pthread_mutex_init(&a->lock, NULL);
+  pthread_cond_init(&a->cond, NULL);
+  int rc = pthread_create(&a->thread, NULL, actor_main, a);
+  if (rc != 0) {
+    pthread_mutex_destroy(&a->lock);
+    pthread_cond_destroy(&a->cond);
+    free(a);
+    return err_set(err, SCHED_EINTERNAL, "cannot start actor %s: %s", name, strerror(rc));
+  }
+  pthread_mutex_lock(&a->lock);
+  while (a->started == 0) pthread_cond_wait(&a->cond, &a->lock);
+  int started = a->started;
+  pthread_mutex_unlock(&a->lock);
+  if (started < 0) {
+    pthread_join(a->thread, NULL);
+    rc = a->start_err.code ? a->start_err.code : SCHED_EINTERNAL;
+    err_set(err, rc, "actor %s did not start: %s", name,
+            a->start_err.message ? a->start_err.message : sched_strerror(rc));
+    sched_error_clear(&a->start_err);
+    pthread_mutex_destroy(&a->lock);
+    pthread_cond_destroy(&a->cond);
+    free(a);
+    return rc;
+  }
+  *out = a;
+  return SCHED_OK;
+}
+
+void actor_join(actor_t **pa) {
+  if (!pa || !*pa) return;
+  actor_t *a = *pa;
+  pthread_join(a->thread, NULL);
+  pthread_mutex_destroy(&a->lock);
+  pthread_cond_destroy(&a->cond);
+  sched_error_clear(&a->start_err);
+  free(a);
+  *pa = NULL;
+}

@@ -1,0 +1,56 @@
+/*
+ * The actor runtime: a thread that owns its state and a mailbox, an inproc
+ * ZeroMQ PULL socket named after the actor. Others send it msgpack messages
+ * through PUSH sockets; nobody touches its state but its own thread, so the
+ * state needs no locks.
+ *
+ * actor_start returns once the actor has bound its mailbox and run its start
+ * hook (a synchronous handshake: a failed start is an error, not a half-alive
+ * thread). The actor stops when its handler says so (on TERM, usually);
+ * actor_join then waits for the thread and frees it.
+ */
+#ifndef SCHED_ACTOR_H
+#define SCHED_ACTOR_H
+
+#include "common/common.h"
+#include "messages/msg.h"
+
+typedef struct actor actor_t;
+
+enum { ACTOR_CONTINUE = 0, ACTOR_STOP = 1 };
+
+typedef struct actor_def {
+  /* In the actor's thread, before the handshake completes. May be NULL. */
+  int (*start)(actor_t *self, sched_error_t *err);
+  /* One decoded message; returns ACTOR_CONTINUE or ACTOR_STOP. */
+  int (*handle)(actor_t *self, msg *m);
+  /* In the actor's thread, after the last message. May be NULL. */
+  void (*stop)(actor_t *self);
+} actor_def;
+
+int actor_start(void *zctx, const actor_def *def, const char *name, void *state, actor_t **out,
+                sched_error_t *err);
+void actor_join(actor_t **a);
+
+void *actor_state(const actor_t *a);
+const char *actor_name(const actor_t *a);
+/* Malformed messages received and dropped (they have no reliable sender to
+ * answer). Read it after actor_join, or from the actor's own thread. */
+uint64_t actor_malformed(const actor_t *a);
+
+/* Encodes m and sends it to the actor named `to`. From the actor's own
+ * thread only (the sockets are the actor's). m stays the caller's. */
+int actor_send(actor_t *self, const char *to, const msg *m);
+
+/* ---- mailboxes outside actors (the library's client side) ---- */
+
+void *mbox_bind(void *zctx, const char *name, sched_error_t *err);    /* PULL */
+void *mbox_connect(void *zctx, const char *name, sched_error_t *err); /* PUSH */
+void mbox_close(void *sock);
+int mbox_send(void *sock, const msg *m, sched_error_t *err);
+/* Waits up to timeout_ms (-1: forever) for one well-formed message. Returns
+ * SCHED_ETIMEOUT when none came; malformed ones are skipped and counted in
+ * *malformed when given. */
+int mbox_recv(void *sock, int timeout_ms, msg *m, uint64_t *malformed, sched_error_t *err);
+
+#endif

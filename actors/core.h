@@ -1,0 +1,64 @@
+/*
+ * What the actors of one scheduler share, read-only after start: the ZeroMQ
+ * context, the backend (whose objects are safe to use from any thread), the
+ * cache directory, and the registry of loaded programs.
+ *
+ * Programs are immutable once loaded and are looked up by id; a program stays
+ * registered until every actor has released what it holds for it (RELEASE),
+ * so a pointer from core_program is valid for as long as the message that
+ * named the program is being handled.
+ */
+#ifndef SCHED_CORE_H
+#define SCHED_CORE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "common/hmap.h"
+#include "gpu/backend.h"
+#include "program/program.h"
+
+/* Mailbox names. */
+#define ACTOR_SCHEDULER "scheduler"
+#define ACTOR_COMPILE "compile"
+#define ACTOR_RECORD "record"
+#define ACTOR_CLIENT "client"
+#define ACTOR_EXECUTE_FMT "execute.%d"
+
+typedef struct sched_core {
+  void *zctx;
+  gpu_backend *backend;
+  int ndevices;
+  char *cache_dir;
+  pthread_mutex_t reg_lock;
+  hmap programs; /* uint64_t id -> prog_program* */
+} sched_core;
+
+const prog_program *core_program(sched_core *c, uint64_t id);
+
+/* Actor definitions; each actor's state is created by its *_new and freed by
+ * its *_free after the actor has been joined. */
+typedef struct compile_state compile_state;
+typedef struct record_state record_state;
+typedef struct execute_state execute_state;
+typedef struct scheduler_state scheduler_state;
+
+extern const struct actor_def compile_actor_def;
+extern const struct actor_def record_actor_def;
+extern const struct actor_def execute_actor_def;
+extern const struct actor_def scheduler_actor_def;
+
+compile_state *compile_state_new(sched_core *core);
+void compile_state_free(compile_state *s);
+record_state *record_state_new(sched_core *core);
+void record_state_free(record_state *s);
+execute_state *execute_state_new(sched_core *core, int device);
+void execute_state_free(execute_state *s);
+scheduler_state *scheduler_state_new(sched_core *core);
+void scheduler_state_free(scheduler_state *s);
+
+/* Sends ERROR for `job` to `to`, with teardown steps that have already run. */
+int actor_send_error(struct actor *self, const char *to, uint64_t job, int code,
+                     const char *text, const char *const *teardown, size_t nteardown);
+
+#endif

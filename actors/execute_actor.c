@@ -1,0 +1,105 @@
+/*
+ * An execute actor: one per device. It owns the device's queue (on the host
+ * backend, its own thread) and runs one job at a time on it: re-initialise the
+ * job's buffers from the program's `init`, replay the recorded sequence, read
+ * back the buffers the job needs, answer EXECUTED. The per-launch path is the
+ * replay inside the backend; no message is sent per kernel.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/actor.h"
+#include "actors/core.h"
+
+struct execute_state {
+  sched_core *core;
+  int device;
+  char name[32];
+};
+
+execute_state *execute_state_new(sched_core *core, int device) {
+  execute_state *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->core = core;
+  s->device = device;
+  snprintf(s->name, sizeof s->name, ACTOR_EXECUTE_FMT, device);
+  return s;
+}
+
+void execute_state_free(execute_state *s) { free(s); }
+
+static bool wanted(const prog_program *p, uint32_t b, bool keep) {
+  if (keep) return true;
+  for (uint32_t i = 0; i < p->nexpects; i++)
+    if (p->expects[i].buffer == b) return true;
+  return false;
+}
+
+static void handle_execute(actor_t *self, execute_state *s, msg *m) {
+  const msg_execute *x = &m->body.execute;
+  const prog_program *p = core_program(s->core, x->program);
+  gpu_backend *be = s->core->backend;
+  sched_error_t err = {0};
+  int rc = SCHED_OK;
+  msg reply;
+  msg_init(&reply, MSG_EXECUTED, m->job, s->name);
+  msg_executed *out = &reply.body.executed;
+  out->program = x->program;
+  out->device = (uint32_t)s->device;
+  uint64_t t0 = now_ns();
+  if (!p) rc = err_set(&err, SCHED_EPROTO, "EXECUTE names unknown program %llu", (unsigned long long)x->program);
+  else if (x->device != (uint32_t)s->device)
+    rc = err_set(&err, SCHED_EPROTO, "EXECUTE for device %u reached %s", x->device, s->name);
+  else if (x->bindings.n != p->nbuffers || x->sequence == 0)
+    rc = err_set(&err, SCHED_EPROTO, "EXECUTE binds %zu buffers (program has %u) or has no sequence",
+                 x->bindings.n, p->nbuffers);
+  for (uint32_t b = 0; rc == SCHED_OK && b < p->nbuffers; b++) {
+    const prog_buffer *buf = &p->buffers[b];
+    uint64_t bytes = buf->count * prog_type_size(buf->type);
+    rc = buf->image ? be->ops->copy_htod(be, s->device, x->bindings.v[b], buf->image, bytes, &err)
+                    : be->ops->mem_zero(be, s->device, x->bindings.v[b], bytes, &err);
+  }
+  if (rc == SCHED_OK) rc = be->ops->seq_launch((gpu_seq *)(uintptr_t)x->sequence, &err);
+  if (rc == SCHED_OK) {
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < p->nbuffers; b++) n += wanted(p, b, x->keep);
+    out->outputs.v = calloc(n ? n : 1, sizeof(msg_output));
+    if (!out->outputs.v) rc = err_set(&err, SCHED_ENOMEM, "out of memory");
+    for (uint32_t b = 0; rc == SCHED_OK && b < p->nbuffers; b++) {
+      if (!wanted(p, b, x->keep)) continue;
+      const prog_buffer *buf = &p->buffers[b];
+      uint64_t bytes = buf->count * prog_type_size(buf->type);
+      msg_output *o = &out->outputs.v[out->outputs.n];
+      o->buffer = b;
+      o->data.data = malloc(bytes ? bytes : 1);
+      if (!o->data.data) {
+        rc = err_set(&err, SCHED_ENOMEM, "out of memory");
+        break;
+      }
+      o->data.len = bytes;
+      out->outputs.n++;
+      rc = be->ops->copy_dtoh(be, s->device, o->data.data, x->bindings.v[b], bytes, &err);
+    }
+  }
+  out->exec_ns = now_ns() - t0;
+  if (rc) {
+    const char *steps[] = {"leave the device idle for the next job"};
+    actor_send_error(self, m->from, m->job, rc, err.message ? err.message : "execute failed", steps, 1);
+  } else {
+    actor_send(self, m->from, &reply);
+  }
+  msg_free(&reply);
+  sched_error_clear(&err);
+}
+
+static int execute_handle(actor_t *self, msg *m) {
+  execute_state *s = actor_state(self);
+  switch (m->type) {
+  case MSG_EXECUTE: handle_execute(self, s, m); return ACTOR_CONTINUE;
+  case MSG_TERM: return ACTOR_STOP;
+  default: return ACTOR_CONTINUE;
+  }
+}
+
+const actor_def execute_actor_def = {NULL, execute_handle, NULL};

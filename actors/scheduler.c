@@ -1,0 +1,595 @@
+/*
+ * The scheduler actor: owns the jobs and their state machine, and places
+ * them on devices.
+ *
+ *   SUBMIT -> (COMPILE -> COMPILED, once per program) -> placed on a device
+ *          -> RECORD -> RECORDED -> EXECUTE -> EXECUTED -> COMPLETE
+ *
+ * An ERROR from any actor completes the job it names with that error (a
+ * compile ERROR completes every job waiting for that compile). Buffers are
+ * allocated per {program, device, slot} the first time a job needs them; jobs
+ * that share a slot on a device run one after another, so a recorded sequence
+ * is never re-recorded while it executes and two jobs never share buffers.
+ *
+ * TERM starts a drain: new and waiting jobs complete with SCHED_ECLOSED, jobs
+ * already recording or executing finish, then the scheduler frees the buffers,
+ * answers TERM, and stops. Every job completes exactly once.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/actor.h"
+#include "actors/core.h"
+#include "actors/exec_ctx_key.h"
+
+#define MAX_SLOTS 64
+
+enum { JOB_COMPILING, JOB_PLACED_WAITING, JOB_RECORDING, JOB_EXECUTING };
+
+typedef struct job {
+  uint64_t id, program;
+  uint32_t run, job_index, slot, keep;
+  int32_t device; /* -1 until placed */
+  int32_t pin;    /* the device asked for, or -1 */
+  int state;
+  char client[32];
+  uint64_t t_submit, t_phase, compile_ns, record_ns, execute_ns;
+  msg_counts counts;
+  uint32_t hits, misses;
+  uint64_t sequence;
+  struct job *next; /* in a wait queue */
+} job;
+
+typedef struct job_queue {
+  job *head, *tail;
+} job_queue;
+
+typedef struct slot_state {
+  uint64_t *bindings; /* one device address per buffer; NULL until allocated */
+  bool busy;
+  job_queue queue;
+} slot_state;
+
+enum { COMPILE_NONE, COMPILE_PENDING, COMPILE_READY };
+
+typedef struct prog_state {
+  uint64_t id;
+  int compile;
+  msg_modules modules;
+  job_queue waiting; /* for the compile */
+  hmap slots;        /* {device, slot} -> slot_state* */
+  uint32_t jobs;     /* not yet complete */
+  char release_to[32];
+  uint64_t release_job;
+  bool releasing;
+} prog_state;
+
+typedef struct slot_key {
+  uint32_t device, slot;
+} slot_key;
+
+struct scheduler_state {
+  sched_core *core;
+  hmap jobs;  /* id -> job* */
+  hmap progs; /* id -> prog_state* */
+  uint32_t *load;
+  size_t active; /* recording or executing */
+  bool closing;
+  char close_to[32];
+  uint64_t close_job;
+};
+
+static void q_push(job_queue *q, job *j) {
+  j->next = NULL;
+  if (q->tail) q->tail->next = j;
+  else q->head = j;
+  q->tail = j;
+}
+
+static job *q_pop(job_queue *q) {
+  job *j = q->head;
+  if (j) {
+    q->head = j->next;
+    if (!q->head) q->tail = NULL;
+    j->next = NULL;
+  }
+  return j;
+}
+
+scheduler_state *scheduler_state_new(sched_core *core) {
+  scheduler_state *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->core = core;
+  s->load = calloc((size_t)core->ndevices, sizeof *s->load);
+  if (!s->load) {
+    free(s);
+    return NULL;
+  }
+  hmap_init(&s->jobs, sizeof(uint64_t));
+  hmap_init(&s->progs, sizeof(uint64_t));
+  return s;
+}
+
+static void free_modules(msg_modules *mods) {
+  for (size_t i = 0; i < mods->n; i++) {
+    free(mods->v[i].name);
+    free(mods->v[i].key);
+    free(mods->v[i].path);
+  }
+  free(mods->v);
+  memset(mods, 0, sizeof *mods);
+}
+
+static void free_slots(scheduler_state *s, prog_state *ps) {
+  const prog_program *p = core_program(s->core, ps->id);
+  size_t pos = 0;
+  const void *k;
+  void *v;
+  while (hmap_next(&ps->slots, &pos, &k, &v)) {
+    slot_state *ss = v;
+    const slot_key *sk = k;
+    for (uint32_t b = 0; ss->bindings && p && b < p->nbuffers; b++)
+      if (ss->bindings[b]) s->core->backend->ops->mem_free(s->core->backend, (int)sk->device, ss->bindings[b]);
+    free(ss->bindings);
+    free(ss);
+  }
+  hmap_destroy(&ps->slots);
+}
+
+static void prog_state_free(scheduler_state *s, prog_state *ps) {
+  free_slots(s, ps);
+  free_modules(&ps->modules);
+  free(ps);
+}
+
+void scheduler_state_free(scheduler_state *s) {
+  if (!s) return;
+  size_t pos = 0;
+  void *v;
+  while (hmap_next(&s->jobs, &pos, NULL, &v)) free(v);
+  hmap_destroy(&s->jobs);
+  pos = 0;
+  while (hmap_next(&s->progs, &pos, NULL, &v)) prog_state_free(s, v);
+  hmap_destroy(&s->progs);
+  free(s->load);
+  free(s);
+}
+
+static prog_state *prog_get(scheduler_state *s, uint64_t id, bool create) {
+  prog_state *ps = hmap_get(&s->progs, &id);
+  if (ps || !create) return ps;
+  ps = calloc(1, sizeof *ps);
+  if (!ps) return NULL;
+  ps->id = id;
+  hmap_init(&ps->slots, sizeof(slot_key));
+  if (hmap_put(&s->progs, &id, ps) != 0) {
+    free(ps);
+    return NULL;
+  }
+  return ps;
+}
+
+/* ---- completion ---- */
+
+static void dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss);
+
+/* Sends COMPLETE for j (taking outputs, if any) and forgets the job. */
+static void complete(actor_t *self, scheduler_state *s, job *j, int status, const char *text,
+                     msg_outputs *outputs) {
+  msg m;
+  msg_init(&m, MSG_COMPLETE, j->id, ACTOR_SCHEDULER);
+  msg_complete *c = &m.body.complete;
+  c->status = status;
+  c->program = j->program;
+  c->device = j->device;
+  c->run = j->run;
+  c->job_index = j->job_index;
+  if (outputs) {
+    c->outputs = *outputs;
+    memset(outputs, 0, sizeof *outputs);
+  }
+  c->compile_ns = j->compile_ns;
+  c->record_ns = j->record_ns;
+  c->execute_ns = j->execute_ns;
+  c->counts = j->counts;
+  c->cache_hits = j->hits;
+  c->cache_misses = j->misses;
+  c->text = xstrdup(text ? text : "");
+  actor_send(self, j->client, &m);
+  msg_free(&m);
+
+  prog_state *ps = prog_get(s, j->program, false);
+  if (ps && ps->jobs) ps->jobs--;
+  if (j->device >= 0 && s->load[j->device]) s->load[j->device]--;
+  if (j->state == JOB_RECORDING || j->state == JOB_EXECUTING) {
+    s->active--;
+    slot_key sk = {(uint32_t)j->device, j->slot};
+    slot_state *ss = ps ? hmap_get(&ps->slots, &sk) : NULL;
+    hmap_remove(&s->jobs, &j->id);
+    free(j);
+    if (ss) {
+      ss->busy = false;
+      dispatch_slot(self, s, ps, ss);
+    }
+  } else {
+    hmap_remove(&s->jobs, &j->id);
+    free(j);
+  }
+}
+
+/* ---- placement and dispatch ---- */
+
+static int alloc_slot(scheduler_state *s, const prog_program *p, int device, slot_state *ss,
+                      sched_error_t *err) {
+  ss->bindings = calloc(p->nbuffers ? p->nbuffers : 1, sizeof(uint64_t));
+  if (!ss->bindings) return err_set(err, SCHED_ENOMEM, "out of memory");
+  for (uint32_t b = 0; b < p->nbuffers; b++) {
+    uint64_t bytes = p->buffers[b].count * prog_type_size(p->buffers[b].type);
+    int rc = s->core->backend->ops->mem_alloc(s->core->backend, device, bytes, &ss->bindings[b], err);
+    if (rc) {
+      for (uint32_t i = 0; i < b; i++) s->core->backend->ops->mem_free(s->core->backend, device, ss->bindings[i]);
+      free(ss->bindings);
+      ss->bindings = NULL;
+      return rc;
+    }
+  }
+  return SCHED_OK;
+}
+
+static void start_record(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss, job *j) {
+  const prog_program *p = core_program(s->core, j->program);
+  ss->busy = true;
+  j->state = JOB_RECORDING;
+  s->active++;
+  j->t_phase = now_ns();
+  msg m;
+  msg_init(&m, MSG_RECORD, j->id, ACTOR_SCHEDULER);
+  msg_record *r = &m.body.record;
+  r->program = j->program;
+  r->device = (uint32_t)j->device;
+  r->slot = j->slot;
+  r->run = j->run;
+  r->job_index = j->job_index;
+  r->bindings.v = malloc((p->nbuffers ? p->nbuffers : 1) * sizeof(uint64_t));
+  r->modules.v = calloc(ps->modules.n ? ps->modules.n : 1, sizeof(msg_module));
+  int rc = r->bindings.v && r->modules.v ? SCHED_OK : SCHED_ENOMEM;
+  if (rc == SCHED_OK) {
+    memcpy(r->bindings.v, ss->bindings, p->nbuffers * sizeof(uint64_t));
+    r->bindings.n = p->nbuffers;
+    for (size_t i = 0; i < ps->modules.n; i++) {
+      r->modules.v[i].name = xstrdup(ps->modules.v[i].name);
+      r->modules.v[i].key = xstrdup(ps->modules.v[i].key);
+      r->modules.v[i].path = xstrdup(ps->modules.v[i].path);
+      r->modules.n++;
+    }
+    rc = actor_send(self, ACTOR_RECORD, &m);
+  }
+  msg_free(&m);
+  if (rc) complete(self, s, j, rc, "cannot send RECORD", NULL);
+}
+
+static void dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss) {
+  if (ss->busy) return;
+  job *j = q_pop(&ss->queue);
+  if (j) start_record(self, s, ps, ss, j);
+}
+
+static int pick_device(scheduler_state *s, prog_state *ps, const job *j) {
+  if (j->pin >= 0) return j->pin;
+  int best = 0;
+  bool best_warm = false;
+  for (int d = 0; d < s->core->ndevices; d++) {
+    slot_key sk = {(uint32_t)d, j->slot};
+    bool warm = hmap_get(&ps->slots, &sk) != NULL;
+    if (s->load[d] < s->load[best] || (s->load[d] == s->load[best] && warm && !best_warm)) {
+      best = d;
+      best_warm = warm;
+    }
+  }
+  return best;
+}
+
+static void place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) {
+  const prog_program *p = core_program(s->core, j->program);
+  j->device = pick_device(s, ps, j);
+  s->load[j->device]++;
+  j->state = JOB_PLACED_WAITING;
+  slot_key sk = {(uint32_t)j->device, j->slot};
+  slot_state *ss = hmap_get(&ps->slots, &sk);
+  sched_error_t err = {0};
+  if (!ss) {
+    ss = calloc(1, sizeof *ss);
+    if (!ss || hmap_put(&ps->slots, &sk, ss) != 0) {
+      free(ss);
+      complete(self, s, j, SCHED_ENOMEM, "out of memory", NULL);
+      return;
+    }
+  }
+  if (!ss->bindings && alloc_slot(s, p, j->device, ss, &err) != SCHED_OK) {
+    complete(self, s, j, err.code, err.message, NULL);
+    sched_error_clear(&err);
+    return;
+  }
+  q_push(&ss->queue, j);
+  dispatch_slot(self, s, ps, ss);
+}
+
+/* ---- handlers ---- */
+
+static int send_compile(actor_t *self, scheduler_state *s, const prog_program *p, job *j) {
+  gpu_backend *be = s->core->backend;
+  msg m;
+  msg_init(&m, MSG_COMPILE, j->id, ACTOR_SCHEDULER);
+  msg_compile *c = &m.body.compile;
+  c->program = j->program;
+  c->target = xstrdup(be->ops->target(be, 0));
+  c->arch = xstrdup(be->ops->arch(be, 0));
+  c->kernels.v = calloc(p->nkernels ? p->nkernels : 1, sizeof(msg_kernel));
+  int rc = c->kernels.v ? SCHED_OK : SCHED_ENOMEM;
+  for (uint32_t i = 0; rc == SCHED_OK && i < p->nkernels; i++) {
+    const prog_kernel *k = &p->kernels[i];
+    msg_kernel *mk = &c->kernels.v[c->kernels.n++];
+    char where[512];
+    snprintf(where, sizeof where, "%s:%d:%d", p->path, k->loc.line, k->loc.col);
+    mk->name = xstrdup(k->name);
+    mk->entry = xstrdup(k->entry);
+    mk->params = xstrdup(k->params_text ? k->params_text : "");
+    mk->source = xstrdup(k->source ? k->source : "");
+    mk->where = xstrdup(where);
+    mk->source_file = xstrdup(k->source_file ? k->source_file : p->path);
+    mk->first_line = k->first_line;
+  }
+  if (rc == SCHED_OK) rc = actor_send(self, ACTOR_COMPILE, &m);
+  msg_free(&m);
+  return rc;
+}
+
+static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
+  const msg_submit *sb = &m->body.submit;
+  job *j = calloc(1, sizeof *j);
+  if (!j) return; /* the client's wait times out: nothing can be said without memory */
+  j->id = m->job;
+  j->program = sb->program;
+  j->run = sb->run;
+  j->job_index = sb->job_index;
+  j->slot = sb->slot;
+  j->keep = sb->keep;
+  j->device = -1;
+  j->t_submit = now_ns();
+  snprintf(j->client, sizeof j->client, "%s", m->from);
+  const prog_program *p = core_program(s->core, sb->program);
+  prog_state *ps = NULL;
+  const char *bad = NULL;
+  if (hmap_get(&s->jobs, &j->id)) bad = "a job with this id is already in flight";
+  else if (!p) bad = "no such program";
+  else if (sb->slot >= MAX_SLOTS) bad = "binding slot out of range (at most 64)";
+  else if (sb->device >= s->core->ndevices || sb->device < -1) bad = "no such device";
+  else if (s->closing) bad = "the scheduler is shutting down";
+  else if (!(ps = prog_get(s, sb->program, true)) || hmap_put(&s->jobs, &j->id, j) != 0) bad = "out of memory";
+  else if (ps->releasing) bad = "the program is being released";
+  if (bad) {
+    int code = s->closing ? SCHED_ECLOSED : SCHED_EINVAL;
+    if (hmap_get(&s->jobs, &j->id) == j) hmap_remove(&s->jobs, &j->id);
+    job tmp = *j;
+    free(j);
+    tmp.state = JOB_COMPILING;
+    /* not registered: answer directly */
+    msg r;
+    msg_init(&r, MSG_COMPLETE, tmp.id, ACTOR_SCHEDULER);
+    r.body.complete.status = code;
+    r.body.complete.program = tmp.program;
+    r.body.complete.device = -1;
+    r.body.complete.run = tmp.run;
+    r.body.complete.job_index = tmp.job_index;
+    r.body.complete.text = xstrdup(bad);
+    actor_send(self, tmp.client, &r);
+    msg_free(&r);
+    return;
+  }
+  j->pin = sb->device;
+  ps->jobs++;
+  if (ps->compile == COMPILE_READY) {
+    place(self, s, ps, j);
+    return;
+  }
+  j->state = JOB_COMPILING;
+  q_push(&ps->waiting, j);
+  if (ps->compile == COMPILE_NONE) {
+    ps->compile = COMPILE_PENDING;
+    if (send_compile(self, s, p, j) != SCHED_OK) {
+      ps->compile = COMPILE_NONE;
+      job *w;
+      while ((w = q_pop(&ps->waiting))) complete(self, s, w, SCHED_EINTERNAL, "cannot send COMPILE", NULL);
+    }
+  }
+}
+
+static void release_waiting(actor_t *self, scheduler_state *s, prog_state *ps) {
+  job *j;
+  while ((j = q_pop(&ps->waiting))) place(self, s, ps, j);
+}
+
+static void handle_compiled(actor_t *self, scheduler_state *s, msg *m) {
+  prog_state *ps = prog_get(s, m->body.compiled.program, false);
+  if (!ps || ps->compile != COMPILE_PENDING) return;
+  free_modules(&ps->modules);
+  ps->modules = m->body.compiled.modules;
+  memset(&m->body.compiled.modules, 0, sizeof m->body.compiled.modules);
+  ps->compile = COMPILE_READY;
+  /* the compile is charged to the job that asked for it, once */
+  job *trigger = hmap_get(&s->jobs, &m->job);
+  if (trigger) {
+    trigger->compile_ns = now_ns() - trigger->t_submit;
+    trigger->hits = m->body.compiled.hits;
+    trigger->misses = m->body.compiled.misses;
+  }
+  release_waiting(self, s, ps);
+}
+
+static void handle_error(actor_t *self, scheduler_state *s, msg *m) {
+  const msg_error *e = &m->body.error;
+  job *j = hmap_get(&s->jobs, &m->job);
+  if (!j) return;
+  strbuf text;
+  sb_init(&text);
+  sb_adds(&text, e->text ? e->text : "");
+  if (j->state == JOB_COMPILING) {
+    /* the compile of this job's program failed: every job waiting for it fails */
+    prog_state *ps = prog_get(s, j->program, false);
+    if (ps) {
+      ps->compile = COMPILE_NONE;
+      job *w;
+      while ((w = q_pop(&ps->waiting))) complete(self, s, w, e->code, text.data, NULL);
+    }
+  } else {
+    complete(self, s, j, e->code, text.data, NULL);
+  }
+  sb_free(&text);
+}
+
+static void handle_recorded(actor_t *self, scheduler_state *s, msg *m) {
+  job *j = hmap_get(&s->jobs, &m->job);
+  if (!j || j->state != JOB_RECORDING) return;
+  uint64_t now = now_ns();
+  j->record_ns = now - j->t_phase;
+  j->t_phase = now;
+  j->counts = m->body.recorded.counts;
+  j->sequence = m->body.recorded.sequence;
+  j->state = JOB_EXECUTING;
+  prog_state *ps = prog_get(s, j->program, false);
+  slot_key sk = {(uint32_t)j->device, j->slot};
+  slot_state *ss = ps ? hmap_get(&ps->slots, &sk) : NULL;
+  const prog_program *p = core_program(s->core, j->program);
+  msg x;
+  msg_init(&x, MSG_EXECUTE, j->id, ACTOR_SCHEDULER);
+  x.body.execute.program = j->program;
+  x.body.execute.device = (uint32_t)j->device;
+  x.body.execute.slot = j->slot;
+  x.body.execute.sequence = j->sequence;
+  x.body.execute.keep = j->keep;
+  int rc = ss && p ? SCHED_OK : SCHED_EINTERNAL;
+  if (rc == SCHED_OK) {
+    x.body.execute.bindings.v = malloc((p->nbuffers ? p->nbuffers : 1) * sizeof(uint64_t));
+    if (!x.body.execute.bindings.v) rc = SCHED_ENOMEM;
+  }
+  if (rc == SCHED_OK) {
+    memcpy(x.body.execute.bindings.v, ss->bindings, p->nbuffers * sizeof(uint64_t));
+    x.body.execute.bindings.n = p->nbuffers;
+    char to[32];
+    snprintf(to, sizeof to, ACTOR_EXECUTE_FMT, j->device);
+    rc = actor_send(self, to, &x);
+  }
+  msg_free(&x);
+  if (rc) complete(self, s, j, rc, "cannot send EXECUTE", NULL);
+}
+
+static void handle_executed(actor_t *self, scheduler_state *s, msg *m) {
+  job *j = hmap_get(&s->jobs, &m->job);
+  if (!j || j->state != JOB_EXECUTING) return;
+  j->execute_ns = m->body.executed.exec_ns;
+  complete(self, s, j, SCHED_OK, NULL, &m->body.executed.outputs);
+}
+
+static void reply_simple(actor_t *self, const char *to, int type, uint64_t job_id, uint64_t program) {
+  msg r;
+  msg_init(&r, type, job_id, ACTOR_SCHEDULER);
+  if (type == MSG_RELEASE) r.body.release.program = program;
+  actor_send(self, to, &r);
+  msg_free(&r);
+}
+
+static void handle_release(actor_t *self, scheduler_state *s, msg *m) {
+  uint64_t id = m->body.release.program;
+  prog_state *ps = prog_get(s, id, false);
+  if (!strcmp(m->from, ACTOR_RECORD)) {
+    /* the record actor has dropped its recordings: finish */
+    if (!ps || !ps->releasing) return;
+    char to[32];
+    snprintf(to, sizeof to, "%s", ps->release_to);
+    uint64_t job_id = ps->release_job;
+    hmap_remove(&s->progs, &id);
+    prog_state_free(s, ps);
+    reply_simple(self, to, MSG_RELEASE, job_id, id);
+    return;
+  }
+  if (!ps) {
+    /* nothing was ever run: the record actor may still hold nothing; ask anyway */
+    ps = prog_get(s, id, true);
+    if (!ps) {
+      actor_send_error(self, m->from, m->job, SCHED_ENOMEM, "out of memory", NULL, 0);
+      return;
+    }
+  }
+  if (ps->jobs || ps->releasing) {
+    actor_send_error(self, m->from, m->job, SCHED_EINVAL,
+                     "the program still has jobs in flight", NULL, 0);
+    return;
+  }
+  ps->releasing = true;
+  snprintf(ps->release_to, sizeof ps->release_to, "%s", m->from);
+  ps->release_job = m->job;
+  free_slots(s, ps);
+  hmap_init(&ps->slots, sizeof(slot_key));
+  msg f;
+  msg_init(&f, MSG_RELEASE, m->job, ACTOR_SCHEDULER);
+  f.body.release.program = id;
+  actor_send(self, ACTOR_RECORD, &f);
+  msg_free(&f);
+}
+
+static int scheduler_handle(actor_t *self, msg *m) {
+  scheduler_state *s = actor_state(self);
+  switch (m->type) {
+  case MSG_SUBMIT: handle_submit(self, s, m); break;
+  case MSG_COMPILED: handle_compiled(self, s, m); break;
+  case MSG_RECORDED: handle_recorded(self, s, m); break;
+  case MSG_EXECUTED: handle_executed(self, s, m); break;
+  case MSG_ERROR: handle_error(self, s, m); break;
+  case MSG_RELEASE: handle_release(self, s, m); break;
+  case MSG_TERM: {
+    s->closing = true;
+    snprintf(s->close_to, sizeof s->close_to, "%s", m->from);
+    s->close_job = m->job;
+    /* fail what has not started; what is recording or executing finishes */
+    size_t pos = 0;
+    void *v;
+    job **pending = calloc(s->jobs.count + 1, sizeof *pending);
+    size_t n = 0;
+    while (pending && hmap_next(&s->jobs, &pos, NULL, &v))
+      if (((job *)v)->state == JOB_COMPILING || ((job *)v)->state == JOB_PLACED_WAITING) pending[n++] = v;
+    pos = 0;
+    while (hmap_next(&s->progs, &pos, NULL, &v)) {
+      prog_state *ps = v;
+      ps->waiting.head = ps->waiting.tail = NULL;
+      size_t sp = 0;
+      void *sv;
+      while (hmap_next(&ps->slots, &sp, NULL, &sv)) ((slot_state *)sv)->queue = (job_queue){0};
+    }
+    for (size_t i = 0; i < n; i++) complete(self, s, pending[i], SCHED_ECLOSED, "the scheduler shut down before the job started", NULL);
+    free(pending);
+    break;
+  }
+  case MSG_STATUS: {
+    msg r;
+    msg_init(&r, MSG_STATUS, m->job, ACTOR_SCHEDULER);
+    r.body.status.items.v = calloc(2, sizeof(msg_stat));
+    if (r.body.status.items.v) {
+      r.body.status.items.v[0] = (msg_stat){xstrdup("jobs_in_flight"), (int64_t)s->jobs.count};
+      r.body.status.items.v[1] = (msg_stat){xstrdup("programs"), (int64_t)s->progs.count};
+      r.body.status.items.n = 2;
+    }
+    actor_send(self, m->from, &r);
+    msg_free(&r);
+    break;
+  }
+  default: break;
+  }
+  if (s->closing && s->jobs.count == 0) {
+    reply_simple(self, s->close_to, MSG_TERM, s->close_job, 0);
+    return ACTOR_STOP;
+  }
+  return ACTOR_CONTINUE;
+}
+
+const actor_def scheduler_actor_def = {NULL, scheduler_handle, NULL};

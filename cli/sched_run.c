@@ -1,0 +1,151 @@
+/*
+ * sched-run: runs a config (format: CONFIG.md) and says how it went.
+ *
+ * Exit status: 0 every run verified; 1 a verification failed; 2 a bad config
+ * or bad usage; 3 a kernel did not compile; 4 any other failure (device,
+ * timeout).
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched.h"
+
+enum { EXIT_VERIFIED = 0, EXIT_MISMATCH = 1, EXIT_USAGE = 2, EXIT_COMPILE = 3, EXIT_OTHER = 4 };
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: sched-run [options] config.yaml\n"
+          "\n"
+          "Compiles the config's kernels (cached), records its program once per\n"
+          "execution context, runs it `repeat` times and verifies `expect`.\n"
+          "\n"
+          "options:\n"
+          "  --devices SPEC   override the config's devices (auto, host, host:N)\n"
+          "  --repeat N       override the config's repeat\n"
+          "  --jobs N         override the config's jobs\n"
+          "  --no-cache       compile into a temporary cache, removed afterwards\n"
+          "  --stats          print per-device counters\n"
+          "  --quiet          print only errors\n"
+          "  --help           this text\n"
+          "  --version        the version\n"
+          "\n"
+          "exit status: 0 verified, 1 verification failed, 2 bad config or usage,\n"
+          "3 kernel compile error, 4 other failure\n");
+}
+
+static int positive(const char *opt, const char *v, int *out) {
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (*v == '\0' || *end != '\0' || n < 1 || n > 100000000) {
+    fprintf(stderr, "sched-run: %s needs a positive integer, not '%s'\n", opt, v);
+    return -1;
+  }
+  *out = (int)n;
+  return 0;
+}
+
+static double ms(uint64_t ns) { return (double)ns / 1e6; }
+
+int main(int argc, char **argv) {
+  static const struct option longopts[] = {
+      {"devices", required_argument, NULL, 'd'}, {"repeat", required_argument, NULL, 'r'},
+      {"jobs", required_argument, NULL, 'j'},    {"no-cache", no_argument, NULL, 'n'},
+      {"stats", no_argument, NULL, 's'},         {"quiet", no_argument, NULL, 'q'},
+      {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
+      {NULL, 0, NULL, 0}};
+  const char *devices = NULL;
+  int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, c;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'd': devices = optarg; break;
+    case 'r': if (positive("--repeat", optarg, &repeat)) return EXIT_USAGE; break;
+    case 'j': if (positive("--jobs", optarg, &jobs)) return EXIT_USAGE; break;
+    case 'n': no_cache = 1; break;
+    case 's': stats = 1; break;
+    case 'q': quiet = 1; break;
+    case 'h': usage(stdout); return 0;
+    case 'V': printf("sched-run %d.%d.%d\n", SCHED_VERSION_MAJOR, SCHED_VERSION_MINOR, SCHED_VERSION_PATCH); return 0;
+    default:
+      fprintf(stderr, "sched-run: unknown option '%s'\n", argv[optind - 1]);
+      usage(stderr);
+      return EXIT_USAGE;
+    }
+  }
+  if (optind != argc - 1) {
+    fprintf(stderr, "sched-run: %s\n", optind >= argc ? "no config file given" : "give one config file");
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  const char *path = argv[optind];
+
+  sched_error_t err = {0};
+  sched_program_t *prog = NULL;
+  if (sched_program_load_file(NULL, path, &prog, &err) != SCHED_OK) {
+    fprintf(stderr, "%s\n", err.message);
+    sched_error_clear(&err);
+    return EXIT_USAGE;
+  }
+  sched_options_t opts;
+  sched_options_init(&opts);
+  opts.devices = devices ? devices : sched_program_devices(prog);
+  opts.no_disk_cache = no_cache;
+  sched_t *s = NULL;
+  int rc = sched_open(&s, &opts, &err);
+  if (rc != SCHED_OK) {
+    fprintf(stderr, "sched-run: %s\n", err.message);
+    sched_error_clear(&err);
+    sched_program_free(&prog);
+    return rc == SCHED_EINVAL ? EXIT_USAGE : EXIT_OTHER;
+  }
+  sched_run_options_t ro;
+  sched_run_options_init(&ro);
+  ro.repeat = repeat;
+  ro.jobs = jobs;
+  sched_report_t *rep = NULL;
+  rc = sched_run(s, prog, &ro, &rep, &err);
+  const sched_summary_t *sum = sched_report_summary(rep);
+  int status = EXIT_VERIFIED;
+  if (rc == SCHED_ECOMPILE) {
+    fprintf(stderr, "sched-run: %s: kernel compile error\n%s\n", path, err.message);
+    status = EXIT_COMPILE;
+  } else if (rc == SCHED_EVERIFY) {
+    size_t n = sched_report_failure_count(rep);
+    for (size_t i = 0; i < n && i < 20; i++) fprintf(stderr, "sched-run: mismatch: %s\n", sched_report_failure(rep, i));
+    if (n > 20) fprintf(stderr, "sched-run: ... %zu mismatches in all\n", n);
+    status = EXIT_MISMATCH;
+  } else if (rc == SCHED_ECONFIG) {
+    fprintf(stderr, "%s\n", err.message);
+    status = EXIT_USAGE;
+  } else if (rc != SCHED_OK) {
+    fprintf(stderr, "sched-run: %s: %s\n", sched_strerror(rc), err.message ? err.message : "");
+    status = EXIT_OTHER;
+  }
+  if (sum && !quiet && status != EXIT_COMPILE) {
+    printf("%s: %s on %d device%s (%s%s)\n", sched_program_name(prog),
+           status == EXIT_VERIFIED ? "verified" : "NOT verified", sum->ndevices,
+           sum->ndevices == 1 ? "" : "s", sum->devices[0].name, sum->ndevices > 1 ? ", ..." : "");
+    printf("  runs %u, jobs %u: %u verified, %u failed\n", sum->runs, sum->jobs, sum->verified, sum->failed);
+    printf("  time: compile %.1f ms, record %.3f ms, execute %.3f ms, wall %.1f ms\n", ms(sum->compile_ns),
+           ms(sum->record_ns), ms(sum->execute_ns), ms(sum->wall_ns));
+    printf("  kernel cache: %llu hits, %llu misses\n", (unsigned long long)sum->cache_hits,
+           (unsigned long long)sum->cache_misses);
+    printf("  recorded nodes: %llu created, %llu updated, %llu reused\n",
+           (unsigned long long)sum->nodes_created, (unsigned long long)sum->nodes_updated,
+           (unsigned long long)sum->nodes_reused);
+    if (stats)
+      for (int d = 0; d < sum->ndevices; d++) {
+        const sched_device_stats_t *ds = &sum->devices[d];
+        printf("  %-8s jobs %llu, nodes %llu created / %llu updated / %llu reused, busy %.3f ms\n", ds->name,
+               (unsigned long long)ds->jobs, (unsigned long long)ds->nodes_created,
+               (unsigned long long)ds->nodes_updated, (unsigned long long)ds->nodes_reused, ms(ds->busy_ns));
+      }
+  }
+  sched_error_clear(&err);
+  sched_report_free(&rep);
+  sched_program_free(&prog);
+  sched_close(&s);
+  return status;
+}

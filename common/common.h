@@ -1,0 +1,69 @@
+/*
+ * Small helpers shared by every module: error objects, a growable byte
+ * buffer, hashing, files and clocks. Nothing here holds global state.
+ */
+#ifndef SCHED_COMMON_H
+#define SCHED_COMMON_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sched.h"
+
+#define SCHED__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- errors: set, append a line, prefix ---- */
+int err_set(sched_error_t *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int err_append(sched_error_t *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Moves src into dst (dst is cleared first); src ends empty. */
+void err_move(sched_error_t *dst, sched_error_t *src);
+
+/* ---- a growable buffer, always NUL-terminated ---- */
+typedef struct strbuf {
+  char *data;
+  size_t len, cap;
+  bool failed; /* an allocation failed; contents are truncated */
+} strbuf;
+
+void sb_init(strbuf *sb);
+void sb_free(strbuf *sb);
+void sb_add(strbuf *sb, const void *p, size_t n);
+void sb_adds(strbuf *sb, const char *s);
+void sb_addf(strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sb_vaddf(strbuf *sb, const char *fmt, va_list ap);
+/* Hands the buffer over (caller frees); sb is empty afterwards. */
+char *sb_take(strbuf *sb);
+
+/* ---- hashing: SHA-256 as 64 lowercase hex digits + NUL ---- */
+typedef struct hash_ctx hash_ctx;
+hash_ctx *hash_new(void);
+void hash_add(hash_ctx *h, const void *p, size_t n);
+/* Adds a length prefix, so that ("ab","c") and ("a","bc") differ. */
+void hash_add_field(hash_ctx *h, const void *p, size_t n);
+void hash_add_str(hash_ctx *h, const char *s);
+void hash_final_hex(hash_ctx *h, char out[65]); /* frees h */
+uint64_t hash_fnv1a(const void *p, size_t n);
+
+/* ---- files ---- */
+int fs_read_file(const char *path, char **data, size_t *len, sched_error_t *err);
+int fs_mkdir_p(const char *path, sched_error_t *err);
+/* Writes through a temporary file in the same directory, then renames it
+ * into place: readers see the old file or the new one, never a part. */
+int fs_write_atomic(const char *path, const void *data, size_t len, sched_error_t *err);
+/* The directory part of a path ("." when none), heap-allocated. */
+char *fs_dirname(const char *path);
+/* `rel` resolved against the directory of `base_file` (rel if absolute). */
+char *fs_join_rel(const char *base_file, const char *rel);
+int fs_remove_tree(const char *path);
+
+/* ---- time ---- */
+uint64_t now_ns(void);
+
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+
+#endif

@@ -1,0 +1,131 @@
+/* Files and clocks. Writes that others may read at the same time go through a
+ * temporary file and a rename, so no reader ever sees half a file. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/common.h"
+
+int fs_read_file(const char *path, char **data, size_t *len, sched_error_t *err) {
+  *data = NULL;
+  *len = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return err_set(err, SCHED_EIO, "%s: cannot open: %s", path, strerror(errno));
+  strbuf sb;
+  sb_init(&sb);
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) sb_add(&sb, buf, n);
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    sb_free(&sb);
+    return err_set(err, SCHED_EIO, "%s: read failed", path);
+  }
+  if (sb.failed) {
+    sb_free(&sb);
+    return err_set(err, SCHED_ENOMEM, "%s: out of memory reading the file", path);
+  }
+  *len = sb.len;
+  *data = sb_take(&sb);
+  return SCHED_OK;
+}
+
+int fs_mkdir_p(const char *path, sched_error_t *err) {
+  char *p = xstrdup(path);
+  if (!p) return err_set(err, SCHED_ENOMEM, "out of memory");
+  for (char *s = p + 1;; s++) {
+    if (*s == '/' || *s == '\0') {
+      char c = *s;
+      *s = '\0';
+      if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+        int e = errno;
+        free(p);
+        return err_set(err, SCHED_EIO, "%s: cannot create directory: %s", path, strerror(e));
+      }
+      *s = c;
+      if (c == '\0') break;
+    }
+  }
+  free(p);
+  return SCHED_OK;
+}
+
+int fs_write_atomic(const char *path, const void *data, size_t len, sched_error_t *err) {
+  strbuf tmp;
+  sb_init(&tmp);
+  sb_addf(&tmp, "%s.tmp.XXXXXX", path);
+  if (tmp.failed) return err_set(err, SCHED_ENOMEM, "out of memory");
+  int fd = mkstemp(tmp.data);
+  if (fd < 0) {
+    int e = errno;
+    sb_free(&tmp);
+    return err_set(err, SCHED_EIO, "%s: cannot create a temporary file: %s", path, strerror(e));
+  }
+  const char *p = data;
+  size_t left = len;
+  while (left > 0) {
+    ssize_t w = write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int e = errno;
+      close(fd);
+      unlink(tmp.data);
+      sb_free(&tmp);
+      return err_set(err, SCHED_EIO, "%s: write failed: %s", path, strerror(e));
+    }
+    p += w;
+    left -= (size_t)w;
+  }
+  if (fchmod(fd, 0644) != 0 || close(fd) != 0 || rename(tmp.data, path) != 0) {
+    int e = errno;
+    unlink(tmp.data);
+    sb_free(&tmp);
+    return err_set(err, SCHED_EIO, "%s: cannot publish: %s", path, strerror(e));
+  }
+  sb_free(&tmp);
+  return SCHED_OK;
+}
+
+char *fs_dirname(const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) return xstrdup(".");
+  if (slash == path) return xstrdup("/");
+  return xstrndup(path, (size_t)(slash - path));
+}
+
+char *fs_join_rel(const char *base_file, const char *rel) {
+  if (rel[0] == '/') return xstrdup(rel);
+  char *dir = fs_dirname(base_file);
+  if (!dir) return NULL;
+  strbuf sb;
+  sb_init(&sb);
+  sb_addf(&sb, "%s/%s", dir, rel);
+  free(dir);
+  if (sb.failed) {
+    sb_free(&sb);
+    return NULL;
+  }
+  return sb_take(&sb);
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+int fs_remove_tree(const char *path) { return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}

@@ -1,0 +1,131 @@
+/*
+ * The backend interface: devices, memory, modules, and recorded sequences.
+ *
+ * A backend is an object the library holds (never a global); the execute,
+ * record and scheduler actors call into it from their own threads, so every
+ * operation here is safe to call concurrently for different objects. Device
+ * memory is named by a 64-bit device address, as in CUDA; a sequence is a
+ * prepared list of nodes (a CUDA graph on GPUs, a launch list on the host)
+ * that is built once, updated node by node, and launched many times.
+ */
+#ifndef SCHED_GPU_BACKEND_H
+#define SCHED_GPU_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "program/program.h"
+
+typedef struct gpu_backend gpu_backend;
+typedef struct gpu_module gpu_module;
+typedef struct gpu_seq gpu_seq;
+typedef void *gpu_function;
+
+typedef enum { GN_LAUNCH, GN_COPY, GN_FILL, GN_WHILE } gpu_node_kind;
+
+/* What a node does. Arguments are 8-byte slots: a scalar in its native
+ * representation in the low bytes, a pointer as its device address. */
+typedef struct gpu_node {
+  gpu_node_kind kind;
+  union {
+    struct {
+      gpu_function fn;
+      uint32_t grid[3], block[3];
+      const uint64_t *args;
+      uint32_t nargs;
+    } launch;
+    struct {
+      uint64_t dst, src, bytes;
+    } copy;
+    struct {
+      uint64_t dst, count, pattern;
+      uint32_t elem_size; /* 1, 4 or 8 */
+    } fill;
+    struct {
+      uint64_t flag; /* address of an i32; the body repeats while it is non-zero */
+      uint32_t max_trips;
+      gpu_seq *body;
+    } loop;
+  } u;
+} gpu_node;
+
+typedef struct gpu_ops {
+  const char *name;
+  void (*destroy)(gpu_backend *b);
+  int (*device_count)(const gpu_backend *b);
+  const char *(*device_name)(const gpu_backend *b, int dev);
+  /* the compile target and architecture its kernels need ("host", "") */
+  const char *(*target)(const gpu_backend *b, int dev);
+  const char *(*arch)(const gpu_backend *b, int dev);
+
+  int (*mem_alloc)(gpu_backend *b, int dev, uint64_t bytes, uint64_t *addr, sched_error_t *err);
+  void (*mem_free)(gpu_backend *b, int dev, uint64_t addr);
+  int (*mem_zero)(gpu_backend *b, int dev, uint64_t addr, uint64_t n, sched_error_t *err);
+  int (*copy_htod)(gpu_backend *b, int dev, uint64_t dst, const void *src, uint64_t n,
+                   sched_error_t *err);
+  int (*copy_dtoh)(gpu_backend *b, int dev, void *dst, uint64_t src, uint64_t n,
+                   sched_error_t *err);
+
+  int (*module_load)(gpu_backend *b, int dev, const char *path, gpu_module **out,
+                     sched_error_t *err);
+  void (*module_unload)(gpu_backend *b, gpu_module *m);
+  int (*module_function)(gpu_backend *b, gpu_module *m, const char *entry, gpu_function *out,
+                         sched_error_t *err);
+
+  int (*seq_create)(gpu_backend *b, int dev, gpu_seq **out, sched_error_t *err);
+  /* Appends a node; *index is its position, for seq_update. For GN_WHILE the
+   * backend creates the (empty) body sequence, owned by s, and stores it in
+   * n->u.loop.body for the caller to fill. */
+  int (*seq_add)(gpu_seq *s, gpu_node *n, uint32_t *index, sched_error_t *err);
+  /* Changes a node's parameters in place; its kind must not change (nor, for
+   * GN_WHILE, its body). */
+  int (*seq_update)(gpu_seq *s, uint32_t index, const gpu_node *n, sched_error_t *err);
+  /* Runs the sequence on its device and waits for it to finish. */
+  int (*seq_launch)(gpu_seq *s, sched_error_t *err);
+  void (*seq_destroy)(gpu_seq *s);
+} gpu_ops;
+
+struct gpu_backend {
+  const gpu_ops *ops;
+};
+
+/* Opens the backend a device spec asks for ("auto", "host", "host:N", ...).
+ * `why_fallback` (may be NULL) receives the reason when "auto" fell back to
+ * the host. */
+int gpu_backend_open(const char *devices, gpu_backend **out, char **why_fallback,
+                     sched_error_t *err);
+void gpu_backend_close(gpu_backend **b);
+
+int gpu_host_open(int ndevices, gpu_backend **out, sched_error_t *err);
+
+/* ---- compile targets ---- */
+
+typedef struct gpu_compile_req {
+  const char *name, *entry, *source;
+  const char *source_file; /* for compiler messages */
+  uint32_t first_line;
+  const prog_type *params;
+  uint32_t nparams;
+  const char *arch;
+} gpu_compile_req;
+
+typedef struct gpu_compile_target {
+  const char *name;
+  const char *ext; /* artifact file name ending */
+  /* The compiler's identity and version, part of every cache key. */
+  int (*identity)(char **out, sched_error_t *err);
+  /* Compiles into out_path (which must not be written partly: write
+   * elsewhere in tmp_dir, then rename). *log gets the compiler's output. */
+  int (*compile)(const gpu_compile_req *req, const char *tmp_dir, const char *out_path,
+                 char **log, sched_error_t *err);
+} gpu_compile_target;
+
+extern const gpu_compile_target gpu_host_target;
+const gpu_compile_target *gpu_compile_target_find(const char *name);
+
+/* Parses "f32,ptr,i32" into types; returns the count or -1. */
+int gpu_params_parse(const char *text, prog_type *out, int max);
+
+#endif

@@ -1,0 +1,256 @@
+/*
+ * The host compile target: CUDA C kernel source to a shared object, with the
+ * system C++ compiler.
+ *
+ * The generated translation unit is the prelude (CUDA built-ins), a #line
+ * directive so that compiler messages point into the config file, the kernel
+ * source, and a trampoline per kernel that unpacks the 8-byte argument slots
+ * into the kernel's own parameter types and runs the grid as loops over blocks
+ * and threads. static_asserts check the declared `params` against the kernel's
+ * signature. Kernels that need __syncthreads or __shared__ are refused before
+ * compiling: a block's threads run one after another here, so a barrier
+ * cannot be honoured.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu/backend.h"
+#include "gpu/host/host_prelude.h"
+
+extern char **environ;
+
+#define COMPILE_TIMEOUT_NS (300ull * 1000000000ull)
+#define MAX_LOG (64u * 1024u)
+
+static const char *compiler(void) {
+  const char *c = getenv("SCHED_CXX");
+  return c && *c ? c : "c++";
+}
+
+/* Runs argv with stdout and stderr into log_path; returns the exit status,
+ * or -1 when it could not run or ran out of time. */
+static int run_logged(char *const argv[], const char *log_path, sched_error_t *err) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  pid_t pid;
+  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    err_set(err, SCHED_ECOMPILE, "cannot run the C++ compiler '%s': %s", argv[0], strerror(rc));
+    return -1;
+  }
+  uint64_t deadline = now_ns() + COMPILE_TIMEOUT_NS;
+  int status = 0;
+  for (;;) {
+    pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) {
+      err_set(err, SCHED_ECOMPILE, "lost the C++ compiler process: %s", strerror(errno));
+      return -1;
+    }
+    if (now_ns() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      err_set(err, SCHED_ECOMPILE, "the C++ compiler ran for more than %llu s",
+              COMPILE_TIMEOUT_NS / 1000000000ull);
+      return -1;
+    }
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  err_set(err, SCHED_ECOMPILE, "the C++ compiler was killed by signal %d",
+          WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return -1;
+}
+
+static int host_identity(char **out, sched_error_t *err) {
+  *out = NULL;
+  char dir[] = "/tmp/sched-cxx-XXXXXX";
+  if (!mkdtemp(dir)) return err_set(err, SCHED_EIO, "cannot create a temporary directory");
+  char log[64];
+  snprintf(log, sizeof log, "%s/version", dir);
+  char *argv[] = {(char *)compiler(), "--version", NULL};
+  int st = run_logged(argv, log, err);
+  char *text = NULL;
+  size_t len = 0;
+  sched_error_t e = {0};
+  if (st == 0 && fs_read_file(log, &text, &len, &e) == SCHED_OK) {
+    size_t nl = strcspn(text, "\n");
+    *out = xstrndup(text, nl);
+  } else if (st > 0) {
+    err_set(err, SCHED_ECOMPILE, "'%s --version' failed", compiler());
+  }
+  sched_error_clear(&e);
+  free(text);
+  unlink(log);
+  rmdir(dir);
+  if (!*out) return err && err->code ? err->code : SCHED_ECOMPILE;
+  return SCHED_OK;
+}
+
+/* Finds an identifier in C/C++ source, outside comments, strings and
+ * characters. Returns its 1-based line, or 0. */
+static int find_ident(const char *src, const char *ident) {
+  size_t il = strlen(ident);
+  int line = 1;
+  for (const char *p = src; *p;) {
+    if (*p == '\n') {
+      line++;
+      p++;
+    } else if (p[0] == '/' && p[1] == '/') {
+      while (*p && *p != '\n') p++;
+    } else if (p[0] == '/' && p[1] == '*') {
+      p += 2;
+      while (*p && !(p[0] == '*' && p[1] == '/')) line += *p++ == '\n';
+      if (*p) p += 2;
+    } else if (*p == '"' || *p == '\'') {
+      char q = *p++;
+      while (*p && *p != q && *p != '\n') p += (p[0] == '\\' && p[1]) ? 2 : 1;
+      if (*p == q) p++;
+    } else if (*p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')) {
+      const char *s = p;
+      while (*p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+             (*p >= '0' && *p <= '9'))
+        p++;
+      if ((size_t)(p - s) == il && memcmp(s, ident, il) == 0) return line;
+    } else {
+      p++;
+    }
+  }
+  return 0;
+}
+
+static const char *param_check(prog_type t) {
+  switch (t) {
+  case PT_I32: return "__sched_int<T>(true, 4)";
+  case PT_U32: return "__sched_int<T>(false, 4)";
+  case PT_I64: return "__sched_int<T>(true, 8)";
+  case PT_U64: return "__sched_int<T>(false, 8)";
+  case PT_F32: return "__sched_is<T, float>";
+  case PT_F64: return "__sched_is<T, double>";
+  default: return "std::is_pointer<T>::value";
+  }
+}
+
+static void gen_source(strbuf *sb, const gpu_compile_req *r) {
+  sb_adds(sb, host_prelude);
+  sb_addf(sb, "#line %u \"%s\"\n", r->first_line ? r->first_line : 1,
+          r->source_file ? r->source_file : r->name);
+  sb_adds(sb, r->source);
+  sb_addf(sb, "\n#line 1 \"<entry %s of kernel %s>\"\n", r->entry, r->name);
+  sb_addf(sb,
+          "static_assert(__sched_arity(&%s) == %u, \"kernel '%s': params lists %u types, but "
+          "%s takes another number of parameters\");\n",
+          r->entry, r->nparams, r->name, r->nparams, r->entry);
+  for (uint32_t i = 0; i < r->nparams; i++) {
+    sb_addf(sb,
+            "namespace { template <class T> struct __sched_chk_%u { static_assert(%s, \"kernel "
+            "'%s': parameter %u is declared %s in params, but %s takes another type there\"); "
+            "}; template struct __sched_chk_%u<decltype(__sched_param<%u>(&%s))>; }\n",
+            i, param_check(r->params[i]), r->name, i + 1, prog_type_name(r->params[i]),
+            r->entry, i, i, r->entry);
+  }
+  sb_addf(sb,
+          "extern \"C\" __attribute__((visibility(\"default\"))) void __sched_launch_%s("
+          "const unsigned *__g, const unsigned *__b, const uint64_t *__a) {\n",
+          r->entry);
+  for (uint32_t i = 0; i < r->nparams; i++) {
+    sb_addf(sb, "  using T%u = decltype(__sched_param<%u>(&%s));\n", i, i, r->entry);
+    if (r->params[i] == PT_PTR) sb_addf(sb, "  T%u a%u = (T%u)(uintptr_t)__a[%u];\n", i, i, i, i);
+    else sb_addf(sb, "  T%u a%u; std::memcpy(&a%u, &__a[%u], sizeof a%u);\n", i, i, i, i, i);
+  }
+  sb_adds(sb,
+          "  gridDim = dim3(__g[0], __g[1], __g[2]);\n"
+          "  blockDim = dim3(__b[0], __b[1], __b[2]);\n"
+          "  for (unsigned bz = 0; bz < __g[2]; bz++)\n"
+          "  for (unsigned by = 0; by < __g[1]; by++)\n"
+          "  for (unsigned bx = 0; bx < __g[0]; bx++) {\n"
+          "    blockIdx = uint3{bx, by, bz};\n"
+          "    for (unsigned tz = 0; tz < __b[2]; tz++)\n"
+          "    for (unsigned ty = 0; ty < __b[1]; ty++)\n"
+          "    for (unsigned tx = 0; tx < __b[0]; tx++) {\n"
+          "      threadIdx = uint3{tx, ty, tz};\n");
+  sb_addf(sb, "      %s(", r->entry);
+  for (uint32_t i = 0; i < r->nparams; i++) sb_addf(sb, "%sa%u", i ? ", " : "", i);
+  sb_adds(sb, ");\n    }\n  }\n}\n");
+}
+
+static int host_compile(const gpu_compile_req *r, const char *tmp_dir, const char *out_path,
+                        char **log, sched_error_t *err) {
+  *log = NULL;
+  static const char *const refused[] = {"__syncthreads", "__shared__", "__syncwarp"};
+  for (size_t i = 0; i < SCHED__ARRAY_LEN(refused); i++) {
+    int line = find_ident(r->source, refused[i]);
+    if (line)
+      return err_set(err, SCHED_ECOMPILE,
+                     "%s:%u: kernel '%s' uses %s, which the host backend cannot run (it runs a "
+                     "block's threads one after another, so there is no shared memory or barrier)",
+                     r->source_file ? r->source_file : r->name, r->first_line + (uint32_t)line - 1,
+                     r->name, refused[i]);
+  }
+  strbuf src, path_src, path_so, path_log;
+  sb_init(&src);
+  sb_init(&path_src);
+  sb_init(&path_so);
+  sb_init(&path_log);
+  gen_source(&src, r);
+  sb_addf(&path_src, "%s/%s.cpp", tmp_dir, r->entry);
+  sb_addf(&path_so, "%s/%s.so", tmp_dir, r->entry);
+  sb_addf(&path_log, "%s/%s.log", tmp_dir, r->entry);
+  int rc = SCHED_OK;
+  if (src.failed || path_src.failed || path_so.failed || path_log.failed) {
+    rc = err_set(err, SCHED_ENOMEM, "out of memory");
+    goto out;
+  }
+  if ((rc = fs_write_atomic(path_src.data, src.data, src.len, err))) goto out;
+  char *argv[] = {(char *)compiler(), "-std=c++17", "-O2", "-fPIC", "-shared",
+                  "-fvisibility=hidden", "-fno-exceptions", "-fno-rtti", "-o", path_so.data,
+                  path_src.data, NULL};
+  int st = run_logged(argv, path_log.data, err);
+  size_t len = 0;
+  sched_error_t e = {0};
+  if (fs_read_file(path_log.data, log, &len, &e) == SCHED_OK && len > MAX_LOG) {
+    (*log)[MAX_LOG] = '\0';
+  }
+  sched_error_clear(&e);
+  if (st < 0) {
+    rc = err ? err->code : SCHED_ECOMPILE;
+    goto out;
+  }
+  if (st != 0) {
+    rc = err_set(err, SCHED_ECOMPILE, "kernel '%s' does not compile (%s exited with %d)", r->name,
+                 compiler(), st);
+    goto out;
+  }
+  if (rename(path_so.data, out_path) != 0)
+    rc = err_set(err, SCHED_EIO, "cannot publish %s: %s", out_path, strerror(errno));
+out:
+  unlink(path_src.data);
+  unlink(path_so.data);
+  unlink(path_log.data);
+  sb_free(&src);
+  sb_free(&path_src);
+  sb_free(&path_so);
+  sb_free(&path_log);
+  return rc;
+}
+
+const gpu_compile_target gpu_host_target = {
+    .name = "host",
+    .ext = ".so",
+    .identity = host_identity,
+    .compile = host_compile,
+};

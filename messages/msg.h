@@ -1,0 +1,182 @@
+/*
+ * The messages actors exchange, and their msgpack codec.
+ *
+ * Every message is an envelope {v, type, job, from, body}; the body is a map
+ * whose fields are fixed per type. Messages are self-contained: ids, sizes,
+ * strings and bytes, plus device handles (buffer addresses, sequence handles)
+ * that are meaningful to the backend, never a pointer into another actor's
+ * memory. All strings and arrays of a decoded message are heap-allocated and
+ * owned by it; msg_free releases them.
+ *
+ * One schema table per body drives both the encoder and the decoder, so the two
+ * cannot drift apart. The decoder is strict: every field must be present with
+ * its type, no field may be unknown or repeated, and lengths are bounded.
+ */
+#ifndef SCHED_MSG_H
+#define SCHED_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sched.h"
+
+#define MSG_VERSION 1
+#define MSG_MAX_BYTES (1u << 30)     /* a whole message */
+#define MSG_MAX_STRING (16u << 20)   /* one string (kernel sources, logs) */
+#define MSG_MAX_ARRAY (1u << 22)     /* elements of one array */
+#define MSG_MAX_DEPTH 16
+
+typedef enum msg_type {
+  MSG_SUBMIT = 1,
+  MSG_COMPILE,
+  MSG_COMPILED,
+  MSG_RECORD,
+  MSG_RECORDED,
+  MSG_EXECUTE,
+  MSG_EXECUTED,
+  MSG_COMPLETE,
+  MSG_ERROR,
+  MSG_STATUS,
+  MSG_TERM,
+  MSG_RELEASE,
+  MSG__END
+} msg_type;
+
+const char *msg_type_name(int type);
+
+typedef struct msg_bytes { uint8_t *data; size_t len; } msg_bytes;
+typedef struct msg_u64s { uint64_t *v; size_t n; } msg_u64s;
+typedef struct msg_strs { char **v; size_t n; } msg_strs;
+
+/* A kernel to compile: its source and how to call it. */
+typedef struct msg_kernel {
+  char *name;   /* the config's key */
+  char *entry;  /* extern "C" function */
+  char *params; /* "f32,ptr,ptr,i32" */
+  char *source;
+  char *where;  /* "file:line:col" of the kernel in its config */
+  char *source_file;   /* the file the source's lines come from */
+  uint32_t first_line; /* line of the source's first line in source_file */
+} msg_kernel;
+typedef struct msg_kernels { msg_kernel *v; size_t n; } msg_kernels;
+
+/* A compiled kernel: its cache key and artifact. */
+typedef struct msg_module {
+  char *name;
+  char *key;  /* 64 hex digits */
+  char *path; /* artifact in the cache */
+} msg_module;
+typedef struct msg_modules { msg_module *v; size_t n; } msg_modules;
+
+typedef struct msg_output { uint32_t buffer; msg_bytes data; } msg_output;
+typedef struct msg_outputs { msg_output *v; size_t n; } msg_outputs;
+
+typedef struct msg_stat { char *name; int64_t value; } msg_stat;
+typedef struct msg_stats { msg_stat *v; size_t n; } msg_stats;
+
+/* Counters of one RECORD: nodes created, updated in place, reused as they were. */
+typedef struct msg_counts { uint32_t created, updated, reused; } msg_counts;
+
+typedef struct msg_submit {
+  uint64_t program;
+  uint32_t run, job_index, slot;
+  int32_t device; /* -1: the scheduler places it */
+  uint32_t keep;  /* 1: read back every buffer */
+} msg_submit;
+
+typedef struct msg_compile {
+  uint64_t program;
+  char *target, *arch;
+  msg_kernels kernels;
+} msg_compile;
+
+typedef struct msg_compiled {
+  uint64_t program;
+  char *target;
+  msg_modules modules;
+  uint32_t hits, misses;
+} msg_compiled;
+
+typedef struct msg_record {
+  uint64_t program;
+  uint32_t device, slot, run, job_index;
+  msg_u64s bindings; /* device address of each buffer, in program order */
+  msg_modules modules;
+} msg_record;
+
+typedef struct msg_recorded {
+  uint64_t program;
+  uint32_t device, slot;
+  uint64_t sequence; /* backend handle of the recorded sequence */
+  msg_counts counts;
+} msg_recorded;
+
+typedef struct msg_execute {
+  uint64_t program;
+  uint32_t device, slot;
+  uint64_t sequence;
+  msg_u64s bindings;
+  uint32_t keep;
+} msg_execute;
+
+typedef struct msg_executed {
+  uint64_t program;
+  uint32_t device;
+  msg_outputs outputs;
+  uint64_t exec_ns;
+} msg_executed;
+
+typedef struct msg_complete {
+  int32_t status;
+  uint64_t program;
+  int32_t device;
+  uint32_t run, job_index;
+  msg_outputs outputs;
+  uint64_t compile_ns, record_ns, execute_ns;
+  msg_counts counts;
+  uint32_t cache_hits, cache_misses;
+  char *text; /* the error, "" when none */
+} msg_complete;
+
+typedef struct msg_error {
+  int32_t code;
+  char *origin;      /* the actor that failed */
+  uint64_t job;
+  char *text;
+  msg_strs teardown; /* steps run before the error was forwarded */
+} msg_error;
+
+typedef struct msg_status { msg_stats items; } msg_status;
+typedef struct msg_release { uint64_t program; } msg_release;
+
+typedef struct msg {
+  uint32_t v;
+  int type; /* msg_type */
+  uint64_t job;
+  char *from;
+  union {
+    msg_submit submit;
+    msg_compile compile;
+    msg_compiled compiled;
+    msg_record record;
+    msg_recorded recorded;
+    msg_execute execute;
+    msg_executed executed;
+    msg_complete complete;
+    msg_error error;
+    msg_status status;
+    msg_release release;
+  } body;
+} msg;
+
+/* A zeroed message of `type` from `from` (copied). */
+int msg_init(msg *m, int type, uint64_t job, const char *from);
+void msg_free(msg *m);
+
+/* Encodes m into a malloc'ed buffer. Fails only on a bad type or no memory. */
+int msg_encode(const msg *m, uint8_t **out, size_t *len, sched_error_t *err);
+/* Decodes data into m. Malformed input gives SCHED_EPROTO and a sentence naming
+ * the field; m is then empty (nothing to free, but msg_free is harmless). */
+int msg_decode(const void *data, size_t len, msg *m, sched_error_t *err);
+
+#endif

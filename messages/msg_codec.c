@@ -1,0 +1,526 @@
+/*
+ * The msgpack codec for every message, driven by one schema table per body.
+ *
+ * Decoding happens in three steps, each of which rejects bad bytes with
+ * SCHED_EPROTO instead of crashing:
+ *   1. a structural scan checks the bytes form exactly one msgpack object, no
+ *      deeper than MSG_MAX_DEPTH, and that no container claims more elements
+ *      than there are bytes left (so an absurd length never allocates);
+ *   2. msgpack-c unpacks the object tree into a zone;
+ *   3. the schema walk copies each field out, checking its type, range and
+ *      length, and that no field is missing, unknown or repeated.
+ */
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "messages/msg.h"
+
+/* ---- schemas ------------------------------------------------------------ */
+
+typedef enum { FK_U32, FK_I32, FK_U64, FK_I64, FK_STR, FK_BIN, FK_U64S, FK_STRS, FK_ARR } field_kind;
+
+typedef struct schema schema;
+typedef struct field {
+  const char *name;
+  field_kind kind;
+  size_t off;
+  const schema *sub; /* FK_ARR: element schema */
+} field;
+
+struct schema {
+  const char *name;
+  size_t size; /* of one element, for FK_ARR */
+  size_t nfields;
+  const field *fields;
+};
+
+/* Arrays of anything share this layout (pointer, count). */
+typedef struct { void *v; size_t n; } any_arr;
+
+#define F(T, fname, kind) {#fname, kind, offsetof(T, fname), NULL}
+#define FA(T, fname, sub) {#fname, FK_ARR, offsetof(T, fname), &sub}
+#define SCHEMA(var, T, ...)                                                          \
+  static const field var##_fields[] = {__VA_ARGS__};                                 \
+  static const schema var = {#T, sizeof(T), SCHED__ARRAY_LEN(var##_fields), var##_fields}
+
+SCHEMA(kernel_s, msg_kernel, F(msg_kernel, name, FK_STR), F(msg_kernel, entry, FK_STR),
+       F(msg_kernel, params, FK_STR), F(msg_kernel, source, FK_STR), F(msg_kernel, where, FK_STR),
+       F(msg_kernel, source_file, FK_STR), F(msg_kernel, first_line, FK_U32));
+SCHEMA(module_s, msg_module, F(msg_module, name, FK_STR), F(msg_module, key, FK_STR),
+       F(msg_module, path, FK_STR));
+SCHEMA(output_s, msg_output, F(msg_output, buffer, FK_U32), F(msg_output, data, FK_BIN));
+SCHEMA(stat_s, msg_stat, F(msg_stat, name, FK_STR), F(msg_stat, value, FK_I64));
+
+SCHEMA(submit_s, msg_submit, F(msg_submit, program, FK_U64), F(msg_submit, run, FK_U32),
+       F(msg_submit, job_index, FK_U32), F(msg_submit, slot, FK_U32),
+       F(msg_submit, device, FK_I32), F(msg_submit, keep, FK_U32));
+SCHEMA(compile_s, msg_compile, F(msg_compile, program, FK_U64), F(msg_compile, target, FK_STR),
+       F(msg_compile, arch, FK_STR), FA(msg_compile, kernels, kernel_s));
+SCHEMA(compiled_s, msg_compiled, F(msg_compiled, program, FK_U64),
+       F(msg_compiled, target, FK_STR), FA(msg_compiled, modules, module_s),
+       F(msg_compiled, hits, FK_U32), F(msg_compiled, misses, FK_U32));
+SCHEMA(record_s, msg_record, F(msg_record, program, FK_U64), F(msg_record, device, FK_U32),
+       F(msg_record, slot, FK_U32), F(msg_record, run, FK_U32), F(msg_record, job_index, FK_U32),
+       F(msg_record, bindings, FK_U64S), FA(msg_record, modules, module_s));
+SCHEMA(recorded_s, msg_recorded, F(msg_recorded, program, FK_U64),
+       F(msg_recorded, device, FK_U32), F(msg_recorded, slot, FK_U32),
+       F(msg_recorded, sequence, FK_U64), F(msg_recorded, counts.created, FK_U32),
+       F(msg_recorded, counts.updated, FK_U32), F(msg_recorded, counts.reused, FK_U32));
+SCHEMA(execute_s, msg_execute, F(msg_execute, program, FK_U64), F(msg_execute, device, FK_U32),
+       F(msg_execute, slot, FK_U32), F(msg_execute, sequence, FK_U64),
+       F(msg_execute, bindings, FK_U64S), F(msg_execute, keep, FK_U32));
+SCHEMA(executed_s, msg_executed, F(msg_executed, program, FK_U64),
+       F(msg_executed, device, FK_U32), FA(msg_executed, outputs, output_s),
+       F(msg_executed, exec_ns, FK_U64));
+SCHEMA(complete_s, msg_complete, F(msg_complete, status, FK_I32),
+       F(msg_complete, program, FK_U64), F(msg_complete, device, FK_I32),
+       F(msg_complete, run, FK_U32), F(msg_complete, job_index, FK_U32),
+       FA(msg_complete, outputs, output_s), F(msg_complete, compile_ns, FK_U64),
+       F(msg_complete, record_ns, FK_U64), F(msg_complete, execute_ns, FK_U64),
+       F(msg_complete, counts.created, FK_U32), F(msg_complete, counts.updated, FK_U32),
+       F(msg_complete, counts.reused, FK_U32), F(msg_complete, cache_hits, FK_U32),
+       F(msg_complete, cache_misses, FK_U32), F(msg_complete, text, FK_STR));
+SCHEMA(error_s, msg_error, F(msg_error, code, FK_I32), F(msg_error, origin, FK_STR),
+       F(msg_error, job, FK_U64), F(msg_error, text, FK_STR),
+       F(msg_error, teardown, FK_STRS));
+SCHEMA(status_s, msg_status, FA(msg_status, items, stat_s));
+static const schema term_s = {"msg_term", 0, 0, NULL};
+SCHEMA(release_s, msg_release, F(msg_release, program, FK_U64));
+
+static const schema *const body_schema[MSG__END] = {
+    [MSG_SUBMIT] = &submit_s,     [MSG_COMPILE] = &compile_s,   [MSG_COMPILED] = &compiled_s,
+    [MSG_RECORD] = &record_s,     [MSG_RECORDED] = &recorded_s, [MSG_EXECUTE] = &execute_s,
+    [MSG_EXECUTED] = &executed_s, [MSG_COMPLETE] = &complete_s, [MSG_ERROR] = &error_s,
+    [MSG_STATUS] = &status_s,     [MSG_TERM] = &term_s,         [MSG_RELEASE] = &release_s,
+};
+
+/* Field names in a schema are C member paths ("counts.created"); on the wire
+ * the part after the last dot is the key. */
+static const char *wire_name(const field *f) {
+  const char *dot = strrchr(f->name, '.');
+  return dot ? dot + 1 : f->name;
+}
+
+/* ---- free --------------------------------------------------------------- */
+
+static void free_struct(const schema *s, void *base) {
+  for (size_t i = 0; i < s->nfields; i++) {
+    const field *f = &s->fields[i];
+    void *p = (char *)base + f->off;
+    switch (f->kind) {
+    case FK_STR: free(*(char **)p); *(char **)p = NULL; break;
+    case FK_BIN: free(((msg_bytes *)p)->data); memset(p, 0, sizeof(msg_bytes)); break;
+    case FK_U64S: free(((msg_u64s *)p)->v); memset(p, 0, sizeof(msg_u64s)); break;
+    case FK_STRS: {
+      msg_strs *a = p;
+      for (size_t k = 0; k < a->n; k++) free(a->v[k]);
+      free(a->v);
+      memset(a, 0, sizeof *a);
+      break;
+    }
+    case FK_ARR: {
+      any_arr *a = p;
+      for (size_t k = 0; k < a->n; k++) free_struct(f->sub, (char *)a->v + k * f->sub->size);
+      free(a->v);
+      memset(a, 0, sizeof *a);
+      break;
+    }
+    default: break;
+    }
+  }
+}
+
+void msg_free(msg *m) {
+  if (!m) return;
+  if (m->type > 0 && m->type < MSG__END) free_struct(body_schema[m->type], &m->body);
+  free(m->from);
+  memset(m, 0, sizeof *m);
+}
+
+/* ---- encode ------------------------------------------------------------- */
+
+static void pack_str(msgpack_packer *pk, const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  msgpack_pack_str(pk, n);
+  msgpack_pack_str_body(pk, s ? s : "", n);
+}
+
+static void pack_struct(msgpack_packer *pk, const schema *s, const void *base) {
+  msgpack_pack_map(pk, s->nfields);
+  for (size_t i = 0; i < s->nfields; i++) {
+    const field *f = &s->fields[i];
+    const void *p = (const char *)base + f->off;
+    pack_str(pk, wire_name(f));
+    switch (f->kind) {
+    case FK_U32: msgpack_pack_uint32(pk, *(const uint32_t *)p); break;
+    case FK_I32: msgpack_pack_int32(pk, *(const int32_t *)p); break;
+    case FK_U64: msgpack_pack_uint64(pk, *(const uint64_t *)p); break;
+    case FK_I64: msgpack_pack_int64(pk, *(const int64_t *)p); break;
+    case FK_STR: pack_str(pk, *(char *const *)p); break;
+    case FK_BIN: {
+      const msg_bytes *b = p;
+      msgpack_pack_bin(pk, b->len);
+      msgpack_pack_bin_body(pk, b->data, b->len);
+      break;
+    }
+    case FK_U64S: {
+      const msg_u64s *a = p;
+      msgpack_pack_array(pk, a->n);
+      for (size_t k = 0; k < a->n; k++) msgpack_pack_uint64(pk, a->v[k]);
+      break;
+    }
+    case FK_STRS: {
+      const msg_strs *a = p;
+      msgpack_pack_array(pk, a->n);
+      for (size_t k = 0; k < a->n; k++) pack_str(pk, a->v[k]);
+      break;
+    }
+    case FK_ARR: {
+      const any_arr *a = p;
+      msgpack_pack_array(pk, a->n);
+      for (size_t k = 0; k < a->n; k++)
+        pack_struct(pk, f->sub, (const char *)a->v + k * f->sub->size);
+      break;
+    }
+    }
+  }
+}
+
+int msg_encode(const msg *m, uint8_t **out, size_t *len, sched_error_t *err) {
+  *out = NULL;
+  *len = 0;
+  if (m->type <= 0 || m->type >= MSG__END)
+    return err_set(err, SCHED_EINVAL, "cannot encode a message of unknown type %d", m->type);
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 5);
+  pack_str(&pk, "v");
+  msgpack_pack_uint32(&pk, m->v);
+  pack_str(&pk, "type");
+  msgpack_pack_uint32(&pk, (uint32_t)m->type);
+  pack_str(&pk, "job");
+  msgpack_pack_uint64(&pk, m->job);
+  pack_str(&pk, "from");
+  pack_str(&pk, m->from);
+  pack_str(&pk, "body");
+  pack_struct(&pk, body_schema[m->type], &m->body);
+  /* sbuffer's write callback reports allocation failure by returning -1 and
+   * leaving the buffer short; an empty buffer is the visible symptom. */
+  if (!sb.data || sb.size == 0) {
+    msgpack_sbuffer_destroy(&sb);
+    return err_set(err, SCHED_ENOMEM, "out of memory encoding %s", msg_type_name(m->type));
+  }
+  *len = sb.size;
+  *out = (uint8_t *)msgpack_sbuffer_release(&sb);
+  return SCHED_OK;
+}
+
+/* ---- step 1: structural scan ------------------------------------------- */
+
+static uint64_t be(const uint8_t *p, int n) {
+  uint64_t x = 0;
+  for (int i = 0; i < n; i++) x = (x << 8) | p[i];
+  return x;
+}
+
+/* Checks that [p, p+n) holds exactly one msgpack object with plausible
+ * container sizes. Returns NULL when it does, else what is wrong. */
+static const char *scan(const uint8_t *p, size_t n) {
+  uint64_t pending[MSG_MAX_DEPTH + 1];
+  int depth = 0;
+  pending[0] = 1;
+  size_t i = 0;
+  while (depth >= 0) {
+    if (pending[depth] == 0) {
+      depth--;
+      continue;
+    }
+    pending[depth]--;
+    if (i >= n) return "truncated message";
+    uint8_t c = p[i++];
+    uint64_t skip = 0, children = 0;
+    if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
+      /* fixint, nil, bool */
+    } else if (c >= 0x80 && c <= 0x8f) {
+      children = 2ull * (c & 0x0f);
+    } else if (c >= 0x90 && c <= 0x9f) {
+      children = c & 0x0f;
+    } else if (c >= 0xa0 && c <= 0xbf) {
+      skip = c & 0x1f;
+    } else {
+      int lenbytes = 0;
+      switch (c) {
+      case 0xc4: case 0xd9: lenbytes = 1; break; /* bin8, str8 */
+      case 0xc5: case 0xda: lenbytes = 2; break;
+      case 0xc6: case 0xdb: lenbytes = 4; break;
+      case 0xc7: lenbytes = 1; skip = 1; break; /* ext: + type byte */
+      case 0xc8: lenbytes = 2; skip = 1; break;
+      case 0xc9: lenbytes = 4; skip = 1; break;
+      case 0xca: skip = 4; break;
+      case 0xcb: skip = 8; break;
+      case 0xcc: case 0xd0: skip = 1; break;
+      case 0xcd: case 0xd1: skip = 2; break;
+      case 0xce: case 0xd2: skip = 4; break;
+      case 0xcf: case 0xd3: skip = 8; break;
+      case 0xd4: skip = 2; break;
+      case 0xd5: skip = 3; break;
+      case 0xd6: skip = 5; break;
+      case 0xd7: skip = 9; break;
+      case 0xd8: skip = 17; break;
+      case 0xdc: case 0xde: lenbytes = 2; break;
+      case 0xdd: case 0xdf: lenbytes = 4; break;
+      default: return "invalid msgpack byte";
+      }
+      if (lenbytes) {
+        if (n - i < (size_t)lenbytes) return "truncated message";
+        uint64_t len = be(p + i, lenbytes);
+        i += (size_t)lenbytes;
+        if (c == 0xdc || c == 0xdd) children = len;
+        else if (c == 0xde || c == 0xdf) children = 2 * len;
+        else skip += len;
+      }
+    }
+    if (skip > n - i) return "truncated message (a length runs past the end)";
+    i += skip;
+    if (children) {
+      /* every element takes at least one byte */
+      if (children > n - i) return "a container claims more elements than there are bytes";
+      if (depth >= MSG_MAX_DEPTH) return "message nested too deeply";
+      pending[++depth] = children;
+    }
+  }
+  if (i != n) return "trailing bytes after the message";
+  return NULL;
+}
+
+/* ---- step 3: schema walk ------------------------------------------------- */
+
+typedef struct dctx {
+  sched_error_t *err;
+  const char *type;
+} dctx;
+
+static int bad(dctx *d, const char *where, const char *what) {
+  return err_set(d->err, SCHED_EPROTO, "malformed %s message: %s: %s", d->type, where, what);
+}
+
+static bool key_is(const msgpack_object *k, const char *name) {
+  return k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(name) &&
+         memcmp(k->via.str.ptr, name, k->via.str.size) == 0;
+}
+
+static int get_int(dctx *d, const char *where, const msgpack_object *o, int64_t lo, uint64_t hi,
+                   bool is_signed, uint64_t *u, int64_t *s) {
+  if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+    if (o->via.u64 > hi) return bad(d, where, "integer out of range");
+    if (u) *u = o->via.u64;
+    if (s) *s = (int64_t)o->via.u64;
+    return SCHED_OK;
+  }
+  if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+    if (!is_signed || o->via.i64 < lo) return bad(d, where, "integer out of range");
+    if (s) *s = o->via.i64;
+    return SCHED_OK;
+  }
+  return bad(d, where, "expected an integer");
+}
+
+static int get_str(dctx *d, const char *where, const msgpack_object *o, char **out) {
+  if (o->type != MSGPACK_OBJECT_STR) return bad(d, where, "expected a string");
+  if (o->via.str.size > MSG_MAX_STRING) return bad(d, where, "string too long");
+  *out = malloc(o->via.str.size + 1);
+  if (!*out) return err_set(d->err, SCHED_ENOMEM, "out of memory decoding %s", d->type);
+  memcpy(*out, o->via.str.ptr, o->via.str.size);
+  (*out)[o->via.str.size] = '\0';
+  return SCHED_OK;
+}
+
+static int get_array(dctx *d, const char *where, const msgpack_object *o, size_t elem, void **v,
+                     size_t *n) {
+  if (o->type != MSGPACK_OBJECT_ARRAY) return bad(d, where, "expected an array");
+  if (o->via.array.size > MSG_MAX_ARRAY) return bad(d, where, "array too long");
+  *n = 0;
+  *v = NULL;
+  if (o->via.array.size == 0) return SCHED_OK;
+  *v = calloc(o->via.array.size, elem);
+  if (!*v) return err_set(d->err, SCHED_ENOMEM, "out of memory decoding %s", d->type);
+  return SCHED_OK;
+}
+
+static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void *base);
+
+static int decode_field(dctx *d, const field *f, const msgpack_object *o, void *p) {
+  const char *w = wire_name(f);
+  uint64_t u = 0;
+  int64_t sv = 0;
+  int rc;
+  switch (f->kind) {
+  case FK_U32:
+    if ((rc = get_int(d, w, o, 0, UINT32_MAX, false, &u, NULL))) return rc;
+    *(uint32_t *)p = (uint32_t)u;
+    return SCHED_OK;
+  case FK_I32:
+    if ((rc = get_int(d, w, o, INT32_MIN, INT32_MAX, true, NULL, &sv))) return rc;
+    *(int32_t *)p = (int32_t)sv;
+    return SCHED_OK;
+  case FK_U64:
+    if ((rc = get_int(d, w, o, 0, UINT64_MAX, false, &u, NULL))) return rc;
+    *(uint64_t *)p = u;
+    return SCHED_OK;
+  case FK_I64:
+    if ((rc = get_int(d, w, o, INT64_MIN, INT64_MAX, true, NULL, &sv))) return rc;
+    *(int64_t *)p = sv;
+    return SCHED_OK;
+  case FK_STR:
+    return get_str(d, w, o, (char **)p);
+  case FK_BIN: {
+    if (o->type != MSGPACK_OBJECT_BIN) return bad(d, w, "expected bytes");
+    msg_bytes *b = p;
+    b->len = o->via.bin.size;
+    b->data = malloc(b->len ? b->len : 1);
+    if (!b->data) return err_set(d->err, SCHED_ENOMEM, "out of memory decoding %s", d->type);
+    if (b->len) memcpy(b->data, o->via.bin.ptr, b->len);
+    return SCHED_OK;
+  }
+  case FK_U64S: {
+    msg_u64s *a = p;
+    if ((rc = get_array(d, w, o, sizeof(uint64_t), (void **)&a->v, &a->n))) return rc;
+    for (uint32_t k = 0; k < o->via.array.size; k++) {
+      if ((rc = get_int(d, w, &o->via.array.ptr[k], 0, UINT64_MAX, false, &a->v[k], NULL)))
+        return rc;
+      a->n++;
+    }
+    return SCHED_OK;
+  }
+  case FK_STRS: {
+    msg_strs *a = p;
+    if ((rc = get_array(d, w, o, sizeof(char *), (void **)&a->v, &a->n))) return rc;
+    for (uint32_t k = 0; k < o->via.array.size; k++) {
+      if ((rc = get_str(d, w, &o->via.array.ptr[k], &a->v[k]))) return rc;
+      a->n++;
+    }
+    return SCHED_OK;
+  }
+  case FK_ARR: {
+    any_arr *a = p;
+    if ((rc = get_array(d, w, o, f->sub->size, &a->v, &a->n))) return rc;
+    for (uint32_t k = 0; k < o->via.array.size; k++) {
+      /* count first, so a failure half-way frees what was filled */
+      a->n++;
+      if ((rc = decode_struct(d, f->sub, &o->via.array.ptr[k], (char *)a->v + k * f->sub->size)))
+        return rc;
+    }
+    return SCHED_OK;
+  }
+  }
+  return bad(d, w, "unknown field kind");
+}
+
+static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void *base) {
+  if (o->type != MSGPACK_OBJECT_MAP) return bad(d, s->name, "expected a map");
+  if (o->via.map.size != s->nfields) {
+    /* find which one is missing or extra, for the message */
+    for (size_t i = 0; i < s->nfields; i++) {
+      bool found = false;
+      for (uint32_t k = 0; k < o->via.map.size; k++)
+        if (key_is(&o->via.map.ptr[k].key, wire_name(&s->fields[i]))) found = true;
+      if (!found) return bad(d, wire_name(&s->fields[i]), "missing field");
+    }
+    return bad(d, s->name, "unknown or repeated fields");
+  }
+  uint64_t seen = 0; /* schemas have fewer than 64 fields */
+  for (uint32_t k = 0; k < o->via.map.size; k++) {
+    const msgpack_object *key = &o->via.map.ptr[k].key;
+    size_t i = 0;
+    while (i < s->nfields && !key_is(key, wire_name(&s->fields[i]))) i++;
+    if (i == s->nfields) {
+      if (key->type != MSGPACK_OBJECT_STR) return bad(d, s->name, "a field name is not a string");
+      char name[48];
+      size_t len = key->via.str.size < sizeof name - 1 ? key->via.str.size : sizeof name - 1;
+      memcpy(name, key->via.str.ptr, len);
+      name[len] = '\0';
+      for (size_t c = 0; c < len; c++)
+        if ((unsigned char)name[c] < 0x20 || (unsigned char)name[c] > 0x7e) name[c] = '?';
+      return bad(d, name, "unknown field");
+    }
+    if (seen & (1ull << i)) return bad(d, wire_name(&s->fields[i]), "repeated field");
+    seen |= 1ull << i;
+    int rc = decode_field(d, &s->fields[i], &o->via.map.ptr[k].val, (char *)base + s->fields[i].off);
+    if (rc) return rc;
+  }
+  return SCHED_OK;
+}
+
+int msg_decode(const void *data, size_t len, msg *m, sched_error_t *err) {
+  memset(m, 0, sizeof *m);
+  dctx d = {err, "?"};
+  if (!data || len == 0) return bad(&d, "envelope", "empty message");
+  if (len > MSG_MAX_BYTES) return bad(&d, "envelope", "message too large");
+  const char *why = scan(data, len);
+  if (why) return bad(&d, "envelope", why);
+
+  msgpack_unpacked up;
+  msgpack_unpacked_init(&up);
+  size_t off = 0;
+  msgpack_unpack_return ur = msgpack_unpack_next(&up, data, len, &off);
+  if (ur != MSGPACK_UNPACK_SUCCESS || off != len) {
+    msgpack_unpacked_destroy(&up);
+    return bad(&d, "envelope", ur == MSGPACK_UNPACK_NOMEM_ERROR ? "out of memory" : "not msgpack");
+  }
+  const msgpack_object *o = &up.data;
+  int rc = SCHED_OK;
+  const msgpack_object *body = NULL;
+  unsigned have = 0;
+  if (o->type != MSGPACK_OBJECT_MAP || o->via.map.size != 5) {
+    rc = bad(&d, "envelope", "expected a map of v, type, job, from, body");
+    goto out;
+  }
+  for (uint32_t k = 0; k < 5 && rc == SCHED_OK; k++) {
+    const msgpack_object *key = &o->via.map.ptr[k].key, *val = &o->via.map.ptr[k].val;
+    uint64_t u = 0;
+    unsigned bit;
+    if (key_is(key, "v")) {
+      bit = 1;
+      if (!(rc = get_int(&d, "v", val, 0, UINT32_MAX, false, &u, NULL)) && u != MSG_VERSION)
+        rc = bad(&d, "v", "unsupported version");
+      m->v = (uint32_t)u;
+    } else if (key_is(key, "type")) {
+      bit = 2;
+      if (!(rc = get_int(&d, "type", val, 0, UINT32_MAX, false, &u, NULL)) &&
+          (u == 0 || u >= MSG__END))
+        rc = bad(&d, "type", "unknown message type");
+      m->type = (int)u;
+    } else if (key_is(key, "job")) {
+      bit = 4;
+      rc = get_int(&d, "job", val, 0, UINT64_MAX, false, &m->job, NULL);
+    } else if (key_is(key, "from")) {
+      bit = 8;
+      rc = get_str(&d, "from", val, &m->from);
+    } else if (key_is(key, "body")) {
+      bit = 16;
+      body = val;
+    } else {
+      rc = bad(&d, "envelope", "unknown field");
+      break;
+    }
+    if (rc == SCHED_OK && (have & bit)) rc = bad(&d, "envelope", "repeated field");
+    have |= bit;
+  }
+  if (rc == SCHED_OK) {
+    /* type is known here: all five distinct keys were seen */
+    d.type = msg_type_name(m->type);
+    rc = decode_struct(&d, body_schema[m->type], body, &m->body);
+  }
+out:
+  msgpack_unpacked_destroy(&up);
+  if (rc != SCHED_OK) {
+    int type = m->type;
+    if (type <= 0 || type >= MSG__END) m->type = 0;
+    msg_free(m);
+  }
+  return rc;
+}

@@ -1,0 +1,81 @@
+/* The program model: types and release. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "program/program.h"
+
+size_t prog_type_size(prog_type t) {
+  switch (t) {
+  case PT_I32: case PT_U32: case PT_F32: return 4;
+  case PT_U8: return 1;
+  default: return 8;
+  }
+}
+
+const char *prog_type_name(prog_type t) {
+  static const char *const names[] = {"i32", "u32", "i64", "u64", "f32", "f64", "ptr", "u8"};
+  return (unsigned)t < SCHED__ARRAY_LEN(names) ? names[t] : "?";
+}
+
+bool prog_type_is_float(prog_type t) { return t == PT_F32 || t == PT_F64; }
+
+int prog_find_buffer(const prog_program *p, const char *name) {
+  for (uint32_t i = 0; i < p->nbuffers; i++)
+    if (p->buffers[i].name && strcmp(p->buffers[i].name, name) == 0) return (int)i;
+  return -1;
+}
+
+static void free_steps(prog_step *s, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    switch (s[i].kind) {
+    case ST_LAUNCH:
+      for (uint32_t a = 0; a < s[i].u.launch.nargs; a++) prog_expr_free(&s[i].u.launch.args[a].expr);
+      free(s[i].u.launch.args);
+      break;
+    case ST_COPY:
+      prog_expr_free(&s[i].u.copy.count);
+      prog_expr_free(&s[i].u.copy.from_offset);
+      prog_expr_free(&s[i].u.copy.to_offset);
+      break;
+    case ST_FILL:
+      prog_expr_free(&s[i].u.fill.value);
+      prog_expr_free(&s[i].u.fill.count);
+      prog_expr_free(&s[i].u.fill.offset);
+      break;
+    case ST_LOOP:
+    case ST_WHILE:
+      free_steps(s[i].u.loop.body, s[i].u.loop.nbody);
+      break;
+    }
+  }
+  free(s);
+}
+
+void prog_free(prog_program *p) {
+  if (!p) return;
+  for (uint32_t i = 0; i < p->nkernels; i++) {
+    prog_kernel *k = &p->kernels[i];
+    free(k->name);
+    free(k->entry);
+    free(k->source);
+    free(k->source_file);
+    free(k->params);
+    free(k->params_text);
+  }
+  free(p->kernels);
+  for (uint32_t i = 0; i < p->nbuffers; i++) {
+    free(p->buffers[i].name);
+    free(p->buffers[i].image);
+  }
+  free(p->buffers);
+  free_steps(p->steps, p->nsteps);
+  for (uint32_t i = 0; i < p->nexpects; i++) {
+    free(p->expects[i].index);
+    free(p->expects[i].values);
+  }
+  free(p->expects);
+  free(p->name);
+  free(p->path);
+  free(p->devices);
+  free(p);
+}

@@ -1,0 +1,171 @@
+/*
+ * The program model: what a config describes, checked and resolved, immutable
+ * once loaded. Kernels, buffers (with their initial contents), a tree of steps
+ * (launch, copy, fill, loop, while) and the expectations to verify.
+ *
+ * Every step has a `command` number, its index in a pre-order walk of the
+ * tree. Together with a record id (which unrolled iteration) it names one
+ * recorded node inside an execution context; see actors/exec_ctx_key.h.
+ */
+#ifndef SCHED_PROGRAM_H
+#define SCHED_PROGRAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+#define PROG_MAX_DEPTH 8          /* loop nesting */
+#define PROG_MAX_NODES (1u << 22) /* recorded nodes after unrolling */
+
+typedef enum prog_type { PT_I32, PT_U32, PT_I64, PT_U64, PT_F32, PT_F64, PT_PTR, PT_U8 } prog_type;
+
+size_t prog_type_size(prog_type t);
+const char *prog_type_name(prog_type t);
+bool prog_type_is_float(prog_type t);
+
+typedef struct prog_loc { int line, col; } prog_loc; /* 1-based */
+
+/* ---- expressions ---- */
+
+enum { EXV_ITER0 = 0, EXV_JOB = PROG_MAX_DEPTH, EXV_DEVICE, EXV_RUN, EXV__COUNT };
+
+typedef struct prog_value {
+  bool is_int;
+  int64_t i;
+  double f;
+} prog_value;
+
+typedef struct prog_expr_op {
+  uint8_t op;  /* EXO_* in expr.c */
+  uint8_t var; /* EXV_* */
+  prog_value num;
+} prog_expr_op;
+
+typedef struct prog_expr {
+  prog_expr_op *ops; /* reverse Polish */
+  uint32_t n;
+  bool constant;     /* no variables */
+  uint32_t depth_used; /* deepest $iterK used + 1, 0 when none */
+} prog_expr;
+
+typedef struct prog_env {
+  int64_t v[EXV__COUNT];
+} prog_env;
+
+/* Parses `text`. `depth` is the loop nesting at the place of use: $iter means
+ * $iter{depth-1}. Returns NULL on success, else a static-lifetime message
+ * written into why_buf. */
+const char *prog_expr_parse(const char *text, int depth, prog_expr *out, char *why_buf,
+                            size_t why_len);
+/* Returns NULL, or why evaluation failed (division by zero). */
+const char *prog_expr_eval(const prog_expr *e, const prog_env *env, prog_value *out);
+void prog_expr_free(prog_expr *e);
+double prog_value_f(prog_value v);
+
+/* ---- the model ---- */
+
+typedef struct prog_kernel {
+  char *name, *entry, *source;
+  char *source_file;   /* the file the source lines come from */
+  uint32_t first_line; /* line in source_file of the source's first line */
+  prog_type *params;
+  uint32_t nparams;
+  char *params_text; /* "f32,ptr,ptr,i32" */
+  prog_loc loc;
+} prog_kernel;
+
+typedef struct prog_buffer {
+  char *name;
+  prog_type type;
+  uint64_t count;
+  uint8_t *image; /* initial contents, count * size bytes; NULL: zeroed */
+  prog_loc loc;
+} prog_buffer;
+
+typedef enum { ST_LAUNCH, ST_COPY, ST_FILL, ST_LOOP, ST_WHILE } prog_step_kind;
+
+typedef struct prog_arg {
+  bool is_buffer;
+  uint32_t buffer;
+  prog_expr expr; /* the scalar, or the buffer offset in elements (may be empty) */
+} prog_arg;
+
+typedef struct prog_step prog_step;
+struct prog_step {
+  prog_step_kind kind;
+  uint32_t command;
+  prog_loc loc;
+  union {
+    struct {
+      uint32_t kernel;
+      uint32_t grid[3], block[3];
+      prog_arg *args;
+      uint32_t nargs;
+    } launch;
+    struct {
+      uint32_t from, to;
+      prog_expr count, from_offset, to_offset;
+    } copy;
+    struct {
+      uint32_t buffer;
+      prog_expr value, count, offset; /* count empty: to the end */
+    } fill;
+    struct {
+      uint32_t trips;    /* ST_LOOP */
+      uint32_t buffer;   /* ST_WHILE: the flag's buffer and element */
+      uint64_t index;
+      uint32_t max_trips;
+      prog_step *body;
+      uint32_t nbody;
+    } loop;
+  } u;
+};
+
+typedef enum { EXP_VALUES, EXP_AT, EXP_SUM } prog_expect_kind;
+
+typedef struct prog_expect {
+  uint32_t buffer;
+  prog_expect_kind kind;
+  uint64_t *index; /* EXP_AT */
+  double *values;  /* EXP_VALUES: n values from index 0; EXP_AT: one per index */
+  size_t n;
+  double sum;
+  double tol; /* relative: |got - want| <= tol * max(1, |want|) */
+  prog_loc loc;
+} prog_expect;
+
+typedef struct prog_program {
+  char *name;
+  char *path; /* the config file, or the origin name */
+  char *devices;
+  int repeat, buffer_sets, jobs;
+  prog_kernel *kernels;
+  uint32_t nkernels;
+  prog_buffer *buffers;
+  uint32_t nbuffers;
+  prog_step *steps;
+  uint32_t nsteps;
+  uint32_t ncommands;
+  prog_expect *expects;
+  uint32_t nexpects;
+} prog_program;
+
+/* Loads a config; every problem becomes one "file:line:col: message" line of
+ * err->message, and the status is SCHED_ECONFIG. */
+int prog_load_file(const char *path, prog_program **out, sched_error_t *err);
+int prog_load_string(const char *text, size_t len, const char *origin, prog_program **out,
+                     sched_error_t *err);
+void prog_free(prog_program *p);
+
+int prog_find_buffer(const prog_program *p, const char *name);
+
+/* Checks one buffer's contents against the program's expectations for it.
+ * Returns true when they hold; else appends "buffer NAME[i]: expected E, got A"
+ * to why. */
+bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data, size_t len,
+                        strbuf *why);
+double prog_element(prog_type t, const void *data, uint64_t i);
+
+#endif

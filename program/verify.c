@@ -1,0 +1,61 @@
+/* Checking a buffer's contents against the config's `expect`. */
+#include <math.h>
+#include <string.h>
+
+#include "program/program.h"
+
+double prog_element(prog_type t, const void *data, uint64_t i) {
+  switch (t) {
+  case PT_I32: { int32_t v; memcpy(&v, (const char *)data + 4 * i, 4); return v; }
+  case PT_U32: { uint32_t v; memcpy(&v, (const char *)data + 4 * i, 4); return v; }
+  case PT_F32: { float v; memcpy(&v, (const char *)data + 4 * i, 4); return v; }
+  case PT_I64: { int64_t v; memcpy(&v, (const char *)data + 8 * i, 8); return (double)v; }
+  case PT_U64: { uint64_t v; memcpy(&v, (const char *)data + 8 * i, 8); return (double)v; }
+  case PT_F64: { double v; memcpy(&v, (const char *)data + 8 * i, 8); return v; }
+  case PT_U8: return ((const uint8_t *)data)[i];
+  default: return 0;
+  }
+}
+
+static bool close_enough(double got, double want, double tol) {
+  if (got == want) return true;
+  if (isnan(got) || isnan(want)) return false;
+  return fabs(got - want) <= tol * fmax(1.0, fabs(want));
+}
+
+bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data, size_t len,
+                        strbuf *why) {
+  const prog_buffer *b = &p->buffers[buffer];
+  uint64_t count = len / prog_type_size(b->type);
+  bool ok = true;
+  for (uint32_t k = 0; k < p->nexpects; k++) {
+    const prog_expect *e = &p->expects[k];
+    if (e->buffer != buffer) continue;
+    if (e->kind == EXP_SUM) {
+      double s = 0;
+      for (uint64_t i = 0; i < count; i++) s += prog_element(b->type, data, i);
+      if (!close_enough(s, e->sum, e->tol)) {
+        sb_addf(why, "buffer %s: expected sum %.9g, got %.9g", b->name, e->sum, s);
+        ok = false;
+      }
+      continue;
+    }
+    for (size_t j = 0; j < e->n; j++) {
+      uint64_t i = e->kind == EXP_AT ? e->index[j] : j;
+      if (i >= count) {
+        sb_addf(why, "buffer %s: has %llu elements, expected index %llu", b->name,
+                (unsigned long long)count, (unsigned long long)i);
+        ok = false;
+        break;
+      }
+      double got = prog_element(b->type, data, i);
+      if (!close_enough(got, e->values[j], e->tol)) {
+        sb_addf(why, "buffer %s[%llu]: expected %.9g, got %.9g", b->name, (unsigned long long)i,
+                e->values[j], got);
+        ok = false;
+        break; /* the first bad index is the useful one */
+      }
+    }
+  }
+  return ok;
+}
