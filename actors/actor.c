@@ -225,13 +225,15 @@ int actor_start(void *zctx, const actor_def *def, const char *name, void *state,
   return SCHED_OK;
 }
 
-void actor_join(actor_t **pa) {
-  if (!pa || !*pa) return;
+uint64_t actor_join(actor_t **pa) {
+  if (!pa || !*pa) return 0;
   actor_t *a = *pa;
   pthread_join(a->thread, NULL);
+  uint64_t malformed = a->malformed;
   pthread_mutex_destroy(&a->lock);
   pthread_cond_destroy(&a->cond);
   sched_error_clear(&a->start_err);
   free(a);
   *pa = NULL;
+  return malformed;
 }

@@ -30,12 +30,14 @@ typedef struct actor_def {
 
 int actor_start(void *zctx, const actor_def *def, const char *name, void *state, actor_t **out,
                 sched_error_t *err);
-void actor_join(actor_t **a);
+/* Waits for the actor's thread and frees it; returns how many malformed
+ * messages it dropped over its life. */
+uint64_t actor_join(actor_t **a);
 
 void *actor_state(const actor_t *a);
 const char *actor_name(const actor_t *a);
-/* Malformed messages received and dropped (they have no reliable sender to
- * answer). Read it after actor_join, or from the actor's own thread. */
+/* Malformed messages received and dropped so far (they have no reliable
+ * sender to answer). From the actor's own thread. */
 uint64_t actor_malformed(const actor_t *a);
 
 /* Encodes m and sends it to the actor named `to`. From the actor's own

@@ -127,7 +127,7 @@ int main(int argc, char **argv) {
     printf("%s: %s on %d device%s (%s%s)\n", sched_program_name(prog),
            status == EXIT_VERIFIED ? "verified" : "NOT verified", sum->ndevices,
            sum->ndevices == 1 ? "" : "s", sum->devices[0].name, sum->ndevices > 1 ? ", ..." : "");
-    printf("  runs %u, jobs %u: %u verified, %u failed\n", sum->runs, sum->jobs, sum->verified, sum->failed);
+    printf("  runs %u, %u jobs in all: %u verified, %u failed\n", sum->runs, sum->jobs, sum->verified, sum->failed);
     printf("  time: compile %.1f ms, record %.3f ms, execute %.3f ms, wall %.1f ms\n", ms(sum->compile_ns),
            ms(sum->record_ns), ms(sum->execute_ns), ms(sum->wall_ns));
     printf("  kernel cache: %llu hits, %llu misses\n", (unsigned long long)sum->cache_hits,

@@ -422,16 +422,6 @@ static int decode_field(dctx *d, const field *f, const msgpack_object *o, void *
 
 static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void *base) {
   if (o->type != MSGPACK_OBJECT_MAP) return bad(d, s->name, "expected a map");
-  if (o->via.map.size != s->nfields) {
-    /* find which one is missing or extra, for the message */
-    for (size_t i = 0; i < s->nfields; i++) {
-      bool found = false;
-      for (uint32_t k = 0; k < o->via.map.size; k++)
-        if (key_is(&o->via.map.ptr[k].key, wire_name(&s->fields[i]))) found = true;
-      if (!found) return bad(d, wire_name(&s->fields[i]), "missing field");
-    }
-    return bad(d, s->name, "unknown or repeated fields");
-  }
   uint64_t seen = 0; /* schemas have fewer than 64 fields */
   for (uint32_t k = 0; k < o->via.map.size; k++) {
     const msgpack_object *key = &o->via.map.ptr[k].key;
@@ -452,6 +442,8 @@ static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void
     int rc = decode_field(d, &s->fields[i], &o->via.map.ptr[k].val, (char *)base + s->fields[i].off);
     if (rc) return rc;
   }
+  for (size_t i = 0; i < s->nfields; i++)
+    if (!(seen & (1ull << i))) return bad(d, wire_name(&s->fields[i]), "missing field");
   return SCHED_OK;
 }
 

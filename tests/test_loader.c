@@ -1,0 +1,253 @@
+/* The config loader: the CONFIG.md example, and every problem reported as
+ * file:line:col, all of them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "program/program.h"
+#include "test_util.h"
+
+static prog_program *load_ok(const char *text) {
+  prog_program *p = NULL;
+  sched_error_t err = {0};
+  int rc = prog_load_string(text, strlen(text), "t.yaml", &p, &err);
+  if (rc) fail_msg("load failed: %s", err.message);
+  return p;
+}
+
+/* Loads text expecting failure; returns the message (caller frees). */
+static char *load_bad(const char *text) {
+  prog_program *p = NULL;
+  sched_error_t err = {0};
+  int rc = prog_load_string(text, strlen(text), "t.yaml", &p, &err);
+  assert_int_equal(rc, SCHED_ECONFIG);
+  assert_null(p);
+  assert_non_null(err.message);
+  return err.message;
+}
+
+static void expect_problem(const char *text, const char *where, const char *needle) {
+  char *m = load_bad(text);
+  if (!strstr(m, where) || !strstr(m, needle)) fail_msg("'%s' lacks '%s' or '%s'", m, where, needle);
+  free(m);
+}
+
+static void test_config_md_example(void **st) {
+  (void)st;
+  char *text;
+  size_t len;
+  sched_error_t err = {0};
+  char path[512];
+  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHED_CONFIGS"));
+  assert_int_equal(fs_read_file(path, &text, &len, &err), SCHED_OK);
+  prog_program *p = load_ok(text);
+  free(text);
+  assert_string_equal(p->name, "saxpy-loop");
+  assert_string_equal(p->devices, "auto");
+  assert_int_equal(p->repeat, 3);
+  assert_int_equal(p->buffer_sets, 2);
+  assert_int_equal(p->jobs, 1);
+  assert_int_equal(p->nkernels, 2);
+  assert_string_equal(p->kernels[0].name, "saxpy");
+  assert_string_equal(p->kernels[0].entry, "saxpy");
+  assert_string_equal(p->kernels[0].params_text, "f32,ptr,ptr,i32");
+  assert_int_equal(p->kernels[0].first_line, 12); /* the line after "source: |" */
+  assert_string_equal(p->kernels[1].entry, "fill_slice");
+  assert_int_equal(p->nbuffers, 3);
+  const float *x = (const float *)p->buffers[0].image;
+  for (int i = 0; i < 4096; i++) assert_true(x[i] == (float)i);
+  const float *y = (const float *)p->buffers[1].image;
+  for (int i = 0; i < 4096; i++) assert_true(y[i] == 1.0f);
+  assert_int_equal(p->buffers[2].count, 8192);
+  assert_int_equal(p->nsteps, 3);
+  assert_int_equal(p->steps[0].kind, ST_LAUNCH);
+  assert_int_equal(p->steps[0].u.launch.grid[0], 16);
+  assert_int_equal(p->steps[0].u.launch.block[0], 256);
+  assert_int_equal(p->steps[0].u.launch.nargs, 4);
+  assert_true(p->steps[0].u.launch.args[1].is_buffer);
+  assert_int_equal(p->steps[1].kind, ST_LOOP);
+  assert_int_equal(p->steps[1].u.loop.trips, 8);
+  assert_int_equal(p->steps[1].u.loop.nbody, 1);
+  assert_int_equal(p->steps[1].u.loop.body[0].command, 2);
+  assert_int_equal(p->steps[2].kind, ST_COPY);
+  assert_int_equal(p->steps[2].command, 3);
+  assert_int_equal(p->ncommands, 4);
+  assert_int_equal(p->nexpects, 2);
+  assert_int_equal(p->expects[0].kind, EXP_AT);
+  assert_int_equal(p->expects[0].n, 3);
+  assert_int_equal(p->expects[1].kind, EXP_SUM);
+  assert_true(p->expects[1].sum == 37104);
+  prog_free(p);
+}
+
+static const char five_mistakes[] =
+    "version: 1\n"
+    "name: five\n"
+    "reapeat: 3\n"                                         /* 3:1 unknown key */
+    "kernels:\n"
+    "  k:\n"
+    "    params: [f32, pointer]\n"                         /* 6:19 unknown type */
+    "    source: 'extern \"C\" void k(float a, float *p) {}'\n"
+    "buffers:\n"
+    "  a: {type: f32, count: -4}\n"                        /* 9:25 count */
+    "program:\n"
+    "  - launch: {kernel: nope, grid: 1, block: 1, args: []}\n" /* 11:23 kernel */
+    "  - copy: {from: a, to: zz, count: 1}\n";             /* 12:25 buffer */
+
+static void test_five_mistakes(void **st) {
+  (void)st;
+  char *m = load_bad(five_mistakes);
+  assert_int_equal(tu_count(m, "\n"), 4); /* five lines */
+  assert_int_equal(tu_count(m, "t.yaml:"), 5);
+  assert_non_null(strstr(m, "t.yaml:3:1: unknown key 'reapeat'"));
+  assert_non_null(strstr(m, "t.yaml:6:19: unknown parameter type 'pointer'"));
+  assert_non_null(strstr(m, "t.yaml:9:25: count must be between"));
+  assert_non_null(strstr(m, "t.yaml:11:22: no kernel named 'nope'"));
+  assert_non_null(strstr(m, "t.yaml:12:25: copy to: no buffer named 'zz'"));
+  free(m);
+}
+
+#define HEAD "version: 1\n"
+#define KER                                                                          \
+  "kernels:\n"                                                                       \
+  "  k:\n"                                                                           \
+  "    params: [ptr, i32, f32]\n"                                                    \
+  "    source: 'extern \"C\" void k(float *p, int n, float v) {}'\n"
+#define BUF "buffers:\n  a: {type: f32, count: 16}\n  f: {type: i32, count: 2}\n"
+
+static void test_single_problems(void **st) {
+  (void)st;
+  expect_problem(HEAD "program: [\n", "t.yaml:", "");
+  expect_problem("version: 2\nprogram: []\n", "t.yaml:1:10", "version 2 is not supported");
+  expect_problem(HEAD KER BUF "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [a, 1]}\n",
+                 "t.yaml:10:50", "takes 3 arguments");
+  expect_problem(HEAD KER BUF "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [a, a, 1]}\n",
+                 "t.yaml:10:54", "is a scalar, but 'a' is a buffer");
+  expect_problem(HEAD KER BUF "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [a, 1.5, 1]}\n",
+                 "t.yaml:10:54", "does not fit i32");
+  expect_problem(HEAD KER BUF
+                 "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [{buffer: a, offset: 17}, 1, 1]}\n",
+                 "t.yaml:10:71", "outside buffer 'a'");
+  expect_problem(HEAD KER BUF "program:\n  - launch: {kernel: k, grid: 1, block: 2048, args: [a, 1, 1]}\n",
+                 "t.yaml:10:41", "at most 1024");
+  expect_problem(HEAD KER BUF
+                 "program:\n  - loop:\n      while: {buffer: f, index: 0}\n      body:\n"
+                 "        - launch: {kernel: k, grid: 1, block: 1, args: [a, \"$iter\", 1]}\n",
+                 "t.yaml:11:7", "needs max_trips");
+  expect_problem(HEAD KER BUF
+                 "program:\n  - loop:\n      while: {buffer: f, index: 0}\n      max_trips: 4\n      body:\n"
+                 "        - launch: {kernel: k, grid: 1, block: 1, args: [a, \"$iter\", 1]}\n",
+                 "t.yaml:14:60", "iteration of a while loop");
+  expect_problem(HEAD KER BUF
+                 "program:\n  - loop:\n      while: {buffer: a, index: 0}\n      max_trips: 4\n      body:\n"
+                 "        - fill: {buffer: a, value: 1}\n",
+                 "t.yaml:11:23", "must be i32");
+  expect_problem(HEAD KER BUF "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [a, \"$iter\", 1]}\n",
+                 "t.yaml:10:54", "outside of any loop");
+  expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1}\nexpect:\n  a: {at: {16: 1}}\n",
+                 "t.yaml:8:12", "index 16 is outside");
+  expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1}\nexpect:\n  a: {values: [1], sum: 3}\n",
+                 "t.yaml:8:6", "exactly one of");
+  expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1, count: 20}\n", "t.yaml:6:11",
+                 "runs outside buffer 'a'");
+  expect_problem(HEAD BUF "program:\n  - jump: {}\n", "t.yaml:6:5", "unknown step 'jump'");
+  expect_problem(HEAD "kernels:\n  k:\n    params: []\n    source: x\n    file: y.cu\nprogram: []\n",
+                 "t.yaml:6:11", "both source and file");
+  expect_problem(HEAD "kernels:\n  k:\n    params: []\n    source: x\n    entry: 9x\nprogram:\n  - loop: {trips: 1, body: []}\n",
+                 "t.yaml:6:12", "not a C function name");
+  expect_problem(HEAD "devices: gpu\nprogram: []\n", "t.yaml:2:10", "devices 'gpu'");
+  expect_problem(HEAD "buffers:\n  a: {type: f32, count: 2, init: {values: [1, 2, 3]}}\nprogram: []\n",
+                 "t.yaml:3:43", "values lists 3");
+  expect_problem(HEAD "buffers:\n  a: {type: i32, count: 2, init: {fill: 1.5}}\nprogram: []\n", "t.yaml:3:34",
+                 "do not fit");
+  expect_problem(HEAD "buffers:\n  a: {type: f32, count: 2, init: {file: nope.bin}}\nprogram: []\n",
+                 "t.yaml:3:41", "cannot read init file");
+  expect_problem(HEAD "program:\n  - loop: {trips: 100000, body: [{loop: {trips: 100000, body: [{fill: {buffer: a, value: 1}}]}}]}\nbuffers:\n  a: {type: f32, count: 2}\n",
+                 "t.yaml:3:3", "unrolls to more than");
+}
+
+static void test_files_and_inits(void **st) {
+  (void)st;
+  const char *kpath = tu_write_temp(0, "k.cu", "extern \"C\" __global__ void k(float *p) { p[0] = 1; }\n");
+  assert_non_null(kpath);
+  float vals[4] = {1.5f, -2, 3, 4};
+  char binpath[300];
+  snprintf(binpath, sizeof binpath, "%s", kpath);
+  strcpy(strrchr(binpath, '/') + 1, "v.bin");
+  FILE *f = fopen(binpath, "wb");
+  fwrite(vals, sizeof vals, 1, f);
+  fclose(f);
+  const char *cfg = tu_write_temp(0, "c.yaml",
+                                  "version: 1\n"
+                                  "kernels:\n  k: {params: [ptr], file: k.cu}\n"
+                                  "buffers:\n"
+                                  "  a: {type: f32, count: 4, init: {file: v.bin}}\n"
+                                  "  b: {type: i32, count: 5, init: {values: [5, -6, 7]}}\n"
+                                  "  c: {type: u8, count: 3, init: {iota: {start: 254, step: 2}}}\n"
+                                  "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [a]}\n"
+                                  "expect:\n  a: {file: v.bin}\n");
+  prog_program *p = NULL;
+  sched_error_t err = {0};
+  /* c's iota runs past 255: refused */
+  assert_int_equal(prog_load_file(cfg, &p, &err), SCHED_ECONFIG);
+  assert_non_null(strstr(err.message, "buffer 'c'"));
+  sched_error_clear(&err);
+  cfg = tu_write_temp(0, "c.yaml",
+                      "version: 1\n"
+                      "kernels:\n  k: {params: [ptr], file: k.cu}\n"
+                      "buffers:\n"
+                      "  a: {type: f32, count: 4, init: {file: v.bin}}\n"
+                      "  b: {type: i32, count: 5, init: {values: [5, -6, 7]}}\n"
+                      "  c: {type: u8, count: 3, init: {iota: {start: 200, step: 2}}}\n"
+                      "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [a]}\n"
+                      "expect:\n  a: {file: v.bin}\n");
+  if (prog_load_file(cfg, &p, &err)) fail_msg("%s", err.message);
+  assert_non_null(strstr(p->kernels[0].source, "p[0] = 1"));
+  assert_int_equal(p->kernels[0].first_line, 1);
+  assert_non_null(strstr(p->kernels[0].source_file, "k.cu"));
+  assert_memory_equal(p->buffers[0].image, vals, sizeof vals);
+  const int32_t *b = (const int32_t *)p->buffers[1].image;
+  int32_t want_b[5] = {5, -6, 7, 0, 0};
+  for (int i = 0; i < 5; i++) assert_int_equal(b[i], want_b[i]);
+  assert_int_equal(p->buffers[2].image[0], 200);
+  assert_int_equal(p->buffers[2].image[1], 202);
+  assert_int_equal(p->buffers[2].image[2], 204);
+  assert_int_equal(p->expects[0].n, 4);
+  for (int i = 0; i < 4; i++) assert_true(p->expects[0].values[i] == vals[i]);
+  /* verification against that expectation */
+  strbuf why;
+  sb_init(&why);
+  assert_true(prog_verify_buffer(p, 0, vals, sizeof vals, &why));
+  float wrong[4] = {1.5f, -2, 3.5f, 4};
+  assert_false(prog_verify_buffer(p, 0, wrong, sizeof wrong, &why));
+  assert_non_null(strstr(why.data, "buffer a[2]: expected 3, got 3.5"));
+  sb_free(&why);
+  prog_free(p);
+}
+
+static void test_nested_and_while_ok(void **st) {
+  (void)st;
+  prog_program *p = load_ok(HEAD KER BUF
+                            "program:\n"
+                            "  - loop:\n      trips: 3\n      body:\n"
+                            "        - loop:\n            trips: 4\n            body:\n"
+                            "              - launch: {kernel: k, grid: 1, block: 1, args: [{buffer: a, offset: \"$iter0 * 4 + $iter1\"}, \"$iter\", 1]}\n"
+                            "  - loop:\n      while: {buffer: f, index: 1}\n      max_trips: 9\n      body:\n"
+                            "        - launch: {kernel: k, grid: 1, block: 1, args: [a, \"$job\", \"$run * 0.5\"]}\n");
+  assert_int_equal(p->nsteps, 2);
+  assert_int_equal(p->steps[0].u.loop.body[0].u.loop.trips, 4);
+  assert_int_equal(p->steps[1].kind, ST_WHILE);
+  assert_int_equal(p->steps[1].u.loop.index, 1);
+  assert_int_equal(p->steps[1].u.loop.max_trips, 9);
+  assert_int_equal(p->ncommands, 5);
+  prog_free(p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_config_md_example), cmocka_unit_test(test_five_mistakes),
+      cmocka_unit_test(test_single_problems),   cmocka_unit_test(test_files_and_inits),
+      cmocka_unit_test(test_nested_and_while_ok),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,80 @@
+#include "test_util.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static char dirs[8][64];
+static char paths[8][256];
+
+const char *tu_write_temp(int slot, const char *name, const char *text) {
+  if (!dirs[slot][0]) {
+    snprintf(dirs[slot], sizeof dirs[slot], "/tmp/sched-test-XXXXXX");
+    if (!mkdtemp(dirs[slot])) return NULL;
+  }
+  snprintf(paths[slot], sizeof paths[slot], "%s/%s", dirs[slot], name);
+  FILE *f = fopen(paths[slot], "w");
+  if (!f) return NULL;
+  fputs(text, f);
+  fclose(f);
+  return paths[slot];
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return strdup("");
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  size_t got = fread(s, 1, (size_t)n, f);
+  s[got] = '\0';
+  fclose(f);
+  return s;
+}
+
+int tu_run(char *const argv[], char **out, char **err) {
+  char dir[] = "/tmp/sched-run-XXXXXX";
+  if (!mkdtemp(dir)) return -1;
+  char po[128], pe[128];
+  snprintf(po, sizeof po, "%s/out", dir);
+  snprintf(pe, sizeof pe, "%s/err", dir);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, po, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, pe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  int status = -1;
+  if (rc == 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status)) status = WEXITSTATUS(status);
+  else status = -1;
+  *out = slurp(po);
+  *err = slurp(pe);
+  unlink(po);
+  unlink(pe);
+  rmdir(dir);
+  return status;
+}
+
+const char *tu_env(const char *name) {
+  const char *v = getenv(name);
+  if (!v) {
+    fprintf(stderr, "test environment lacks %s\n", name);
+    abort();
+  }
+  return v;
+}
+
+int tu_count(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+  return n;
+}

@@ -1,0 +1,22 @@
+/* Helpers shared by the tests. */
+#ifndef SCHED_TEST_UTIL_H
+#define SCHED_TEST_UTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* Writes text to a fresh file under a temporary directory; returns its path
+ * (static storage, overwritten by the next call with the same slot). */
+const char *tu_write_temp(int slot, const char *name, const char *text);
+/* Runs argv, capturing stdout and stderr (heap strings). Returns the exit
+ * status, or -1. */
+int tu_run(char *const argv[], char **out, char **err);
+/* The environment variable, which the test setup must provide. */
+const char *tu_env(const char *name);
+/* Counts occurrences of needle in hay. */
+int tu_count(const char *hay, const char *needle);
+
+#endif
