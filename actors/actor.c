@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "actors/actor.h"
@@ -75,7 +76,14 @@ void *mbox_bind(void *zctx, const char *name, sched_error_t *err) {
   if (!s) return NULL;
   char ep[64];
   endpoint(ep, sizeof ep, name);
-  if (zmq_bind(s, ep) != 0) {
+  /* a socket that had this name and was just closed releases it
+   * asynchronously (ZeroMQ's reaper thread): give it a moment */
+  int rc;
+  for (int tries = 0; (rc = zmq_bind(s, ep)) != 0 && zmq_errno() == EADDRINUSE && tries < 2000; tries++) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  if (rc != 0) {
     err_set(err, SCHED_EINTERNAL, "zmq_bind %s: %s", ep, zmq_strerror(zmq_errno()));
     zmq_close(s);
     return NULL;

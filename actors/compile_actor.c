@@ -1,54 +1,268 @@
 /*
- * The compile actor: turns kernel sources into loadable artifacts, once.
+ * The compile actor: kernel sources to loadable artifacts, each compiled once.
  *
  * It owns the kernel cache (an in-memory index over a content-addressed
- * directory) and the active compile mode: the session of the COMPILE being
- * served. A cache key is the SHA-256 of everything that decides the artifact:
- * target, architecture, the compiler's identity and version, the compile
- * options, the entry, the params and the source. Artifacts are published by
- * rename, so a reader (another process included) sees a whole file or none.
+ * directory), a pool of compile workers, and the active compile modes: one
+ * session per COMPILE being served, which owns the futures of that program's
+ * kernels. A cache key is the SHA-256 of everything that decides the artifact:
+ * target, architecture, the compiler's identity and version, the options, the
+ * entry, the params and the source.
  *
- * When any kernel of a session fails, every kernel is still tried, so that
- * all failures are reported together; then the teardown runs, in order, before
- * the ERROR leaves: reset the active compile mode, drain what the session has
- * pending, evict the failed entries. The next COMPILE starts from a clean
- * state.
+ *   COMPILE -> for each kernel: memory hit | disk hit (verified) |
+ *              join the in-flight future of the same key (dedup across
+ *              sessions) | a new future, queued to the pool
+ *   worker done -> the future resolves every session waiting on it
+ *   session with nothing pending -> COMPILED, or the teardown then ERROR
+ *
+ * When any kernel of a session fails the session still waits for all its
+ * futures (every failure is reported, not just the first). Then the teardown
+ * runs, in order, before the ERROR leaves: reset the active compile mode (the
+ * session is gone), report how many compiles were drained after the first
+ * failure, evict the failed keys from memory and disk. Failed futures keep no
+ * log or buffer alive once reported. The next COMPILE starts clean.
+ *
+ * Workers are plain threads of this actor: they take futures from a locked
+ * queue, compile into a private temporary directory, publish the artifact by
+ * rename, and post a COMPILED (one module; from "compile.worker") to this
+ * actor's mailbox. The future's result fields are written before that message
+ * and read after it.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "actors/actor.h"
 #include "actors/core.h"
+#include "common/artifact.h"
 
-#define HOST_OPTIONS "-std=c++17 -O2 -fPIC -shared -fvisibility=hidden -fno-exceptions -fno-rtti"
+#define WORKER_FROM "compile.worker"
+#define MAX_TARGETS 4
 
 typedef struct cache_entry {
   char *path;
 } cache_entry;
 
-typedef struct compile_session {
-  uint64_t program, job;
-  size_t pending; /* kernels not yet finished */
-} compile_session;
+typedef struct waiter {
+  uint64_t session;
+  uint32_t index;
+} waiter;
+
+typedef struct future {
+  char key[65];
+  char *path; /* where the artifact goes */
+  const gpu_compile_target *target;
+  void *tctx;
+  /* the request, owned */
+  char *name, *entry, *source, *source_file, *where, *arch;
+  prog_type params[64];
+  uint32_t nparams, first_line;
+  /* the result: written by a worker, read by the actor after its message */
+  int rc;
+  char *error, *log;
+  /* sessions waiting on it */
+  waiter *waiters;
+  size_t nwaiters, cap;
+  struct future *next; /* in the pool queue */
+} future;
+
+typedef struct session {
+  uint64_t id, program;
+  char reply_to[32];
+  char *target;
+  msg_modules modules; /* one per kernel, filled as they resolve */
+  char (*keys)[65];
+  bool *failed;
+  size_t n, pending, failures, drained;
+  strbuf report;
+  uint32_t hits, misses;
+} session;
+
+typedef struct target_slot {
+  const gpu_compile_target *target;
+  void *ctx;
+  char *identity;
+} target_slot;
 
 struct compile_state {
   sched_core *core;
-  hmap cache; /* char[65] key -> cache_entry* */
-  char *identity[4]; /* per target, computed once */
-  const gpu_compile_target *targets[4];
-  compile_session *active; /* the active compile mode */
-  compile_session session;
+  hmap cache;    /* key -> cache_entry* */
+  hmap inflight; /* key -> future* */
+  hmap sessions; /* id -> session*: the active compile modes */
+  target_slot targets[MAX_TARGETS];
+  /* the pool */
+  int nworkers;
+  pthread_t *workers;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  future *qhead, *qtail;
+  bool stopping;
+  uint64_t compiles; /* futures run, over the actor's life */
 };
+
+/* ---- futures ---- */
+
+static void future_free(future *f) {
+  if (!f) return;
+  free(f->path);
+  free(f->name);
+  free(f->entry);
+  free(f->source);
+  free(f->source_file);
+  free(f->where);
+  free(f->arch);
+  free(f->error);
+  free(f->log);
+  free(f->waiters);
+  free(f);
+}
+
+static int future_wait_on(future *f, uint64_t session_id, uint32_t index) {
+  if (f->nwaiters == f->cap) {
+    size_t cap = f->cap ? f->cap * 2 : 4;
+    waiter *w = realloc(f->waiters, cap * sizeof *w);
+    if (!w) return -1;
+    f->waiters = w;
+    f->cap = cap;
+  }
+  f->waiters[f->nwaiters++] = (waiter){session_id, index};
+  return 0;
+}
+
+/* ---- the pool ---- */
+
+typedef struct worker_arg {
+  compile_state *s;
+  int index;
+} worker_arg;
+
+static void run_future(compile_state *s, future *f, int worker) {
+  sched_error_t err = {0};
+  char tmp[1024];
+  snprintf(tmp, sizeof tmp, "%s/tmp/w%d-XXXXXX", s->core->cache_dir, worker);
+  char *tdir = fs_dirname(tmp), *adir = fs_dirname(f->path);
+  int rc = tdir && adir ? SCHED_OK : err_set(&err, SCHED_ENOMEM, "out of memory");
+  if (rc == SCHED_OK) rc = fs_mkdir_p(tdir, &err);
+  if (rc == SCHED_OK) rc = fs_mkdir_p(adir, &err);
+  if (rc == SCHED_OK && !mkdtemp(tmp)) rc = err_set(&err, SCHED_EIO, "cannot create a directory under %s", tdir);
+  if (rc == SCHED_OK) {
+    gpu_compile_req req = {f->name, f->entry, f->source, f->source_file, f->first_line, f->params, f->nparams, f->arch};
+    uint8_t *img = NULL;
+    size_t len = 0;
+    rc = f->target->compile(f->tctx, &req, tmp, &img, &len, &f->log, &err);
+    if (rc == SCHED_OK) rc = artifact_write(f->path, f->key, img, len, &err);
+    free(img);
+    fs_remove_tree(tmp);
+  }
+  free(tdir);
+  free(adir);
+  f->rc = rc;
+  if (rc) f->error = xstrdup(err.message ? err.message : sched_strerror(rc));
+  sched_error_clear(&err);
+}
+
+static void *worker_main(void *arg) {
+  worker_arg *wa = arg;
+  compile_state *s = wa->s;
+  int index = wa->index;
+  free(wa);
+  void *out = mbox_connect(s->core->zctx, ACTOR_COMPILE, NULL);
+  for (;;) {
+    pthread_mutex_lock(&s->lock);
+    while (!s->qhead && !s->stopping) pthread_cond_wait(&s->cond, &s->lock);
+    /* on stop, queued futures are dropped (the state frees them) */
+    future *f = s->stopping ? NULL : s->qhead;
+    if (f) {
+      s->qhead = f->next;
+      if (!s->qhead) s->qtail = NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!f) break;
+    run_future(s, f, index);
+    msg m;
+    msg_init(&m, MSG_COMPILED, 0, WORKER_FROM);
+    m.body.compiled.target = xstrdup(f->target->name);
+    m.body.compiled.modules.v = calloc(1, sizeof(msg_module));
+    if (m.body.compiled.modules.v) {
+      m.body.compiled.modules.v[0].key = xstrdup(f->key);
+      m.body.compiled.modules.v[0].name = xstrdup(f->name);
+      m.body.compiled.modules.v[0].path = xstrdup(f->path);
+      m.body.compiled.modules.n = 1;
+    }
+    if (out) mbox_send(out, &m, NULL);
+    msg_free(&m);
+  }
+  mbox_close(out);
+  return NULL;
+}
+
+static void pool_push(compile_state *s, future *f) {
+  f->next = NULL;
+  pthread_mutex_lock(&s->lock);
+  if (s->qtail) s->qtail->next = f;
+  else s->qhead = f;
+  s->qtail = f;
+  s->compiles++;
+  pthread_cond_signal(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+}
+
+static int compile_start(actor_t *self, sched_error_t *err) {
+  compile_state *s = actor_state(self);
+  s->workers = calloc((size_t)s->nworkers, sizeof *s->workers);
+  if (!s->workers) return err_set(err, SCHED_ENOMEM, "out of memory");
+  for (int i = 0; i < s->nworkers; i++) {
+    worker_arg *wa = malloc(sizeof *wa);
+    if (!wa) return err_set(err, SCHED_ENOMEM, "out of memory");
+    *wa = (worker_arg){s, i};
+    if (pthread_create(&s->workers[i], NULL, worker_main, wa) != 0) {
+      free(wa);
+      s->nworkers = i;
+      return err_set(err, SCHED_EINTERNAL, "cannot start compile worker %d", i);
+    }
+  }
+  return SCHED_OK;
+}
+
+static void compile_stop(actor_t *self) {
+  compile_state *s = actor_state(self);
+  pthread_mutex_lock(&s->lock);
+  s->stopping = true;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  for (int i = 0; i < s->nworkers; i++) pthread_join(s->workers[i], NULL);
+  s->nworkers = 0;
+}
+
+/* ---- state ---- */
 
 compile_state *compile_state_new(sched_core *core) {
   compile_state *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   s->core = core;
+  s->nworkers = core->compile_workers > 0 ? core->compile_workers : 1;
   hmap_init(&s->cache, 65);
+  hmap_init(&s->inflight, 65);
+  hmap_init(&s->sessions, sizeof(uint64_t));
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->cond, NULL);
   return s;
+}
+
+static void session_free(session *ss) {
+  if (!ss) return;
+  for (size_t i = 0; i < ss->modules.n; i++) {
+    free(ss->modules.v[i].name);
+    free(ss->modules.v[i].key);
+    free(ss->modules.v[i].path);
+  }
+  free(ss->modules.v);
+  free(ss->keys);
+  free(ss->failed);
+  free(ss->target);
+  sb_free(&ss->report);
+  free(ss);
 }
 
 void compile_state_free(compile_state *s) {
@@ -60,31 +274,48 @@ void compile_state_free(compile_state *s) {
     free(v);
   }
   hmap_destroy(&s->cache);
-  for (size_t i = 0; i < SCHED__ARRAY_LEN(s->identity); i++) free(s->identity[i]);
+  pos = 0;
+  while (hmap_next(&s->inflight, &pos, NULL, &v)) future_free(v);
+  hmap_destroy(&s->inflight);
+  pos = 0;
+  while (hmap_next(&s->sessions, &pos, NULL, &v)) session_free(v);
+  hmap_destroy(&s->sessions);
+  for (int i = 0; i < MAX_TARGETS; i++) {
+    if (s->targets[i].target) s->targets[i].target->close(s->targets[i].ctx);
+    free(s->targets[i].identity);
+  }
+  free(s->workers);
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->cond);
   free(s);
 }
 
-static const char *identity_of(compile_state *s, const gpu_compile_target *t, sched_error_t *err) {
-  size_t i = 0;
-  while (i < SCHED__ARRAY_LEN(s->targets) && s->targets[i] && s->targets[i] != t) i++;
-  if (i == SCHED__ARRAY_LEN(s->targets)) return NULL;
-  if (!s->targets[i]) {
+static target_slot *target_of(compile_state *s, const gpu_compile_target *t, sched_error_t *err) {
+  for (int i = 0; i < MAX_TARGETS; i++) {
+    target_slot *ts = &s->targets[i];
+    if (ts->target == t) return ts;
+    if (ts->target) continue;
+    void *ctx = NULL;
     char *id = NULL;
-    if (t->identity(&id, err) != SCHED_OK) return NULL;
-    s->targets[i] = t;
-    s->identity[i] = id;
+    if (t->open(&ctx, err) != SCHED_OK) return NULL;
+    if (t->identity(ctx, &id, err) != SCHED_OK) {
+      t->close(ctx);
+      return NULL;
+    }
+    *ts = (target_slot){t, ctx, id};
+    return ts;
   }
-  return s->identity[i];
+  err_set(err, SCHED_EINTERNAL, "too many compile targets");
+  return NULL;
 }
 
-static void cache_key(const gpu_compile_target *t, const char *arch, const char *identity,
-                      const msg_kernel *k, char out[65]) {
+static void cache_key(const gpu_compile_target *t, const char *arch, const char *identity, const msg_kernel *k,
+                      char out[65]) {
   hash_ctx *h = hash_new();
-  hash_add_str(h, "sched kernel cache v1");
+  hash_add_str(h, "sched kernel cache v2");
   hash_add_str(h, t->name);
   hash_add_str(h, arch);
   hash_add_str(h, identity);
-  hash_add_str(h, HOST_OPTIONS);
   hash_add_str(h, k->entry);
   hash_add_str(h, k->params);
   hash_add_str(h, k->source);
@@ -102,17 +333,8 @@ static char *artifact_path(compile_state *s, const gpu_compile_target *t, const 
   return sb_take(&sb);
 }
 
-/* Looks the key up in memory, then on disk. Returns the artifact path or NULL. */
-static const char *cache_lookup(compile_state *s, const gpu_compile_target *t, const char *key) {
-  cache_entry *e = hmap_get(&s->cache, key);
-  if (e) return e->path;
-  char *path = artifact_path(s, t, key);
-  struct stat st;
-  if (!path || stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
-    free(path);
-    return NULL;
-  }
-  e = malloc(sizeof *e);
+static const char *remember(compile_state *s, const char *key, char *path) {
+  cache_entry *e = malloc(sizeof *e);
   if (!e || hmap_put(&s->cache, key, e) != 0) {
     free(e);
     free(path);
@@ -122,60 +344,26 @@ static const char *cache_lookup(compile_state *s, const gpu_compile_target *t, c
   return path;
 }
 
-/* Compiles one kernel into the cache. On failure appends the report to *fail. */
-static int compile_one(compile_state *s, const gpu_compile_target *t, const char *arch,
-                       const msg_kernel *k, const char *key, strbuf *fail) {
-  prog_type params[64];
-  int np = gpu_params_parse(k->params, params, 64);
-  sched_error_t err = {0};
+/* Memory, then disk (verified: a bad file is a miss, and is replaced when the
+ * kernel is compiled again). Returns the artifact path or NULL. */
+static const char *cache_lookup(compile_state *s, const gpu_compile_target *t, const char *key) {
+  cache_entry *e = hmap_get(&s->cache, key);
+  if (e) return e->path;
   char *path = artifact_path(s, t, key);
-  char *dir = path ? fs_dirname(path) : NULL;
-  strbuf tmp;
-  sb_init(&tmp);
-  sb_addf(&tmp, "%s/tmp/XXXXXX", s->core->cache_dir);
-  char *log = NULL;
-  int rc;
-  if (np < 0) {
-    rc = err_set(&err, SCHED_ECOMPILE, "bad params '%s'", k->params);
-  } else if (!path || !dir || tmp.failed) {
-    rc = err_set(&err, SCHED_ENOMEM, "out of memory");
-  } else if ((rc = fs_mkdir_p(dir, &err)) == SCHED_OK) {
-    char *tdir = fs_dirname(tmp.data);
-    rc = tdir ? fs_mkdir_p(tdir, &err) : err_set(&err, SCHED_ENOMEM, "out of memory");
-    free(tdir);
-    if (rc == SCHED_OK && !mkdtemp(tmp.data))
-      rc = err_set(&err, SCHED_EIO, "cannot create a directory under %s/tmp", s->core->cache_dir);
-    if (rc == SCHED_OK) {
-      /* compiler messages point into the config or the kernel's file */
-      gpu_compile_req req = {k->name,   k->entry, k->source,    k->source_file,
-                             k->first_line, params, (uint32_t)np, arch};
-      rc = t->compile(&req, tmp.data, path, &log, &err);
-      rmdir(tmp.data);
-    }
-  }
-  if (rc == SCHED_OK) {
-    cache_entry *e = malloc(sizeof *e);
-    if (e && hmap_put(&s->cache, key, e) == 0) {
-      e->path = path;
-      path = NULL;
-    } else {
-      free(e);
-    }
-  } else {
-    if (fail->len) sb_adds(fail, "\n");
-    sb_addf(fail, "kernel '%s' (%s): %s", k->name, k->where, err.message ? err.message : "");
-    if (log && *log) sb_addf(fail, "\n%s", log);
-    while (fail->len && fail->data[fail->len - 1] == '\n') fail->data[--fail->len] = '\0';
-  }
-  free(log);
-  free(path);
-  free(dir);
-  sb_free(&tmp);
+  if (!path) return NULL;
+  uint8_t *img;
+  size_t len;
+  sched_error_t err = {0};
+  int rc = artifact_read(path, key, &img, &len, &err);
   sched_error_clear(&err);
-  return rc;
+  if (rc) {
+    free(path);
+    return NULL;
+  }
+  free(img);
+  return remember(s, key, path);
 }
 
-/* Removes whatever a failed compile may have left under `key`. */
 static void evict(compile_state *s, const gpu_compile_target *t, const char *key) {
   cache_entry *e = hmap_remove(&s->cache, key);
   if (e) {
@@ -187,100 +375,195 @@ static void evict(compile_state *s, const gpu_compile_target *t, const char *key
   free(path);
 }
 
+/* ---- sessions ---- */
+
+static void finish_session(actor_t *self, compile_state *s, session *ss) {
+  msg m;
+  if (ss->failures == 0) {
+    msg_init(&m, MSG_COMPILED, ss->id, ACTOR_COMPILE);
+    m.body.compiled.program = ss->program;
+    m.body.compiled.target = ss->target;
+    m.body.compiled.modules = ss->modules;
+    m.body.compiled.hits = ss->hits;
+    m.body.compiled.misses = ss->misses;
+    ss->target = NULL;
+    memset(&ss->modules, 0, sizeof ss->modules);
+    hmap_remove(&s->sessions, &ss->id); /* leave the active compile mode */
+    actor_send(self, ss->reply_to, &m);
+    msg_free(&m);
+    session_free(ss);
+    return;
+  }
+  /* teardown, in order, before the error leaves */
+  hmap_remove(&s->sessions, &ss->id); /* 1. reset the active compile mode */
+  const gpu_compile_target *t = gpu_compile_target_find(ss->target);
+  size_t evicted = 0;
+  for (size_t i = 0; i < ss->n; i++)
+    if (ss->failed[i]) {
+      if (t) evict(s, t, ss->keys[i]); /* 3. evict failed entries */
+      evicted++;
+    }
+  char step2[96], step3[96];
+  snprintf(step2, sizeof step2, "drain %zu compiles still pending after the first failure", ss->drained);
+  snprintf(step3, sizeof step3, "evict %zu failed cache entries", evicted);
+  const char *steps[] = {"reset the active compile mode", step2, step3};
+  actor_send_error(self, ss->reply_to, ss->id, SCHED_ECOMPILE, ss->report.data ? ss->report.data : "", steps, 3);
+  session_free(ss);
+}
+
+static void resolve(session *ss, uint32_t i, const char *path, const char *error, const char *log,
+                    const char *where) {
+  if (i >= ss->n) return;
+  msg_module *mod = &ss->modules.v[i];
+  mod->path = xstrdup(path ? path : "");
+  if (error) {
+    if (ss->failures == 0) ss->drained = ss->pending - 1;
+    ss->failures++;
+    ss->failed[i] = true;
+    if (ss->report.len) sb_adds(&ss->report, "\n");
+    sb_addf(&ss->report, "kernel '%s' (%s): %s", mod->name, where, error);
+    if (log && *log) sb_addf(&ss->report, "\n%s", log);
+    while (ss->report.len && ss->report.data[ss->report.len - 1] == '\n') ss->report.data[--ss->report.len] = '\0';
+  }
+  ss->pending--;
+}
+
 static void handle_compile(actor_t *self, compile_state *s, msg *m) {
   const msg_compile *c = &m->body.compile;
-  /* enter the active compile mode for this session */
-  s->session = (compile_session){c->program, m->job, c->kernels.n};
-  s->active = &s->session;
-
   sched_error_t err = {0};
   const gpu_compile_target *t = gpu_compile_target_find(c->target);
-  const char *identity = t ? identity_of(s, t, &err) : NULL;
-  if (!t || !identity) {
-    s->active = NULL;
+  target_slot *ts = t ? target_of(s, t, &err) : NULL;
+  if (!ts || hmap_get(&s->sessions, &m->job)) {
     const char *steps[] = {"reset the active compile mode"};
-    char text[512];
-    snprintf(text, sizeof text, "compile target '%s': %s", c->target,
-             t ? (err.message ? err.message : "no compiler") : "unknown target");
-    actor_send_error(self, m->from, m->job, SCHED_ECOMPILE, text, steps, 1);
+    strbuf why;
+    sb_init(&why);
+    if (!t) sb_addf(&why, "unknown compile target '%s'", c->target);
+    else if (!ts) sb_addf(&why, "compile target '%s': %s", c->target, err.message ? err.message : "unavailable");
+    else sb_addf(&why, "a compile session %llu is already active", (unsigned long long)m->job);
+    actor_send_error(self, m->from, m->job, SCHED_ECOMPILE, why.data, steps, 1);
+    sb_free(&why);
     sched_error_clear(&err);
     return;
   }
-
-  msg reply;
-  msg_init(&reply, MSG_COMPILED, m->job, ACTOR_COMPILE);
-  msg_compiled *out = &reply.body.compiled;
-  out->program = c->program;
-  out->target = xstrdup(c->target);
-  out->modules.v = calloc(c->kernels.n ? c->kernels.n : 1, sizeof(msg_module));
-  strbuf fail;
-  sb_init(&fail);
-  char (*keys)[65] = calloc(c->kernels.n ? c->kernels.n : 1, 65);
-  bool *failed = calloc(c->kernels.n ? c->kernels.n : 1, sizeof(bool));
-  size_t nfailed = 0;
-  bool oom = !out->modules.v || !keys || !failed;
-  if (oom) {
-    sb_adds(&fail, "out of memory");
-    nfailed = 1;
+  /* enter the active compile mode: a session owning this program's futures */
+  session *ss = calloc(1, sizeof *ss);
+  size_t n = c->kernels.n;
+  if (ss) {
+    ss->modules.v = calloc(n ? n : 1, sizeof(msg_module));
+    ss->keys = calloc(n ? n : 1, 65);
+    ss->failed = calloc(n ? n : 1, sizeof(bool));
+    ss->target = xstrdup(c->target);
   }
-  for (size_t i = 0; !oom && i < c->kernels.n; i++) {
+  if (!ss || !ss->modules.v || !ss->keys || !ss->failed || !ss->target || hmap_put(&s->sessions, &m->job, ss) != 0) {
+    session_free(ss);
+    actor_send_error(self, m->from, m->job, SCHED_ENOMEM, "out of memory", NULL, 0);
+    return;
+  }
+  ss->id = m->job;
+  ss->program = c->program;
+  snprintf(ss->reply_to, sizeof ss->reply_to, "%s", m->from);
+  ss->n = n;
+  ss->pending = n;
+  sb_init(&ss->report);
+  for (size_t i = 0; i < n; i++) {
     const msg_kernel *k = &c->kernels.v[i];
-    cache_key(t, c->arch, identity, k, keys[i]);
-    const char *path = cache_lookup(s, t, keys[i]);
+    ss->modules.v[i].name = xstrdup(k->name);
+    ss->modules.n++;
+    cache_key(t, c->arch, ts->identity, k, ss->keys[i]);
+    ss->modules.v[i].key = xstrdup(ss->keys[i]);
+    const char *path = cache_lookup(s, t, ss->keys[i]);
     if (path) {
-      out->hits++;
-    } else {
-      out->misses++;
-      if (compile_one(s, t, c->arch, k, keys[i], &fail) == SCHED_OK) {
-        path = cache_lookup(s, t, keys[i]);
-      } else {
-        failed[i] = true;
-        nfailed++;
-      }
+      ss->hits++;
+      resolve(ss, (uint32_t)i, path, NULL, NULL, k->where);
+      continue;
     }
-    s->active->pending--;
-    msg_module *mod = &out->modules.v[out->modules.n++];
-    mod->name = xstrdup(k->name);
-    mod->key = xstrdup(keys[i]);
-    mod->path = xstrdup(path ? path : "");
-  }
-  if (nfailed) {
-    /* teardown, in order, before the error leaves */
-    size_t drained = s->active ? s->active->pending : 0;
-    s->active = NULL;
-    size_t evicted = 0;
-    for (size_t i = 0; keys && failed && i < c->kernels.n; i++)
-      if (failed[i]) {
-        evict(s, t, keys[i]);
-        evicted++;
+    ss->misses++;
+    future *f = hmap_get(&s->inflight, ss->keys[i]);
+    if (!f) {
+      prog_type params[64];
+      int np = gpu_params_parse(k->params, params, 64);
+      if (np < 0) {
+        resolve(ss, (uint32_t)i, NULL, "bad params", NULL, k->where);
+        continue;
       }
-    char step2[64], step3[64];
-    snprintf(step2, sizeof step2, "drain %zu pending compiles", drained);
-    snprintf(step3, sizeof step3, "evict %zu failed cache entries", evicted);
-    const char *steps[] = {"reset the active compile mode", step2, step3};
-    actor_send_error(self, m->from, m->job, SCHED_ECOMPILE, fail.data ? fail.data : "", steps, 3);
-  } else {
-    s->active = NULL;
-    actor_send(self, m->from, &reply);
+      f = calloc(1, sizeof *f);
+      if (f) {
+        memcpy(f->key, ss->keys[i], 65);
+        f->path = artifact_path(s, t, f->key);
+        f->target = t;
+        f->tctx = ts->ctx;
+        f->name = xstrdup(k->name);
+        f->entry = xstrdup(k->entry);
+        f->source = xstrdup(k->source);
+        f->source_file = xstrdup(k->source_file);
+        f->where = xstrdup(k->where);
+        f->arch = xstrdup(c->arch);
+        memcpy(f->params, params, sizeof params);
+        f->nparams = (uint32_t)np;
+        f->first_line = k->first_line;
+      }
+      if (!f || !f->path || !f->source || hmap_put(&s->inflight, f->key, f) != 0) {
+        future_free(f);
+        resolve(ss, (uint32_t)i, NULL, "out of memory", NULL, k->where);
+        continue;
+      }
+      if (future_wait_on(f, ss->id, (uint32_t)i) != 0) {
+        resolve(ss, (uint32_t)i, NULL, "out of memory", NULL, k->where);
+        hmap_remove(&s->inflight, f->key);
+        future_free(f);
+        continue;
+      }
+      pool_push(s, f);
+    } else if (future_wait_on(f, ss->id, (uint32_t)i) != 0) {
+      resolve(ss, (uint32_t)i, NULL, "out of memory", NULL, k->where);
+    }
   }
-  sb_free(&fail);
-  free(keys);
-  free(failed);
-  msg_free(&reply);
+  if (ss->pending == 0) finish_session(self, s, ss);
+}
+
+static void handle_worker_done(actor_t *self, compile_state *s, msg *m) {
+  if (m->body.compiled.modules.n != 1) return;
+  future *f = hmap_remove(&s->inflight, m->body.compiled.modules.v[0].key);
+  if (!f) return;
+  const char *path = NULL;
+  if (f->rc == SCHED_OK) {
+    path = remember(s, f->key, xstrdup(f->path));
+    if (!path) {
+      f->rc = SCHED_ENOMEM;
+      f->error = xstrdup("out of memory");
+    }
+  }
+  for (size_t w = 0; w < f->nwaiters; w++) {
+    session *ss = hmap_get(&s->sessions, &f->waiters[w].session);
+    if (!ss) continue;
+    resolve(ss, f->waiters[w].index, path, f->rc ? (f->error ? f->error : "compile failed") : NULL, f->log, f->where);
+    if (ss->pending == 0) finish_session(self, s, ss);
+  }
+  future_free(f); /* its log and buffers go with it */
 }
 
 static int compile_handle(actor_t *self, msg *m) {
   compile_state *s = actor_state(self);
   switch (m->type) {
   case MSG_COMPILE: handle_compile(self, s, m); return ACTOR_CONTINUE;
+  case MSG_COMPILED:
+    if (!strcmp(m->from, WORKER_FROM)) handle_worker_done(self, s, m);
+    return ACTOR_CONTINUE;
   case MSG_STATUS: {
     msg r;
     msg_init(&r, MSG_STATUS, m->job, ACTOR_COMPILE);
-    r.body.status.items.v = calloc(2, sizeof(msg_stat));
+    r.body.status.items.v = calloc(5, sizeof(msg_stat));
     if (r.body.status.items.v) {
-      r.body.status.items.v[0] = (msg_stat){xstrdup("compile_mode_active"), s->active != NULL};
-      r.body.status.items.v[1] = (msg_stat){xstrdup("cache_entries"), (int64_t)s->cache.count};
-      r.body.status.items.n = 2;
+      pthread_mutex_lock(&s->lock);
+      int64_t compiles = (int64_t)s->compiles;
+      pthread_mutex_unlock(&s->lock);
+      msg_stat items[] = {{xstrdup("compile_mode_active"), (int64_t)s->sessions.count},
+                          {xstrdup("cache_entries"), (int64_t)s->cache.count},
+                          {xstrdup("compiles_in_flight"), (int64_t)s->inflight.count},
+                          {xstrdup("compile_workers"), s->nworkers},
+                          {xstrdup("compiles"), compiles}};
+      memcpy(r.body.status.items.v, items, sizeof items);
+      r.body.status.items.n = 5;
     }
     actor_send(self, m->from, &r);
     msg_free(&r);
@@ -291,4 +574,4 @@ static int compile_handle(actor_t *self, msg *m) {
   }
 }
 
-const actor_def compile_actor_def = {NULL, compile_handle, NULL};
+const actor_def compile_actor_def = {compile_start, compile_handle, compile_stop};

@@ -30,6 +30,7 @@ typedef struct sched_core {
   gpu_backend *backend;
   int ndevices;
   char *cache_dir;
+  int compile_workers;
   pthread_mutex_t reg_lock;
   hmap programs; /* uint64_t id -> prog_program* */
 } sched_core;

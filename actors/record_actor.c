@@ -24,6 +24,7 @@
 #include "actors/actor.h"
 #include "actors/core.h"
 #include "actors/exec_ctx_key.h"
+#include "common/artifact.h"
 
 /* One recorded node and what it was recorded with. 64 bytes + its args. */
 typedef struct rec_node {
@@ -500,7 +501,11 @@ static int ensure_functions(record_state *s, const prog_program *p, const msg_re
       rm = calloc(1, sizeof *rm);
       if (!rm) return err_set(err, SCHED_ENOMEM, "out of memory");
       snprintf(rm->key, sizeof rm->key, "%s", mm->key);
-      int rc = ops->module_load(s->core->backend, (int)r->device, mm->path, &rm->mod, err);
+      uint8_t *img = NULL;
+      size_t len = 0;
+      int rc = artifact_read(mm->path, mm->key, &img, &len, err);
+      if (rc == SCHED_OK) rc = ops->module_load(s->core->backend, (int)r->device, img, len, &rm->mod, err);
+      free(img);
       if (rc == SCHED_OK) {
         rc = ops->module_function(s->core->backend, rm->mod, p->kernels[k].entry, &rm->fn, err);
         if (rc) ops->module_unload(s->core->backend, rm->mod);

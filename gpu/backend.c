@@ -36,6 +36,7 @@ void gpu_backend_close(gpu_backend **b) {
 
 const gpu_compile_target *gpu_compile_target_find(const char *name) {
   if (name && !strcmp(name, gpu_host_target.name)) return &gpu_host_target;
+  if (name && !strcmp(name, gpu_cuda_target.name)) return &gpu_cuda_target;
   return NULL;
 }
 

@@ -68,7 +68,8 @@ typedef struct gpu_ops {
   int (*copy_dtoh)(gpu_backend *b, int dev, void *dst, uint64_t src, uint64_t n,
                    sched_error_t *err);
 
-  int (*module_load)(gpu_backend *b, int dev, const char *path, gpu_module **out,
+  /* Loads a compiled artifact's payload (a shared object, a cubin). */
+  int (*module_load)(gpu_backend *b, int dev, const void *image, size_t len, gpu_module **out,
                      sched_error_t *err);
   void (*module_unload)(gpu_backend *b, gpu_module *m);
   int (*module_function)(gpu_backend *b, gpu_module *m, const char *entry, gpu_function *out,
@@ -114,16 +115,23 @@ typedef struct gpu_compile_req {
 typedef struct gpu_compile_target {
   const char *name;
   const char *ext; /* artifact file name ending */
+  /* Prepares the target (loads its compiler library, say); *ctx is passed to
+   * the calls below and may be used from several threads at once. */
+  int (*open)(void **ctx, sched_error_t *err);
+  void (*close)(void *ctx);
   /* The compiler's identity and version, part of every cache key. */
-  int (*identity)(char **out, sched_error_t *err);
-  /* Compiles into out_path (which must not be written partly: write
-   * elsewhere in tmp_dir, then rename). *log gets the compiler's output. */
-  int (*compile)(const gpu_compile_req *req, const char *tmp_dir, const char *out_path,
-                 char **log, sched_error_t *err);
+  int (*identity)(void *ctx, char **out, sched_error_t *err);
+  /* Compiles req into *out (malloc'ed bytes: the artifact). *log gets the
+   * compiler's messages (may be NULL). tmp_dir is private to this call. */
+  int (*compile)(void *ctx, const gpu_compile_req *req, const char *tmp_dir, uint8_t **out,
+                 size_t *out_len, char **log, sched_error_t *err);
 } gpu_compile_target;
 
 extern const gpu_compile_target gpu_host_target;
+extern const gpu_compile_target gpu_cuda_target;
 const gpu_compile_target *gpu_compile_target_find(const char *name);
+/* The sm_XX a cubin is built for (90 for sm_90), or -1 when it is not one. */
+int gpu_cubin_arch(const uint8_t *img, size_t len);
 
 /* Parses "f32,ptr,i32" into types; returns the count or -1. */
 int gpu_params_parse(const char *text, prog_type *out, int max);

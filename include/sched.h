@@ -58,6 +58,7 @@ typedef struct sched_options {
   const char *devices;   /* "auto" (default), "host", "host:N", "cuda", "all" */
   const char *cache_dir; /* NULL: $SCHED_CACHE_DIR, else ~/.cache/sched */
   int no_disk_cache;     /* 1: compile into a private temporary cache */
+  int compile_workers;   /* threads compiling kernels; 0: one per core */
 } sched_options_t;
 
 void sched_options_init(sched_options_t *opts);
@@ -70,6 +71,10 @@ int sched_open(sched_t **out, const sched_options_t *opts, sched_error_t *err);
 void sched_close(sched_t **s);
 
 int sched_device_count(const sched_t *s);
+
+/* Whether a compile session (the active compile mode) is open right now, and
+ * how many kernels the in-memory cache knows. */
+int sched_compile_status(sched_t *s, int *active_sessions, int *cache_entries, sched_error_t *err);
 /* "host:0", ...; NULL when i is out of range. */
 const char *sched_device_name(const sched_t *s, int i);
 

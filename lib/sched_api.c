@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "actors/actor.h"
@@ -140,6 +141,12 @@ int sched_open(sched_t **out, const sched_options_t *opts, sched_error_t *err) {
   } else {
     s->core.cache_dir = o.cache_dir ? xstrdup(o.cache_dir) : default_cache_dir();
   }
+  if (o.compile_workers < 0) {
+    rc = err_set(err, SCHED_EINVAL, "compile_workers must be >= 0");
+    goto fail;
+  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  s->core.compile_workers = o.compile_workers ? o.compile_workers : (int)(cores > 0 ? cores : 1);
   if (!s->core.cache_dir) {
     rc = err_set(err, SCHED_ENOMEM, "out of memory");
     goto fail;
@@ -215,6 +222,37 @@ void sched_close(sched_t **ps) {
   pthread_mutex_unlock(&s->lock);
   teardown(s);
   *ps = NULL;
+}
+
+int sched_compile_status(sched_t *s, int *active_sessions, int *cache_entries, sched_error_t *err) {
+  if (!s) return err_set(err, SCHED_EINVAL, "sched_compile_status: the scheduler is NULL");
+  pthread_mutex_lock(&s->lock);
+  int rc = SCHED_OK;
+  void *sock = mbox_connect(s->core.zctx, ACTOR_COMPILE, err);
+  msg q;
+  msg_init(&q, MSG_STATUS, 0, ACTOR_CLIENT);
+  if (!sock) rc = SCHED_EINTERNAL;
+  else rc = mbox_send(sock, &q, err);
+  msg_free(&q);
+  mbox_close(sock);
+  uint64_t deadline = now_ns() + 10000000000ull;
+  while (rc == SCHED_OK) {
+    uint64_t now = now_ns();
+    msg m;
+    rc = now >= deadline ? err_set(err, SCHED_ETIMEOUT, "the compile actor did not answer")
+                         : mbox_recv(s->inbox, (int)((deadline - now) / 1000000ull), &m, NULL, err);
+    if (rc) break;
+    bool mine = m.type == MSG_STATUS && !strcmp(m.from, ACTOR_COMPILE);
+    for (size_t i = 0; mine && i < m.body.status.items.n; i++) {
+      const msg_stat *it = &m.body.status.items.v[i];
+      if (!strcmp(it->name, "compile_mode_active") && active_sessions) *active_sessions = (int)it->value;
+      if (!strcmp(it->name, "cache_entries") && cache_entries) *cache_entries = (int)it->value;
+    }
+    msg_free(&m);
+    if (mine) break;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
 }
 
 /* ---- programs ---- */

@@ -9,6 +9,9 @@
  * nodes and an indirect call per launch, with nothing to allocate or look up.
  */
 #include <dlfcn.h>
+#include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +30,8 @@ typedef struct host_backend {
 
 struct gpu_module {
   void *dl;
+  int fd; /* kept open while loaded: dlopen knows modules by path name, and a
+             reused descriptor number would name another module */
 };
 
 /* One node: 64 bytes plus its argument slots in the sequence's arg array. */
@@ -138,18 +143,42 @@ static int h_copy_dtoh(gpu_backend *b, int dev, void *dst, uint64_t src, uint64_
   return SCHED_OK;
 }
 
-static int h_module_load(gpu_backend *b, int dev, const char *path, gpu_module **out,
+/* The image is a shared object in memory: dlopen needs a file, so it goes
+ * into an anonymous memory file, opened through /proc/self/fd. */
+static int h_module_load(gpu_backend *b, int dev, const void *image, size_t len, gpu_module **out,
                          sched_error_t *err) {
   (void)b;
-  (void)dev;
   *out = NULL;
   gpu_module *m = calloc(1, sizeof *m);
   if (!m) return err_set(err, SCHED_ENOMEM, "out of memory");
+  int fd = memfd_create("sched-module", MFD_CLOEXEC);
+  if (fd < 0) {
+    free(m);
+    return err_set(err, SCHED_EBACKEND, "host:%d: memfd_create: %s", dev, strerror(errno));
+  }
+  const char *p = image;
+  size_t left = len;
+  while (left) {
+    ssize_t w = write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int e = errno;
+      close(fd);
+      free(m);
+      return err_set(err, SCHED_EBACKEND, "host:%d: cannot stage a module: %s", dev, strerror(e));
+    }
+    p += w;
+    left -= (size_t)w;
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
   m->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  m->fd = fd;
   if (!m->dl) {
     const char *why = dlerror();
+    close(fd);
     free(m);
-    return err_set(err, SCHED_EBACKEND, "cannot load module %s: %s", path, why ? why : "?");
+    return err_set(err, SCHED_EBACKEND, "host:%d: cannot load module: %s", dev, why ? why : "?");
   }
   *out = m;
   return SCHED_OK;
@@ -159,6 +188,7 @@ static void h_module_unload(gpu_backend *b, gpu_module *m) {
   (void)b;
   if (!m) return;
   dlclose(m->dl);
+  close(m->fd);
   free(m);
 }
 

@@ -25,6 +25,7 @@
 
 #include "gpu/backend.h"
 #include "gpu/host/host_prelude.h"
+#include "gpu/kernel_abi.h"
 
 extern char **environ;
 
@@ -76,7 +77,16 @@ static int run_logged(char *const argv[], const char *log_path, sched_error_t *e
   return -1;
 }
 
-static int host_identity(char **out, sched_error_t *err) {
+static int host_open(void **ctx, sched_error_t *err) {
+  (void)err;
+  *ctx = NULL;
+  return SCHED_OK;
+}
+
+static void host_close(void *ctx) { (void)ctx; }
+
+static int host_identity(void *ctx, char **out, sched_error_t *err) {
+  (void)ctx;
   *out = NULL;
   char dir[] = "/tmp/sched-cxx-XXXXXX";
   if (!mkdtemp(dir)) return err_set(err, SCHED_EIO, "cannot create a temporary directory");
@@ -133,42 +143,22 @@ static int find_ident(const char *src, const char *ident) {
   return 0;
 }
 
-static const char *param_check(prog_type t) {
-  switch (t) {
-  case PT_I32: return "__sched_int<T>(true, 4)";
-  case PT_U32: return "__sched_int<T>(false, 4)";
-  case PT_I64: return "__sched_int<T>(true, 8)";
-  case PT_U64: return "__sched_int<T>(false, 8)";
-  case PT_F32: return "__sched_is<T, float>";
-  case PT_F64: return "__sched_is<T, double>";
-  default: return "std::is_pointer<T>::value";
-  }
-}
-
 static void gen_source(strbuf *sb, const gpu_compile_req *r) {
   sb_adds(sb, host_prelude);
+  sb_adds(sb, kernel_abi_traits);
   sb_addf(sb, "#line %u \"%s\"\n", r->first_line ? r->first_line : 1,
           r->source_file ? r->source_file : r->name);
   sb_adds(sb, r->source);
   sb_addf(sb, "\n#line 1 \"<entry %s of kernel %s>\"\n", r->entry, r->name);
-  sb_addf(sb,
-          "static_assert(__sched_arity(&%s) == %u, \"kernel '%s': params lists %u types, but "
-          "%s takes another number of parameters\");\n",
-          r->entry, r->nparams, r->name, r->nparams, r->entry);
-  for (uint32_t i = 0; i < r->nparams; i++) {
-    sb_addf(sb,
-            "namespace { template <class T> struct __sched_chk_%u { static_assert(%s, \"kernel "
-            "'%s': parameter %u is declared %s in params, but %s takes another type there\"); "
-            "}; template struct __sched_chk_%u<decltype(__sched_param<%u>(&%s))>; }\n",
-            i, param_check(r->params[i]), r->name, i + 1, prog_type_name(r->params[i]),
-            r->entry, i, i, r->entry);
-  }
+  kernel_abi_checks(sb, r);
   sb_addf(sb,
           "extern \"C\" __attribute__((visibility(\"default\"))) void __sched_launch_%s("
           "const unsigned *__g, const unsigned *__b, const uint64_t *__a) {\n",
           r->entry);
   for (uint32_t i = 0; i < r->nparams; i++) {
-    sb_addf(sb, "  using T%u = decltype(__sched_param<%u>(&%s));\n", i, i, r->entry);
+    sb_addf(sb, "  using T%u = ", i);
+    kernel_abi_param_type(sb, r, i);
+    sb_adds(sb, ";\n");
     if (r->params[i] == PT_PTR) sb_addf(sb, "  T%u a%u = (T%u)(uintptr_t)__a[%u];\n", i, i, i, i);
     else sb_addf(sb, "  T%u a%u; std::memcpy(&a%u, &__a[%u], sizeof a%u);\n", i, i, i, i, i);
   }
@@ -188,9 +178,12 @@ static void gen_source(strbuf *sb, const gpu_compile_req *r) {
   sb_adds(sb, ");\n    }\n  }\n}\n");
 }
 
-static int host_compile(const gpu_compile_req *r, const char *tmp_dir, const char *out_path,
-                        char **log, sched_error_t *err) {
+static int host_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, uint8_t **out,
+                        size_t *out_len, char **log, sched_error_t *err) {
+  (void)ctx;
   *log = NULL;
+  *out = NULL;
+  *out_len = 0;
   static const char *const refused[] = {"__syncthreads", "__shared__", "__syncwarp"};
   for (size_t i = 0; i < SCHED__ARRAY_LEN(refused); i++) {
     int line = find_ident(r->source, refused[i]);
@@ -235,8 +228,7 @@ static int host_compile(const gpu_compile_req *r, const char *tmp_dir, const cha
                  compiler(), st);
     goto out;
   }
-  if (rename(path_so.data, out_path) != 0)
-    rc = err_set(err, SCHED_EIO, "cannot publish %s: %s", out_path, strerror(errno));
+  rc = fs_read_file(path_so.data, (char **)out, out_len, err);
 out:
   unlink(path_src.data);
   unlink(path_so.data);
@@ -251,6 +243,8 @@ out:
 const gpu_compile_target gpu_host_target = {
     .name = "host",
     .ext = ".so",
+    .open = host_open,
+    .close = host_close,
     .identity = host_identity,
     .compile = host_compile,
 };

@@ -10,8 +10,6 @@ static const char host_prelude[] =
     "#include <cmath>\n"
     "#include <climits>\n"
     "#include <cfloat>\n"
-    "#include <type_traits>\n"
-    "#include <tuple>\n"
     "struct dim3 { unsigned int x, y, z;\n"
     "  constexpr dim3(unsigned int a = 1, unsigned int b = 1, unsigned int c = 1) : x(a), y(b), z(c) {} };\n"
     "struct uint3 { unsigned int x, y, z; };\n"
@@ -58,13 +56,6 @@ static const char host_prelude[] =
     "static inline double rsqrt(double x) { return 1.0 / sqrt(x); }\n"
     "static inline float __fdividef(float a, float b) { return a / b; }\n"
     "static inline float __saturatef(float x) { return x < 0.f ? 0.f : x > 1.f ? 1.f : x; }\n"
-    "static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }\n"
-    "template <class... A> constexpr unsigned __sched_arity(void (*)(A...)) { return sizeof...(A); }\n"
-    "template <unsigned I, class... A> auto __sched_param(void (*)(A...))\n"
-    "    -> typename std::tuple_element<I, std::tuple<A...>>::type;\n"
-    "template <class T, class W> constexpr bool __sched_is = std::is_same<typename std::remove_cv<T>::type, W>::value;\n"
-    "template <class T> constexpr bool __sched_int(bool sig, unsigned sz) {\n"
-    "  return std::is_integral<T>::value && !std::is_same<T, bool>::value &&\n"
-    "         std::is_signed<T>::value == sig && sizeof(T) == sz; }\n";
+    "static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }\n";
 
 #endif

@@ -1,0 +1,63 @@
+/* See artifact.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/artifact.h"
+
+static const char magic[8] = {'S', 'C', 'H', 'E', 'D', 'A', 'R', '1'};
+
+static void sha_hex(const void *p, size_t n, char out[65]) {
+  hash_ctx *h = hash_new();
+  hash_add(h, p, n);
+  hash_final_hex(h, out);
+}
+
+int artifact_write(const char *path, const char *key, const void *payload, size_t len,
+                   sched_error_t *err) {
+  if (strlen(key) != 64) return err_set(err, SCHED_EINVAL, "artifact key must be 64 hex digits");
+  uint8_t *buf = malloc(ARTIFACT_HEADER + len);
+  if (!buf) return err_set(err, SCHED_ENOMEM, "out of memory");
+  uint32_t version = 1, zero = 0;
+  uint64_t n = len;
+  char sum[65];
+  sha_hex(payload, len, sum);
+  memcpy(buf, magic, 8);
+  memcpy(buf + 8, &version, 4);
+  memcpy(buf + 12, &zero, 4);
+  memcpy(buf + 16, &n, 8);
+  memcpy(buf + 24, sum, 64);
+  memcpy(buf + 88, key, 64);
+  if (len) memcpy(buf + ARTIFACT_HEADER, payload, len);
+  int rc = fs_write_atomic(path, buf, ARTIFACT_HEADER + len, err);
+  free(buf);
+  return rc;
+}
+
+int artifact_read(const char *path, const char *key, uint8_t **payload, size_t *len,
+                  sched_error_t *err) {
+  *payload = NULL;
+  *len = 0;
+  char *data;
+  size_t size;
+  int rc = fs_read_file(path, &data, &size, err);
+  if (rc) return rc;
+  const char *why = NULL;
+  uint32_t version;
+  uint64_t n = 0;
+  char sum[65];
+  if (size < ARTIFACT_HEADER) why = "shorter than its header";
+  else if (memcmp(data, magic, 8) != 0) why = "not a sched artifact";
+  else if (memcpy(&version, data + 8, 4), version != 1) why = "an unknown artifact version";
+  else if (memcpy(&n, data + 16, 8), n != size - ARTIFACT_HEADER) why = "truncated or padded";
+  else if (memcmp(data + 88, key, 64) != 0) why = "stored under another key";
+  else if (sha_hex(data + ARTIFACT_HEADER, (size_t)n, sum), memcmp(sum, data + 24, 64) != 0)
+    why = "corrupted (checksum mismatch)";
+  if (why) {
+    free(data);
+    return err_set(err, SCHED_EIO, "%s: %s", path, why);
+  }
+  memmove(data, data + ARTIFACT_HEADER, (size_t)n);
+  *payload = (uint8_t *)data;
+  *len = (size_t)n;
+  return SCHED_OK;
+}

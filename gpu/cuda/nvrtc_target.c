@@ -1,0 +1,207 @@
+/*
+ * The cuda compile target: CUDA C to a cubin for one sm_XX, with NVRTC.
+ *
+ * NVRTC is loaded with dlopen, like the driver, so sched builds and runs
+ * where the CUDA toolkit is absent; the target then fails with a clear reason.
+ * NVRTC needs no GPU, so this target works (and is tested) on any machine
+ * that has the library. After compiling, the cubin's ELF symbol table is read
+ * to make sure the entry exists under its C name: a kernel without
+ * extern "C" is reported with the C++ name it got instead.
+ */
+#include <dlfcn.h>
+#include <elf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/backend.h"
+#include "gpu/kernel_abi.h"
+
+/* The NVRTC C API, as documented (nvrtc.h); declared here so that building
+ * sched needs no CUDA headers. */
+typedef int nvrtcResult;
+typedef struct _nvrtcProgram *nvrtcProgram;
+
+typedef struct nvrtc_api {
+  void *dl;
+  const char *(*GetErrorString)(nvrtcResult);
+  nvrtcResult (*Version)(int *, int *);
+  nvrtcResult (*CreateProgram)(nvrtcProgram *, const char *, const char *, int, const char *const *,
+                               const char *const *);
+  nvrtcResult (*DestroyProgram)(nvrtcProgram *);
+  nvrtcResult (*CompileProgram)(nvrtcProgram, int, const char *const *);
+  nvrtcResult (*GetCUBINSize)(nvrtcProgram, size_t *);
+  nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);
+  nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t *);
+  nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
+} nvrtc_api;
+
+static int nv_open(void **ctx, sched_error_t *err) {
+  *ctx = NULL;
+  const char *env = getenv("SCHED_NVRTC_LIBRARY");
+  const char *candidates[] = {env && *env ? env : "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12",
+                              "/usr/local/cuda/lib64/libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so.13",
+                              "/usr/local/cuda/lib64/libnvrtc.so.12"};
+  /* RTLD_NODELETE: NVRTC carries its own C++ runtime, whose allocations would
+   * dangle (and show as leaks) if the library were unmapped */
+  void *dl = NULL;
+  for (size_t i = 0; !dl && i < SCHED__ARRAY_LEN(candidates); i++) dl = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!dl) return err_set(err, SCHED_ECOMPILE, "NVRTC is not available (no libnvrtc.so found; set SCHED_NVRTC_LIBRARY)");
+  nvrtc_api *a = calloc(1, sizeof *a);
+  if (!a) {
+    dlclose(dl);
+    return err_set(err, SCHED_ENOMEM, "out of memory");
+  }
+  a->dl = dl;
+  struct { void **slot; const char *name; } syms[] = {
+      {(void **)&a->GetErrorString, "nvrtcGetErrorString"},
+      {(void **)&a->Version, "nvrtcVersion"},
+      {(void **)&a->CreateProgram, "nvrtcCreateProgram"},
+      {(void **)&a->DestroyProgram, "nvrtcDestroyProgram"},
+      {(void **)&a->CompileProgram, "nvrtcCompileProgram"},
+      {(void **)&a->GetCUBINSize, "nvrtcGetCUBINSize"},
+      {(void **)&a->GetCUBIN, "nvrtcGetCUBIN"},
+      {(void **)&a->GetProgramLogSize, "nvrtcGetProgramLogSize"},
+      {(void **)&a->GetProgramLog, "nvrtcGetProgramLog"},
+  };
+  for (size_t i = 0; i < SCHED__ARRAY_LEN(syms); i++) {
+    *syms[i].slot = dlsym(dl, syms[i].name);
+    if (!*syms[i].slot) {
+      dlclose(dl);
+      free(a);
+      return err_set(err, SCHED_ECOMPILE, "NVRTC lacks %s (too old?)", syms[i].name);
+    }
+  }
+  *ctx = a;
+  return SCHED_OK;
+}
+
+static void nv_close(void *ctx) {
+  nvrtc_api *a = ctx;
+  if (!a) return;
+  dlclose(a->dl);
+  free(a);
+}
+
+static int nv_identity(void *ctx, char **out, sched_error_t *err) {
+  nvrtc_api *a = ctx;
+  int major = 0, minor = 0;
+  if (a->Version(&major, &minor) != 0) return err_set(err, SCHED_ECOMPILE, "nvrtcVersion failed");
+  char buf[64];
+  snprintf(buf, sizeof buf, "nvrtc %d.%d", major, minor);
+  *out = xstrdup(buf);
+  return *out ? SCHED_OK : err_set(err, SCHED_ENOMEM, "out of memory");
+}
+
+/* Looks for `entry` among the cubin's function symbols. Returns 1 when found;
+ * 0 when absent, with a C++-mangled near miss copied to `mangled` if any; -1
+ * when the image is not a 64-bit ELF. */
+static int elf_find_entry(const uint8_t *img, size_t len, const char *entry, char *mangled, size_t mlen) {
+  mangled[0] = '\0';
+  if (len < sizeof(Elf64_Ehdr) || memcmp(img, ELFMAG, SELFMAG) != 0 || img[EI_CLASS] != ELFCLASS64) return -1;
+  Elf64_Ehdr eh;
+  memcpy(&eh, img, sizeof eh);
+  if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shoff > len || eh.e_shnum > (len - eh.e_shoff) / sizeof(Elf64_Shdr))
+    return -1;
+  for (unsigned i = 0; i < eh.e_shnum; i++) {
+    Elf64_Shdr sh, strh;
+    memcpy(&sh, img + eh.e_shoff + i * sizeof sh, sizeof sh);
+    if (sh.sh_type != SHT_SYMTAB || sh.sh_link >= eh.e_shnum) continue;
+    memcpy(&strh, img + eh.e_shoff + sh.sh_link * sizeof strh, sizeof strh);
+    if (sh.sh_offset > len || sh.sh_size > len - sh.sh_offset || strh.sh_offset > len ||
+        strh.sh_size > len - strh.sh_offset)
+      return -1;
+    size_t n = sh.sh_size / sizeof(Elf64_Sym);
+    for (size_t k = 0; k < n; k++) {
+      Elf64_Sym sym;
+      memcpy(&sym, img + sh.sh_offset + k * sizeof sym, sizeof sym);
+      if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_name >= strh.sh_size) continue;
+      const char *name = (const char *)img + strh.sh_offset + sym.st_name;
+      size_t maxn = strh.sh_size - sym.st_name;
+      if (!memchr(name, '\0', maxn)) continue;
+      if (strcmp(name, entry) == 0) return 1;
+      if (name[0] == '_' && name[1] == 'Z' && strstr(name, entry)) snprintf(mangled, mlen, "%s", name);
+    }
+  }
+  return 0;
+}
+
+int gpu_cubin_arch(const uint8_t *img, size_t len) {
+  if (len < sizeof(Elf64_Ehdr) || memcmp(img, ELFMAG, SELFMAG) != 0 || img[EI_CLASS] != ELFCLASS64) return -1;
+  Elf64_Ehdr eh;
+  memcpy(&eh, img, sizeof eh);
+  if (eh.e_machine != EM_CUDA) return -1;
+  /* the ELF ABI version 8 cubins (CUDA 12.8 on) keep sm in bits 8..15 */
+  return (int)(img[EI_ABIVERSION] >= 8 ? (eh.e_flags >> 8) & 0xff : eh.e_flags & 0xff);
+}
+
+static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, uint8_t **out, size_t *out_len,
+                      char **log, sched_error_t *err) {
+  (void)tmp_dir;
+  nvrtc_api *a = ctx;
+  *out = NULL;
+  *out_len = 0;
+  *log = NULL;
+  if (!r->arch || strncmp(r->arch, "sm_", 3) != 0)
+    return err_set(err, SCHED_ECOMPILE, "kernel '%s': the cuda target needs an sm_XX architecture, not '%s'", r->name,
+                   r->arch ? r->arch : "");
+  strbuf src;
+  sb_init(&src);
+  sb_adds(&src, kernel_abi_traits);
+  sb_addf(&src, "#line %u \"%s\"\n", r->first_line ? r->first_line : 1, r->source_file ? r->source_file : r->name);
+  sb_adds(&src, r->source);
+  sb_addf(&src, "\n#line 1 \"<entry %s of kernel %s>\"\n", r->entry, r->name);
+  kernel_abi_checks(&src, r);
+  if (src.failed) {
+    sb_free(&src);
+    return err_set(err, SCHED_ENOMEM, "out of memory");
+  }
+  char arch_opt[64];
+  snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", r->arch);
+  const char *opts[] = {arch_opt, "-std=c++17"};
+  nvrtcProgram prog = NULL;
+  int rc = SCHED_OK;
+  nvrtcResult nr = a->CreateProgram(&prog, src.data, r->name, 0, NULL, NULL);
+  sb_free(&src);
+  if (nr != 0) return err_set(err, SCHED_ECOMPILE, "nvrtcCreateProgram: %s", a->GetErrorString(nr));
+  nr = a->CompileProgram(prog, 2, opts);
+  size_t log_len = 0;
+  if (a->GetProgramLogSize(prog, &log_len) == 0 && log_len > 1) {
+    *log = malloc(log_len);
+    if (*log && a->GetProgramLog(prog, *log) != 0) (*log)[0] = '\0';
+  }
+  if (nr != 0) {
+    rc = err_set(err, SCHED_ECOMPILE, "kernel '%s' does not compile for %s (%s)", r->name, r->arch, a->GetErrorString(nr));
+  } else if (a->GetCUBINSize(prog, out_len) != 0 || *out_len == 0 || !(*out = malloc(*out_len)) ||
+             a->GetCUBIN(prog, (char *)*out) != 0) {
+    rc = err_set(err, SCHED_ECOMPILE, "kernel '%s': NVRTC produced no cubin for %s", r->name, r->arch);
+  } else {
+    char mangled[256];
+    int found = elf_find_entry(*out, *out_len, r->entry, mangled, sizeof mangled);
+    if (found < 0)
+      rc = err_set(err, SCHED_ECOMPILE, "kernel '%s': the cubin is not a 64-bit ELF", r->name);
+    else if (found == 0 && mangled[0])
+      rc = err_set(err, SCHED_ECOMPILE,
+                   "kernel '%s': entry '%s' is not extern \"C\" (the cubin has it as '%s'); declare it "
+                   "extern \"C\" __global__",
+                   r->name, r->entry, mangled);
+    else if (found == 0)
+      rc = err_set(err, SCHED_ECOMPILE, "kernel '%s': the cubin has no __global__ function '%s'", r->name, r->entry);
+  }
+  if (rc) {
+    free(*out);
+    *out = NULL;
+    *out_len = 0;
+  }
+  a->DestroyProgram(&prog);
+  return rc;
+}
+
+const gpu_compile_target gpu_cuda_target = {
+    .name = "cuda",
+    .ext = ".cubin",
+    .open = nv_open,
+    .close = nv_close,
+    .identity = nv_identity,
+    .compile = nv_compile,
+};

@@ -1,0 +1,17 @@
+/* The C++ text that checks a kernel's declared `params` against its
+ * signature at compile time, shared by every compile target. Self-contained
+ * (no standard headers), so NVRTC takes it as well as the host compiler. */
+#ifndef SCHED_KERNEL_ABI_H
+#define SCHED_KERNEL_ABI_H
+
+#include "common/common.h"
+#include "gpu/backend.h"
+
+/* Type traits used by the checks; put once before the kernel source. */
+extern const char kernel_abi_traits[];
+/* static_asserts for req's entry and params; put after the kernel source. */
+void kernel_abi_checks(strbuf *sb, const gpu_compile_req *req);
+/* "typename __sched_param<I, decltype(entry)>::type" for parameter i. */
+void kernel_abi_param_type(strbuf *sb, const gpu_compile_req *req, uint32_t i);
+
+#endif

@@ -1,0 +1,456 @@
+/* The compile actor driven directly by messages: sessions (the active
+ * compile mode), teardown before errors, every failure reported, nothing
+ * failed cached, dedup across concurrent sessions, a verified disk cache,
+ * two processes sharing one cache; and NVRTC cubins for sm_80 and sm_90. */
+#include <dirent.h>
+#include <elf.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "actors/actor.h"
+#include "actors/core.h"
+#include "common/artifact.h"
+#include "test_util.h"
+
+extern char **environ;
+
+typedef struct rig {
+  sched_core core;
+  compile_state *st;
+  actor_t *actor;
+  void *inbox, *out;
+  char dir[64];
+} rig;
+
+static void rig_up(rig *r, int workers) {
+  memset(r, 0, sizeof *r);
+  snprintf(r->dir, sizeof r->dir, "/tmp/sched-cc-XXXXXX");
+  assert_non_null(mkdtemp(r->dir));
+  r->core.zctx = zmq_ctx_new();
+  r->core.cache_dir = strdup(r->dir);
+  r->core.compile_workers = workers;
+  sched_error_t err = {0};
+  r->inbox = mbox_bind(r->core.zctx, "client", &err);
+  r->st = compile_state_new(&r->core);
+  assert_int_equal(actor_start(r->core.zctx, &compile_actor_def, ACTOR_COMPILE, r->st, &r->actor, &err), SCHED_OK);
+  r->out = mbox_connect(r->core.zctx, ACTOR_COMPILE, &err);
+}
+
+/* Restarts the actor over the same cache directory: memory cache empty. */
+static void rig_restart(rig *r, int workers) {
+  msg t;
+  msg_init(&t, MSG_TERM, 0, "client");
+  mbox_send(r->out, &t, NULL);
+  msg_free(&t);
+  actor_join(&r->actor);
+  compile_state_free(r->st);
+  r->core.compile_workers = workers;
+  r->st = compile_state_new(&r->core);
+  sched_error_t err = {0};
+  assert_int_equal(actor_start(r->core.zctx, &compile_actor_def, ACTOR_COMPILE, r->st, &r->actor, &err), SCHED_OK);
+  /* inproc does not reconnect to a new binding: connect again */
+  mbox_close(r->out);
+  r->out = mbox_connect(r->core.zctx, ACTOR_COMPILE, &err);
+}
+
+static void rig_down(rig *r, bool keep_dir) {
+  msg t;
+  msg_init(&t, MSG_TERM, 0, "client");
+  mbox_send(r->out, &t, NULL);
+  msg_free(&t);
+  actor_join(&r->actor);
+  compile_state_free(r->st);
+  mbox_close(r->out);
+  mbox_close(r->inbox);
+  zmq_ctx_term(r->core.zctx);
+  if (!keep_dir) fs_remove_tree(r->dir);
+  free(r->core.cache_dir);
+}
+
+typedef struct kdef {
+  const char *name, *params, *source;
+} kdef;
+
+static void send_compile(rig *r, uint64_t job, const kdef *k, size_t n) {
+  msg m;
+  msg_init(&m, MSG_COMPILE, job, "client");
+  m.body.compile.program = job;
+  m.body.compile.target = strdup("host");
+  m.body.compile.arch = strdup("x86_64");
+  m.body.compile.kernels.v = calloc(n, sizeof(msg_kernel));
+  for (size_t i = 0; i < n; i++) {
+    char where[64];
+    snprintf(where, sizeof where, "p%llu.yaml:%zu:3", (unsigned long long)job, 10 * i + 4);
+    m.body.compile.kernels.v[i] = (msg_kernel){strdup(k[i].name), strdup(k[i].name), strdup(k[i].params),
+                                               strdup(k[i].source), strdup(where), strdup("k.cu"), 1};
+    m.body.compile.kernels.n++;
+  }
+  assert_int_equal(mbox_send(r->out, &m, NULL), SCHED_OK);
+  msg_free(&m);
+}
+
+static void recv_reply(rig *r, msg *m) {
+  sched_error_t err = {0};
+  if (mbox_recv(r->inbox, 120000, m, NULL, &err)) fail_msg("no reply: %s", err.message);
+}
+
+static int64_t stat_of(rig *r, const char *name) {
+  msg q;
+  msg_init(&q, MSG_STATUS, 999, "client");
+  mbox_send(r->out, &q, NULL);
+  msg_free(&q);
+  msg m;
+  recv_reply(r, &m);
+  assert_int_equal(m.type, MSG_STATUS);
+  int64_t v = -1;
+  for (size_t i = 0; i < m.body.status.items.n; i++)
+    if (!strcmp(m.body.status.items.v[i].name, name)) v = m.body.status.items.v[i].value;
+  msg_free(&m);
+  return v;
+}
+
+static const kdef good_a = {"good_a", "ptr", "extern \"C\" __global__ void good_a(float *p) { p[threadIdx.x] = 1; }\n"};
+static const kdef good_b = {"good_b", "ptr,i32", "extern \"C\" __global__ void good_b(int *p, int v) { p[0] = v; }\n"};
+static const kdef bad_x = {"bad_x", "ptr", "extern \"C\" __global__ void bad_x(float *p) {\n  p[0] = 1\n}\n"};
+static const kdef bad_y = {"bad_y", "ptr", "extern \"C\" __global__ void bad_y(float *p) { nope(p); }\n"};
+
+static int count_artifacts(const char *dir, const char *target) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, target);
+  DIR *d = opendir(path);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char sub[1024];
+    snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+    DIR *d2 = opendir(sub);
+    struct dirent *e2;
+    while (d2 && (e2 = readdir(d2))) n += e2->d_name[0] != '.';
+    if (d2) closedir(d2);
+  }
+  closedir(d);
+  return n;
+}
+
+static int count_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+static void test_failure_resets_mode_then_next_compiles(void **st) {
+  (void)st;
+  rig r;
+  rig_up(&r, 2);
+  kdef ks[] = {good_a, bad_x};
+  send_compile(&r, 1, ks, 2);
+  msg m;
+  recv_reply(&r, &m);
+  assert_int_equal(m.type, MSG_ERROR);
+  assert_true(m.job == 1);
+  assert_int_equal(m.body.error.code, SCHED_ECOMPILE);
+  assert_string_equal(m.body.error.origin, "compile");
+  assert_int_equal(m.body.error.teardown.n, 3);
+  assert_string_equal(m.body.error.teardown.v[0], "reset the active compile mode");
+  assert_non_null(strstr(m.body.error.teardown.v[2], "evict 1 failed"));
+  assert_non_null(strstr(m.body.error.text, "kernel 'bad_x' (p1.yaml:14:3)"));
+  assert_non_null(strstr(m.body.error.text, "k.cu:2"));
+  assert_null(strstr(m.body.error.text, "good_a"));
+  msg_free(&m);
+  /* the mode was reset before the error came out */
+  assert_int_equal(stat_of(&r, "compile_mode_active"), 0);
+  /* a second session compiles, on the same actor */
+  kdef ok[] = {good_b};
+  send_compile(&r, 2, ok, 1);
+  recv_reply(&r, &m);
+  assert_int_equal(m.type, MSG_COMPILED);
+  assert_true(m.job == 2 && m.body.compiled.program == 2);
+  assert_int_equal(m.body.compiled.modules.n, 1);
+  assert_string_equal(m.body.compiled.modules.v[0].name, "good_b");
+  assert_int_equal(m.body.compiled.misses, 1);
+  uint8_t *img;
+  size_t len;
+  sched_error_t err = {0};
+  assert_int_equal(artifact_read(m.body.compiled.modules.v[0].path, m.body.compiled.modules.v[0].key, &img, &len, &err),
+                   SCHED_OK);
+  free(img);
+  msg_free(&m);
+  assert_int_equal(stat_of(&r, "compile_mode_active"), 0);
+  rig_down(&r, false);
+}
+
+static void test_two_failures_reported_none_cached(void **st) {
+  (void)st;
+  rig r;
+  rig_up(&r, 2);
+  kdef ks[] = {bad_x, good_a, bad_y};
+  for (int round = 0; round < 2; round++) {
+    send_compile(&r, 10 + (uint64_t)round, ks, 3);
+    msg m;
+    recv_reply(&r, &m);
+    assert_int_equal(m.type, MSG_ERROR);
+    assert_non_null(strstr(m.body.error.text, "kernel 'bad_x'"));
+    assert_non_null(strstr(m.body.error.text, "kernel 'bad_y'"));
+    assert_non_null(strstr(m.body.error.text, "nope"));
+    assert_non_null(strstr(m.body.error.teardown.v[2], "evict 2 failed"));
+    msg_free(&m);
+    /* only the good kernel is cached, in memory and on disk */
+    assert_int_equal(stat_of(&r, "cache_entries"), 1);
+    assert_int_equal(count_artifacts(r.dir, "host"), 1);
+    assert_int_equal(stat_of(&r, "compiles_in_flight"), 0);
+  }
+  /* the failures were compiled again on the second round: 3 + 2 compiles */
+  assert_int_equal(stat_of(&r, "compiles"), 5);
+  char tmp[512];
+  snprintf(tmp, sizeof tmp, "%s/tmp", r.dir);
+  assert_int_equal(count_entries(tmp), 0); /* no temporary leftovers */
+  rig_down(&r, false);
+}
+
+static void test_dedup_across_sessions(void **st) {
+  (void)st;
+  rig r;
+  rig_up(&r, 2);
+  kdef k1[] = {good_a, good_b}, k2[] = {good_b, good_a};
+  send_compile(&r, 21, k1, 2);
+  send_compile(&r, 22, k2, 2);
+  send_compile(&r, 23, k1, 1);
+  msg m[3];
+  for (int i = 0; i < 3; i++) {
+    recv_reply(&r, &m[i]);
+    assert_int_equal(m[i].type, MSG_COMPILED);
+  }
+  /* each key compiled exactly once, whatever the order of arrival */
+  assert_int_equal(stat_of(&r, "compiles"), 2);
+  for (int i = 0; i < 3; i++) {
+    for (int j = 0; j < 3; j++)
+      for (size_t a = 0; a < m[i].body.compiled.modules.n; a++)
+        for (size_t b = 0; b < m[j].body.compiled.modules.n; b++)
+          if (!strcmp(m[i].body.compiled.modules.v[a].name, m[j].body.compiled.modules.v[b].name)) {
+            assert_string_equal(m[i].body.compiled.modules.v[a].key, m[j].body.compiled.modules.v[b].key);
+            assert_string_equal(m[i].body.compiled.modules.v[a].path, m[j].body.compiled.modules.v[b].path);
+          }
+    msg_free(&m[i]);
+  }
+  rig_down(&r, false);
+}
+
+static void corrupt(const char *path, int how) {
+  char *data;
+  size_t len;
+  sched_error_t err = {0};
+  assert_int_equal(fs_read_file(path, &data, &len, &err), SCHED_OK);
+  FILE *f = fopen(path, "wb");
+  if (how == 0) {
+    data[len / 2] ^= 0x40; /* a flipped byte in the payload */
+    fwrite(data, 1, len, f);
+  } else if (how == 1) {
+    fwrite(data, 1, len - 100, f); /* truncated */
+  } else if (how == 2) {
+    /* empty */
+  } else {
+    data[100] ^= 1; /* the header's key: a foreign entry */
+    fwrite(data, 1, len, f);
+  }
+  fclose(f);
+  free(data);
+}
+
+static void test_corrupt_entries_rebuilt(void **st) {
+  (void)st;
+  rig r;
+  rig_up(&r, 1);
+  kdef ks[] = {good_a};
+  send_compile(&r, 30, ks, 1);
+  msg m;
+  recv_reply(&r, &m);
+  assert_int_equal(m.type, MSG_COMPILED);
+  char *path = strdup(m.body.compiled.modules.v[0].path), *key = strdup(m.body.compiled.modules.v[0].key);
+  msg_free(&m);
+  for (int how = 0; how < 4; how++) {
+    corrupt(path, how);
+    uint8_t *img;
+    size_t len;
+    sched_error_t err = {0};
+    assert_int_equal(artifact_read(path, key, &img, &len, &err), SCHED_EIO);
+    sched_error_clear(&err);
+    rig_restart(&r, 1); /* forget the memory cache: the disk must be checked */
+    send_compile(&r, 31 + (uint64_t)how, ks, 1);
+    recv_reply(&r, &m);
+    assert_int_equal(m.type, MSG_COMPILED);
+    assert_int_equal(m.body.compiled.misses, 1); /* detected, recompiled */
+    assert_int_equal(m.body.compiled.hits, 0);
+    msg_free(&m);
+    assert_int_equal(artifact_read(path, key, &img, &len, &err), SCHED_OK); /* replaced */
+    free(img);
+    rig_restart(&r, 1);
+    send_compile(&r, 41 + (uint64_t)how, ks, 1);
+    recv_reply(&r, &m);
+    assert_int_equal(m.body.compiled.hits, 1); /* and now a disk hit */
+    msg_free(&m);
+  }
+  free(path);
+  free(key);
+  rig_down(&r, false);
+}
+
+static void test_two_processes_one_cache(void **st) {
+  (void)st;
+  char dir[] = "/tmp/sched-shared-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char env_cache[128];
+  snprintf(env_cache, sizeof env_cache, "SCHED_CACHE_DIR=%s", dir);
+  char cfg[1024];
+  snprintf(cfg, sizeof cfg, "%s/saxpy.yaml", tu_env("SCHED_CONFIGS"));
+  char *argv[] = {(char *)tu_env("SCHED_RUN"), "--quiet", cfg, NULL};
+  /* the environment as it is (sanitizer options included), with the cache moved */
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **envp = calloc(n + 2, sizeof *envp);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "SCHED_CACHE_DIR=", 16) != 0) envp[k++] = environ[i];
+  envp[k++] = env_cache;
+  pid_t pids[2];
+  for (int i = 0; i < 2; i++) assert_int_equal(posix_spawn(&pids[i], argv[0], NULL, NULL, argv, envp), 0);
+  for (int i = 0; i < 2; i++) {
+    int status;
+    assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+  }
+  free(envp);
+  /* one valid entry per kernel, nothing partial */
+  assert_int_equal(count_artifacts(dir, "host"), 2);
+  char tmp[256];
+  snprintf(tmp, sizeof tmp, "%s/tmp", dir);
+  assert_int_equal(count_entries(tmp), 0);
+  char sub[256];
+  snprintf(sub, sizeof sub, "%s/host", dir);
+  DIR *d = opendir(sub);
+  struct dirent *e;
+  int valid = 0;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char p2[512];
+    snprintf(p2, sizeof p2, "%s/%s", sub, e->d_name);
+    DIR *d2 = opendir(p2);
+    struct dirent *e2;
+    while ((e2 = readdir(d2))) {
+      if (e2->d_name[0] == '.') continue;
+      char file[1024], key[65];
+      snprintf(file, sizeof file, "%s/%s", p2, e2->d_name);
+      snprintf(key, sizeof key, "%.64s", e2->d_name);
+      uint8_t *img;
+      size_t len;
+      sched_error_t err = {0};
+      if (artifact_read(file, key, &img, &len, &err)) fail_msg("%s", err.message);
+      free(img);
+      valid++;
+    }
+    closedir(d2);
+  }
+  closedir(d);
+  assert_int_equal(valid, 2);
+  fs_remove_tree(dir);
+}
+
+/* ---- NVRTC ---- */
+
+static const struct {
+  const char *name, *params, *source;
+} cuda_kernels[] = {
+    {"saxpy", "f32,ptr,ptr,i32",
+     "extern \"C\" __global__ void saxpy(float a, const float *x, float *y, int n) {\n"
+     "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] = a * x[i] + y[i];\n}\n"},
+    {"fill_slice", "ptr,i32,f32",
+     "extern \"C\" __global__ void fill_slice(float *p, int n, float v) {\n"
+     "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) p[i] = v;\n}\n"},
+    {"histogram", "ptr,i32,ptr,i32",
+     "extern \"C\" __global__ void histogram(const int *values, int n, unsigned int *buckets, int nbuckets) {\n"
+     "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+     "  if (i < n) atomicAdd(&buckets[values[i] % nbuckets], 1u);\n}\n"},
+    {"wide", "i64,u64,f64,u32,ptr",
+     "extern \"C\" __global__ void wide(long long a, unsigned long long b, double c, unsigned d, double *o) {\n"
+     "  o[0] = a + b + c + d;\n}\n"},
+};
+
+static void test_nvrtc_cubins(void **st) {
+  (void)st;
+  void *ctx = NULL;
+  sched_error_t err = {0};
+  if (gpu_cuda_target.open(&ctx, &err)) fail_msg("NVRTC: %s", err.message);
+  char *id = NULL;
+  assert_int_equal(gpu_cuda_target.identity(ctx, &id, &err), SCHED_OK);
+  assert_non_null(strstr(id, "nvrtc "));
+  free(id);
+  const char *archs[] = {"sm_80", "sm_90"};
+  for (size_t k = 0; k < sizeof cuda_kernels / sizeof cuda_kernels[0]; k++)
+    for (int a = 0; a < 2; a++) {
+      prog_type params[8];
+      int np = gpu_params_parse(cuda_kernels[k].params, params, 8);
+      gpu_compile_req req = {cuda_kernels[k].name, cuda_kernels[k].name, cuda_kernels[k].source, "k.cu", 1,
+                             params, (uint32_t)np, archs[a]};
+      uint8_t *img = NULL;
+      size_t len = 0;
+      char *log = NULL;
+      if (gpu_cuda_target.compile(ctx, &req, "/tmp", &img, &len, &log, &err))
+        fail_msg("%s for %s: %s\n%s", cuda_kernels[k].name, archs[a], err.message, log ? log : "");
+      assert_int_equal(gpu_cubin_arch(img, len), a == 0 ? 80 : 90);
+      free(img);
+      free(log);
+    }
+  /* wrong params, a missing extern "C", a missing entry, a syntax error */
+  prog_type p4[] = {PT_F32, PT_PTR, PT_PTR, PT_F32};
+  struct {
+    const char *src, *entry, *needle_err, *needle_log;
+    uint32_t np;
+  } bad[] = {
+      {cuda_kernels[0].source, "saxpy", "does not compile", "parameter 4 is declared f32", 4},
+      {"__global__ void saxpy(float a, const float *x, float *y, float n) {}\n", "saxpy", "is not extern \"C\"", NULL, 4},
+      {"extern \"C\" __global__ void other(float a, const float *x, float *y, float n) {}\n", "saxpy", "does not compile",
+       "saxpy", 4},
+      {"extern \"C\" __global__ void saxpy(float a, const float *x, float *y, float n) { a = }\n", "saxpy",
+       "does not compile", "k.cu(1)", 4},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    gpu_compile_req req = {"saxpy", bad[i].entry, bad[i].src, "k.cu", 1, p4, bad[i].np, "sm_90"};
+    uint8_t *img = NULL;
+    size_t len = 0;
+    char *log = NULL;
+    assert_int_equal(gpu_cuda_target.compile(ctx, &req, "/tmp", &img, &len, &log, &err), SCHED_ECOMPILE);
+    assert_null(img);
+    if (!strstr(err.message, bad[i].needle_err)) fail_msg("case %zu: %s", i, err.message);
+    if (bad[i].needle_log && (!log || !strstr(log, bad[i].needle_log)))
+      fail_msg("case %zu: log %s", i, log ? log : "(none)");
+    sched_error_clear(&err);
+    free(log);
+  }
+  gpu_cuda_target.close(ctx);
+  /* not a cubin */
+  assert_int_equal(gpu_cubin_arch((const uint8_t *)"nope", 4), -1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_failure_resets_mode_then_next_compiles),
+      cmocka_unit_test(test_two_failures_reported_none_cached),
+      cmocka_unit_test(test_dedup_across_sessions),
+      cmocka_unit_test(test_corrupt_entries_rebuilt),
+      cmocka_unit_test(test_two_processes_one_cache),
+      cmocka_unit_test(test_nvrtc_cubins),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
