@@ -290,6 +290,41 @@ void compile_state_free(compile_state *s) {
   free(s);
 }
 
+/* The identity, remembered on disk under the compiler's stamp (asking a C++
+ * compiler for its version costs a process). */
+static int identity_cached(compile_state *s, const gpu_compile_target *t, void *ctx, char **out,
+                           sched_error_t *err) {
+  char *stamp = NULL;
+  if (!t->stamp || t->stamp(ctx, &stamp, NULL) != SCHED_OK) return t->identity(ctx, out, err);
+  hash_ctx *h = hash_new();
+  hash_add_str(h, t->name);
+  hash_add_str(h, stamp);
+  char key[65];
+  hash_final_hex(h, key);
+  free(stamp);
+  strbuf path;
+  sb_init(&path);
+  sb_addf(&path, "%s/identity/%s", s->core->cache_dir, key);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  if (!path.failed && artifact_read(path.data, key, &data, &len, NULL) == SCHED_OK && len > 0 &&
+      !memchr(data, '\0', len)) {
+    *out = xstrndup((char *)data, len);
+    free(data);
+    sb_free(&path);
+    return *out ? SCHED_OK : err_set(err, SCHED_ENOMEM, "out of memory");
+  }
+  free(data);
+  int rc = t->identity(ctx, out, err);
+  if (rc == SCHED_OK && !path.failed) {
+    char *dir = fs_dirname(path.data);
+    if (dir && fs_mkdir_p(dir, NULL) == SCHED_OK) artifact_write(path.data, key, *out, strlen(*out), NULL);
+    free(dir);
+  }
+  sb_free(&path);
+  return rc;
+}
+
 static target_slot *target_of(compile_state *s, const gpu_compile_target *t, sched_error_t *err) {
   for (int i = 0; i < MAX_TARGETS; i++) {
     target_slot *ts = &s->targets[i];
@@ -298,7 +333,7 @@ static target_slot *target_of(compile_state *s, const gpu_compile_target *t, sch
     void *ctx = NULL;
     char *id = NULL;
     if (t->open(&ctx, err) != SCHED_OK) return NULL;
-    if (t->identity(ctx, &id, err) != SCHED_OK) {
+    if (identity_cached(s, t, ctx, &id, err) != SCHED_OK) {
       t->close(ctx);
       return NULL;
     }

@@ -26,10 +26,10 @@ static void usage(FILE *f) {
           "  --repeat N       override the config's repeat\n"
           "  --jobs N         override the config's jobs\n"
           "  --no-cache       compile into a temporary cache, removed afterwards\n"
-          "  --stats          print per-device counters\n"
-          "  --quiet          print only errors\n"
-          "  --help           this text\n"
-          "  --version        the version\n"
+          "  -s, --stats      print per-device counters\n"
+          "  -q, --quiet      print only errors\n"
+          "  -h, --help       this text\n"
+          "  -V, --version    the version\n"
           "\n"
           "exit status: 0 verified, 1 verification failed, 2 bad config or usage,\n"
           "3 kernel compile error, 4 other failure\n");
@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
   const char *devices = NULL;
   int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, c;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "hqsV", longopts, NULL)) != -1) {
     switch (c) {
     case 'd': devices = optarg; break;
     case 'r': if (positive("--repeat", optarg, &repeat)) return EXIT_USAGE; break;

@@ -121,6 +121,9 @@ typedef struct gpu_compile_target {
   void (*close)(void *ctx);
   /* The compiler's identity and version, part of every cache key. */
   int (*identity)(void *ctx, char **out, sched_error_t *err);
+  /* A cheap fingerprint of the compiler (its file, size and time) under which
+   * a slow identity() may be remembered on disk; NULL when identity() is cheap. */
+  int (*stamp)(void *ctx, char **out, sched_error_t *err);
   /* Compiles req into *out (malloc'ed bytes: the artifact). *log gets the
    * compiler's messages (may be NULL). tmp_dir is private to this call. */
   int (*compile)(void *ctx, const gpu_compile_req *req, const char *tmp_dir, uint8_t **out,

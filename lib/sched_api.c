@@ -157,6 +157,8 @@ int sched_open(sched_t **out, const sched_options_t *opts, sched_error_t *err) {
     rc = err_set(err, SCHED_EINTERNAL, "zmq_ctx_new failed");
     goto fail;
   }
+  /* every endpoint is inproc, which needs no I/O thread */
+  zmq_ctx_set(s->core.zctx, ZMQ_IO_THREADS, 0);
   s->inbox = mbox_bind(s->core.zctx, ACTOR_CLIENT, err);
   if (!s->inbox) {
     rc = SCHED_EINTERNAL;

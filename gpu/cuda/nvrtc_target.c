@@ -203,5 +203,6 @@ const gpu_compile_target gpu_cuda_target = {
     .open = nv_open,
     .close = nv_close,
     .identity = nv_identity,
+    .stamp = NULL,
     .compile = nv_compile,
 };

@@ -54,6 +54,7 @@ static int run_logged(char *const argv[], const char *log_path, sched_error_t *e
   }
   uint64_t deadline = now_ns() + COMPILE_TIMEOUT_NS;
   int status = 0;
+  long wait_ns = 50000;
   for (;;) {
     pid_t w = waitpid(pid, &status, WNOHANG);
     if (w == pid) break;
@@ -68,8 +69,10 @@ static int run_logged(char *const argv[], const char *log_path, sched_error_t *e
               COMPILE_TIMEOUT_NS / 1000000000ull);
       return -1;
     }
-    struct timespec ts = {0, 2000000};
+    /* short processes (--version) are common: start polling fast */
+    struct timespec ts = {0, wait_ns};
     nanosleep(&ts, NULL);
+    if (wait_ns < 4000000) wait_ns *= 2;
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   err_set(err, SCHED_ECOMPILE, "the C++ compiler was killed by signal %d",
@@ -108,6 +111,40 @@ static int host_identity(void *ctx, char **out, sched_error_t *err) {
   unlink(log);
   rmdir(dir);
   if (!*out) return err && err->code ? err->code : SCHED_ECOMPILE;
+  return SCHED_OK;
+}
+
+/* The compiler's resolved file, size and modification time: when any of them
+ * changes, the identity is asked again. */
+static int host_stamp(void *ctx, char **out, sched_error_t *err) {
+  (void)ctx;
+  *out = NULL;
+  const char *cxx = compiler();
+  char *found = NULL;
+  if (strchr(cxx, '/')) {
+    found = realpath(cxx, NULL);
+  } else {
+    const char *path = getenv("PATH");
+    char *copy = xstrdup(path ? path : "/usr/bin:/bin");
+    for (char *save = NULL, *dir = copy ? strtok_r(copy, ":", &save) : NULL; dir && !found;
+         dir = strtok_r(NULL, ":", &save)) {
+      char cand[4096];
+      snprintf(cand, sizeof cand, "%s/%s", dir, cxx);
+      if (access(cand, X_OK) == 0) found = realpath(cand, NULL);
+    }
+    free(copy);
+  }
+  struct stat st;
+  if (!found || stat(found, &st) != 0) {
+    free(found);
+    return err_set(err, SCHED_ECOMPILE, "cannot find the C++ compiler '%s' (set SCHED_CXX)", cxx);
+  }
+  strbuf sb;
+  sb_init(&sb);
+  sb_addf(&sb, "%s|%lld|%lld.%09ld|%llu", found, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+          st.st_mtim.tv_nsec, (unsigned long long)st.st_ino);
+  free(found);
+  *out = sb_take(&sb);
   return SCHED_OK;
 }
 
@@ -246,5 +283,6 @@ const gpu_compile_target gpu_host_target = {
     .open = host_open,
     .close = host_close,
     .identity = host_identity,
+    .stamp = host_stamp,
     .compile = host_compile,
 };

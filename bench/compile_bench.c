@@ -1,0 +1,144 @@
+/*
+ * Compile benchmarks:
+ *   1. 16 distinct kernels compiled with a pool of 1 worker, then of 2
+ *      (cold private caches both times): the speed-up.
+ *   2. A program whose kernels are all in the memory cache: the COMPILE ->
+ *      COMPILED round trip through the scheduler.
+ * Each figure is the median of several rounds measured in this one run.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sched.h"
+
+#define KERNELS 16
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* 16 kernels that differ in a constant (so each is its own cache key) and do
+ * enough work that the compiler has something to chew on. */
+static char *program_text(int salt) {
+  size_t cap = 1 << 16, len = 0;
+  char *s = malloc(cap);
+  len += (size_t)snprintf(s + len, cap - len, "version: 1\nname: bench%d\nkernels:\n", salt);
+  for (int k = 0; k < KERNELS; k++)
+    len += (size_t)snprintf(s + len, cap - len,
+                            "  k%d:\n    params: [ptr, i32]\n    source: |\n"
+                            "      template <int N> __device__ float poly(float x) { return poly<N - 1>(x) * x + N; }\n"
+                            "      template <> __device__ float poly<0>(float x) { return x; }\n"
+                            "      extern \"C\" __global__ void k%d(float *p, int n) {\n"
+                            "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                            "        if (i < n) p[i] = poly<%d>(p[i]) + %d.0f;\n"
+                            "      }\n",
+                            k, k, 40 + k, salt * 100 + k);
+  len += (size_t)snprintf(s + len, cap - len, "buffers:\n  a: {type: f32, count: 64}\nprogram:\n");
+  for (int k = 0; k < KERNELS; k++)
+    len += (size_t)snprintf(s + len, cap - len, "  - launch: {kernel: k%d, grid: 1, block: 64, args: [a, 64]}\n", k);
+  return s;
+}
+
+static double compile_once(int workers, int salt) {
+  sched_options_t o;
+  sched_options_init(&o);
+  o.devices = "host";
+  o.no_disk_cache = 1;
+  o.compile_workers = workers;
+  sched_t *s;
+  sched_error_t err = {0};
+  if (sched_open(&s, &o, &err)) {
+    fprintf(stderr, "%s\n", err.message);
+    exit(1);
+  }
+  char *text = program_text(salt);
+  sched_program_t *p;
+  if (sched_program_load_string(s, text, "bench.yaml", &p, &err)) {
+    fprintf(stderr, "%s\n", err.message);
+    exit(1);
+  }
+  sched_report_t *r;
+  double t0 = now_ms();
+  if (sched_run(s, p, NULL, &r, &err)) {
+    fprintf(stderr, "%s\n", err.message);
+    exit(1);
+  }
+  double ms = now_ms() - t0;
+  if (sched_report_summary(r)->cache_misses != KERNELS) {
+    fprintf(stderr, "expected %d misses\n", KERNELS);
+    exit(1);
+  }
+  sched_report_free(&r);
+  sched_program_free(&p);
+  free(text);
+  sched_close(&s);
+  return ms;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--print-config")) {
+    char *text = program_text(12345);
+    fputs(text, stdout);
+    free(text);
+    return 0;
+  }
+  int rounds = argc > 1 ? atoi(argv[1]) : 3;
+  if (rounds < 1) rounds = 1;
+  double one[16], two[16];
+  for (int i = 0; i < rounds && i < 16; i++) {
+    one[i] = compile_once(1, 2 * i);
+    two[i] = compile_once(2, 2 * i + 1);
+  }
+  double m1 = median(one, rounds), m2 = median(two, rounds);
+  printf("compile_pool_1_ms=%.1f\ncompile_pool_2_ms=%.1f\ncompile_pool_speedup=%.2f\n", m1, m2, m1 / m2);
+
+  /* memory-cache hits: a second program with the same kernels */
+  sched_options_t o;
+  sched_options_init(&o);
+  o.devices = "host";
+  o.no_disk_cache = 1;
+  sched_t *s;
+  sched_error_t err = {0};
+  sched_open(&s, &o, &err);
+  char *text = program_text(999);
+  double hits[64];
+  int n = 0;
+  for (int i = 0; i < 41; i++) {
+    sched_program_t *p;
+    sched_report_t *r;
+    sched_program_load_string(s, text, "bench.yaml", &p, &err);
+    if (sched_run(s, p, NULL, &r, &err)) {
+      fprintf(stderr, "%s\n", err.message);
+      return 1;
+    }
+    const sched_summary_t *sum = sched_report_summary(r);
+    if (i > 0) {
+      if (sum->cache_hits != KERNELS) {
+        fprintf(stderr, "expected memory hits\n");
+        return 1;
+      }
+      hits[n++] = sum->compile_ns / 1e3;
+    }
+    sched_report_free(&r);
+    sched_program_free(&p);
+  }
+  free(text);
+  sched_close(&s);
+  double mh = median(hits, n);
+  printf("memory_hit_program_us=%.1f\nmemory_hit_per_kernel_us=%.2f\n", mh, mh / KERNELS);
+  return 0;
+}
