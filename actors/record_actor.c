@@ -63,9 +63,20 @@ typedef struct node_list {
 
 typedef struct rec_seq {
   node_list nodes;
+  hmap index;     /* node_key -> position in nodes + 1: the key store */
   gpu_seq **seqs; /* [0] root, owns the others */
   msg_counts total;
 } rec_seq;
+
+/* The key a node is stored under. SCHED_RECORD_SHARED_SLOT builds the broken
+ * variant this design exists to avoid (one state per command, the last
+ * recording wins), only so that a test can show it fails. */
+static node_key store_key(node_key k) {
+#ifdef SCHED_RECORD_SHARED_SLOT
+  k.record_id = 0;
+#endif
+  return k;
+}
 
 typedef struct mod_key {
   uint64_t program;
@@ -425,6 +436,7 @@ static void rec_seq_destroy(record_state *s, rec_seq *q) {
   if (q->seqs && q->seqs[0]) s->core->backend->ops->seq_destroy(q->seqs[0]);
   free(q->seqs);
   nl_free(&q->nodes);
+  hmap_destroy(&q->index);
   free(q);
 }
 
@@ -433,6 +445,7 @@ static int create_seq(record_state *s, uint32_t device, rec_seq **out, sched_err
   const gpu_ops *ops = s->core->backend->ops;
   rec_seq *q = calloc(1, sizeof *q);
   if (!q) return err_set(err, SCHED_ENOMEM, "out of memory");
+  hmap_init(&q->index, sizeof(node_key));
   q->seqs = calloc(s->want.nseqs, sizeof *q->seqs);
   int rc = q->seqs ? ops->seq_create(s->core->backend, (int)device, &q->seqs[0], err)
                    : err_set(err, SCHED_ENOMEM, "out of memory");
@@ -444,6 +457,9 @@ static int create_seq(record_state *s, uint32_t device, rec_seq **out, sched_err
     to_gpu_node(&q->nodes, r, &g);
     rc = ops->seq_add(q->seqs[r->seq_no], &g, &r->index, err);
     if (rc == SCHED_OK && r->kind == GN_WHILE) q->seqs[r->u.loop.body_no] = g.u.loop.body;
+    node_key k = store_key(r->key);
+    if (rc == SCHED_OK && hmap_put(&q->index, &k, (void *)(uintptr_t)(i + 1)) != 0)
+      rc = err_set(err, SCHED_ENOMEM, "out of memory");
   }
   if (rc) {
     rec_seq_destroy(s, q);
@@ -453,12 +469,16 @@ static int create_seq(record_state *s, uint32_t device, rec_seq **out, sched_err
   return SCHED_OK;
 }
 
-/* Brings q up to the wanted list: same shape assumed. */
+/* Brings q up to the wanted list: same shape assumed. Each wanted node finds
+ * its recorded state by its key. */
 static int update_seq(record_state *s, rec_seq *q, msg_counts *c, sched_error_t *err) {
   const gpu_ops *ops = s->core->backend->ops;
-  for (uint32_t i = 0; i < q->nodes.n; i++) {
-    rec_node *have = &q->nodes.v[i];
+  for (uint32_t i = 0; i < s->want.n; i++) {
     const rec_node *want = &s->want.v[i];
+    node_key k = store_key(want->key);
+    uintptr_t pos = (uintptr_t)hmap_get(&q->index, &k);
+    if (pos == 0 || pos > q->nodes.n) return err_set(err, SCHED_EINTERNAL, "recorded node missing from its key store");
+    rec_node *have = &q->nodes.v[pos - 1];
     if (same_params(&q->nodes, have, &s->want, want)) {
       c->reused++;
       continue;
@@ -633,10 +653,38 @@ static void handle_release(actor_t *self, record_state *s, msg *m) {
   msg_free(&reply);
 }
 
+/* STATUS {program, device, slot} -> {nodes, created, updated, reused} of that
+ * execution context's recording (all zero when there is none). */
+static void handle_status(actor_t *self, record_state *s, msg *m) {
+  seq_key key = {0, 0, 0};
+  for (size_t i = 0; i < m->body.status.items.n; i++) {
+    const msg_stat *it = &m->body.status.items.v[i];
+    if (!strcmp(it->name, "program")) key.program = (uint64_t)it->value;
+    else if (!strcmp(it->name, "device")) key.device = (uint32_t)it->value;
+    else if (!strcmp(it->name, "slot")) key.slot = (uint32_t)it->value;
+  }
+  const rec_seq *q = hmap_get(&s->seqs, &key);
+  msg r;
+  msg_init(&r, MSG_STATUS, m->job, ACTOR_RECORD);
+  r.body.status.items.v = calloc(5, sizeof(msg_stat));
+  if (r.body.status.items.v) {
+    msg_stat items[] = {{xstrdup("nodes"), q ? q->nodes.n : 0},
+                        {xstrdup("created"), q ? q->total.created : 0},
+                        {xstrdup("updated"), q ? q->total.updated : 0},
+                        {xstrdup("reused"), q ? q->total.reused : 0},
+                        {xstrdup("sequences"), (int64_t)s->seqs.count}};
+    memcpy(r.body.status.items.v, items, sizeof items);
+    r.body.status.items.n = 5;
+  }
+  actor_send(self, m->from, &r);
+  msg_free(&r);
+}
+
 static int record_handle(actor_t *self, msg *m) {
   record_state *s = actor_state(self);
   switch (m->type) {
   case MSG_RECORD: handle_record(self, s, m); return ACTOR_CONTINUE;
+  case MSG_STATUS: handle_status(self, s, m); return ACTOR_CONTINUE;
   case MSG_RELEASE: handle_release(self, s, m); return ACTOR_CONTINUE;
   case MSG_TERM: return ACTOR_STOP;
   default: return ACTOR_CONTINUE;

@@ -101,6 +101,16 @@ int sched_program_buffer_sets(const sched_program_t *p);
 int sched_program_jobs(const sched_program_t *p);
 const char *sched_program_devices(const sched_program_t *p);
 
+/* The recorded state of one execution context {program, device, slot}: its
+ * node count and how many nodes its RECORDs created, updated in place and
+ * reused, over its life. All zero when nothing was recorded there. */
+typedef struct sched_counters {
+  uint64_t nodes, created, updated, reused;
+} sched_counters_t;
+
+int sched_record_counters(sched_t *s, const sched_program_t *p, int device, int slot,
+                          sched_counters_t *out, sched_error_t *err);
+
 /* ---- runs ---------------------------------------------------------------- */
 
 typedef struct sched_run_options {

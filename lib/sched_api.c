@@ -226,13 +226,20 @@ void sched_close(sched_t **ps) {
   *ps = NULL;
 }
 
-int sched_compile_status(sched_t *s, int *active_sessions, int *cache_entries, sched_error_t *err) {
-  if (!s) return err_set(err, SCHED_EINVAL, "sched_compile_status: the scheduler is NULL");
-  pthread_mutex_lock(&s->lock);
+/* Asks one actor for STATUS (with `query` items) and waits for its answer. */
+static int ask_status(sched_t *s, const char *actor, const msg_stat *query, size_t nquery, msg *reply,
+                      sched_error_t *err) {
   int rc = SCHED_OK;
-  void *sock = mbox_connect(s->core.zctx, ACTOR_COMPILE, err);
+  void *sock = mbox_connect(s->core.zctx, actor, err);
   msg q;
   msg_init(&q, MSG_STATUS, 0, ACTOR_CLIENT);
+  if (nquery) {
+    q.body.status.items.v = calloc(nquery, sizeof(msg_stat));
+    for (size_t i = 0; q.body.status.items.v && i < nquery; i++) {
+      q.body.status.items.v[i] = (msg_stat){xstrdup(query[i].name), query[i].value};
+      q.body.status.items.n++;
+    }
+  }
   if (!sock) rc = SCHED_EINTERNAL;
   else rc = mbox_send(sock, &q, err);
   msg_free(&q);
@@ -240,18 +247,53 @@ int sched_compile_status(sched_t *s, int *active_sessions, int *cache_entries, s
   uint64_t deadline = now_ns() + 10000000000ull;
   while (rc == SCHED_OK) {
     uint64_t now = now_ns();
-    msg m;
-    rc = now >= deadline ? err_set(err, SCHED_ETIMEOUT, "the compile actor did not answer")
-                         : mbox_recv(s->inbox, (int)((deadline - now) / 1000000ull), &m, NULL, err);
+    rc = now >= deadline ? err_set(err, SCHED_ETIMEOUT, "the %s actor did not answer", actor)
+                         : mbox_recv(s->inbox, (int)((deadline - now) / 1000000ull), reply, NULL, err);
     if (rc) break;
-    bool mine = m.type == MSG_STATUS && !strcmp(m.from, ACTOR_COMPILE);
-    for (size_t i = 0; mine && i < m.body.status.items.n; i++) {
-      const msg_stat *it = &m.body.status.items.v[i];
-      if (!strcmp(it->name, "compile_mode_active") && active_sessions) *active_sessions = (int)it->value;
-      if (!strcmp(it->name, "cache_entries") && cache_entries) *cache_entries = (int)it->value;
-    }
+    if (reply->type == MSG_STATUS && !strcmp(reply->from, actor)) return SCHED_OK;
+    msg_free(reply);
+  }
+  return rc;
+}
+
+static int64_t stat_value(const msg *m, const char *name) {
+  for (size_t i = 0; i < m->body.status.items.n; i++)
+    if (!strcmp(m->body.status.items.v[i].name, name)) return m->body.status.items.v[i].value;
+  return 0;
+}
+
+int sched_compile_status(sched_t *s, int *active_sessions, int *cache_entries, sched_error_t *err) {
+  if (!s) return err_set(err, SCHED_EINVAL, "sched_compile_status: the scheduler is NULL");
+  pthread_mutex_lock(&s->lock);
+  msg m;
+  int rc = ask_status(s, ACTOR_COMPILE, NULL, 0, &m, err);
+  if (rc == SCHED_OK) {
+    if (active_sessions) *active_sessions = (int)stat_value(&m, "compile_mode_active");
+    if (cache_entries) *cache_entries = (int)stat_value(&m, "cache_entries");
     msg_free(&m);
-    if (mine) break;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+int sched_record_counters(sched_t *s, const sched_program_t *p, int device, int slot, sched_counters_t *out,
+                          sched_error_t *err) {
+  if (!s || !p || !out)
+    return err_set(err, SCHED_EINVAL, "sched_record_counters: %s is NULL", !s ? "the scheduler" : !p ? "the program" : "out");
+  memset(out, 0, sizeof *out);
+  if (device < 0 || device >= s->core.ndevices || slot < 0)
+    return err_set(err, SCHED_EINVAL, "sched_record_counters: no device %d or slot %d", device, slot);
+  if (p->s != s) return SCHED_OK; /* never run here: nothing recorded */
+  pthread_mutex_lock(&s->lock);
+  msg_stat q[] = {{"program", (int64_t)p->id}, {"device", device}, {"slot", slot}};
+  msg m;
+  int rc = ask_status(s, ACTOR_RECORD, q, 3, &m, err);
+  if (rc == SCHED_OK) {
+    out->nodes = (uint64_t)stat_value(&m, "nodes");
+    out->created = (uint64_t)stat_value(&m, "created");
+    out->updated = (uint64_t)stat_value(&m, "updated");
+    out->reused = (uint64_t)stat_value(&m, "reused");
+    msg_free(&m);
   }
   pthread_mutex_unlock(&s->lock);
   return rc;
