@@ -26,6 +26,9 @@
 #include "actors/exec_ctx_key.h"
 #include "common/artifact.h"
 
+/* Above this many nodes the scratch list is freed after each RECORD. */
+#define WANT_KEEP_NODES 4096
+
 /* One recorded node and what it was recorded with. 64 bytes + its args. */
 typedef struct rec_node {
   node_key key;
@@ -461,6 +464,7 @@ static int create_seq(record_state *s, uint32_t device, rec_seq **out, sched_err
     if (rc == SCHED_OK && hmap_put(&q->index, &k, (void *)(uintptr_t)(i + 1)) != 0)
       rc = err_set(err, SCHED_ENOMEM, "out of memory");
   }
+  if (rc == SCHED_OK) rc = ops->seq_finalize(q->seqs[0], err);
   if (rc) {
     rec_seq_destroy(s, q);
     return rc;
@@ -607,6 +611,8 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
   }
   free(fns);
   sb_free(&why);
+  /* the scratch list is kept for the next RECORD, unless it grew large */
+  if (s->want.cap > WANT_KEEP_NODES) nl_free(&s->want);
   if (rc) {
     const char *steps[] = {"keep the previous recording of this execution context unchanged"};
     actor_send_error(self, m->from, m->job, rc, err.message ? err.message : "record failed", steps, 1);

@@ -75,6 +75,9 @@ typedef struct gpu_ops {
   int (*module_function)(gpu_backend *b, gpu_module *m, const char *entry, gpu_function *out,
                          sched_error_t *err);
 
+  /* Runs one node now, without a sequence, and waits (eager execution). */
+  int (*launch)(gpu_backend *b, int dev, const gpu_node *n, sched_error_t *err);
+
   int (*seq_create)(gpu_backend *b, int dev, gpu_seq **out, sched_error_t *err);
   /* Appends a node; *index is its position, for seq_update. For GN_WHILE the
    * backend creates the (empty) body sequence, owned by s, and stores it in
@@ -83,6 +86,9 @@ typedef struct gpu_ops {
   /* Changes a node's parameters in place; its kind must not change (nor, for
    * GN_WHILE, its body). */
   int (*seq_update)(gpu_seq *s, uint32_t index, const gpu_node *n, sched_error_t *err);
+  /* Makes a built sequence ready to launch (instantiates a CUDA graph, trims
+   * the host arrays); called once after the last seq_add. */
+  int (*seq_finalize)(gpu_seq *s, sched_error_t *err);
   /* Runs the sequence on its device and waits for it to finish. */
   int (*seq_launch)(gpu_seq *s, sched_error_t *err);
   void (*seq_destroy)(gpu_seq *s);

@@ -160,6 +160,18 @@ const void *sched_report_output(const sched_report_t *r, int run, int job,
                                 const char *buffer, size_t *bytes);
 /* The device (index) that ran (run, job), or -1. */
 int sched_report_device(const sched_report_t *r, int run, int job);
+
+typedef struct sched_job_info {
+  int status; /* SCHED_OK, or why the job failed */
+  int device;
+  int verified;
+  uint64_t compile_ns, record_ns, execute_ns;
+  uint64_t nodes_created, nodes_updated, nodes_reused;
+} sched_job_info_t;
+
+/* What happened to (run, job): SCHED_OK and *out filled, or SCHED_EINVAL when
+ * there is no such job in the report. */
+int sched_report_job(const sched_report_t *r, int run, int job, sched_job_info_t *out);
 void sched_report_free(sched_report_t **r);
 
 #ifdef __cplusplus

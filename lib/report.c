@@ -6,9 +6,11 @@
 #include "lib/report.h"
 
 typedef struct job_result {
-  bool seen;
+  bool seen, verified;
   int status;
   int device;
+  uint64_t compile_ns, record_ns, execute_ns;
+  msg_counts counts;
   msg_outputs outputs; /* kept outputs */
 } job_result;
 
@@ -77,6 +79,10 @@ bool report_add(sched_report_t *r, size_t index, msg_complete *c) {
   jr->seen = true;
   jr->status = c->status;
   jr->device = c->device;
+  jr->compile_ns = c->compile_ns;
+  jr->record_ns = c->record_ns;
+  jr->execute_ns = c->execute_ns;
+  jr->counts = c->counts;
   int run = (int)(index / (size_t)r->jobs), job = (int)(index % (size_t)r->jobs);
   const char *dev = c->device >= 0 && c->device < r->sum.ndevices ? r->device_names[c->device] : "-";
   sched_summary_t *sm = &r->sum;
@@ -124,6 +130,7 @@ bool report_add(sched_report_t *r, size_t index, msg_complete *c) {
   }
   if (ok) sm->verified++;
   else sm->failed++;
+  jr->verified = ok;
   if (r->keep) {
     jr->outputs = c->outputs;
     memset(&c->outputs, 0, sizeof c->outputs);
@@ -174,6 +181,15 @@ const void *sched_report_output(const sched_report_t *r, int run, int job, const
 int sched_report_device(const sched_report_t *r, int run, int job) {
   const job_result *jr = result_at(r, run, job);
   return jr ? jr->device : -1;
+}
+
+int sched_report_job(const sched_report_t *r, int run, int job, sched_job_info_t *out) {
+  const job_result *jr = result_at(r, run, job);
+  if (!jr || !out) return SCHED_EINVAL;
+  *out = (sched_job_info_t){jr->status,         jr->device,          jr->verified,       jr->compile_ns,
+                            jr->record_ns,      jr->execute_ns,      jr->counts.created, jr->counts.updated,
+                            jr->counts.reused};
+  return SCHED_OK;
 }
 
 void sched_report_free(sched_report_t **pr) {

@@ -324,6 +324,51 @@ static void run_seq(const gpu_seq *s) {
   }
 }
 
+static int h_seq_finalize(gpu_seq *s, sched_error_t *err) {
+  (void)err;
+  /* give back what doubling reserved: a recording lives long */
+  if (s->n && s->n < s->cap) {
+    host_node *p = realloc(s->nodes, s->n * sizeof *p);
+    if (p) {
+      s->nodes = p;
+      s->cap = s->n;
+    }
+  }
+  if (s->nargs && s->nargs < s->args_cap) {
+    uint64_t *a = realloc(s->args, s->nargs * sizeof *a);
+    if (a) {
+      s->args = a;
+      s->args_cap = s->nargs;
+    }
+  }
+  for (uint32_t i = 0; i < s->n; i++)
+    if (s->nodes[i].kind == GN_WHILE) h_seq_finalize(s->nodes[i].u.loop.body, err);
+  return SCHED_OK;
+}
+
+static int h_launch(gpu_backend *b, int dev, const gpu_node *n, sched_error_t *err) {
+  (void)b;
+  switch (n->kind) {
+  case GN_LAUNCH:
+    ((host_tramp)n->u.launch.fn)(n->u.launch.grid, n->u.launch.block, n->u.launch.args);
+    return SCHED_OK;
+  case GN_COPY:
+    memmove((void *)(uintptr_t)n->u.copy.dst, (const void *)(uintptr_t)n->u.copy.src, n->u.copy.bytes);
+    return SCHED_OK;
+  case GN_FILL: {
+    host_node hn = {.kind = GN_FILL};
+    hn.u.fill.dst = n->u.fill.dst;
+    hn.u.fill.count = n->u.fill.count;
+    hn.u.fill.pattern = n->u.fill.pattern;
+    hn.u.fill.elem_size = n->u.fill.elem_size;
+    run_fill(&hn);
+    return SCHED_OK;
+  }
+  default:
+    return err_set(err, SCHED_EINVAL, "host:%d: a %s node cannot run on its own", dev, "while");
+  }
+}
+
 static int h_seq_launch(gpu_seq *s, sched_error_t *err) {
   (void)err;
   run_seq(s);
@@ -354,9 +399,11 @@ static const gpu_ops host_ops = {
     .module_load = h_module_load,
     .module_unload = h_module_unload,
     .module_function = h_module_function,
+    .launch = h_launch,
     .seq_create = h_seq_create,
     .seq_add = h_seq_add,
     .seq_update = h_seq_update,
+    .seq_finalize = h_seq_finalize,
     .seq_launch = h_seq_launch,
     .seq_destroy = h_seq_destroy,
 };

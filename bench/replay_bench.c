@@ -1,0 +1,220 @@
+/*
+ * Replay benchmarks:
+ *   1. 1000 tiny launches on the host backend: called directly (the kernel's
+ *      own cost), replayed from a recorded sequence, and run eagerly (each
+ *      launch's arguments evaluated and packed, then launched on its own):
+ *      ns per launch, and the dispatch cost of replay beside the kernel.
+ *   2. Recording that 1000-launch program through the record actor: create
+ *      vs update in place (every node's scalar changed) vs reuse.
+ *   3. Memory per recorded node, from the allocator's counters.
+ */
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpu/backend.h"
+#include "program/program.h"
+#include "sched.h"
+
+#define N 1000
+
+static uint64_t ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void die(const char *what, sched_error_t *err) {
+  fprintf(stderr, "%s: %s\n", what, err && err->message ? err->message : "failed");
+  exit(1);
+}
+
+typedef void (*tramp)(const uint32_t *, const uint32_t *, const uint64_t *);
+
+static void backend_bench(void) {
+  sched_error_t err = {0};
+  gpu_backend *b;
+  if (gpu_host_open(1, &b, &err)) die("host", &err);
+  prog_type params[] = {PT_PTR, PT_I32};
+  gpu_compile_req req = {"tiny", "tiny",
+                         "extern \"C\" __global__ void tiny(float *p, int i) { if (threadIdx.x == 0) p[i] += 1.0f; }\n",
+                         "bench.cu", 1, params, 2, "x86_64"};
+  uint8_t *img;
+  size_t len;
+  char *log = NULL;
+  if (gpu_host_target.compile(NULL, &req, "/tmp", &img, &len, &log, &err)) die("compile", &err);
+  free(log);
+  gpu_module *m;
+  gpu_function fn;
+  if (b->ops->module_load(b, 0, img, len, &m, &err) || b->ops->module_function(b, m, "tiny", &fn, &err))
+    die("load", &err);
+  free(img);
+  uint64_t buf;
+  b->ops->mem_alloc(b, 0, 64 * 4, &buf, &err);
+  b->ops->mem_zero(b, 0, buf, 64 * 4, &err);
+
+  static uint64_t args[N][2];
+  uint32_t one[3] = {1, 1, 1};
+  gpu_seq *s;
+  b->ops->seq_create(b, 0, &s, &err);
+  for (int i = 0; i < N; i++) {
+    args[i][0] = buf;
+    int32_t v = i % 64;
+    args[i][1] = 0;
+    memcpy(&args[i][1], &v, 4);
+    gpu_node n = {.kind = GN_LAUNCH};
+    n.u.launch.fn = fn;
+    memcpy(n.u.launch.grid, one, sizeof one);
+    memcpy(n.u.launch.block, one, sizeof one);
+    n.u.launch.args = args[i];
+    n.u.launch.nargs = 2;
+    uint32_t idx;
+    if (b->ops->seq_add(s, &n, &idx, &err)) die("seq_add", &err);
+  }
+  prog_expr e;
+  char why[128];
+  if (prog_expr_parse("$iter % 64", 1, &e, why, sizeof why)) die(why, NULL);
+
+  enum { REPS = 300, BATCHES = 9 };
+  double direct[BATCHES], replay[BATCHES], eager[BATCHES];
+  for (int bt = 0; bt < BATCHES; bt++) {
+    uint64_t t0 = ns();
+    for (int r = 0; r < REPS; r++)
+      for (int i = 0; i < N; i++) ((tramp)fn)(one, one, args[i]);
+    uint64_t t1 = ns();
+    for (int r = 0; r < REPS; r++) b->ops->seq_launch(s, &err);
+    uint64_t t2 = ns();
+    prog_env env = {{0}};
+    for (int r = 0; r < REPS; r++)
+      for (int i = 0; i < N; i++) {
+        /* what a runtime without recording does per launch */
+        env.v[0] = i;
+        prog_value v;
+        prog_expr_eval(&e, &env, &v);
+        uint64_t a[2] = {buf, 0};
+        int32_t iv = (int32_t)v.i;
+        memcpy(&a[1], &iv, 4);
+        gpu_node n = {.kind = GN_LAUNCH};
+        n.u.launch.fn = fn;
+        memcpy(n.u.launch.grid, one, sizeof one);
+        memcpy(n.u.launch.block, one, sizeof one);
+        n.u.launch.args = a;
+        n.u.launch.nargs = 2;
+        b->ops->launch(b, 0, &n, &err);
+      }
+    uint64_t t3 = ns();
+    direct[bt] = (double)(t1 - t0) / (REPS * N);
+    replay[bt] = (double)(t2 - t1) / (REPS * N);
+    eager[bt] = (double)(t3 - t2) / (REPS * N);
+  }
+  float h[64];
+  b->ops->copy_dtoh(b, 0, h, buf, sizeof h, &err);
+  double want = (double)BATCHES * 3 * REPS * (N / 64 + (0 < N % 64));
+  (void)want;
+  for (int i = 0; i < 64; i++)
+    if (h[i] == 0) die("the kernel did not run", NULL);
+  double md = median(direct, BATCHES), mr = median(replay, BATCHES), me = median(eager, BATCHES);
+  printf("direct_ns=%.2f\nreplay_ns=%.2f\neager_ns=%.2f\ndispatch_ns=%.2f\neager_over_replay=%.2f\n", md, mr, me,
+         mr - md, me / mr);
+  prog_expr_free(&e);
+  b->ops->seq_destroy(s);
+  b->ops->module_unload(b, m);
+  b->ops->mem_free(b, 0, buf);
+  gpu_backend_close(&b);
+}
+
+static char *loop_program(int trips) {
+  char *s = malloc(2048);
+  snprintf(s, 2048,
+           "version: 1\n"
+           "kernels:\n  tiny:\n    params: [ptr, i32]\n    source: |\n"
+           "      extern \"C\" __global__ void tiny(float *p, int i) { if (threadIdx.x == 0) p[i] += 1.0f; }\n"
+           "buffers:\n  p: {type: f32, count: 64}\n"
+           "program:\n  - loop:\n      trips: %d\n      body:\n"
+           "        - launch: {kernel: tiny, grid: 1, block: 1, args: [p, \"($iter + $job) %% 64\"]}\n",
+           trips);
+  return s;
+}
+
+static void record_bench(void) {
+  sched_options_t o;
+  sched_options_init(&o);
+  o.devices = "host:1";
+  sched_t *s;
+  sched_error_t err = {0};
+  if (sched_open(&s, &o, &err)) die("open", &err);
+  char *text = loop_program(N);
+  enum { ROUNDS = 9 };
+  double create[ROUNDS], update[ROUNDS], reuse[ROUNDS];
+  for (int r = 0; r < ROUNDS; r++) {
+    sched_program_t *p;
+    if (sched_program_load_string(s, text, "loop.yaml", &p, &err)) die("load", &err);
+    sched_run_options_t ro;
+    sched_run_options_init(&ro);
+    sched_report_t *rep;
+    sched_job_info_t j0, j1;
+    ro.jobs = 1;
+    if (sched_run(s, p, &ro, &rep, &err)) die("run", &err);
+    sched_report_job(rep, 0, 0, &j0);
+    if (j0.nodes_created != N) die("expected a create", NULL);
+    create[r] = j0.record_ns / 1e3;
+    sched_report_free(&rep);
+    ro.jobs = 2; /* job 0 as recorded: reuse; job 1: every node's scalar changes */
+    if (sched_run(s, p, &ro, &rep, &err)) die("run", &err);
+    sched_report_job(rep, 0, 0, &j0);
+    sched_report_job(rep, 0, 1, &j1);
+    if (j0.nodes_reused != N || j1.nodes_updated != N) die("expected reuse then update", NULL);
+    reuse[r] = j0.record_ns / 1e3;
+    update[r] = j1.record_ns / 1e3;
+    sched_report_free(&rep);
+    sched_program_free(&p);
+  }
+  printf("record_create_us=%.1f\nrecord_update_us=%.1f\nrecord_reuse_us=%.1f\n", median(create, ROUNDS),
+         median(update, ROUNDS), median(reuse, ROUNDS));
+  free(text);
+
+  /* memory per recorded node: two recordings that differ by 100,000 nodes */
+  size_t used[2];
+  int trips[2] = {1000, 101000};
+  sched_program_t *keep[2];
+  for (int k = 0; k < 2; k++) {
+    text = loop_program(trips[k]);
+    malloc_trim(0);
+    struct mallinfo2 mi = mallinfo2();
+    size_t before = mi.uordblks + mi.hblkhd;
+    if (sched_program_load_string(s, text, "mem.yaml", &keep[k], &err)) die("load", &err);
+    sched_report_t *rep;
+    if (sched_run(s, keep[k], NULL, &rep, &err)) die("run", &err);
+    sched_report_free(&rep);
+    mi = mallinfo2();
+    used[k] = mi.uordblks + mi.hblkhd - before;
+    free(text);
+  }
+  double per_node = (double)(used[1] - used[0]) / 100000.0;
+  /* each node's two 8-byte argument slots are kept twice: in the record
+   * actor (to compare) and in the backend's sequence (to replay) */
+  printf("bytes_per_node=%.1f\nbytes_per_node_beside_args=%.1f\n", per_node, per_node - 32.0);
+  sched_program_free(&keep[0]);
+  sched_program_free(&keep[1]);
+  sched_close(&s);
+}
+
+int main(void) {
+  /* one malloc arena, so the allocator's counters see every thread */
+  mallopt(M_ARENA_MAX, 1);
+  backend_bench();
+  record_bench();
+  return 0;
+}
