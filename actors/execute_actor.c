@@ -57,8 +57,19 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
   for (uint32_t b = 0; rc == SCHED_OK && b < p->nbuffers; b++) {
     const prog_buffer *buf = &p->buffers[b];
     uint64_t bytes = buf->count * prog_type_size(buf->type);
-    rc = buf->image ? be->ops->copy_htod(be, s->device, x->bindings.v[b], buf->image, bytes, &err)
-                    : be->ops->mem_zero(be, s->device, x->bindings.v[b], bytes, &err);
+    const uint8_t *src = buf->image;
+    for (size_t i = 0; i < x->inputs.n; i++)
+      if (x->inputs.v[i].buffer == b) {
+        if (x->inputs.v[i].data.len != bytes) {
+          rc = err_set(&err, SCHED_EPROTO, "EXECUTE input for buffer '%s' has %zu bytes, not %llu", buf->name,
+                       x->inputs.v[i].data.len, (unsigned long long)bytes);
+          break;
+        }
+        src = x->inputs.v[i].data.data;
+      }
+    if (rc) break;
+    rc = src ? be->ops->copy_htod(be, s->device, x->bindings.v[b], src, bytes, &err)
+             : be->ops->mem_zero(be, s->device, x->bindings.v[b], bytes, &err);
   }
   if (rc == SCHED_OK) rc = be->ops->seq_launch((gpu_seq *)(uintptr_t)x->sequence, &err);
   if (rc == SCHED_OK) {
@@ -82,6 +93,7 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
       rc = be->ops->copy_dtoh(be, s->device, o->data.data, x->bindings.v[b], bytes, &err);
     }
   }
+  out->exec_start = t0;
   out->exec_ns = now_ns() - t0;
   if (rc) {
     const char *steps[] = {"leave the device idle for the next job"};

@@ -35,6 +35,8 @@ typedef struct job {
   int state;
   char client[32];
   uint64_t t_submit, t_phase, compile_ns, record_ns, execute_ns;
+  uint64_t t_compile, t_record, t_execute; /* phase starts, for traces */
+  msg_outputs inputs; /* the submitter's buffer contents, until EXECUTE */
   msg_counts counts;
   uint32_t hits, misses;
   uint64_t sequence;
@@ -79,6 +81,18 @@ struct scheduler_state {
   char close_to[32];
   uint64_t close_job;
 };
+
+static void free_outputs(msg_outputs *o) {
+  for (size_t i = 0; i < o->n; i++) free(o->v[i].data.data);
+  free(o->v);
+  memset(o, 0, sizeof *o);
+}
+
+static void job_free(job *j) {
+  if (!j) return;
+  free_outputs(&j->inputs);
+  free(j);
+}
 
 static void q_push(job_queue *q, job *j) {
   j->next = NULL;
@@ -147,7 +161,7 @@ void scheduler_state_free(scheduler_state *s) {
   if (!s) return;
   size_t pos = 0;
   void *v;
-  while (hmap_next(&s->jobs, &pos, NULL, &v)) free(v);
+  while (hmap_next(&s->jobs, &pos, NULL, &v)) job_free(v);
   hmap_destroy(&s->jobs);
   pos = 0;
   while (hmap_next(&s->progs, &pos, NULL, &v)) prog_state_free(s, v);
@@ -196,6 +210,11 @@ static void complete(actor_t *self, scheduler_state *s, job *j, int status, cons
   c->cache_hits = j->hits;
   c->cache_misses = j->misses;
   c->text = xstrdup(text ? text : "");
+  c->t_submit = j->t_submit;
+  c->t_compile = j->t_compile;
+  c->t_record = j->t_record;
+  c->t_execute = j->t_execute;
+  c->t_done = now_ns();
   actor_send(self, j->client, &m);
   msg_free(&m);
 
@@ -207,14 +226,14 @@ static void complete(actor_t *self, scheduler_state *s, job *j, int status, cons
     slot_key sk = {(uint32_t)j->device, j->slot};
     slot_state *ss = ps ? hmap_get(&ps->slots, &sk) : NULL;
     hmap_remove(&s->jobs, &j->id);
-    free(j);
+    job_free(j);
     if (ss) {
       ss->busy = false;
       dispatch_slot(self, s, ps, ss);
     }
   } else {
     hmap_remove(&s->jobs, &j->id);
-    free(j);
+    job_free(j);
   }
 }
 
@@ -242,7 +261,7 @@ static void start_record(actor_t *self, scheduler_state *s, prog_state *ps, slot
   ss->busy = true;
   j->state = JOB_RECORDING;
   s->active++;
-  j->t_phase = now_ns();
+  j->t_phase = j->t_record = now_ns();
   msg m;
   msg_init(&m, MSG_RECORD, j->id, ACTOR_SCHEDULER);
   msg_record *r = &m.body.record;
@@ -275,19 +294,20 @@ static void dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slo
   if (j) start_record(self, s, ps, ss, j);
 }
 
+/* A pinned job goes where it is pinned. Otherwise the least loaded device,
+ * except that a device already holding this program's recording for the
+ * job's slot is preferred while it is at most one job busier: warm recorded
+ * state is worth a little imbalance, not an idle device. */
 static int pick_device(scheduler_state *s, prog_state *ps, const job *j) {
   if (j->pin >= 0) return j->pin;
-  int best = 0;
-  bool best_warm = false;
+  int least = 0, warm = -1;
   for (int d = 0; d < s->core->ndevices; d++) {
+    if (s->load[d] < s->load[least]) least = d;
     slot_key sk = {(uint32_t)d, j->slot};
-    bool warm = hmap_get(&ps->slots, &sk) != NULL;
-    if (s->load[d] < s->load[best] || (s->load[d] == s->load[best] && warm && !best_warm)) {
-      best = d;
-      best_warm = warm;
-    }
+    if (hmap_get(&ps->slots, &sk) && (warm < 0 || s->load[d] < s->load[warm])) warm = d;
   }
-  return best;
+  if (warm >= 0 && s->load[warm] <= s->load[least] + 1) return warm;
+  return least;
 }
 
 static void place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) {
@@ -345,6 +365,15 @@ static int send_compile(actor_t *self, scheduler_state *s, const prog_program *p
   return rc;
 }
 
+static bool inputs_fit(const prog_program *p, const msg_outputs *in) {
+  for (size_t i = 0; i < in->n; i++) {
+    if (in->v[i].buffer >= p->nbuffers) return false;
+    const prog_buffer *b = &p->buffers[in->v[i].buffer];
+    if (in->v[i].data.len != b->count * prog_type_size(b->type)) return false;
+  }
+  return true;
+}
+
 static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   const msg_submit *sb = &m->body.submit;
   job *j = calloc(1, sizeof *j);
@@ -357,12 +386,15 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   j->keep = sb->keep;
   j->device = -1;
   j->t_submit = now_ns();
+  j->inputs = sb->inputs;
+  memset(&m->body.submit.inputs, 0, sizeof m->body.submit.inputs);
   snprintf(j->client, sizeof j->client, "%s", m->from);
   const prog_program *p = core_program(s->core, sb->program);
   prog_state *ps = NULL;
   const char *bad = NULL;
   if (hmap_get(&s->jobs, &j->id)) bad = "a job with this id is already in flight";
   else if (!p) bad = "no such program";
+  else if (!inputs_fit(p, &j->inputs)) bad = "inputs do not match the program's buffers";
   else if (sb->slot >= MAX_SLOTS) bad = "binding slot out of range (at most 64)";
   else if (sb->device >= s->core->ndevices || sb->device < -1) bad = "no such device";
   else if (s->closing) bad = "the scheduler is shutting down";
@@ -372,7 +404,7 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
     int code = s->closing ? SCHED_ECLOSED : SCHED_EINVAL;
     if (hmap_get(&s->jobs, &j->id) == j) hmap_remove(&s->jobs, &j->id);
     job tmp = *j;
-    free(j);
+    job_free(j);
     tmp.state = JOB_COMPILING;
     /* not registered: answer directly */
     msg r;
@@ -397,6 +429,7 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   q_push(&ps->waiting, j);
   if (ps->compile == COMPILE_NONE) {
     ps->compile = COMPILE_PENDING;
+    j->t_compile = now_ns();
     if (send_compile(self, s, p, j) != SCHED_OK) {
       ps->compile = COMPILE_NONE;
       job *w;
@@ -468,6 +501,8 @@ static void handle_recorded(actor_t *self, scheduler_state *s, msg *m) {
   x.body.execute.slot = j->slot;
   x.body.execute.sequence = j->sequence;
   x.body.execute.keep = j->keep;
+  x.body.execute.inputs = j->inputs; /* handed over: needed once */
+  memset(&j->inputs, 0, sizeof j->inputs);
   int rc = ss && p ? SCHED_OK : SCHED_EINTERNAL;
   if (rc == SCHED_OK) {
     x.body.execute.bindings.v = malloc((p->nbuffers ? p->nbuffers : 1) * sizeof(uint64_t));
@@ -488,6 +523,7 @@ static void handle_executed(actor_t *self, scheduler_state *s, msg *m) {
   job *j = hmap_get(&s->jobs, &m->job);
   if (!j || j->state != JOB_EXECUTING) return;
   j->execute_ns = m->body.executed.exec_ns;
+  j->t_execute = m->body.executed.exec_start;
   complete(self, s, j, SCHED_OK, NULL, &m->body.executed.outputs);
 }
 

@@ -111,13 +111,80 @@ typedef struct sched_counters {
 int sched_record_counters(sched_t *s, const sched_program_t *p, int device, int slot,
                           sched_counters_t *out, sched_error_t *err);
 
-/* ---- runs ---------------------------------------------------------------- */
+/* ---- jobs ------------------------------------------------------------------ */
+
+/* A submitted job; 0 is never one. */
+typedef uint64_t sched_job_t;
+
+/* A buffer's whole contents for one job, instead of its `init`. */
+typedef struct sched_input {
+  const char *buffer;
+  const void *data;
+  size_t bytes; /* count * element size */
+} sched_input_t;
+
+typedef struct sched_job_result sched_job_result_t;
+/* Called once per job, from sched's completion thread; the callback owns the
+ * result (free it with sched_job_result_free) and must not block for long. */
+typedef void (*sched_job_callback)(sched_job_t job, sched_job_result_t *result, void *user);
+
+typedef struct sched_job_options {
+  int run;          /* the job's $run; it also picks the buffer set: run % buffer_sets */
+  int job;          /* the job's $job */
+  int device;       /* -1 (default): the scheduler places it; else pinned to that device */
+  int keep_outputs; /* 1: every buffer comes back in the result */
+  const sched_input_t *inputs;
+  size_t ninputs;
+  sched_job_callback on_complete; /* NULL: collect the result with sched_wait* */
+  void *user;
+} sched_job_options_t;
+
+void sched_job_options_init(sched_job_options_t *o);
+
+/* Submits one job of program p and returns at once. Every submitted job
+ * completes exactly once: with a result, or with an error status. */
+int sched_submit(sched_t *s, sched_program_t *p, const sched_job_options_t *o, sched_job_t *out,
+                 sched_error_t *err);
+/* Waits up to timeout_ms (-1: no limit) for that job and hands over its result.
+ * SCHED_ETIMEOUT leaves it pending; waiting twice for one job, or for a job
+ * with a callback, is SCHED_EINVAL. */
+int sched_wait(sched_t *s, sched_job_t job, int timeout_ms, sched_job_result_t **out, sched_error_t *err);
+/* The next completed job not yet waited for (in completion order). */
+int sched_wait_any(sched_t *s, int timeout_ms, sched_job_t *job, sched_job_result_t **out,
+                   sched_error_t *err);
+/* Waits until every submitted job has completed (results stay collectable). */
+int sched_wait_all(sched_t *s, int timeout_ms, sched_error_t *err);
+/* Stops taking jobs and drains: jobs not started complete with SCHED_ECLOSED,
+ * started ones finish. Afterwards sched_submit answers SCHED_ECLOSED. */
+int sched_shutdown(sched_t *s, int timeout_ms, sched_error_t *err);
+
+typedef struct sched_job_info {
+  int status; /* SCHED_OK; SCHED_EVERIFY when outputs did not match; else why it failed */
+  int device;
+  int run, job;
+  int verified; /* 1 when it ran and every expectation held */
+  uint64_t compile_ns, record_ns, execute_ns;
+  uint64_t nodes_created, nodes_updated, nodes_reused;
+} sched_job_info_t;
+
+const sched_job_info_t *sched_job_result_info(const sched_job_result_t *r);
+/* Why it failed, or which expectation did not hold; "" when it verified. */
+const char *sched_job_result_error(const sched_job_result_t *r);
+/* A buffer's contents after the job: buffers with expectations always, every
+ * buffer with keep_outputs. NULL when absent. */
+const void *sched_job_result_output(const sched_job_result_t *r, const char *buffer, size_t *bytes);
+void sched_job_result_free(sched_job_result_t **r);
+
+/* ---- runs: a whole config, many jobs, one report ------------------------------ */
 
 typedef struct sched_run_options {
   int repeat;       /* 0: the config's */
   int jobs;         /* 0: the config's */
   int keep_outputs; /* 1: keep every buffer of every job for sched_report_output */
   int timeout_ms;   /* a bound on the whole run; 0: 10 minutes */
+  /* called from the calling thread now and then while the run goes on */
+  void (*progress)(uint32_t done, uint32_t total, void *user);
+  void *progress_user;
 } sched_run_options_t;
 
 void sched_run_options_init(sched_run_options_t *opts);
@@ -160,18 +227,14 @@ const void *sched_report_output(const sched_report_t *r, int run, int job,
                                 const char *buffer, size_t *bytes);
 /* The device (index) that ran (run, job), or -1. */
 int sched_report_device(const sched_report_t *r, int run, int job);
-
-typedef struct sched_job_info {
-  int status; /* SCHED_OK, or why the job failed */
-  int device;
-  int verified;
-  uint64_t compile_ns, record_ns, execute_ns;
-  uint64_t nodes_created, nodes_updated, nodes_reused;
-} sched_job_info_t;
-
 /* What happened to (run, job): SCHED_OK and *out filled, or SCHED_EINVAL when
  * there is no such job in the report. */
 int sched_report_job(const sched_report_t *r, int run, int job, sched_job_info_t *out);
+/* The summary as one JSON object. Heap string; free() it. */
+char *sched_report_json(const sched_report_t *r);
+/* Writes a Chrome trace event file (opens in Perfetto): one lane per actor
+ * and per device, with each job's compile, record and execution spans. */
+int sched_report_write_trace(const sched_report_t *r, const char *path, sched_error_t *err);
 void sched_report_free(sched_report_t **r);
 
 #ifdef __cplusplus

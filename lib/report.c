@@ -1,27 +1,24 @@
-/* See report.h. */
+/* See report.h. Also the JSON summary and the Chrome trace writer. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lib/report.h"
 
-typedef struct job_result {
-  bool seen, verified;
-  int status;
-  int device;
-  uint64_t compile_ns, record_ns, execute_ns;
-  msg_counts counts;
+typedef struct job_entry {
+  bool seen;
+  sched_job_info_t info;
+  uint64_t t_submit, t_compile, t_record, t_execute, t_done;
   msg_outputs outputs; /* kept outputs */
-} job_result;
+  char **names;
+} job_entry;
 
 struct sched_report {
   int repeat, jobs;
   bool keep;
-  const prog_program *p; /* for verification; used only during the run */
-  char **buffer_names;
-  uint32_t nbuffers;
+  char *name;
   char (*device_names)[32];
-  job_result *results;
+  job_entry *entries;
   char **failures;
   size_t nfailures, cap;
   int first_error;
@@ -33,22 +30,19 @@ sched_report_t *report_new(const sched_t *s, const prog_program *p, int repeat, 
   sched_report_t *r = calloc(1, sizeof *r);
   if (!r) return NULL;
   r->repeat = repeat;
-  r->keep = keep;
   r->jobs = jobs;
-  r->p = p;
-  r->results = calloc((size_t)repeat * (size_t)jobs, sizeof *r->results);
-  r->buffer_names = calloc(p->nbuffers ? p->nbuffers : 1, sizeof(char *));
+  r->keep = keep;
+  r->name = xstrdup(p->name);
+  r->entries = calloc((size_t)repeat * (size_t)jobs, sizeof *r->entries);
   int nd = sched_device_count(s);
   r->device_names = calloc((size_t)(nd ? nd : 1), sizeof *r->device_names);
-  if (!r->results || !r->buffer_names || !r->device_names) {
-    free(r->results);
-    free(r->buffer_names);
+  if (!r->entries || !r->device_names || !r->name) {
+    free(r->entries);
     free(r->device_names);
+    free(r->name);
     free(r);
     return NULL;
   }
-  r->nbuffers = p->nbuffers;
-  for (uint32_t b = 0; b < p->nbuffers; b++) r->buffer_names[b] = xstrdup(p->buffers[b].name);
   r->sum.ndevices = nd;
   for (int d = 0; d < nd; d++) {
     snprintf(r->device_names[d], sizeof r->device_names[d], "%s", sched_device_name(s, d));
@@ -73,16 +67,20 @@ static void add_failure(sched_report_t *r, char *text) {
   r->failures[r->nfailures++] = text;
 }
 
-bool report_add(sched_report_t *r, size_t index, msg_complete *c) {
-  job_result *jr = &r->results[index];
-  if (jr->seen) return false;
-  jr->seen = true;
-  jr->status = c->status;
-  jr->device = c->device;
-  jr->compile_ns = c->compile_ns;
-  jr->record_ns = c->record_ns;
-  jr->execute_ns = c->execute_ns;
-  jr->counts = c->counts;
+bool report_add(sched_report_t *r, size_t index, sched_job_result_t *res) {
+  job_entry *e = &r->entries[index];
+  if (e->seen) {
+    sched_job_result_free(&res);
+    return false;
+  }
+  e->seen = true;
+  e->info = res->info;
+  e->t_submit = res->t_submit;
+  e->t_compile = res->t_compile;
+  e->t_record = res->t_record;
+  e->t_execute = res->t_execute;
+  e->t_done = res->t_done;
+  const sched_job_info_t *c = &res->info;
   int run = (int)(index / (size_t)r->jobs), job = (int)(index % (size_t)r->jobs);
   const char *dev = c->device >= 0 && c->device < r->sum.ndevices ? r->device_names[c->device] : "-";
   sched_summary_t *sm = &r->sum;
@@ -90,64 +88,53 @@ bool report_add(sched_report_t *r, size_t index, msg_complete *c) {
   sm->compile_ns += c->compile_ns;
   sm->record_ns += c->record_ns;
   sm->execute_ns += c->execute_ns;
-  sm->nodes_created += c->counts.created;
-  sm->nodes_updated += c->counts.updated;
-  sm->nodes_reused += c->counts.reused;
-  sm->cache_hits += c->cache_hits;
-  sm->cache_misses += c->cache_misses;
+  sm->nodes_created += c->nodes_created;
+  sm->nodes_updated += c->nodes_updated;
+  sm->nodes_reused += c->nodes_reused;
+  sm->cache_hits += res->cache_hits;
+  sm->cache_misses += res->cache_misses;
   if (c->device >= 0 && c->device < sm->ndevices) {
     sched_device_stats_t *ds = &sm->devices[c->device];
     ds->jobs++;
-    ds->nodes_created += c->counts.created;
-    ds->nodes_updated += c->counts.updated;
-    ds->nodes_reused += c->counts.reused;
+    ds->nodes_created += c->nodes_created;
+    ds->nodes_updated += c->nodes_updated;
+    ds->nodes_reused += c->nodes_reused;
     ds->busy_ns += c->execute_ns;
   }
   strbuf sb;
   sb_init(&sb);
-  if (c->status != SCHED_OK) {
+  if (c->status == SCHED_OK) {
+    sm->verified++;
+  } else {
     sm->failed++;
-    if (!r->first_error) {
-      r->first_error = c->status;
-      r->first_error_text = xstrdup(c->text);
+    if (c->status == SCHED_EVERIFY) {
+      sb_addf(&sb, "run %d, job %d, device %s: %s", run, job, dev, res->error ? res->error : "");
+    } else {
+      if (!r->first_error) {
+        r->first_error = c->status;
+        r->first_error_text = xstrdup(res->error);
+      }
+      sb_addf(&sb, "run %d, job %d, device %s: %s: %s", run, job, dev, sched_strerror(c->status),
+              res->error ? res->error : "");
     }
-    sb_addf(&sb, "run %d, job %d, device %s: %s: %s", run, job, dev, sched_strerror(c->status), c->text);
     add_failure(r, sb_take(&sb));
-    return true;
   }
-  bool ok = true;
-  for (size_t i = 0; i < c->outputs.n; i++) {
-    const msg_output *o = &c->outputs.v[i];
-    if (o->buffer >= r->nbuffers) continue;
-    strbuf why;
-    sb_init(&why);
-    if (!prog_verify_buffer(r->p, o->buffer, o->data.data, o->data.len, &why)) {
-      ok = false;
-      sb_addf(&sb, "run %d, job %d, device %s: %s", run, job, dev, why.data ? why.data : "");
-      add_failure(r, sb_take(&sb));
-    }
-    sb_free(&why);
-  }
-  if (ok) sm->verified++;
-  else sm->failed++;
-  jr->verified = ok;
   if (r->keep) {
-    jr->outputs = c->outputs;
-    memset(&c->outputs, 0, sizeof c->outputs);
+    e->outputs = res->outputs;
+    e->names = res->names;
+    memset(&res->outputs, 0, sizeof res->outputs);
+    res->names = NULL;
   }
+  sched_job_result_free(&res);
   return true;
 }
 
-void report_finish(sched_report_t *r, uint64_t wall_ns) {
-  r->sum.wall_ns = wall_ns;
-  r->p = NULL;
-}
+void report_finish(sched_report_t *r, uint64_t wall_ns) { r->sum.wall_ns = wall_ns; }
 
 int report_status(const sched_report_t *r, sched_error_t *err) {
   if (r->first_error) return err_set(err, r->first_error, "%s", r->first_error_text ? r->first_error_text : "");
   if (r->nfailures)
-    return err_set(err, SCHED_EVERIFY, "%s%s", r->failures[0],
-                   r->nfailures > 1 ? " (and more; see the report)" : "");
+    return err_set(err, SCHED_EVERIFY, "%s%s", r->failures[0], r->nfailures > 1 ? " (and more; see the report)" : "");
   return SCHED_OK;
 }
 
@@ -157,39 +144,155 @@ const char *sched_report_failure(const sched_report_t *r, size_t i) {
   return r && i < r->nfailures ? r->failures[i] : NULL;
 }
 
-static const job_result *result_at(const sched_report_t *r, int run, int job) {
+static const job_entry *entry_at(const sched_report_t *r, int run, int job) {
   if (!r || run < 0 || job < 0 || run >= r->repeat || job >= r->jobs) return NULL;
-  const job_result *jr = &r->results[(size_t)run * (size_t)r->jobs + (size_t)job];
-  return jr->seen ? jr : NULL;
+  const job_entry *e = &r->entries[(size_t)run * (size_t)r->jobs + (size_t)job];
+  return e->seen ? e : NULL;
 }
 
-const void *sched_report_output(const sched_report_t *r, int run, int job, const char *buffer,
-                                size_t *bytes) {
-  const job_result *jr = result_at(r, run, job);
+const void *sched_report_output(const sched_report_t *r, int run, int job, const char *buffer, size_t *bytes) {
+  const job_entry *e = entry_at(r, run, job);
   if (bytes) *bytes = 0;
-  if (!jr || !buffer) return NULL;
-  for (size_t i = 0; i < jr->outputs.n; i++) {
-    uint32_t b = jr->outputs.v[i].buffer;
-    if (b < r->nbuffers && !strcmp(r->buffer_names[b], buffer)) {
-      if (bytes) *bytes = jr->outputs.v[i].data.len;
-      return jr->outputs.v[i].data.data;
+  if (!e || !buffer) return NULL;
+  for (size_t i = 0; i < e->outputs.n; i++)
+    if (e->names[i] && !strcmp(e->names[i], buffer)) {
+      if (bytes) *bytes = e->outputs.v[i].data.len;
+      return e->outputs.v[i].data.data;
     }
-  }
   return NULL;
 }
 
 int sched_report_device(const sched_report_t *r, int run, int job) {
-  const job_result *jr = result_at(r, run, job);
-  return jr ? jr->device : -1;
+  const job_entry *e = entry_at(r, run, job);
+  return e ? e->info.device : -1;
 }
 
 int sched_report_job(const sched_report_t *r, int run, int job, sched_job_info_t *out) {
-  const job_result *jr = result_at(r, run, job);
-  if (!jr || !out) return SCHED_EINVAL;
-  *out = (sched_job_info_t){jr->status,         jr->device,          jr->verified,       jr->compile_ns,
-                            jr->record_ns,      jr->execute_ns,      jr->counts.created, jr->counts.updated,
-                            jr->counts.reused};
+  const job_entry *e = entry_at(r, run, job);
+  if (!e || !out) return SCHED_EINVAL;
+  *out = e->info;
   return SCHED_OK;
+}
+
+/* ---- JSON ---- */
+
+static void json_str(strbuf *sb, const char *s) {
+  sb_adds(sb, "\"");
+  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+    if (*p == '"' || *p == '\\') sb_addf(sb, "\\%c", *p);
+    else if (*p < 0x20) sb_addf(sb, "\\u%04x", *p);
+    else sb_add(sb, p, 1);
+  }
+  sb_adds(sb, "\"");
+}
+
+char *sched_report_json(const sched_report_t *r) {
+  if (!r) return NULL;
+  const sched_summary_t *s = &r->sum;
+  strbuf sb;
+  sb_init(&sb);
+  sb_adds(&sb, "{\"program\": ");
+  json_str(&sb, r->name);
+  sb_addf(&sb,
+          ", \"verified\": %s, \"runs\": %u, \"jobs\": %u, \"jobs_verified\": %u, \"jobs_failed\": %u, "
+          "\"compile_ms\": %.3f, \"record_ms\": %.3f, \"execute_ms\": %.3f, \"wall_ms\": %.3f, "
+          "\"cache_hits\": %llu, \"cache_misses\": %llu, \"nodes_created\": %llu, \"nodes_updated\": %llu, "
+          "\"nodes_reused\": %llu, \"devices\": [",
+          s->failed == 0 && s->jobs == (uint32_t)(r->repeat * r->jobs) ? "true" : "false", s->runs, s->jobs,
+          s->verified, s->failed, s->compile_ns / 1e6, s->record_ns / 1e6, s->execute_ns / 1e6, s->wall_ns / 1e6,
+          (unsigned long long)s->cache_hits, (unsigned long long)s->cache_misses,
+          (unsigned long long)s->nodes_created, (unsigned long long)s->nodes_updated,
+          (unsigned long long)s->nodes_reused);
+  for (int d = 0; d < s->ndevices; d++) {
+    const sched_device_stats_t *ds = &s->devices[d];
+    sb_addf(&sb, "%s{\"name\": ", d ? ", " : "");
+    json_str(&sb, ds->name);
+    sb_addf(&sb,
+            ", \"jobs\": %llu, \"nodes_created\": %llu, \"nodes_updated\": %llu, \"nodes_reused\": %llu, "
+            "\"busy_ms\": %.3f}",
+            (unsigned long long)ds->jobs, (unsigned long long)ds->nodes_created,
+            (unsigned long long)ds->nodes_updated, (unsigned long long)ds->nodes_reused, ds->busy_ns / 1e6);
+  }
+  sb_adds(&sb, "], \"failures\": [");
+  for (size_t i = 0; i < r->nfailures && i < 100; i++) {
+    if (i) sb_adds(&sb, ", ");
+    json_str(&sb, r->failures[i]);
+  }
+  sb_adds(&sb, "]}");
+  if (sb.failed) {
+    sb_free(&sb);
+    return NULL;
+  }
+  return sb_take(&sb);
+}
+
+/* ---- Chrome trace ---- */
+
+enum { LANE_SCHEDULER = 1, LANE_COMPILE, LANE_RECORD, LANE_DEVICE0 };
+
+static void span(strbuf *sb, bool *first, const char *name, int lane, uint64_t t0, uint64_t dur_ns, uint64_t base,
+                 int run, int job) {
+  if (!t0 || t0 < base) return;
+  sb_addf(sb, "%s\n{\"name\": ", *first ? "" : ",");
+  *first = false;
+  json_str(sb, name);
+  sb_addf(sb, ", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
+              "\"args\": {\"run\": %d, \"job\": %d}}",
+          lane, (t0 - base) / 1e3, dur_ns / 1e3, run, job);
+}
+
+static void lane_name(strbuf *sb, bool *first, int lane, const char *name) {
+  sb_addf(sb, "%s\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": ",
+          *first ? "" : ",", lane);
+  *first = false;
+  json_str(sb, name);
+  sb_adds(sb, "}}");
+}
+
+int sched_report_write_trace(const sched_report_t *r, const char *path, sched_error_t *err) {
+  if (!r || !path) return err_set(err, SCHED_EINVAL, "sched_report_write_trace: %s is NULL", r ? "path" : "the report");
+  size_t total = (size_t)r->repeat * (size_t)r->jobs;
+  uint64_t base = UINT64_MAX;
+  for (size_t i = 0; i < total; i++)
+    if (r->entries[i].seen && r->entries[i].t_submit && r->entries[i].t_submit < base) base = r->entries[i].t_submit;
+  if (base == UINT64_MAX) base = 0;
+  strbuf sb;
+  sb_init(&sb);
+  bool first = true;
+  sb_adds(&sb, "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [");
+  sb_addf(&sb, "\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": ");
+  json_str(&sb, r->name);
+  sb_adds(&sb, "}}");
+  first = false;
+  lane_name(&sb, &first, LANE_SCHEDULER, "scheduler");
+  lane_name(&sb, &first, LANE_COMPILE, "compile");
+  lane_name(&sb, &first, LANE_RECORD, "record");
+  for (int d = 0; d < r->sum.ndevices; d++) {
+    char name[64];
+    snprintf(name, sizeof name, "execute %s", r->device_names[d]);
+    lane_name(&sb, &first, LANE_DEVICE0 + d, name);
+  }
+  for (size_t i = 0; i < total; i++) {
+    const job_entry *e = &r->entries[i];
+    if (!e->seen) continue;
+    int run = (int)(i / (size_t)r->jobs), job = (int)(i % (size_t)r->jobs);
+    char label[64];
+    snprintf(label, sizeof label, "job %d.%d", run, job);
+    span(&sb, &first, label, LANE_SCHEDULER, e->t_submit, e->t_done > e->t_submit ? e->t_done - e->t_submit : 0,
+         base, run, job);
+    if (e->t_compile) span(&sb, &first, "compile session", LANE_COMPILE, e->t_compile, e->info.compile_ns, base, run, job);
+    if (e->t_record) span(&sb, &first, "record", LANE_RECORD, e->t_record, e->info.record_ns, base, run, job);
+    if (e->t_execute && e->info.device >= 0)
+      span(&sb, &first, label, LANE_DEVICE0 + e->info.device, e->t_execute, e->info.execute_ns, base, run, job);
+  }
+  sb_adds(&sb, "\n]}\n");
+  if (sb.failed) {
+    sb_free(&sb);
+    return err_set(err, SCHED_ENOMEM, "out of memory writing the trace");
+  }
+  int rc = fs_write_atomic(path, sb.data, sb.len, err);
+  sb_free(&sb);
+  return rc;
 }
 
 void sched_report_free(sched_report_t **pr) {
@@ -197,16 +300,19 @@ void sched_report_free(sched_report_t **pr) {
   sched_report_t *r = *pr;
   size_t total = (size_t)r->repeat * (size_t)r->jobs;
   for (size_t i = 0; i < total; i++) {
-    for (size_t k = 0; k < r->results[i].outputs.n; k++) free(r->results[i].outputs.v[k].data.data);
-    free(r->results[i].outputs.v);
+    for (size_t k = 0; k < r->entries[i].outputs.n; k++) {
+      free(r->entries[i].outputs.v[k].data.data);
+      free(r->entries[i].names[k]);
+    }
+    free(r->entries[i].outputs.v);
+    free(r->entries[i].names);
   }
-  free(r->results);
-  for (uint32_t b = 0; b < r->nbuffers; b++) free(r->buffer_names[b]);
-  free(r->buffer_names);
+  free(r->entries);
   free(r->device_names);
   for (size_t i = 0; i < r->nfailures; i++) free(r->failures[i]);
   free(r->failures);
   free(r->first_error_text);
+  free(r->name);
   free(r);
   *pr = NULL;
 }

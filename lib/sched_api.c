@@ -17,6 +17,8 @@
 #include "actors/actor.h"
 #include "actors/core.h"
 #include "lib/report.h"
+#include "lib/result.h"
+#include <time.h>
 
 #define CLOSE_TIMEOUT_MS 120000
 #define RELEASE_TIMEOUT_MS 60000
@@ -29,6 +31,17 @@ struct sched_program {
   struct sched_program *next; /* in s->programs */
 };
 
+/* A submitted job the client side tracks until it is waited for. */
+typedef struct pending_job {
+  sched_job_t id;
+  const prog_program *prog; /* registered, so alive until the job completes */
+  bool keep, hidden;        /* hidden: a sched_run job, not for sched_wait_any */
+  sched_job_callback cb;
+  void *user;
+  sched_job_result_t *result; /* set on completion, unless cb */
+  struct pending_job *next_done;
+} pending_job;
+
 struct sched {
   sched_core core;
   actor_t *scheduler, *compile, *record;
@@ -37,9 +50,27 @@ struct sched {
   compile_state *compile_st;
   record_state *record_st;
   execute_state *execute_st[SCHED_MAX_DEVICES];
-  void *inbox, *outbox;
+  /* the outbox to the scheduler, used under send_lock */
+  void *outbox;
+  pthread_mutex_t send_lock;
+  /* the completion thread owns the inbox and files what arrives */
+  void *inbox;
+  pthread_t completer;
+  bool completer_running;
+  /* under lock: jobs, completions, control replies */
   pthread_mutex_t lock;
-  uint64_t next_job, next_program;
+  pthread_cond_t cond;
+  hmap jobs; /* id -> pending_job* until waited for (or handed to a callback) */
+  pending_job *done_head, *done_tail;
+  size_t incomplete;
+  uint64_t next_id; /* jobs and control requests share the id space */
+  uint64_t next_program;
+  bool closing, closed;
+  pthread_mutex_t ctl_lock; /* one control request at a time */
+  uint64_t ctl_id;
+  msg ctl_reply;
+  bool ctl_ready;
+  uint64_t malformed;
   sched_program_t *programs;
   char *temp_cache; /* removed at close */
 };
@@ -82,13 +113,133 @@ static void stop_actor(sched_t *s, actor_t **a, const char *name) {
   actor_join(a);
 }
 
+/* ---- the completion thread ---- */
+
+static void *completer_main(void *arg) {
+  sched_t *s = arg;
+  for (;;) {
+    msg m;
+    if (mbox_recv(s->inbox, -1, &m, &s->malformed, NULL) != SCHED_OK) break;
+    if (m.type == MSG_COMPLETE) {
+      pthread_mutex_lock(&s->lock);
+      pending_job *pj = hmap_get(&s->jobs, &m.job);
+      pthread_mutex_unlock(&s->lock);
+      if (pj && !pj->result) {
+        /* verification runs here, outside the lock */
+        sched_job_result_t *r = result_from_complete(m.job, &m.body.complete, pj->prog, pj->keep);
+        pthread_mutex_lock(&s->lock);
+        if (pj->cb) {
+          hmap_remove(&s->jobs, &pj->id);
+          pthread_mutex_unlock(&s->lock);
+          pj->cb(pj->id, r, pj->user);
+          free(pj);
+          /* complete only once its callback has returned: wait_all means it */
+          pthread_mutex_lock(&s->lock);
+          s->incomplete--;
+          pthread_cond_broadcast(&s->cond);
+          pthread_mutex_unlock(&s->lock);
+        } else {
+          s->incomplete--;
+          pj->result = r;
+          if (!pj->hidden) {
+            if (s->done_tail) s->done_tail->next_done = pj;
+            else s->done_head = pj;
+            s->done_tail = pj;
+          }
+          pthread_cond_broadcast(&s->cond);
+          pthread_mutex_unlock(&s->lock);
+        }
+      }
+      msg_free(&m);
+      continue;
+    }
+    bool term = m.type == MSG_TERM;
+    pthread_mutex_lock(&s->lock);
+    if (s->ctl_id && m.job == s->ctl_id && !s->ctl_ready) {
+      s->ctl_reply = m;
+      s->ctl_ready = true;
+      pthread_cond_broadcast(&s->cond);
+    } else {
+      msg_free(&m);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (term) break;
+  }
+  return NULL;
+}
+
+static struct timespec deadline_in(int timeout_ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += timeout_ms / 1000;
+  ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
+/* Waits on cond under lock until *flag or the deadline; false on timeout. */
+static bool wait_for(sched_t *s, const bool *flag, int timeout_ms) {
+  struct timespec ts = deadline_in(timeout_ms < 0 ? 0 : timeout_ms);
+  while (!*flag) {
+    if (timeout_ms < 0) pthread_cond_wait(&s->cond, &s->lock);
+    else if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) != 0 && !*flag) return false;
+  }
+  return true;
+}
+
+/* Sends a control message `to` an actor and waits for the reply carrying its
+ * id. The caller owns *reply afterwards. */
+static int control(sched_t *s, const char *to, msg *req, msg *reply, int timeout_ms, sched_error_t *err) {
+  pthread_mutex_lock(&s->ctl_lock);
+  pthread_mutex_lock(&s->lock);
+  uint64_t id = ++s->next_id;
+  s->ctl_id = id;
+  s->ctl_ready = false;
+  pthread_mutex_unlock(&s->lock);
+  req->job = id;
+  int rc;
+  if (!strcmp(to, ACTOR_SCHEDULER)) {
+    pthread_mutex_lock(&s->send_lock);
+    rc = mbox_send(s->outbox, req, err);
+    pthread_mutex_unlock(&s->send_lock);
+  } else {
+    void *sock = mbox_connect(s->core.zctx, to, err);
+    rc = sock ? mbox_send(sock, req, err) : SCHED_EINTERNAL;
+    mbox_close(sock);
+  }
+  pthread_mutex_lock(&s->lock);
+  if (rc == SCHED_OK && !wait_for(s, &s->ctl_ready, timeout_ms))
+    rc = err_set(err, SCHED_ETIMEOUT, "the %s actor did not answer within %d ms", to, timeout_ms);
+  if (rc == SCHED_OK) *reply = s->ctl_reply;
+  s->ctl_id = 0;
+  s->ctl_ready = false;
+  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_unlock(&s->ctl_lock);
+  return rc;
+}
+
 static void teardown(sched_t *s) {
+  stop_actor(s, &s->scheduler, ACTOR_SCHEDULER);
   stop_actor(s, &s->compile, ACTOR_COMPILE);
   stop_actor(s, &s->record, ACTOR_RECORD);
   for (int d = 0; d < s->core.ndevices; d++) {
     char name[32];
     snprintf(name, sizeof name, ACTOR_EXECUTE_FMT, d);
     stop_actor(s, &s->execute[d], name);
+  }
+  if (s->completer_running) {
+    /* nothing answers any more: wake the completion thread with a TERM */
+    void *sock = mbox_connect(s->core.zctx, ACTOR_CLIENT, NULL);
+    msg t;
+    msg_init(&t, MSG_TERM, 0, ACTOR_CLIENT);
+    if (sock) mbox_send(sock, &t, NULL);
+    msg_free(&t);
+    mbox_close(sock);
+    pthread_join(s->completer, NULL);
+    s->completer_running = false;
   }
   scheduler_state_free(s->scheduler_st);
   compile_state_free(s->compile_st);
@@ -97,18 +248,27 @@ static void teardown(sched_t *s) {
   mbox_close(s->inbox);
   mbox_close(s->outbox);
   if (s->core.zctx) zmq_ctx_term(s->core.zctx);
+  size_t pos = 0;
+  void *v;
+  while (hmap_next(&s->jobs, &pos, NULL, &v)) {
+    sched_job_result_free(&((pending_job *)v)->result);
+    free(v);
+  }
+  hmap_destroy(&s->jobs);
   /* programs still registered: hand them back to their handles, or free the
    * ones whose handle is gone */
   for (sched_program_t *h = s->programs; h; h = h->next) {
     hmap_remove(&s->core.programs, &h->id);
     h->s = NULL;
   }
-  size_t pos = 0;
-  void *v;
+  pos = 0;
   while (hmap_next(&s->core.programs, &pos, NULL, &v)) prog_free(v);
   hmap_destroy(&s->core.programs);
   pthread_mutex_destroy(&s->core.reg_lock);
   pthread_mutex_destroy(&s->lock);
+  pthread_mutex_destroy(&s->send_lock);
+  pthread_mutex_destroy(&s->ctl_lock);
+  pthread_cond_destroy(&s->cond);
   gpu_backend_close(&s->core.backend);
   if (s->temp_cache) fs_remove_tree(s->temp_cache);
   free(s->temp_cache);
@@ -125,8 +285,12 @@ int sched_open(sched_t **out, const sched_options_t *opts, sched_error_t *err) {
   sched_t *s = calloc(1, sizeof *s);
   if (!s) return err_set(err, SCHED_ENOMEM, "out of memory");
   pthread_mutex_init(&s->lock, NULL);
+  pthread_mutex_init(&s->send_lock, NULL);
+  pthread_mutex_init(&s->ctl_lock, NULL);
+  pthread_cond_init(&s->cond, NULL);
   pthread_mutex_init(&s->core.reg_lock, NULL);
   hmap_init(&s->core.programs, sizeof(uint64_t));
+  hmap_init(&s->jobs, sizeof(uint64_t));
   int rc = gpu_backend_open(o.devices, &s->core.backend, NULL, err);
   if (rc) goto fail;
   s->core.ndevices = s->core.backend->ops->device_count(s->core.backend);
@@ -193,44 +357,250 @@ int sched_open(sched_t **out, const sched_options_t *opts, sched_error_t *err) {
     rc = SCHED_EINTERNAL;
     goto fail;
   }
+  if (pthread_create(&s->completer, NULL, completer_main, s) != 0) {
+    rc = err_set(err, SCHED_EINTERNAL, "cannot start the completion thread");
+    goto fail;
+  }
+  s->completer_running = true;
   *out = s;
   return SCHED_OK;
 fail:
-  stop_actor(s, &s->scheduler, ACTOR_SCHEDULER);
   teardown(s);
   return rc ? rc : SCHED_EINTERNAL;
+}
+
+int sched_shutdown(sched_t *s, int timeout_ms, sched_error_t *err) {
+  if (!s) return err_set(err, SCHED_EINVAL, "sched_shutdown: the scheduler is NULL");
+  pthread_mutex_lock(&s->lock);
+  bool already = s->closing;
+  s->closing = true;
+  pthread_mutex_unlock(&s->lock);
+  if (already) {
+    pthread_mutex_lock(&s->lock);
+    bool done = s->closed;
+    pthread_mutex_unlock(&s->lock);
+    return done ? SCHED_OK : err_set(err, SCHED_ECLOSED, "the scheduler is already shutting down");
+  }
+  /* the scheduler fails jobs not started, lets started ones finish, and then
+   * answers TERM, after every COMPLETE (they share one pipe, in order) */
+  msg t, reply;
+  msg_init(&t, MSG_TERM, 0, ACTOR_CLIENT);
+  int rc = control(s, ACTOR_SCHEDULER, &t, &reply, timeout_ms < 0 ? CLOSE_TIMEOUT_MS : timeout_ms, err);
+  msg_free(&t);
+  if (rc) return rc;
+  msg_free(&reply);
+  actor_join(&s->scheduler);
+  pthread_join(s->completer, NULL); /* it stopped at the TERM */
+  s->completer_running = false;
+  pthread_mutex_lock(&s->lock);
+  s->closed = true;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  return SCHED_OK;
 }
 
 void sched_close(sched_t **ps) {
   if (!ps || !*ps) return;
   sched_t *s = *ps;
-  pthread_mutex_lock(&s->lock);
-  /* the scheduler drains: jobs not started fail, started ones finish */
-  msg t;
-  msg_init(&t, MSG_TERM, 0, ACTOR_CLIENT);
-  mbox_send(s->outbox, &t, NULL);
-  msg_free(&t);
-  uint64_t deadline = now_ns() + (uint64_t)CLOSE_TIMEOUT_MS * 1000000ull;
-  for (;;) {
-    uint64_t now = now_ns();
-    if (now >= deadline) break;
-    msg m;
-    if (mbox_recv(s->inbox, (int)((deadline - now) / 1000000ull), &m, NULL, NULL) != SCHED_OK) break;
-    bool done = m.type == MSG_TERM;
-    msg_free(&m);
-    if (done) break;
-  }
-  actor_join(&s->scheduler);
-  pthread_mutex_unlock(&s->lock);
+  sched_shutdown(s, CLOSE_TIMEOUT_MS, NULL);
   teardown(s);
   *ps = NULL;
+}
+
+/* ---- jobs ---- */
+
+void sched_job_options_init(sched_job_options_t *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->device = -1;
+}
+
+static int attach(sched_t *s, sched_program_t *h, sched_error_t *err);
+
+static int submit(sched_t *s, sched_program_t *h, const sched_job_options_t *o, bool hidden, sched_job_t *out,
+                  sched_error_t *err) {
+  const prog_program *p = h->p;
+  if (o->run < 0 || o->job < 0) return err_set(err, SCHED_EINVAL, "sched_submit: run and job must be >= 0");
+  if (o->device < -1 || o->device >= s->core.ndevices)
+    return err_set(err, SCHED_EINVAL, "sched_submit: no device %d (there are %d)", o->device, s->core.ndevices);
+  if (o->ninputs && !o->inputs) return err_set(err, SCHED_EINVAL, "sched_submit: inputs is NULL");
+  msg m;
+  msg_init(&m, MSG_SUBMIT, 0, ACTOR_CLIENT);
+  m.body.submit = (msg_submit){0, (uint32_t)o->run, (uint32_t)o->job, (uint32_t)(o->run % p->buffer_sets),
+                               o->device, o->keep_outputs ? 1u : 0u, {NULL, 0}};
+  if (o->ninputs) {
+    m.body.submit.inputs.v = calloc(o->ninputs, sizeof(msg_output));
+    if (!m.body.submit.inputs.v) {
+      msg_free(&m);
+      return err_set(err, SCHED_ENOMEM, "out of memory");
+    }
+  }
+  for (size_t i = 0; i < o->ninputs; i++) {
+    const sched_input_t *in = &o->inputs[i];
+    int b = in->buffer ? prog_find_buffer(p, in->buffer) : -1;
+    if (b < 0) {
+      msg_free(&m);
+      return err_set(err, SCHED_EINVAL, "sched_submit: input %zu names no buffer of '%s' (%s)", i, p->name,
+                     in->buffer ? in->buffer : "NULL");
+    }
+    uint64_t want = p->buffers[b].count * prog_type_size(p->buffers[b].type);
+    if (in->bytes != want || !in->data) {
+      msg_free(&m);
+      return err_set(err, SCHED_EINVAL, "sched_submit: input for buffer '%s' has %zu bytes; it holds %llu",
+                     in->buffer, in->bytes, (unsigned long long)want);
+    }
+    msg_output *mo = &m.body.submit.inputs.v[m.body.submit.inputs.n++];
+    mo->buffer = (uint32_t)b;
+    mo->data.data = malloc(in->bytes ? in->bytes : 1);
+    if (!mo->data.data) {
+      msg_free(&m);
+      return err_set(err, SCHED_ENOMEM, "out of memory");
+    }
+    memcpy(mo->data.data, in->data, in->bytes);
+    mo->data.len = in->bytes;
+  }
+  pending_job *pj = calloc(1, sizeof *pj);
+  if (!pj) {
+    msg_free(&m);
+    return err_set(err, SCHED_ENOMEM, "out of memory");
+  }
+  pthread_mutex_lock(&s->lock);
+  int rc = s->closing ? err_set(err, SCHED_ECLOSED, "sched_submit: the scheduler is shut down") : SCHED_OK;
+  if (rc == SCHED_OK) rc = attach(s, h, err);
+  if (rc == SCHED_OK) {
+    pj->id = ++s->next_id;
+    pj->prog = p;
+    pj->keep = o->keep_outputs != 0;
+    pj->hidden = hidden;
+    pj->cb = o->on_complete;
+    pj->user = o->user;
+    if (hmap_put(&s->jobs, &pj->id, pj) != 0) rc = err_set(err, SCHED_ENOMEM, "out of memory");
+    else s->incomplete++;
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (rc) {
+    free(pj);
+    msg_free(&m);
+    return rc;
+  }
+  sched_job_t id = pj->id; /* pj may complete (and go) as soon as it is sent */
+  m.job = id;
+  m.body.submit.program = h->id;
+  pthread_mutex_lock(&s->send_lock);
+  rc = mbox_send(s->outbox, &m, err);
+  pthread_mutex_unlock(&s->send_lock);
+  msg_free(&m);
+  if (rc) {
+    pthread_mutex_lock(&s->lock);
+    hmap_remove(&s->jobs, &id);
+    s->incomplete--;
+    pthread_mutex_unlock(&s->lock);
+    free(pj);
+    return rc;
+  }
+  *out = id;
+  return SCHED_OK;
+}
+
+int sched_submit(sched_t *s, sched_program_t *p, const sched_job_options_t *o, sched_job_t *out,
+                 sched_error_t *err) {
+  if (out) *out = 0;
+  if (!s || !p || !out)
+    return err_set(err, SCHED_EINVAL, "sched_submit: %s is NULL", !s ? "the scheduler" : !p ? "the program" : "out");
+  sched_job_options_t d;
+  sched_job_options_init(&d);
+  return submit(s, p, o ? o : &d, false, out, err);
+}
+
+/* Takes pj's result out (under lock): the job is forgotten. */
+static sched_job_result_t *take(sched_t *s, pending_job *pj) {
+  sched_job_result_t *r = pj->result;
+  hmap_remove(&s->jobs, &pj->id);
+  /* unlink from the done list */
+  pending_job **pp = &s->done_head, *prev = NULL;
+  while (*pp && *pp != pj) {
+    prev = *pp;
+    pp = &(*pp)->next_done;
+  }
+  if (*pp) {
+    *pp = pj->next_done;
+    if (s->done_tail == pj) s->done_tail = prev;
+  }
+  free(pj);
+  return r;
+}
+
+int sched_wait(sched_t *s, sched_job_t job, int timeout_ms, sched_job_result_t **out, sched_error_t *err) {
+  if (out) *out = NULL;
+  if (!s || !out) return err_set(err, SCHED_EINVAL, "sched_wait: %s is NULL", !s ? "the scheduler" : "out");
+  pthread_mutex_lock(&s->lock);
+  pending_job *pj = hmap_get(&s->jobs, &job);
+  int rc = SCHED_OK;
+  if (!pj) {
+    rc = job == 0 || job > s->next_id
+             ? err_set(err, SCHED_EINVAL, "sched_wait: no job %llu", (unsigned long long)job)
+             : err_set(err, SCHED_EINVAL, "sched_wait: job %llu was already waited for", (unsigned long long)job);
+  } else if (pj->cb) {
+    rc = err_set(err, SCHED_EINVAL, "sched_wait: job %llu reports to its callback", (unsigned long long)job);
+  } else {
+    struct timespec ts = deadline_in(timeout_ms < 0 ? 0 : timeout_ms);
+    while (!pj->result && rc == SCHED_OK) {
+      if (timeout_ms < 0) pthread_cond_wait(&s->cond, &s->lock);
+      else if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) != 0 && !pj->result)
+        rc = err_set(err, SCHED_ETIMEOUT, "sched_wait: job %llu not done within %d ms", (unsigned long long)job,
+                     timeout_ms);
+    }
+    if (rc == SCHED_OK) *out = take(s, pj);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+int sched_wait_any(sched_t *s, int timeout_ms, sched_job_t *job, sched_job_result_t **out, sched_error_t *err) {
+  if (out) *out = NULL;
+  if (job) *job = 0;
+  if (!s || !out) return err_set(err, SCHED_EINVAL, "sched_wait_any: %s is NULL", !s ? "the scheduler" : "out");
+  pthread_mutex_lock(&s->lock);
+  struct timespec ts = deadline_in(timeout_ms < 0 ? 0 : timeout_ms);
+  int rc = SCHED_OK;
+  while (!s->done_head && rc == SCHED_OK) {
+    bool any_waitable = false;
+    size_t pos = 0;
+    void *v;
+    while (!any_waitable && hmap_next(&s->jobs, &pos, NULL, &v))
+      any_waitable = !((pending_job *)v)->cb && !((pending_job *)v)->hidden;
+    if (!any_waitable) rc = err_set(err, SCHED_EINVAL, "sched_wait_any: no job to wait for");
+    else if (timeout_ms < 0) pthread_cond_wait(&s->cond, &s->lock);
+    else if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) != 0 && !s->done_head)
+      rc = err_set(err, SCHED_ETIMEOUT, "sched_wait_any: nothing completed within %d ms", timeout_ms);
+  }
+  if (rc == SCHED_OK) {
+    pending_job *pj = s->done_head;
+    if (job) *job = pj->id;
+    *out = take(s, pj);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+int sched_wait_all(sched_t *s, int timeout_ms, sched_error_t *err) {
+  if (!s) return err_set(err, SCHED_EINVAL, "sched_wait_all: the scheduler is NULL");
+  pthread_mutex_lock(&s->lock);
+  struct timespec ts = deadline_in(timeout_ms < 0 ? 0 : timeout_ms);
+  int rc = SCHED_OK;
+  while (s->incomplete && rc == SCHED_OK) {
+    if (timeout_ms < 0) pthread_cond_wait(&s->cond, &s->lock);
+    else if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) != 0 && s->incomplete)
+      rc = err_set(err, SCHED_ETIMEOUT, "sched_wait_all: %zu jobs still running after %d ms", s->incomplete,
+                   timeout_ms);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
 }
 
 /* Asks one actor for STATUS (with `query` items) and waits for its answer. */
 static int ask_status(sched_t *s, const char *actor, const msg_stat *query, size_t nquery, msg *reply,
                       sched_error_t *err) {
-  int rc = SCHED_OK;
-  void *sock = mbox_connect(s->core.zctx, actor, err);
   msg q;
   msg_init(&q, MSG_STATUS, 0, ACTOR_CLIENT);
   if (nquery) {
@@ -240,18 +610,11 @@ static int ask_status(sched_t *s, const char *actor, const msg_stat *query, size
       q.body.status.items.n++;
     }
   }
-  if (!sock) rc = SCHED_EINTERNAL;
-  else rc = mbox_send(sock, &q, err);
+  int rc = control(s, actor, &q, reply, 10000, err);
   msg_free(&q);
-  mbox_close(sock);
-  uint64_t deadline = now_ns() + 10000000000ull;
-  while (rc == SCHED_OK) {
-    uint64_t now = now_ns();
-    rc = now >= deadline ? err_set(err, SCHED_ETIMEOUT, "the %s actor did not answer", actor)
-                         : mbox_recv(s->inbox, (int)((deadline - now) / 1000000ull), reply, NULL, err);
-    if (rc) break;
-    if (reply->type == MSG_STATUS && !strcmp(reply->from, actor)) return SCHED_OK;
+  if (rc == SCHED_OK && reply->type != MSG_STATUS) {
     msg_free(reply);
+    rc = err_set(err, SCHED_EINTERNAL, "the %s actor answered STATUS with something else", actor);
   }
   return rc;
 }
@@ -264,7 +627,6 @@ static int64_t stat_value(const msg *m, const char *name) {
 
 int sched_compile_status(sched_t *s, int *active_sessions, int *cache_entries, sched_error_t *err) {
   if (!s) return err_set(err, SCHED_EINVAL, "sched_compile_status: the scheduler is NULL");
-  pthread_mutex_lock(&s->lock);
   msg m;
   int rc = ask_status(s, ACTOR_COMPILE, NULL, 0, &m, err);
   if (rc == SCHED_OK) {
@@ -272,7 +634,6 @@ int sched_compile_status(sched_t *s, int *active_sessions, int *cache_entries, s
     if (cache_entries) *cache_entries = (int)stat_value(&m, "cache_entries");
     msg_free(&m);
   }
-  pthread_mutex_unlock(&s->lock);
   return rc;
 }
 
@@ -284,7 +645,6 @@ int sched_record_counters(sched_t *s, const sched_program_t *p, int device, int 
   if (device < 0 || device >= s->core.ndevices || slot < 0)
     return err_set(err, SCHED_EINVAL, "sched_record_counters: no device %d or slot %d", device, slot);
   if (p->s != s) return SCHED_OK; /* never run here: nothing recorded */
-  pthread_mutex_lock(&s->lock);
   msg_stat q[] = {{"program", (int64_t)p->id}, {"device", device}, {"slot", slot}};
   msg m;
   int rc = ask_status(s, ACTOR_RECORD, q, 3, &m, err);
@@ -295,7 +655,6 @@ int sched_record_counters(sched_t *s, const sched_program_t *p, int device, int 
     out->reused = (uint64_t)stat_value(&m, "reused");
     msg_free(&m);
   }
-  pthread_mutex_unlock(&s->lock);
   return rc;
 }
 
@@ -360,35 +719,28 @@ void sched_program_free(sched_program_t **ph) {
       *pp = h->next;
       break;
     }
-  /* ask the actors to drop what they hold for it, and wait for the answer */
-  msg r;
-  msg_init(&r, MSG_RELEASE, 0, ACTOR_CLIENT);
-  r.body.release.program = h->id;
+  bool closed = s->closed;
+  pthread_mutex_unlock(&s->lock);
+  /* ask the actors to drop what they hold for it, and wait for the answer;
+   * the scheduler refuses while jobs of it are in flight */
   bool released = false;
-  if (mbox_send(s->outbox, &r, NULL) == SCHED_OK) {
-    uint64_t deadline = now_ns() + (uint64_t)RELEASE_TIMEOUT_MS * 1000000ull;
-    for (;;) {
-      uint64_t now = now_ns();
-      msg m;
-      if (now >= deadline ||
-          mbox_recv(s->inbox, (int)((deadline - now) / 1000000ull), &m, NULL, NULL) != SCHED_OK)
-        break;
-      bool mine = (m.type == MSG_RELEASE && m.body.release.program == h->id);
-      bool refused = m.type == MSG_ERROR && m.job == 0;
-      msg_free(&m);
-      if (mine) released = true;
-      if (mine || refused) break;
+  if (!closed) {
+    msg r, reply;
+    msg_init(&r, MSG_RELEASE, 0, ACTOR_CLIENT);
+    r.body.release.program = h->id;
+    if (control(s, ACTOR_SCHEDULER, &r, &reply, RELEASE_TIMEOUT_MS, NULL) == SCHED_OK) {
+      released = reply.type == MSG_RELEASE && reply.body.release.program == h->id;
+      msg_free(&reply);
     }
+    msg_free(&r);
   }
-  msg_free(&r);
   if (released) {
     pthread_mutex_lock(&s->core.reg_lock);
     hmap_remove(&s->core.programs, &h->id);
     pthread_mutex_unlock(&s->core.reg_lock);
     prog_free(h->p);
   }
-  /* else it stays registered (actors may still use it) and is freed at close */
-  pthread_mutex_unlock(&s->lock);
+  /* else it stays registered (jobs may still use it) and is freed at close */
   free(h);
 }
 
@@ -400,8 +752,8 @@ const char *sched_program_devices(const sched_program_t *p) { return p ? p->p->d
 
 /* ---- runs ---- */
 
-int sched_run(sched_t *s, sched_program_t *h, const sched_run_options_t *opts,
-              sched_report_t **out, sched_error_t *err) {
+int sched_run(sched_t *s, sched_program_t *h, const sched_run_options_t *opts, sched_report_t **out,
+              sched_error_t *err) {
   if (out) *out = NULL;
   if (!s || !h || !out)
     return err_set(err, SCHED_EINVAL, "sched_run: %s is NULL", !s ? "the scheduler" : !h ? "the program" : "out");
@@ -412,58 +764,64 @@ int sched_run(sched_t *s, sched_program_t *h, const sched_run_options_t *opts,
     return err_set(err, SCHED_EINVAL, "sched_run: repeat, jobs and timeout_ms must be >= 0");
   const prog_program *p = h->p;
   int repeat = o.repeat ? o.repeat : p->repeat, jobs = o.jobs ? o.jobs : p->jobs;
-  if ((uint64_t)repeat * (uint64_t)jobs > 100000000ull)
+  if ((uint64_t)repeat * (uint64_t)jobs > 10000000ull)
     return err_set(err, SCHED_EINVAL, "sched_run: %d runs of %d jobs is too many", repeat, jobs);
   int timeout = o.timeout_ms ? o.timeout_ms : DEFAULT_RUN_TIMEOUT_MS;
-
-  pthread_mutex_lock(&s->lock);
-  int rc = attach(s, h, err);
-  sched_report_t *rep = NULL;
-  if (rc == SCHED_OK) {
-    rep = report_new(s, p, repeat, jobs, o.keep_outputs != 0);
-    if (!rep) rc = err_set(err, SCHED_ENOMEM, "out of memory");
+  sched_report_t *rep = report_new(s, p, repeat, jobs, o.keep_outputs != 0);
+  size_t total = (size_t)repeat * (size_t)jobs;
+  sched_job_t *ids = calloc(total ? total : 1, sizeof *ids);
+  if (!rep || !ids) {
+    sched_report_free(&rep);
+    free(ids);
+    return err_set(err, SCHED_ENOMEM, "out of memory");
   }
-  if (rc) {
-    pthread_mutex_unlock(&s->lock);
-    return rc;
-  }
-  uint64_t t0 = now_ns();
-  uint64_t first = s->next_job + 1;
-  size_t total = (size_t)repeat * (size_t)jobs, submitted = 0;
+  uint64_t t0 = now_ns(), deadline = t0 + (uint64_t)timeout * 1000000ull;
+  int rc = SCHED_OK;
+  size_t submitted = 0;
+  sched_job_options_t jo;
+  sched_job_options_init(&jo);
+  jo.keep_outputs = o.keep_outputs;
   for (int r = 0; r < repeat && rc == SCHED_OK; r++)
     for (int j = 0; j < jobs && rc == SCHED_OK; j++) {
-      msg m;
-      msg_init(&m, MSG_SUBMIT, ++s->next_job, ACTOR_CLIENT);
-      m.body.submit = (msg_submit){h->id, (uint32_t)r, (uint32_t)j, (uint32_t)(r % p->buffer_sets), -1,
-                                   o.keep_outputs ? 1u : 0u};
-      rc = mbox_send(s->outbox, &m, err);
-      msg_free(&m);
+      jo.run = r;
+      jo.job = j;
+      rc = submit(s, h, &jo, true, &ids[submitted], err);
       if (rc == SCHED_OK) submitted++;
     }
-  uint64_t deadline = t0 + (uint64_t)timeout * 1000000ull;
+  /* collect in submission order; every submitted job is waited for */
+  uint64_t last_progress = 0;
   size_t done = 0;
-  while (done < submitted) {
-    uint64_t now = now_ns();
-    msg m;
-    int wrc = now >= deadline ? SCHED_ETIMEOUT
-                              : mbox_recv(s->inbox, (int)((deadline - now + 999999) / 1000000ull), &m, NULL, NULL);
-    if (wrc == SCHED_ETIMEOUT) {
-      if (rc == SCHED_OK)
-        rc = err_set(err, SCHED_ETIMEOUT, "run of '%s': %zu of %zu jobs done after %d ms", p->name, done,
-                     total, timeout);
-      break;
+  for (size_t i = 0; i < submitted; i++) {
+    sched_job_result_t *res = NULL;
+    for (;;) {
+      uint64_t now = now_ns();
+      if (o.progress && now - last_progress > 100000000ull) {
+        o.progress((uint32_t)done, (uint32_t)total, o.progress_user);
+        last_progress = now;
+      }
+      int left = now >= deadline ? 0 : (int)((deadline - now) / 1000000ull);
+      int slice = o.progress && left > 100 ? 100 : left;
+      int wrc = sched_wait(s, ids[i], slice, &res, NULL);
+      if (wrc == SCHED_OK) break;
+      if (wrc != SCHED_ETIMEOUT || now_ns() >= deadline) {
+        if (rc == SCHED_OK)
+          rc = err_set(err, SCHED_ETIMEOUT, "run of '%s': %zu of %zu jobs done after %d ms", p->name, done, total,
+                       timeout);
+        break;
+      }
     }
-    if (wrc) {
-      if (rc == SCHED_OK) rc = err_set(err, wrc, "run of '%s': the scheduler stopped answering", p->name);
-      break;
-    }
-    if (m.type == MSG_COMPLETE && m.job >= first && m.job < first + total &&
-        report_add(rep, (size_t)(m.job - first), &m.body.complete))
-      done++;
-    msg_free(&m);
+    if (!res) break;
+    report_add(rep, (size_t)(res->info.run * jobs + res->info.job), res);
+    done++;
+  }
+  if (o.progress) o.progress((uint32_t)done, (uint32_t)total, o.progress_user);
+  free(ids);
+  if (submitted == 0 && rc) {
+    /* nothing ran (a wrong argument, a closed scheduler): no report */
+    sched_report_free(&rep);
+    return rc;
   }
   report_finish(rep, now_ns() - t0);
-  pthread_mutex_unlock(&s->lock);
   *out = rep;
   if (rc) return rc;
   return report_status(rep, err);

@@ -68,6 +68,8 @@ typedef struct msg_module {
 } msg_module;
 typedef struct msg_modules { msg_module *v; size_t n; } msg_modules;
 
+/* A buffer's contents: a job's input (replacing the buffer's `init`) or a
+ * buffer read back after it ran. */
 typedef struct msg_output { uint32_t buffer; msg_bytes data; } msg_output;
 typedef struct msg_outputs { msg_output *v; size_t n; } msg_outputs;
 
@@ -82,6 +84,7 @@ typedef struct msg_submit {
   uint32_t run, job_index, slot;
   int32_t device; /* -1: the scheduler places it */
   uint32_t keep;  /* 1: read back every buffer */
+  msg_outputs inputs; /* contents for some buffers, instead of their init */
 } msg_submit;
 
 typedef struct msg_compile {
@@ -117,12 +120,14 @@ typedef struct msg_execute {
   uint64_t sequence;
   msg_u64s bindings;
   uint32_t keep;
+  msg_outputs inputs;
 } msg_execute;
 
 typedef struct msg_executed {
   uint64_t program;
   uint32_t device;
   msg_outputs outputs;
+  uint64_t exec_start; /* CLOCK_MONOTONIC ns */
   uint64_t exec_ns;
 } msg_executed;
 
@@ -136,6 +141,8 @@ typedef struct msg_complete {
   msg_counts counts;
   uint32_t cache_hits, cache_misses;
   char *text; /* the error, "" when none */
+  /* the job's timeline (CLOCK_MONOTONIC ns; 0 for a phase it did not have) */
+  uint64_t t_submit, t_compile, t_record, t_execute, t_done;
 } msg_complete;
 
 typedef struct msg_error {

@@ -55,7 +55,7 @@ SCHEMA(stat_s, msg_stat, F(msg_stat, name, FK_STR), F(msg_stat, value, FK_I64));
 
 SCHEMA(submit_s, msg_submit, F(msg_submit, program, FK_U64), F(msg_submit, run, FK_U32),
        F(msg_submit, job_index, FK_U32), F(msg_submit, slot, FK_U32),
-       F(msg_submit, device, FK_I32), F(msg_submit, keep, FK_U32));
+       F(msg_submit, device, FK_I32), F(msg_submit, keep, FK_U32), FA(msg_submit, inputs, output_s));
 SCHEMA(compile_s, msg_compile, F(msg_compile, program, FK_U64), F(msg_compile, target, FK_STR),
        F(msg_compile, arch, FK_STR), FA(msg_compile, kernels, kernel_s));
 SCHEMA(compiled_s, msg_compiled, F(msg_compiled, program, FK_U64),
@@ -70,10 +70,10 @@ SCHEMA(recorded_s, msg_recorded, F(msg_recorded, program, FK_U64),
        F(msg_recorded, counts.updated, FK_U32), F(msg_recorded, counts.reused, FK_U32));
 SCHEMA(execute_s, msg_execute, F(msg_execute, program, FK_U64), F(msg_execute, device, FK_U32),
        F(msg_execute, slot, FK_U32), F(msg_execute, sequence, FK_U64),
-       F(msg_execute, bindings, FK_U64S), F(msg_execute, keep, FK_U32));
+       F(msg_execute, bindings, FK_U64S), F(msg_execute, keep, FK_U32), FA(msg_execute, inputs, output_s));
 SCHEMA(executed_s, msg_executed, F(msg_executed, program, FK_U64),
        F(msg_executed, device, FK_U32), FA(msg_executed, outputs, output_s),
-       F(msg_executed, exec_ns, FK_U64));
+       F(msg_executed, exec_start, FK_U64), F(msg_executed, exec_ns, FK_U64));
 SCHEMA(complete_s, msg_complete, F(msg_complete, status, FK_I32),
        F(msg_complete, program, FK_U64), F(msg_complete, device, FK_I32),
        F(msg_complete, run, FK_U32), F(msg_complete, job_index, FK_U32),
@@ -81,7 +81,9 @@ SCHEMA(complete_s, msg_complete, F(msg_complete, status, FK_I32),
        F(msg_complete, record_ns, FK_U64), F(msg_complete, execute_ns, FK_U64),
        F(msg_complete, counts.created, FK_U32), F(msg_complete, counts.updated, FK_U32),
        F(msg_complete, counts.reused, FK_U32), F(msg_complete, cache_hits, FK_U32),
-       F(msg_complete, cache_misses, FK_U32), F(msg_complete, text, FK_STR));
+       F(msg_complete, cache_misses, FK_U32), F(msg_complete, text, FK_STR),
+       F(msg_complete, t_submit, FK_U64), F(msg_complete, t_compile, FK_U64), F(msg_complete, t_record, FK_U64),
+       F(msg_complete, t_execute, FK_U64), F(msg_complete, t_done, FK_U64));
 SCHEMA(error_s, msg_error, F(msg_error, code, FK_I32), F(msg_error, origin, FK_STR),
        F(msg_error, job, FK_U64), F(msg_error, text, FK_STR),
        F(msg_error, teardown, FK_STRS));

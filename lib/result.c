@@ -1,0 +1,84 @@
+/* Job results: verification against `expect`, and the accessors. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/result.h"
+
+static bool expected(const prog_program *p, uint32_t b) {
+  for (uint32_t i = 0; i < p->nexpects; i++)
+    if (p->expects[i].buffer == b) return true;
+  return false;
+}
+
+sched_job_result_t *result_from_complete(uint64_t id, msg_complete *c, const prog_program *p, bool keep) {
+  sched_job_result_t *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->id = id;
+  r->info = (sched_job_info_t){c->status,        c->device,          (int)c->run,       (int)c->job_index, 0,
+                               c->compile_ns,    c->record_ns,       c->execute_ns,     c->counts.created,
+                               c->counts.updated, c->counts.reused};
+  r->t_submit = c->t_submit;
+  r->t_compile = c->t_compile;
+  r->t_record = c->t_record;
+  r->t_execute = c->t_execute;
+  r->t_done = c->t_done;
+  r->cache_hits = c->cache_hits;
+  r->cache_misses = c->cache_misses;
+  if (c->status != SCHED_OK) {
+    r->error = xstrdup(c->text ? c->text : "");
+    return r;
+  }
+  strbuf why;
+  sb_init(&why);
+  bool ok = true;
+  for (size_t i = 0; i < c->outputs.n; i++) {
+    const msg_output *o = &c->outputs.v[i];
+    if (o->buffer < p->nbuffers && !prog_verify_buffer(p, o->buffer, o->data.data, o->data.len, &why)) {
+      ok = false;
+      break; /* the first mismatch is the useful one */
+    }
+  }
+  r->info.verified = ok;
+  if (!ok) r->info.status = SCHED_EVERIFY;
+  r->error = sb_take(&why);
+  /* keep what the caller asked for */
+  r->outputs.v = calloc(c->outputs.n ? c->outputs.n : 1, sizeof(msg_output));
+  r->names = calloc(c->outputs.n ? c->outputs.n : 1, sizeof(char *));
+  for (size_t i = 0; r->outputs.v && r->names && i < c->outputs.n; i++) {
+    msg_output *o = &c->outputs.v[i];
+    if (o->buffer >= p->nbuffers || (!keep && !expected(p, o->buffer))) continue;
+    r->names[r->outputs.n] = xstrdup(p->buffers[o->buffer].name);
+    r->outputs.v[r->outputs.n++] = *o;
+    memset(o, 0, sizeof *o);
+  }
+  return r;
+}
+
+const sched_job_info_t *sched_job_result_info(const sched_job_result_t *r) { return r ? &r->info : NULL; }
+
+const char *sched_job_result_error(const sched_job_result_t *r) { return r && r->error ? r->error : ""; }
+
+const void *sched_job_result_output(const sched_job_result_t *r, const char *buffer, size_t *bytes) {
+  if (bytes) *bytes = 0;
+  if (!r || !buffer) return NULL;
+  for (size_t i = 0; i < r->outputs.n; i++)
+    if (r->names[i] && !strcmp(r->names[i], buffer)) {
+      if (bytes) *bytes = r->outputs.v[i].data.len;
+      return r->outputs.v[i].data.data;
+    }
+  return NULL;
+}
+
+void sched_job_result_free(sched_job_result_t **pr) {
+  if (!pr || !*pr) return;
+  sched_job_result_t *r = *pr;
+  for (size_t i = 0; i < r->outputs.n; i++) {
+    free(r->outputs.v[i].data.data);
+    free(r->names[i]);
+  }
+  free(r->outputs.v);
+  free(r->names);
+  free(r->error);
+  free(r);
+  *pr = NULL;
+}
