@@ -12,7 +12,7 @@ CMAKE_FLAGS ?=
 
 # Debian packages the build and the host backend need.
 DEB_PACKAGES = build-essential g++ cmake pkg-config libzmq3-dev libmsgpack-dev \
-               libyaml-dev libcmocka-dev libssl-dev
+               libyaml-dev libcmocka-dev libssl-dev libjson-c-dev
 
 .PHONY: all deps build run test test-plain test-asan test-tsan bench clean
 

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "sched.h"
 
@@ -26,7 +28,9 @@ static void usage(FILE *f) {
           "  --repeat N       override the config's repeat\n"
           "  --jobs N         override the config's jobs\n"
           "  --no-cache       compile into a temporary cache, removed afterwards\n"
-          "  -s, --stats      print per-device counters\n"
+          "  -s, --stats      print per-device counters (always, with several devices)\n"
+          "  --json           print the summary as one JSON object\n"
+          "  --trace FILE     write a Chrome trace event file (opens in Perfetto)\n"
           "  -q, --quiet      print only errors\n"
           "  -h, --help       this text\n"
           "  -V, --version    the version\n"
@@ -48,15 +52,41 @@ static int positive(const char *opt, const char *v, int *out) {
 
 static double ms(uint64_t ns) { return (double)ns / 1e6; }
 
+/* The progress line: on a terminal only, and only once a run has taken a
+ * moment, so short runs and pipes see nothing extra. */
+typedef struct progress {
+  struct timespec start;
+  int shown;
+} progress;
+
+static double since(const struct timespec *t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static void show_progress(uint32_t done, uint32_t total, void *user) {
+  progress *p = user;
+  double t = since(&p->start);
+  if (t < 0.5 && !p->shown) return;
+  double rate = t > 0 ? done / t : 0;
+  double eta = rate > 0 ? (total - done) / rate : 0;
+  fprintf(stderr, "\r  %u/%u jobs  %.0f jobs/s  ETA %.1f s   ", done, total, rate, eta);
+  fflush(stderr);
+  p->shown = 1;
+}
+
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
       {"devices", required_argument, NULL, 'd'}, {"repeat", required_argument, NULL, 'r'},
       {"jobs", required_argument, NULL, 'j'},    {"no-cache", no_argument, NULL, 'n'},
       {"stats", no_argument, NULL, 's'},         {"quiet", no_argument, NULL, 'q'},
       {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
+      {"json", no_argument, NULL, 'J'},          {"trace", required_argument, NULL, 'T'},
       {NULL, 0, NULL, 0}};
   const char *devices = NULL;
-  int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, c;
+  const char *trace = NULL;
+  int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, json = 0, c;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "hqsV", longopts, NULL)) != -1) {
     switch (c) {
@@ -66,6 +96,8 @@ int main(int argc, char **argv) {
     case 'n': no_cache = 1; break;
     case 's': stats = 1; break;
     case 'q': quiet = 1; break;
+    case 'J': json = 1; break;
+    case 'T': trace = optarg; break;
     case 'h': usage(stdout); return 0;
     case 'V': printf("sched-run %d.%d.%d\n", SCHED_VERSION_MAJOR, SCHED_VERSION_MINOR, SCHED_VERSION_PATCH); return 0;
     default:
@@ -104,8 +136,15 @@ int main(int argc, char **argv) {
   sched_run_options_init(&ro);
   ro.repeat = repeat;
   ro.jobs = jobs;
+  progress pg = {{0, 0}, 0};
+  clock_gettime(CLOCK_MONOTONIC, &pg.start);
+  if (!quiet && !json && isatty(STDERR_FILENO)) {
+    ro.progress = show_progress;
+    ro.progress_user = &pg;
+  }
   sched_report_t *rep = NULL;
   rc = sched_run(s, prog, &ro, &rep, &err);
+  if (pg.shown) fprintf(stderr, "\r%60s\r", "");
   const sched_summary_t *sum = sched_report_summary(rep);
   int status = EXIT_VERIFIED;
   if (rc == SCHED_ECOMPILE) {
@@ -123,7 +162,19 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sched-run: %s: %s\n", sched_strerror(rc), err.message ? err.message : "");
     status = EXIT_OTHER;
   }
-  if (sum && !quiet && status != EXIT_COMPILE) {
+  if (trace && rep) {
+    sched_error_t terr = {0};
+    if (sched_report_write_trace(rep, trace, &terr) != SCHED_OK) {
+      fprintf(stderr, "sched-run: %s\n", terr.message);
+      sched_error_clear(&terr);
+      if (status == EXIT_VERIFIED) status = EXIT_OTHER;
+    }
+  }
+  if (json && rep) {
+    char *j = sched_report_json(rep);
+    if (j) printf("%s\n", j);
+    free(j);
+  } else if (sum && !quiet && status != EXIT_COMPILE) {
     printf("%s: %s on %d device%s (%s%s)\n", sched_program_name(prog),
            status == EXIT_VERIFIED ? "verified" : "NOT verified", sum->ndevices,
            sum->ndevices == 1 ? "" : "s", sum->devices[0].name, sum->ndevices > 1 ? ", ..." : "");
@@ -135,7 +186,7 @@ int main(int argc, char **argv) {
     printf("  recorded nodes: %llu created, %llu updated, %llu reused\n",
            (unsigned long long)sum->nodes_created, (unsigned long long)sum->nodes_updated,
            (unsigned long long)sum->nodes_reused);
-    if (stats)
+    if (stats || sum->ndevices > 1)
       for (int d = 0; d < sum->ndevices; d++) {
         const sched_device_stats_t *ds = &sum->devices[d];
         printf("  %-8s jobs %llu, nodes %llu created / %llu updated / %llu reused, busy %.3f ms\n", ds->name,

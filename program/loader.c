@@ -730,7 +730,7 @@ static void load_expect(ld *l, node *n) {
     return;
   }
   size_t count = (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
-  l->p->expects = calloc(count ? count : 1, sizeof(prog_expect));
+  l->p->expects = calloc(count ? 2 * count : 1, sizeof(prog_expect));
   if (!l->p->expects) return;
   for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top; pr++) {
     node *k = get(l, pr->key), *v = get(l, pr->value);
@@ -743,80 +743,89 @@ static void load_expect(ld *l, node *n) {
     char what[160];
     snprintf(what, sizeof what, "expect for '%s'", buf->name);
     if (!read_map(l, v, what, keys, f)) continue;
-    prog_expect *e = &l->p->expects[l->p->nexpects];
-    e->buffer = (uint32_t)b;
-    e->loc = loc_of(k);
-    e->tol = prog_type_is_float(buf->type) ? 1e-5 : 0;
-    if (f[3] && read_num(l, f[3], "tol", &e->tol) && e->tol < 0) problem(l, f[3], "tol must be >= 0");
     int given = !!f[0] + !!f[1] + !!f[2] + !!f[4];
-    if (given != 1) {
-      problem(l, v, "%s needs exactly one of values, at, sum, file", what);
+    if (given == 0) {
+      problem(l, v, "%s needs one of values, at, sum, file", what);
       continue;
     }
-    l->p->nexpects++;
-    if (f[2]) {
-      e->kind = EXP_SUM;
-      read_num(l, f[2], "sum", &e->sum);
-    } else if (f[0]) {
-      e->kind = EXP_VALUES;
-      if (f[0]->type != YAML_SEQUENCE_NODE) {
-        problem(l, f[0], "values must be a list of numbers");
-        continue;
-      }
-      size_t nv = (size_t)(f[0]->data.sequence.items.top - f[0]->data.sequence.items.start);
-      if (nv > buf->count) {
-        problem(l, f[0], "buffer '%s' has %llu elements but values lists %zu", buf->name,
-                (unsigned long long)buf->count, nv);
-        continue;
-      }
-      e->values = calloc(nv ? nv : 1, sizeof(double));
-      for (size_t i = 0; e->values && i < nv; i++) {
-        node *x = get(l, f[0]->data.sequence.items.start[i]);
-        if (x) read_num(l, x, "a value", &e->values[e->n]);
-        e->n++;
-      }
-    } else if (f[1]) {
-      e->kind = EXP_AT;
-      if (f[1]->type != YAML_MAPPING_NODE) {
-        problem(l, f[1], "at must be a mapping of index: value");
-        continue;
-      }
-      size_t nv = (size_t)(f[1]->data.mapping.pairs.top - f[1]->data.mapping.pairs.start);
-      e->values = calloc(nv ? nv : 1, sizeof(double));
-      e->index = calloc(nv ? nv : 1, sizeof(uint64_t));
-      for (yaml_node_pair_t *q = f[1]->data.mapping.pairs.start;
-           e->values && e->index && q < f[1]->data.mapping.pairs.top; q++) {
-        node *ik = get(l, q->key), *iv = get(l, q->value);
-        int64_t idx;
-        if (!ik || !iv || !read_int(l, ik, "an index", 0, INT64_MAX, &idx)) continue;
-        if ((uint64_t)idx >= buf->count) {
-          problem(l, ik, "index %lld is outside buffer '%s' (%llu elements)", (long long)idx,
-                  buf->name, (unsigned long long)buf->count);
+    if (!!f[0] + !!f[1] + !!f[4] > 1) {
+      problem(l, v, "%s takes one of values, at, file (sum may go with any)", what);
+      continue;
+    }
+    double tol = prog_type_is_float(buf->type) ? 1e-5 : 0;
+    if (f[3] && read_num(l, f[3], "tol", &tol) && tol < 0) problem(l, f[3], "tol must be >= 0");
+    /* one check per kind given, all on this buffer */
+    for (int kind = 0; kind < 4; kind++) {
+      node *fk = kind == 0 ? f[2] : kind == 1 ? f[0] : kind == 2 ? f[1] : f[4];
+      if (!fk) continue;
+      prog_expect *e = &l->p->expects[l->p->nexpects++];
+      e->buffer = (uint32_t)b;
+      e->loc = loc_of(k);
+      e->tol = tol;
+      if (kind == 0) {
+        e->kind = EXP_SUM;
+        read_num(l, fk, "sum", &e->sum);
+      } else if (kind == 1) {
+        e->kind = EXP_VALUES;
+        if (fk->type != YAML_SEQUENCE_NODE) {
+          problem(l, fk, "values must be a list of numbers");
           continue;
         }
-        if (read_num(l, iv, "a value", &e->values[e->n])) e->index[e->n++] = (uint64_t)idx;
+        size_t nv = (size_t)(fk->data.sequence.items.top - fk->data.sequence.items.start);
+        if (nv > buf->count) {
+          problem(l, fk, "buffer '%s' has %llu elements but values lists %zu", buf->name,
+                  (unsigned long long)buf->count, nv);
+          continue;
+        }
+        e->values = calloc(nv ? nv : 1, sizeof(double));
+        for (size_t i = 0; e->values && i < nv; i++) {
+          node *x = get(l, fk->data.sequence.items.start[i]);
+          if (x) read_num(l, x, "a value", &e->values[e->n]);
+          e->n++;
+        }
+      } else if (kind == 2) {
+        e->kind = EXP_AT;
+        if (fk->type != YAML_MAPPING_NODE) {
+          problem(l, fk, "at must be a mapping of index: value");
+          continue;
+        }
+        size_t nv = (size_t)(fk->data.mapping.pairs.top - fk->data.mapping.pairs.start);
+        e->values = calloc(nv ? nv : 1, sizeof(double));
+        e->index = calloc(nv ? nv : 1, sizeof(uint64_t));
+        for (yaml_node_pair_t *q = fk->data.mapping.pairs.start;
+             e->values && e->index && q < fk->data.mapping.pairs.top; q++) {
+          node *ik = get(l, q->key), *iv = get(l, q->value);
+          int64_t idx;
+          if (!ik || !iv || !read_int(l, ik, "an index", 0, INT64_MAX, &idx)) continue;
+          if ((uint64_t)idx >= buf->count) {
+            problem(l, ik, "index %lld is outside buffer '%s' (%llu elements)", (long long)idx, buf->name,
+                    (unsigned long long)buf->count);
+            continue;
+          }
+          if (read_num(l, iv, "a value", &e->values[e->n])) e->index[e->n++] = (uint64_t)idx;
+        }
+      } else {
+        e->kind = EXP_VALUES;
+        const char *rel = read_str(l, fk, "expect file");
+        if (!rel) continue;
+        char *path = fs_join_rel(l->file, rel);
+        char *data = NULL;
+        size_t len = 0;
+        sched_error_t er = {0};
+        size_t es = prog_type_size(buf->type);
+        if (!path || fs_read_file(path, &data, &len, &er) != SCHED_OK)
+          problem(l, fk, "cannot read expect file '%s': %s", rel, er.message ? er.message : "");
+        else if (len != buf->count * es)
+          problem(l, fk, "expect file '%s' has %zu bytes; buffer '%s' holds %llu", rel, len, buf->name,
+                  (unsigned long long)(buf->count * es));
+        else if ((e->values = calloc(buf->count, sizeof(double)))) {
+          for (uint64_t i = 0; i < buf->count; i++) e->values[i] = prog_element(buf->type, data, i);
+          e->n = buf->count;
+        }
+        sched_error_clear(&er);
+        free(data);
+        free(path);
       }
-    } else {
-      e->kind = EXP_VALUES;
-      const char *rel = read_str(l, f[4], "expect file");
-      if (!rel) continue;
-      char *path = fs_join_rel(l->file, rel);
-      char *data = NULL;
-      size_t len = 0;
-      sched_error_t er = {0};
-      size_t es = prog_type_size(buf->type);
-      if (!path || fs_read_file(path, &data, &len, &er) != SCHED_OK)
-        problem(l, f[4], "cannot read expect file '%s': %s", rel, er.message ? er.message : "");
-      else if (len != buf->count * es)
-        problem(l, f[4], "expect file '%s' has %zu bytes; buffer '%s' holds %llu", rel, len,
-                buf->name, (unsigned long long)(buf->count * es));
-      else if ((e->values = calloc(buf->count, sizeof(double)))) {
-        for (uint64_t i = 0; i < buf->count; i++) e->values[i] = prog_element(buf->type, data, i);
-        e->n = buf->count;
-      }
-      sched_error_clear(&er);
-      free(data);
-      free(path);
     }
   }
 }

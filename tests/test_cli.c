@@ -5,6 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
+#include "common/common.h"
+
 #include "test_util.h"
 
 static int run_cli(const char *a1, const char *a2, const char *a3, char **out, char **err) {
@@ -146,13 +150,94 @@ static void test_usage(void **st) {
   free(err);
 }
 
+static json_object *get(json_object *o, const char *key) {
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(o, key, &v)) fail_msg("no '%s' in JSON", key);
+  return v;
+}
+
+static void test_demo_json_and_trace(void **st) {
+  (void)st;
+  char cfg[1024], trace[256];
+  snprintf(cfg, sizeof cfg, "%s/multi_device_demo.yaml", tu_env("SCHED_CONFIGS"));
+  const char *dummy = tu_write_temp(1, "x", "");
+  snprintf(trace, sizeof trace, "%s", dummy);
+  strcpy(strrchr(trace, '/') + 1, "trace.json");
+  char *argv[] = {(char *)tu_env("SCHED_RUN"), "--json", "--trace", trace, cfg, NULL};
+  char *out, *err;
+  int rc = tu_run(argv, &out, &err);
+  if (rc != 0) fail_msg("demo: exit %d\n%s%s", rc, out, err);
+  assert_string_equal(err, ""); /* not a terminal: no progress line */
+  /* the summary */
+  json_object *sum = json_tokener_parse(out);
+  assert_non_null(sum);
+  assert_true(json_object_get_boolean(get(sum, "verified")));
+  assert_int_equal(json_object_get_int(get(sum, "jobs")), 128);
+  assert_int_equal(json_object_get_int(get(sum, "jobs_verified")), 128);
+  json_object *devs = get(sum, "devices");
+  assert_int_equal(json_object_array_length(devs), 4);
+  int jobs_per_device[4];
+  for (int d = 0; d < 4; d++) {
+    json_object *dv = json_object_array_get_idx(devs, (size_t)d);
+    char name[16];
+    snprintf(name, sizeof name, "host:%d", d);
+    assert_string_equal(json_object_get_string(get(dv, "name")), name);
+    jobs_per_device[d] = json_object_get_int(get(dv, "jobs"));
+    assert_true(jobs_per_device[d] > 0); /* every device worked */
+  }
+  json_object_put(sum);
+  /* the trace: valid JSON, one lane per actor and per device, a span per phase */
+  char *text;
+  size_t len;
+  sched_error_t e = {0};
+  assert_int_equal(fs_read_file(trace, &text, &len, &e), SCHED_OK);
+  json_object *tr = json_tokener_parse(text);
+  free(text);
+  assert_non_null(tr);
+  json_object *events = get(tr, "traceEvents");
+  const char *lanes[] = {"scheduler", "compile", "record", "execute host:0", "execute host:1", "execute host:2",
+                         "execute host:3"};
+  int lane_tid[7];
+  for (int i = 0; i < 7; i++) lane_tid[i] = -1;
+  int spans[16] = {0};
+  for (size_t i = 0; i < json_object_array_length(events); i++) {
+    json_object *ev = json_object_array_get_idx(events, i);
+    const char *ph = json_object_get_string(get(ev, "ph"));
+    if (!strcmp(ph, "M") && !strcmp(json_object_get_string(get(ev, "name")), "thread_name")) {
+      const char *lane = json_object_get_string(get(get(ev, "args"), "name"));
+      for (int k = 0; k < 7; k++)
+        if (!strcmp(lane, lanes[k])) lane_tid[k] = json_object_get_int(get(ev, "tid"));
+    } else if (!strcmp(ph, "X")) {
+      int tid = json_object_get_int(get(ev, "tid"));
+      assert_true(tid >= 0 && tid < 16);
+      assert_true(json_object_get_double(get(ev, "dur")) >= 0);
+      assert_true(json_object_get_double(get(ev, "ts")) >= 0);
+      spans[tid]++;
+    }
+  }
+  for (int k = 0; k < 7; k++) if (lane_tid[k] < 0) fail_msg("no lane '%s'", lanes[k]);
+  assert_int_equal(spans[lane_tid[0]], 128); /* every job */
+  assert_true(spans[lane_tid[1]] >= 1);      /* the compile session */
+  assert_int_equal(spans[lane_tid[2]], 128); /* every record */
+  for (int d = 0; d < 4; d++) assert_int_equal(spans[lane_tid[3 + d]], jobs_per_device[d]);
+  json_object_put(tr);
+  free(out);
+  free(err);
+  /* a trace that cannot be written is an error, and says where */
+  char *argv2[] = {(char *)tu_env("SCHED_RUN"), "--quiet", "--trace", "/no/such/dir/t.json", cfg, NULL};
+  assert_int_equal(tu_run(argv2, &out, &err), 4);
+  assert_non_null(strstr(err, "/no/such/dir/t.json"));
+  free(out);
+  free(err);
+}
+
 static void test_embed_example(void **st) {
   (void)st;
   char *argv[] = {(char *)tu_env("SCHED_EMBED"), NULL};
   char *out, *err;
   int rc = tu_run(argv, &out, &err);
   if (rc != 0) fail_msg("embed: %d\n%s%s", rc, out, err);
-  assert_non_null(strstr(out, "embed: 2 runs verified; v[10] = 30"));
+  assert_non_null(strstr(out, "embed: 4 jobs done; sum of v[0] over the jobs = 10"));
   free(out);
   free(err);
 }
@@ -162,6 +247,7 @@ int main(void) {
       cmocka_unit_test(test_every_config_verifies), cmocka_unit_test(test_five_mistakes_exit_2),
       cmocka_unit_test(test_compile_error_exit_3),  cmocka_unit_test(test_wrong_expect_exit_1),
       cmocka_unit_test(test_usage),                 cmocka_unit_test(test_embed_example),
+      cmocka_unit_test(test_demo_json_and_trace),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -146,8 +146,10 @@ static void test_single_problems(void **st) {
                  "t.yaml:10:54", "outside of any loop");
   expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1}\nexpect:\n  a: {at: {16: 1}}\n",
                  "t.yaml:8:12", "index 16 is outside");
-  expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1}\nexpect:\n  a: {values: [1], sum: 3}\n",
-                 "t.yaml:8:6", "exactly one of");
+  expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1}\nexpect:\n  a: {values: [1], at: {0: 1}}\n",
+                 "t.yaml:8:6", "takes one of values, at, file");
+  expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1}\nexpect:\n  a: {tol: 1}\n", "t.yaml:8:6",
+                 "needs one of values, at, sum, file");
   expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1, count: 20}\n", "t.yaml:6:11",
                  "runs outside buffer 'a'");
   expect_problem(HEAD BUF "program:\n  - jump: {}\n", "t.yaml:6:5", "unknown step 'jump'");
