@@ -115,18 +115,19 @@ static rec_node *nl_push(node_list *l) {
   return r;
 }
 
-static uint64_t *nl_args(node_list *l, uint32_t n, uint32_t *arg0) {
+/* Reserves n argument slots; false when out of memory. */
+static bool nl_args(node_list *l, uint32_t n, uint32_t *arg0) {
   if (l->nargs + n > l->args_cap) {
     uint32_t cap = l->args_cap ? l->args_cap : 64;
     while (cap < l->nargs + n) cap *= 2;
     uint64_t *a = realloc(l->args, cap * sizeof *a);
-    if (!a) return NULL;
+    if (!a) return false;
     l->args = a;
     l->args_cap = cap;
   }
   *arg0 = l->nargs;
   l->nargs += n;
-  return l->args + *arg0;
+  return true;
 }
 
 static void nl_reset(node_list *l) {

@@ -1,0 +1,152 @@
+/*
+ * Job benchmarks through the whole pipeline (SUBMIT -> RECORD -> EXECUTE ->
+ * COMPLETE), on warm caches:
+ *   throughput: N independent single-launch jobs of an empty kernel, jobs/s;
+ *   latency: one such job submitted and waited for, median and p99;
+ *   chain: one job of 100 tiny launches (a recorded sequence), run many
+ *          times; cost per kernel.
+ * With 1 and with 2 host devices. Prints key=value lines.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sched.h"
+
+static uint64_t ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void die(const char *what, sched_error_t *err) {
+  fprintf(stderr, "%s: %s\n", what, err && err->message ? err->message : "failed");
+  exit(1);
+}
+
+static const char empty_program[] =
+    "version: 1\nname: empty\n"
+    "kernels:\n  empty:\n    params: []\n    source: |\n      extern \"C\" __global__ void empty() {}\n"
+    "program:\n  - launch: {kernel: empty, grid: 1, block: 1, args: []}\n";
+
+static const char chain_program[] =
+    "version: 1\nname: chain\n"
+    "kernels:\n  tiny:\n    params: [ptr]\n    source: |\n"
+    "      extern \"C\" __global__ void tiny(float *p) { if (threadIdx.x == 0) p[0] += 1.0f; }\n"
+    "buffers:\n  p: {type: f32, count: 1}\n"
+    "program:\n  - loop:\n      trips: 100\n      body:\n"
+    "        - launch: {kernel: tiny, grid: 1, block: 1, args: [p]}\n"
+    "expect:\n  p: {values: [100]}\n";
+
+static sched_t *open_host(int n) {
+  char spec[16];
+  snprintf(spec, sizeof spec, "host:%d", n);
+  sched_options_t o;
+  sched_options_init(&o);
+  o.devices = spec;
+  sched_t *s;
+  sched_error_t err = {0};
+  if (sched_open(&s, &o, &err)) die("open", &err);
+  return s;
+}
+
+static sched_program_t *load(sched_t *s, const char *text) {
+  sched_program_t *p;
+  sched_error_t err = {0};
+  if (sched_program_load_string(s, text, "bench.yaml", &p, &err)) die("load", &err);
+  /* warm: compile and record once */
+  sched_job_t id;
+  sched_job_result_t *r;
+  if (sched_submit(s, p, NULL, &id, &err) || sched_wait(s, id, -1, &r, &err)) die("warm-up", &err);
+  if (sched_job_result_info(r)->status != SCHED_OK) die(sched_job_result_error(r), NULL);
+  sched_job_result_free(&r);
+  return p;
+}
+
+static void throughput(int devices, int n) {
+  sched_t *s = open_host(devices);
+  sched_program_t *p = load(s, empty_program);
+  sched_error_t err = {0};
+  double best = 0;
+  for (int round = 0; round < 3; round++) {
+    uint64_t t0 = ns();
+    for (int j = 0; j < n; j++) {
+      sched_job_options_t o;
+      sched_job_options_init(&o);
+      o.job = j;
+      sched_job_t id;
+      if (sched_submit(s, p, &o, &id, &err)) die("submit", &err);
+    }
+    for (int j = 0; j < n; j++) {
+      sched_job_t id;
+      sched_job_result_t *r;
+      if (sched_wait_any(s, -1, &id, &r, &err)) die("wait", &err);
+      if (sched_job_result_info(r)->status != SCHED_OK) die(sched_job_result_error(r), NULL);
+      sched_job_result_free(&r);
+    }
+    double rate = n / ((ns() - t0) / 1e9);
+    if (rate > best) best = rate;
+  }
+  printf("throughput_%ddev_jobs_per_s=%.0f\n", devices, best);
+  sched_program_free(&p);
+  sched_close(&s);
+}
+
+static void latency(int devices, int n) {
+  sched_t *s = open_host(devices);
+  sched_program_t *p = load(s, empty_program);
+  sched_error_t err = {0};
+  double *v = malloc((size_t)n * sizeof *v);
+  for (int i = 0; i < n; i++) {
+    uint64_t t0 = ns();
+    sched_job_t id;
+    sched_job_result_t *r;
+    if (sched_submit(s, p, NULL, &id, &err) || sched_wait(s, id, -1, &r, &err)) die("latency", &err);
+    v[i] = (ns() - t0) / 1e3;
+    sched_job_result_free(&r);
+  }
+  qsort(v, (size_t)n, sizeof *v, cmp);
+  printf("latency_%ddev_median_us=%.1f\nlatency_%ddev_p99_us=%.1f\n", devices, v[n / 2], devices, v[n * 99 / 100]);
+  free(v);
+  sched_program_free(&p);
+  sched_close(&s);
+}
+
+static void chain(int devices, int n) {
+  sched_t *s = open_host(devices);
+  sched_program_t *p = load(s, chain_program);
+  sched_error_t err = {0};
+  uint64_t t0 = ns();
+  for (int j = 0; j < n; j++) {
+    sched_job_t id;
+    if (sched_submit(s, p, NULL, &id, &err)) die("submit", &err);
+  }
+  for (int j = 0; j < n; j++) {
+    sched_job_t id;
+    sched_job_result_t *r;
+    if (sched_wait_any(s, -1, &id, &r, &err)) die("wait", &err);
+    if (sched_job_result_info(r)->status != SCHED_OK) die(sched_job_result_error(r), NULL);
+    sched_job_result_free(&r);
+  }
+  double per_kernel = (ns() - t0) / (double)n / 100.0;
+  printf("chain_%ddev_ns_per_kernel=%.1f\n", devices, per_kernel);
+  sched_program_free(&p);
+  sched_close(&s);
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 100000;
+  if (n < 100) n = 100;
+  for (int d = 1; d <= 2; d++) {
+    throughput(d, n);
+    latency(d, n / 20);
+    chain(d, 1000);
+  }
+  return 0;
+}
