@@ -25,6 +25,7 @@ void __tsan_release(void *addr);
 
 #define MAX_PEERS 80
 #define LINGER_MS 1000
+#define SEND_TIMEOUT_MS 200
 
 typedef struct peer {
   char name[32];
@@ -94,6 +95,11 @@ void *mbox_bind(void *zctx, const char *name, sched_error_t *err) {
 void *mbox_connect(void *zctx, const char *name, sched_error_t *err) {
   void *s = new_socket(zctx, ZMQ_PUSH, err);
   if (!s) return NULL;
+  /* A send never blocks for long: with no high-water mark and inproc pipes a
+   * send to a live peer is immediate, and a peer that has already stopped (an
+   * answer racing a shutdown) must not hold the sender forever. */
+  int timeout = SEND_TIMEOUT_MS;
+  zmq_setsockopt(s, ZMQ_SNDTIMEO, &timeout, sizeof timeout);
   char ep[64];
   endpoint(ep, sizeof ep, name);
   if (zmq_connect(s, ep) != 0) {
@@ -130,6 +136,9 @@ int mbox_send(void *sock, const msg *m, sched_error_t *err) {
     if (zmq_errno() == EINTR) continue;
     int e = zmq_errno();
     zmq_msg_close(&zm);
+    if (e == EAGAIN)
+      return err_set(err, SCHED_ECLOSED, "send %s: no one is receiving (the peer has stopped)",
+                     msg_type_name(m->type));
     return err_set(err, e == ETERM ? SCHED_ECLOSED : SCHED_EINTERNAL, "send %s: %s",
                    msg_type_name(m->type), zmq_strerror(e));
   }

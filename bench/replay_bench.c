@@ -112,7 +112,7 @@ static void backend_bench(void) {
         memcpy(n.u.launch.block, one, sizeof one);
         n.u.launch.args = a;
         n.u.launch.nargs = 2;
-        b->ops->launch(b, 0, &n, &err);
+        b->ops->launch(b, 0, &n, true, &err);
       }
     uint64_t t3 = ns();
     direct[bt] = (double)(t1 - t0) / (REPS * N);

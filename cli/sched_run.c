@@ -178,6 +178,7 @@ int main(int argc, char **argv) {
     printf("%s: %s on %d device%s (%s%s)\n", sched_program_name(prog),
            status == EXIT_VERIFIED ? "verified" : "NOT verified", sum->ndevices,
            sum->ndevices == 1 ? "" : "s", sum->devices[0].name, sum->ndevices > 1 ? ", ..." : "");
+    if (sched_device_fallback(s)) printf("  host devices: %s\n", sched_device_fallback(s));
     printf("  runs %u, %u jobs in all: %u verified, %u failed\n", sum->runs, sum->jobs, sum->verified, sum->failed);
     printf("  time: compile %.1f ms, record %.3f ms, execute %.3f ms, wall %.1f ms\n", ms(sum->compile_ns),
            ms(sum->record_ns), ms(sum->execute_ns), ms(sum->wall_ns));

@@ -1,31 +1,54 @@
 /* Choosing a backend from a device spec, and finding compile targets. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu/backend.h"
 
-int gpu_backend_open(const char *devices, gpu_backend **out, char **why_fallback,
-                     sched_error_t *err) {
+static int host_count(const char *spec, sched_error_t *err) {
+  char *end;
+  long n = strtol(spec + 5, &end, 10);
+  if (spec[5] == '\0' || *end != '\0' || n < 1 || n > SCHED_MAX_DEVICES)
+    return err_set(err, SCHED_EINVAL, "devices '%s': host:N needs N from 1 to %d", spec, SCHED_MAX_DEVICES);
+  return (int)n;
+}
+
+/* "auto": every GPU, else one host device. "all": every GPU, else one host
+ * device per core. "cuda", "cuda:I,J": those GPUs or an error. "host",
+ * "host:N": host devices. */
+int gpu_backend_open(const char *devices, gpu_backend **out, char **why_fallback, sched_error_t *err) {
   *out = NULL;
   if (why_fallback) *why_fallback = NULL;
-  if (!devices || !strcmp(devices, "auto") || !strcmp(devices, "host")) {
-    if (why_fallback && (!devices || !strcmp(devices, "auto")))
-      *why_fallback = xstrdup("the CUDA backend is not built into this sched; using the host");
-    return gpu_host_open(1, out, err);
+  const char *spec = devices ? devices : "auto";
+  if (!strcmp(spec, "host")) return gpu_host_open(1, out, err);
+  if (!strncmp(spec, "host:", 5)) {
+    int n = host_count(spec, err);
+    return n < 0 ? n : gpu_host_open(n, out, err);
   }
-  if (!strncmp(devices, "host:", 5)) {
-    char *end;
-    long n = strtol(devices + 5, &end, 10);
-    if (devices[5] == '\0' || *end != '\0' || n < 1 || n > SCHED_MAX_DEVICES)
-      return err_set(err, SCHED_EINVAL, "devices '%s': host:N needs N from 1 to %d", devices,
-                     SCHED_MAX_DEVICES);
-    return gpu_host_open((int)n, out, err);
+  if (!strcmp(spec, "auto") || !strcmp(spec, "all")) {
+    sched_error_t why = {0};
+    if (gpu_cuda_open(NULL, 0, out, &why) == SCHED_OK) return SCHED_OK;
+    if (why_fallback) *why_fallback = xstrdup(why.message);
+    sched_error_clear(&why);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = !strcmp(spec, "all") ? (int)(cores < 1 ? 1 : cores > SCHED_MAX_DEVICES ? SCHED_MAX_DEVICES : cores) : 1;
+    return gpu_host_open(n, out, err);
   }
-  if (!strcmp(devices, "all")) return gpu_host_open(1, out, err);
-  if (!strcmp(devices, "cuda") || !strncmp(devices, "cuda:", 5))
-    return err_set(err, SCHED_EBACKEND, "devices '%s': no CUDA backend in this build", devices);
-  return err_set(err, SCHED_EINVAL,
-                 "devices '%s' is not one of auto, host, host:N, cuda, cuda:I,J, all", devices);
+  if (!strcmp(spec, "cuda")) return gpu_cuda_open(NULL, 0, out, err);
+  if (!strncmp(spec, "cuda:", 5)) {
+    int which[SCHED_MAX_DEVICES], n = 0;
+    for (const char *p = spec + 5;;) {
+      char *end;
+      long v = strtol(p, &end, 10);
+      if (end == p || v < 0 || v >= SCHED_MAX_DEVICES || n == SCHED_MAX_DEVICES || (*end && *end != ','))
+        return err_set(err, SCHED_EINVAL, "devices '%s': cuda:I,J needs device numbers", spec);
+      which[n++] = (int)v;
+      if (!*end) break;
+      p = end + 1;
+    }
+    return gpu_cuda_open(which, n, out, err);
+  }
+  return err_set(err, SCHED_EINVAL, "devices '%s' is not one of auto, host, host:N, cuda, cuda:I,J, all", spec);
 }
 
 void gpu_backend_close(gpu_backend **b) {

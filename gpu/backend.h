@@ -75,8 +75,9 @@ typedef struct gpu_ops {
   int (*module_function)(gpu_backend *b, gpu_module *m, const char *entry, gpu_function *out,
                          sched_error_t *err);
 
-  /* Runs one node now, without a sequence, and waits (eager execution). */
-  int (*launch)(gpu_backend *b, int dev, const gpu_node *n, sched_error_t *err);
+  /* Runs one launch node now, without a sequence (eager execution); waits for
+   * it when `wait`, else queues it on the device's stream. */
+  int (*launch)(gpu_backend *b, int dev, const gpu_node *n, bool wait, sched_error_t *err);
 
   int (*seq_create)(gpu_backend *b, int dev, gpu_seq **out, sched_error_t *err);
   /* Appends a node; *index is its position, for seq_update. For GN_WHILE the
@@ -106,6 +107,8 @@ int gpu_backend_open(const char *devices, gpu_backend **out, char **why_fallback
 void gpu_backend_close(gpu_backend **b);
 
 int gpu_host_open(int ndevices, gpu_backend **out, sched_error_t *err);
+/* The CUDA devices listed in which[0..nwhich) (all when nwhich is 0). */
+int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, sched_error_t *err);
 
 /* ---- compile targets ---- */
 

@@ -75,8 +75,10 @@ int sched_device_count(const sched_t *s);
 /* Whether a compile session (the active compile mode) is open right now, and
  * how many kernels the in-memory cache knows. */
 int sched_compile_status(sched_t *s, int *active_sessions, int *cache_entries, sched_error_t *err);
-/* "host:0", ...; NULL when i is out of range. */
+/* "host:0", "cuda:1", ...; NULL when i is out of range. */
 const char *sched_device_name(const sched_t *s, int i);
+/* Why "auto" or "all" fell back to host devices (no driver, no GPU), or NULL. */
+const char *sched_device_fallback(const sched_t *s);
 
 /* ---- programs ------------------------------------------------------------ */
 

@@ -73,6 +73,7 @@ struct sched {
   uint64_t malformed;
   sched_program_t *programs;
   char *temp_cache; /* removed at close */
+  char *fallback;   /* why auto/all runs on the host */
 };
 
 void sched_options_init(sched_options_t *o) {
@@ -84,6 +85,8 @@ void sched_run_options_init(sched_run_options_t *o) {
 }
 
 int sched_device_count(const sched_t *s) { return s ? s->core.ndevices : 0; }
+
+const char *sched_device_fallback(const sched_t *s) { return s ? s->fallback : NULL; }
 
 const char *sched_device_name(const sched_t *s, int i) {
   if (!s || i < 0 || i >= s->core.ndevices) return NULL;
@@ -272,6 +275,7 @@ static void teardown(sched_t *s) {
   gpu_backend_close(&s->core.backend);
   if (s->temp_cache) fs_remove_tree(s->temp_cache);
   free(s->temp_cache);
+  free(s->fallback);
   free(s->core.cache_dir);
   free(s);
 }
@@ -291,7 +295,7 @@ int sched_open(sched_t **out, const sched_options_t *opts, sched_error_t *err) {
   pthread_mutex_init(&s->core.reg_lock, NULL);
   hmap_init(&s->core.programs, sizeof(uint64_t));
   hmap_init(&s->jobs, sizeof(uint64_t));
-  int rc = gpu_backend_open(o.devices, &s->core.backend, NULL, err);
+  int rc = gpu_backend_open(o.devices, &s->core.backend, &s->fallback, err);
   if (rc) goto fail;
   s->core.ndevices = s->core.backend->ops->device_count(s->core.backend);
   if (o.no_disk_cache) {

@@ -1,0 +1,21 @@
+/* The CUDA backend's entry points beyond the backend interface: opening it,
+ * and the pieces the tests exercise without a GPU. */
+#ifndef SCHED_CUDA_BACKEND_H
+#define SCHED_CUDA_BACKEND_H
+
+#include <stdint.h>
+
+#include "common/common.h"
+
+typedef void *cu_api_handle;
+
+/* Loads the driver ($SCHED_CUDA_LIBRARY, else libcuda.so.1), resolves every
+ * entry point and initialises it. On failure, one sentence says why. */
+int cuda_api_load(cu_api_handle *out, int *ndevices, sched_error_t *err);
+void cuda_api_unload(cu_api_handle h);
+
+/* The kernelParams array for cuLaunchKernel and kernel nodes: one pointer
+ * per 8-byte argument slot (the value is in the slot's low bytes). */
+void cuda_marshal_args(const uint64_t *slots, uint32_t n, void **params);
+
+#endif

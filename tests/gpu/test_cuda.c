@@ -1,0 +1,146 @@
+/* On a GPU: every shipped config and the record tests' loop run on the CUDA
+ * backend and on the host backend, and their outputs are compared element
+ * by element, every run and job. Where no GPU is found, the test reports
+ * itself skipped (exit 77), not passed. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/backend.h"
+#include "program/program.h"
+#include "sched.h"
+#include "test_util.h"
+
+static sched_t *open_spec(const char *spec) {
+  sched_options_t o;
+  sched_options_init(&o);
+  o.devices = spec;
+  sched_t *s = NULL;
+  sched_error_t err = {0};
+  if (sched_open(&s, &o, &err)) fail_msg("%s: %s", spec, err.message);
+  return s;
+}
+
+static sched_report_t *run_all(sched_t *s, const char *path, sched_program_t **keep) {
+  sched_error_t err = {0};
+  if (sched_program_load_file(s, path, keep, &err)) fail_msg("%s", err.message);
+  sched_run_options_t o;
+  sched_run_options_init(&o);
+  o.keep_outputs = 1;
+  sched_report_t *r = NULL;
+  int rc = sched_run(s, *keep, &o, &r, &err);
+  if (rc) fail_msg("%s on %s: %s", path, sched_device_name(s, 0), err.message);
+  return r;
+}
+
+static void compare_config(const char *path) {
+  sched_t *host = open_spec("host"), *gpu = open_spec("cuda");
+  sched_program_t *ph, *pg;
+  sched_report_t *rh = run_all(host, path, &ph), *rg = run_all(gpu, path, &pg);
+  prog_program *model;
+  sched_error_t err = {0};
+  assert_int_equal(prog_load_file(path, &model, &err), SCHED_OK);
+  int runs = sched_report_summary(rh)->runs, jobs = (int)(sched_report_summary(rh)->jobs / (uint32_t)runs);
+  size_t compared = 0;
+  for (int r = 0; r < runs; r++)
+    for (int j = 0; j < jobs; j++)
+      for (uint32_t b = 0; b < model->nbuffers; b++) {
+        const prog_buffer *buf = &model->buffers[b];
+        size_t nh, ng;
+        const void *h = sched_report_output(rh, r, j, buf->name, &nh), *g = sched_report_output(rg, r, j, buf->name, &ng);
+        assert_non_null(h);
+        assert_non_null(g);
+        assert_int_equal(nh, ng);
+        for (uint64_t i = 0; i < buf->count; i++) {
+          double x = prog_element(buf->type, h, i), y = prog_element(buf->type, g, i);
+          double tol = prog_type_is_float(buf->type) ? 1e-5 * fmax(1.0, fabs(x)) : 0;
+          if (fabs(x - y) > tol)
+            fail_msg("%s: run %d job %d buffer %s[%llu]: host %.9g, cuda %.9g", path, r, j, buf->name,
+                     (unsigned long long)i, x, y);
+          compared++;
+        }
+      }
+  printf("  %s: %zu elements equal on host and %s\n", path, compared, sched_device_name(gpu, 0));
+  prog_free(model);
+  sched_report_free(&rh);
+  sched_report_free(&rg);
+  sched_program_free(&ph);
+  sched_program_free(&pg);
+  sched_close(&host);
+  sched_close(&gpu);
+}
+
+static void test_configs_match_host(void **st) {
+  (void)st;
+  const char *dir = tu_env("SCHED_CONFIGS");
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d))) {
+    size_t len = strlen(e->d_name);
+    if (len < 6 || strcmp(e->d_name + len - 5, ".yaml")) continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    compare_config(path);
+    n++;
+  }
+  closedir(d);
+  assert_true(n >= 4);
+}
+
+/* The record tests' loop on the GPU: updates in place (CUDA graph exec
+ * SetParams) must reach every unrolled iteration, every run. */
+static void test_graph_updates_every_iteration(void **st) {
+  (void)st;
+  static const char text[] =
+      "version: 1\nrepeat: 4\nbuffer_sets: 2\n"
+      "kernels:\n  fill_slice:\n    params: [ptr, i32, f32]\n    source: |\n"
+      "      extern \"C\" __global__ void fill_slice(float *p, int n, float v) {\n"
+      "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n        if (i < n) p[i] = v;\n      }\n"
+      "buffers:\n  out: {type: f32, count: 1024}\n  wide: {type: f64, count: 64}\n"
+      "program:\n  - fill: {buffer: wide, value: \"$run + 0.25\"}\n"
+      "  - loop:\n      trips: 8\n      body:\n"
+      "        - launch: {kernel: fill_slice, grid: 2, block: 64,\n"
+      "                   args: [{buffer: out, offset: \"$iter * 128\"}, 128, \"($iter + 1) * 1000 + $run\"]}\n";
+  sched_t *s = open_spec("cuda");
+  sched_program_t *p;
+  sched_error_t err = {0};
+  assert_int_equal(sched_program_load_string(s, text, "gpu-loop.yaml", &p, &err), SCHED_OK);
+  sched_run_options_t o;
+  sched_run_options_init(&o);
+  o.keep_outputs = 1;
+  sched_report_t *r;
+  if (sched_run(s, p, &o, &r, &err)) fail_msg("%s", err.message);
+  for (int run = 0; run < 4; run++) {
+    const float *out = sched_report_output(r, run, 0, "out", NULL);
+    const double *wide = sched_report_output(r, run, 0, "wide", NULL);
+    for (int it = 0; it < 8; it++)
+      for (int t = 0; t < 128; t++)
+        if (out[it * 128 + t] != (float)((it + 1) * 1000 + run))
+          fail_msg("run %d iteration %d: out[%d] = %g", run, it, it * 128 + t, out[it * 128 + t]);
+    for (int i = 0; i < 64; i++) assert_true(wide[i] == run + 0.25);
+  }
+  assert_int_equal(sched_report_summary(r)->nodes_updated, 2 * 9);
+  sched_report_free(&r);
+  sched_program_free(&p);
+  sched_close(&s);
+}
+
+int main(void) {
+  gpu_backend *b = NULL;
+  sched_error_t err = {0};
+  if (gpu_cuda_open(NULL, 0, &b, &err) != SCHED_OK) {
+    printf("skipped: %s\n", err.message);
+    sched_error_clear(&err);
+    return 77;
+  }
+  printf("CUDA devices: %d (%s, %s)\n", b->ops->device_count(b), b->ops->device_name(b, 0), b->ops->arch(b, 0));
+  gpu_backend_close(&b);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_configs_match_host),
+      cmocka_unit_test(test_graph_updates_every_iteration),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,109 @@
+/* The CUDA backend where no GPU is: the driver loader fails with one clear
+ * sentence and "auto" falls back to the host; device specs are checked; and
+ * kernel arguments are marshalled right for every parameter type. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu/backend.h"
+#include "gpu/cuda/cuda_backend.h"
+#include "test_util.h"
+
+static void expect_open_fails(const char *lib, const char *spec, const char *needle) {
+  if (lib) setenv("SCHED_CUDA_LIBRARY", lib, 1);
+  else unsetenv("SCHED_CUDA_LIBRARY");
+  gpu_backend *b = NULL;
+  sched_error_t err = {0};
+  int rc = gpu_backend_open(spec, &b, NULL, &err);
+  if (rc == SCHED_OK) {
+    /* a machine with a GPU: the loader works, nothing to check here */
+    gpu_backend_close(&b);
+    return;
+  }
+  assert_null(b);
+  if (!err.message || !strstr(err.message, needle)) fail_msg("'%s' lacks '%s'", err.message, needle);
+  assert_null(strchr(err.message, '\n')); /* one line */
+  sched_error_clear(&err);
+}
+
+static void test_loader_failures(void **st) {
+  (void)st;
+  expect_open_fails("/no/such/libcuda.so.1", "cuda", "no CUDA driver (/no/such/libcuda.so.1 cannot be loaded)");
+  expect_open_fails("libm.so.6", "cuda", "has no cuGetProcAddress");
+  if (access("/usr/local/cuda/lib64/stubs/libcuda.so", R_OK) == 0)
+    expect_open_fails("/usr/local/cuda/lib64/stubs/libcuda.so", "cuda:0", "cannot give cuInit");
+  expect_open_fails("/no/such/libcuda.so.1", "cuda:0,1", "no CUDA driver");
+  expect_open_fails(NULL, "cuda:", "needs device numbers");
+  expect_open_fails(NULL, "cuda:a", "needs device numbers");
+  expect_open_fails(NULL, "cuda:1,,2", "needs device numbers");
+  expect_open_fails(NULL, "cuda:0;1", "needs device numbers");
+  unsetenv("SCHED_CUDA_LIBRARY");
+}
+
+static void test_auto_falls_back(void **st) {
+  (void)st;
+  setenv("SCHED_CUDA_LIBRARY", "/no/such/libcuda.so.1", 1);
+  for (int all = 0; all < 2; all++) {
+    gpu_backend *b = NULL;
+    char *why = NULL;
+    sched_error_t err = {0};
+    assert_int_equal(gpu_backend_open(all ? "all" : "auto", &b, &why, &err), SCHED_OK);
+    assert_string_equal(b->ops->name, "host");
+    assert_non_null(why);
+    assert_non_null(strstr(why, "no CUDA driver"));
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    assert_int_equal(b->ops->device_count(b), all ? (int)cores : 1);
+    free(why);
+    gpu_backend_close(&b);
+  }
+  /* the same through the public API */
+  sched_t *s;
+  sched_options_t o;
+  sched_options_init(&o);
+  sched_error_t err = {0};
+  assert_int_equal(sched_open(&s, &o, &err), SCHED_OK);
+  assert_non_null(strstr(sched_device_fallback(s), "no CUDA driver"));
+  assert_string_equal(sched_device_name(s, 0), "host:0");
+  sched_close(&s);
+  unsetenv("SCHED_CUDA_LIBRARY");
+}
+
+static void test_marshal_every_type(void **st) {
+  (void)st;
+  /* slots as the record actor packs them: the value in the low bytes */
+  uint64_t slots[7] = {0};
+  int32_t i32 = -123456;
+  uint32_t u32 = 4000000000u;
+  int64_t i64 = -9000000000000ll;
+  uint64_t u64 = 18000000000000000000ull;
+  float f32 = 3.25f;
+  double f64 = -1e300;
+  uint64_t ptr = 0x7f1234567890ull;
+  memcpy(&slots[0], &i32, 4);
+  memcpy(&slots[1], &u32, 4);
+  memcpy(&slots[2], &i64, 8);
+  memcpy(&slots[3], &u64, 8);
+  memcpy(&slots[4], &f32, 4);
+  memcpy(&slots[5], &f64, 8);
+  slots[6] = ptr;
+  void *params[7];
+  cuda_marshal_args(slots, 7, params);
+  /* what the driver reads through each pointer, at the parameter's size */
+  assert_int_equal(*(int32_t *)params[0], i32);
+  assert_true(*(uint32_t *)params[1] == u32);
+  assert_true(*(int64_t *)params[2] == i64);
+  assert_true(*(uint64_t *)params[3] == u64);
+  assert_true(*(float *)params[4] == f32);
+  assert_true(*(double *)params[5] == f64);
+  assert_true((uint64_t)(uintptr_t)*(void **)params[6] == ptr);
+  for (int i = 0; i < 7; i++) assert_ptr_equal(params[i], &slots[i]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_loader_failures),
+      cmocka_unit_test(test_auto_falls_back),
+      cmocka_unit_test(test_marshal_every_type),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
