@@ -31,6 +31,7 @@ typedef struct sched_core {
   int ndevices;
   char *cache_dir;
   int compile_workers;
+  bool record_always;
   pthread_mutex_t reg_lock;
   hmap programs; /* uint64_t id -> prog_program* */
 } sched_core;

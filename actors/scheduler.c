@@ -47,9 +47,20 @@ typedef struct job_queue {
   job *head, *tail;
 } job_queue;
 
+/* One execution context {program, device, slot}: its buffers, what its
+ * recording was made for, and the jobs waiting for it. Jobs of one slot run
+ * on one device, whose execute actor takes them one at a time, so they never
+ * overlap; what must not happen is a RECORD while EXECUTEs are out, since it
+ * may update the sequence they replay. */
 typedef struct slot_state {
   uint64_t *bindings; /* one device address per buffer; NULL until allocated */
-  bool busy;
+  bool recording;     /* a RECORD is out */
+  uint32_t inflight;  /* EXECUTEs out */
+  bool recorded;      /* the record actor holds a recording made for: */
+  uint32_t last_job, last_run;
+  uint64_t sequence;
+  uint32_t nodes;
+  uint64_t fast_reuses; /* nodes reused without a RECORD, over the slot's life */
   job_queue queue;
 } slot_state;
 
@@ -225,12 +236,16 @@ static void complete(actor_t *self, scheduler_state *s, job *j, int status, cons
     s->active--;
     slot_key sk = {(uint32_t)j->device, j->slot};
     slot_state *ss = ps ? hmap_get(&ps->slots, &sk) : NULL;
+    if (ss && j->state == JOB_RECORDING) {
+      /* the RECORD failed: its recording may be gone, record afresh next time */
+      ss->recording = false;
+      ss->recorded = false;
+    } else if (ss && ss->inflight) {
+      ss->inflight--;
+    }
     hmap_remove(&s->jobs, &j->id);
     job_free(j);
-    if (ss) {
-      ss->busy = false;
-      dispatch_slot(self, s, ps, ss);
-    }
+    if (ss) dispatch_slot(self, s, ps, ss);
   } else {
     hmap_remove(&s->jobs, &j->id);
     job_free(j);
@@ -258,7 +273,7 @@ static int alloc_slot(scheduler_state *s, const prog_program *p, int device, slo
 
 static void start_record(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss, job *j) {
   const prog_program *p = core_program(s->core, j->program);
-  ss->busy = true;
+  ss->recording = true;
   j->state = JOB_RECORDING;
   s->active++;
   j->t_phase = j->t_record = now_ns();
@@ -288,10 +303,64 @@ static void start_record(actor_t *self, scheduler_state *s, prog_state *ps, slot
   if (rc) complete(self, s, j, rc, "cannot send RECORD", NULL);
 }
 
+static void start_execute(actor_t *self, scheduler_state *s, slot_state *ss, job *j) {
+  const prog_program *p = core_program(s->core, j->program);
+  if (j->state != JOB_RECORDING) s->active++;
+  j->state = JOB_EXECUTING;
+  ss->inflight++;
+  msg x;
+  msg_init(&x, MSG_EXECUTE, j->id, ACTOR_SCHEDULER);
+  x.body.execute.program = j->program;
+  x.body.execute.device = (uint32_t)j->device;
+  x.body.execute.slot = j->slot;
+  x.body.execute.sequence = ss->sequence;
+  x.body.execute.keep = j->keep;
+  x.body.execute.inputs = j->inputs; /* handed over: needed once */
+  memset(&j->inputs, 0, sizeof j->inputs);
+  int rc = p ? SCHED_OK : SCHED_EINTERNAL;
+  if (rc == SCHED_OK) {
+    x.body.execute.bindings.v = malloc((p->nbuffers ? p->nbuffers : 1) * sizeof(uint64_t));
+    if (!x.body.execute.bindings.v) rc = SCHED_ENOMEM;
+  }
+  if (rc == SCHED_OK) {
+    memcpy(x.body.execute.bindings.v, ss->bindings, p->nbuffers * sizeof(uint64_t));
+    x.body.execute.bindings.n = p->nbuffers;
+    char to[32];
+    snprintf(to, sizeof to, ACTOR_EXECUTE_FMT, j->device);
+    rc = actor_send(self, to, &x);
+  }
+  msg_free(&x);
+  if (rc) complete(self, s, j, rc, "cannot send EXECUTE", NULL);
+}
+
+/* Whether j's RECORD could change anything: no recording yet, or a variable
+ * the program reads has another value than the recording was made with. */
+static bool needs_record(const scheduler_state *s, const prog_program *p, const slot_state *ss, const job *j) {
+  if (s->core->record_always || !ss->recorded) return true;
+  if ((p->uses & PROG_USES_JOB) && ss->last_job != j->job_index) return true;
+  if ((p->uses & PROG_USES_RUN) && ss->last_run != j->run) return true;
+  return false;
+}
+
+/* Starts what can start, in order: jobs that change nothing go straight to
+ * EXECUTE (the device's actor runs them in turn), a job that needs a RECORD
+ * waits until nothing of this slot is executing, and holds up the ones
+ * behind it. */
 static void dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss) {
-  if (ss->busy) return;
-  job *j = q_pop(&ss->queue);
-  if (j) start_record(self, s, ps, ss, j);
+  job *j;
+  while ((j = ss->queue.head) && !ss->recording) {
+    const prog_program *p = core_program(s->core, j->program);
+    if (p && needs_record(s, p, ss, j)) {
+      if (ss->inflight) return;
+      q_pop(&ss->queue);
+      start_record(self, s, ps, ss, j);
+      return;
+    }
+    q_pop(&ss->queue);
+    j->counts = (msg_counts){0, 0, ss->nodes}; /* reused as it is, without asking */
+    ss->fast_reuses += ss->nodes;
+    start_execute(self, s, ss, j);
+  }
 }
 
 /* A pinned job goes where it is pinned. Otherwise the least loaded device,
@@ -488,35 +557,21 @@ static void handle_recorded(actor_t *self, scheduler_state *s, msg *m) {
   j->record_ns = now - j->t_phase;
   j->t_phase = now;
   j->counts = m->body.recorded.counts;
-  j->sequence = m->body.recorded.sequence;
-  j->state = JOB_EXECUTING;
   prog_state *ps = prog_get(s, j->program, false);
   slot_key sk = {(uint32_t)j->device, j->slot};
   slot_state *ss = ps ? hmap_get(&ps->slots, &sk) : NULL;
-  const prog_program *p = core_program(s->core, j->program);
-  msg x;
-  msg_init(&x, MSG_EXECUTE, j->id, ACTOR_SCHEDULER);
-  x.body.execute.program = j->program;
-  x.body.execute.device = (uint32_t)j->device;
-  x.body.execute.slot = j->slot;
-  x.body.execute.sequence = j->sequence;
-  x.body.execute.keep = j->keep;
-  x.body.execute.inputs = j->inputs; /* handed over: needed once */
-  memset(&j->inputs, 0, sizeof j->inputs);
-  int rc = ss && p ? SCHED_OK : SCHED_EINTERNAL;
-  if (rc == SCHED_OK) {
-    x.body.execute.bindings.v = malloc((p->nbuffers ? p->nbuffers : 1) * sizeof(uint64_t));
-    if (!x.body.execute.bindings.v) rc = SCHED_ENOMEM;
+  if (!ss) {
+    complete(self, s, j, SCHED_EINTERNAL, "RECORDED for a slot that is gone", NULL);
+    return;
   }
-  if (rc == SCHED_OK) {
-    memcpy(x.body.execute.bindings.v, ss->bindings, p->nbuffers * sizeof(uint64_t));
-    x.body.execute.bindings.n = p->nbuffers;
-    char to[32];
-    snprintf(to, sizeof to, ACTOR_EXECUTE_FMT, j->device);
-    rc = actor_send(self, to, &x);
-  }
-  msg_free(&x);
-  if (rc) complete(self, s, j, rc, "cannot send EXECUTE", NULL);
+  ss->recording = false;
+  ss->recorded = true;
+  ss->last_job = j->job_index;
+  ss->last_run = j->run;
+  ss->sequence = m->body.recorded.sequence;
+  ss->nodes = j->counts.created + j->counts.updated + j->counts.reused;
+  start_execute(self, s, ss, j);
+  dispatch_slot(self, s, ps, ss);
 }
 
 static void handle_executed(actor_t *self, scheduler_state *s, msg *m) {
@@ -607,13 +662,25 @@ static int scheduler_handle(actor_t *self, msg *m) {
     break;
   }
   case MSG_STATUS: {
+    /* {program, device, slot} asks about one execution context */
+    uint64_t program = 0;
+    slot_key sk = {0, 0};
+    for (size_t i = 0; i < m->body.status.items.n; i++) {
+      const msg_stat *it = &m->body.status.items.v[i];
+      if (!strcmp(it->name, "program")) program = (uint64_t)it->value;
+      else if (!strcmp(it->name, "device")) sk.device = (uint32_t)it->value;
+      else if (!strcmp(it->name, "slot")) sk.slot = (uint32_t)it->value;
+    }
+    prog_state *ps = program ? prog_get(s, program, false) : NULL;
+    slot_state *ss = ps ? hmap_get(&ps->slots, &sk) : NULL;
     msg r;
     msg_init(&r, MSG_STATUS, m->job, ACTOR_SCHEDULER);
-    r.body.status.items.v = calloc(2, sizeof(msg_stat));
+    r.body.status.items.v = calloc(3, sizeof(msg_stat));
     if (r.body.status.items.v) {
       r.body.status.items.v[0] = (msg_stat){xstrdup("jobs_in_flight"), (int64_t)s->jobs.count};
       r.body.status.items.v[1] = (msg_stat){xstrdup("programs"), (int64_t)s->progs.count};
-      r.body.status.items.n = 2;
+      r.body.status.items.v[2] = (msg_stat){xstrdup("reused_without_record"), ss ? (int64_t)ss->fast_reuses : 0};
+      r.body.status.items.n = 3;
     }
     actor_send(self, m->from, &r);
     msg_free(&r);

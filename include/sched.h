@@ -59,6 +59,9 @@ typedef struct sched_options {
   const char *cache_dir; /* NULL: $SCHED_CACHE_DIR, else ~/.cache/sched */
   int no_disk_cache;     /* 1: compile into a private temporary cache */
   int compile_workers;   /* threads compiling kernels; 0: one per core */
+  int record_always;     /* 1: send every job through the record actor, even when
+                            its recording cannot have changed (slower; for diagnosis
+                            and for measuring the fast path) */
 } sched_options_t;
 
 void sched_options_init(sched_options_t *opts);
@@ -104,8 +107,9 @@ int sched_program_jobs(const sched_program_t *p);
 const char *sched_program_devices(const sched_program_t *p);
 
 /* The recorded state of one execution context {program, device, slot}: its
- * node count and how many nodes its RECORDs created, updated in place and
- * reused, over its life. All zero when nothing was recorded there. */
+ * node count and how many nodes its jobs created, updated in place and
+ * reused, over its life (a job whose recording cannot have changed reuses it
+ * without a RECORD; it counts here too). All zero when nothing was recorded. */
 typedef struct sched_counters {
   uint64_t nodes, created, updated, reused;
 } sched_counters_t;

@@ -315,6 +315,7 @@ int sched_open(sched_t **out, const sched_options_t *opts, sched_error_t *err) {
   }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   s->core.compile_workers = o.compile_workers ? o.compile_workers : (int)(cores > 0 ? cores : 1);
+  s->core.record_always = o.record_always != 0;
   if (!s->core.cache_dir) {
     rc = err_set(err, SCHED_ENOMEM, "out of memory");
     goto fail;
@@ -658,6 +659,11 @@ int sched_record_counters(sched_t *s, const sched_program_t *p, int device, int 
     out->updated = (uint64_t)stat_value(&m, "updated");
     out->reused = (uint64_t)stat_value(&m, "reused");
     msg_free(&m);
+    /* reuses the scheduler decided on its own, without a RECORD */
+    if (!s->closed && (rc = ask_status(s, ACTOR_SCHEDULER, q, 3, &m, err)) == SCHED_OK) {
+      out->reused += (uint64_t)stat_value(&m, "reused_without_record");
+      msg_free(&m);
+    }
   }
   return rc;
 }

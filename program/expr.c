@@ -209,6 +209,17 @@ void prog_expr_free(prog_expr *e) {
   memset(e, 0, sizeof *e);
 }
 
+unsigned prog_expr_uses(const prog_expr *e) {
+  unsigned u = 0;
+  for (uint32_t i = 0; i < e->n; i++) {
+    if (e->ops[i].op != EXO_VAR) continue;
+    if (e->ops[i].var == EXV_JOB) u |= PROG_USES_JOB;
+    if (e->ops[i].var == EXV_RUN) u |= PROG_USES_RUN;
+    if (e->ops[i].var == EXV_DEVICE) u |= PROG_USES_DEVICE;
+  }
+  return u;
+}
+
 double prog_value_f(prog_value v) { return v.is_int ? (double)v.i : v.f; }
 
 const char *prog_expr_eval(const prog_expr *e, const prog_env *env, prog_value *out) {

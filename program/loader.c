@@ -420,6 +420,7 @@ static bool parse_expr_node(ld *l, node *n, int depth, const char *what, prog_ex
     problem(l, n, "%s: %s", what, bad);
     return false;
   }
+  l->p->uses |= prog_expr_uses(out);
   for (uint32_t d = 0; d < out->depth_used; d++)
     if (l->loop_is_while[d]) {
       problem(l, n, "%s uses the iteration of a while loop, which is not known when the loop is "

@@ -31,6 +31,8 @@ typedef struct prog_loc { int line, col; } prog_loc; /* 1-based */
 
 enum { EXV_ITER0 = 0, EXV_JOB = PROG_MAX_DEPTH, EXV_DEVICE, EXV_RUN, EXV__COUNT };
 
+enum { PROG_USES_JOB = 1, PROG_USES_RUN = 2, PROG_USES_DEVICE = 4 };
+
 typedef struct prog_value {
   bool is_int;
   int64_t i;
@@ -62,6 +64,8 @@ const char *prog_expr_parse(const char *text, int depth, prog_expr *out, char *w
 /* Returns NULL, or why evaluation failed (division by zero). */
 const char *prog_expr_eval(const prog_expr *e, const prog_env *env, prog_value *out);
 void prog_expr_free(prog_expr *e);
+/* Which of $job, $run, $device the expression reads (PROG_USES_* bits). */
+unsigned prog_expr_uses(const prog_expr *e);
 double prog_value_f(prog_value v);
 
 /* ---- the model ---- */
@@ -150,7 +154,11 @@ typedef struct prog_program {
   uint32_t ncommands;
   prog_expect *expects;
   uint32_t nexpects;
+  /* which per-job variables any expression uses (PROG_USES_*): a job whose
+   * values of these match the last recording of its context changes nothing */
+  unsigned uses;
 } prog_program;
+
 
 /* Loads a config; every problem becomes one "file:line:col: message" line of
  * err->message, and the status is SCHED_ECONFIG. */

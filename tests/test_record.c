@@ -305,8 +305,62 @@ static void test_loop_every_slice_every_run(void **st) {
   sched_close(&s);
 }
 
+/* A program that reads no per-job variable: after its first recording, jobs
+ * reuse it without a RECORD, and the per-key counters still count them. */
+static void test_reuse_without_record_counted(void **st) {
+  (void)st;
+  static const char text[] =
+      "version: 1\nrepeat: 5\n"
+      "kernels:\n  fill_slice:\n    params: [ptr, i32, f32]\n    source: |\n"
+      "      extern \"C\" __global__ void fill_slice(float *p, int n, float v) {\n"
+      "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n        if (i < n) p[i] = v;\n      }\n"
+      "buffers:\n  out: {type: f32, count: 256}\n"
+      "program:\n  - loop:\n      trips: 4\n      body:\n"
+      "        - launch: {kernel: fill_slice, grid: 1, block: 64, args: [{buffer: out, offset: \"$iter * 64\"}, 64, \"$iter\"]}\n";
+  for (int always = 0; always < 2; always++) {
+    sched_options_t o;
+    sched_options_init(&o);
+    o.devices = "host:1";
+    o.record_always = always;
+    sched_t *s;
+    sched_error_t err = {0};
+    assert_int_equal(sched_open(&s, &o, &err), SCHED_OK);
+    sched_program_t *p;
+    assert_int_equal(sched_program_load_string(s, text, "reuse.yaml", &p, &err), SCHED_OK);
+    sched_run_options_t ro;
+    sched_run_options_init(&ro);
+    ro.keep_outputs = 1;
+    sched_report_t *r;
+    if (sched_run(s, p, &ro, &r, &err)) fail_msg("%s", err.message);
+    for (int run = 0; run < 5; run++) {
+      const float *out = sched_report_output(r, run, 0, "out", NULL);
+      for (int i = 0; i < 256; i++) assert_true(out[i] == (float)(i / 64));
+      sched_job_info_t info;
+      assert_int_equal(sched_report_job(r, run, 0, &info), SCHED_OK);
+      assert_int_equal(info.nodes_created, run == 0 ? 4 : 0);
+      assert_int_equal(info.nodes_reused, run == 0 ? 0 : 4);
+      assert_int_equal(info.nodes_updated, 0);
+      if (run > 0) {
+        /* with the fast path no RECORD round trip happened at all */
+        if (always) assert_true(info.record_ns > 0);
+        else assert_int_equal(info.record_ns, 0);
+      }
+    }
+    sched_counters_t c;
+    assert_int_equal(sched_record_counters(s, p, 0, 0, &c, &err), SCHED_OK);
+    assert_int_equal(c.nodes, 4);
+    assert_int_equal(c.created, 4);
+    assert_int_equal(c.reused, 16);
+    assert_int_equal(c.updated, 0);
+    sched_report_free(&r);
+    sched_program_free(&p);
+    sched_close(&s);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_reuse_without_record_counted),
       cmocka_unit_test(test_create_reuse_update_per_key),
       cmocka_unit_test(test_loop_every_slice_every_run),
   };

@@ -1,0 +1,95 @@
+/*
+ * The same three workloads as bench/jobs_bench.c, in StarPU, for a side by
+ * side comparison in one run (built only by `make bench`):
+ *   (a) N independent empty tasks: tasks per second (best of 3);
+ *   (b) one empty task submitted synchronously: submit-to-done latency;
+ *   (c) chains of 100 tiny tasks on one piece of data (read-write, so each
+ *       depends on the previous), 1000 chains: cost per task.
+ * Prints key=value lines.
+ */
+#include <starpu.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void empty(void *buffers[], void *arg) {
+  (void)buffers;
+  (void)arg;
+}
+
+static void tiny(void *buffers[], void *arg) {
+  (void)arg;
+  float *p = (float *)STARPU_VARIABLE_GET_PTR(buffers[0]);
+  p[0] += 1.0f;
+}
+
+static struct starpu_codelet empty_cl = {.cpu_funcs = {empty}, .nbuffers = 0, .name = "empty"};
+static struct starpu_codelet tiny_cl = {.cpu_funcs = {tiny}, .nbuffers = 1, .modes = {STARPU_RW}, .name = "tiny"};
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 100000;
+  if (starpu_init(NULL) != 0) {
+    fprintf(stderr, "starpu_init failed\n");
+    return 1;
+  }
+  double best = 0;
+  for (int round = 0; round < 3; round++) {
+    double t0 = now_s();
+    for (int i = 0; i < n; i++) {
+      struct starpu_task *t = starpu_task_create();
+      t->cl = &empty_cl;
+      if (starpu_task_submit(t) != 0) return 1;
+    }
+    starpu_task_wait_for_all();
+    double rate = n / (now_s() - t0);
+    if (rate > best) best = rate;
+  }
+  printf("starpu_throughput_tasks_per_s=%.0f\n", best);
+
+  int m = n / 20;
+  double *lat = malloc((size_t)m * sizeof *lat);
+  for (int i = 0; i < m; i++) {
+    struct starpu_task *t = starpu_task_create();
+    t->cl = &empty_cl;
+    t->synchronous = 1;
+    double t0 = now_s();
+    if (starpu_task_submit(t) != 0) return 1;
+    lat[i] = (now_s() - t0) * 1e6;
+  }
+  qsort(lat, (size_t)m, sizeof *lat, cmp);
+  printf("starpu_latency_median_us=%.1f\nstarpu_latency_p99_us=%.1f\n", lat[m / 2], lat[m * 99 / 100]);
+  free(lat);
+
+  float value = 0;
+  starpu_data_handle_t h;
+  starpu_variable_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)&value, sizeof value);
+  double t0 = now_s();
+  for (int chain = 0; chain < 1000; chain++)
+    for (int k = 0; k < 100; k++) {
+      struct starpu_task *t = starpu_task_create();
+      t->cl = &tiny_cl;
+      t->handles[0] = h;
+      if (starpu_task_submit(t) != 0) return 1;
+    }
+  starpu_task_wait_for_all();
+  double per = (now_s() - t0) / 100000.0 * 1e9;
+  starpu_data_unregister(h);
+  if (value != 100000.0f) {
+    fprintf(stderr, "chain: %g runs counted\n", value);
+    return 1;
+  }
+  printf("starpu_chain_ns_per_task=%.1f\n", per);
+  starpu_shutdown();
+  return 0;
+}
