@@ -55,7 +55,14 @@ test-tsan: deps
 
 test: test-plain test-asan test-tsan
 
+# StarPU, the peer the benchmarks compare with, is only needed here.
 bench: build
+	@dpkg-query -W -f='$${Status}' libstarpu-dev 2>/dev/null | grep -q "install ok installed" || \
+	  { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libstarpu-dev >/dev/null; \
+	    else echo "libstarpu-dev is missing: the StarPU side is skipped"; fi; }
+	@if pkg-config --exists starpu-1.3; then \
+	  $(CC) -O2 -o $(BUILD)/starpu_bench bench/peers/starpu_bench.c $$(pkg-config --cflags --libs starpu-1.3); \
+	fi
 	./bench/run.sh $(BUILD)
 
 clean:

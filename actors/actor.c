@@ -1,6 +1,7 @@
 /* See actor.h. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ void __tsan_release(void *addr);
 #define LINGER_MS 1000
 #define SEND_TIMEOUT_MS 200
 
+
 typedef struct peer {
   char name[32];
   void *sock;
@@ -42,6 +44,7 @@ struct actor {
   peer peers[MAX_PEERS];
   int npeers;
   uint64_t malformed;
+  uint64_t spin_ns;
   /* start handshake */
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -144,27 +147,49 @@ int mbox_send(void *sock, const msg *m, sched_error_t *err) {
   }
 }
 
+/* Takes one message if there is one now: 1 taken, 0 none, -1 failed. */
+static int take_now(void *sock, zmq_msg_t *zm) {
+  if (zmq_msg_recv(zm, sock, ZMQ_DONTWAIT) >= 0) return 1;
+  return zmq_errno() == EAGAIN || zmq_errno() == EINTR ? 0 : -1;
+}
+
 int mbox_recv(void *sock, int timeout_ms, msg *m, uint64_t *malformed, sched_error_t *err) {
-  uint64_t deadline = timeout_ms < 0 ? 0 : now_ns() + (uint64_t)timeout_ms * 1000000ull;
+  return mbox_recv_spin(sock, timeout_ms, 0, m, malformed, err);
+}
+
+int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg *m, uint64_t *malformed,
+                   sched_error_t *err) {
+  uint64_t start = now_ns();
+  uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000ull;
   for (;;) {
-    long wait = -1;
-    if (timeout_ms >= 0) {
-      uint64_t now = now_ns();
-      wait = now >= deadline ? 0 : (long)((deadline - now + 999999) / 1000000);
-    }
-    zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
-    int n = zmq_poll(&it, 1, wait);
-    if (n < 0) {
-      if (zmq_errno() == EINTR) continue;
-      return err_set(err, SCHED_EINTERNAL, "zmq_poll: %s", zmq_strerror(zmq_errno()));
-    }
-    if (n == 0) return err_set(err, SCHED_ETIMEOUT, "no message within %d ms", timeout_ms);
     zmq_msg_t zm;
     zmq_msg_init(&zm);
-    if (zmq_msg_recv(&zm, sock, ZMQ_DONTWAIT) < 0) {
+    /* Spin a moment before sleeping: in a pipeline the next message is often
+     * microseconds away, and waking a sleeping thread costs more than that. */
+    int got = take_now(sock, &zm);
+    while (got == 0 && now_ns() - start < spin_ns && now_ns() < deadline) {
+      sched_yield(); /* a spinning thread must not keep a core from one with work */
+      got = take_now(sock, &zm);
+    }
+    while (got == 0) {
+      uint64_t now = now_ns();
+      if (now >= deadline) {
+        zmq_msg_close(&zm);
+        return err_set(err, SCHED_ETIMEOUT, "no message within %d ms", timeout_ms);
+      }
+      long wait = timeout_ms < 0 ? -1 : (long)((deadline - now + 999999) / 1000000);
+      zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+      int n = zmq_poll(&it, 1, wait);
+      if (n < 0 && zmq_errno() != EINTR) {
+        zmq_msg_close(&zm);
+        return err_set(err, SCHED_EINTERNAL, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+      }
+      got = take_now(sock, &zm);
+    }
+    if (got < 0) {
+      int e = zmq_errno();
       zmq_msg_close(&zm);
-      if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) continue;
-      return err_set(err, SCHED_ECLOSED, "receive: %s", zmq_strerror(zmq_errno()));
+      return err_set(err, SCHED_ECLOSED, "receive: %s", zmq_strerror(e));
     }
     HB_RECV(zmq_msg_data(&zm));
     sched_error_t e = {0};
@@ -173,6 +198,7 @@ int mbox_recv(void *sock, int timeout_ms, msg *m, uint64_t *malformed, sched_err
     sched_error_clear(&e);
     if (rc == SCHED_OK) return SCHED_OK;
     if (malformed) (*malformed)++;
+    start = now_ns();
   }
 }
 
@@ -206,7 +232,7 @@ static void *actor_main(void *arg) {
   if (rc == SCHED_OK) {
     for (;;) {
       msg m;
-      if (mbox_recv(a->mailbox, -1, &m, &a->malformed, NULL) != SCHED_OK) break;
+      if (mbox_recv_spin(a->mailbox, -1, a->spin_ns, &m, &a->malformed, NULL) != SCHED_OK) break;
       int what = a->def->handle(a, &m);
       msg_free(&m);
       if (what == ACTOR_STOP) break;
@@ -223,9 +249,15 @@ static void *actor_main(void *arg) {
 
 int actor_start(void *zctx, const actor_def *def, const char *name, void *state, actor_t **out,
                 sched_error_t *err) {
+  return actor_start_spin(zctx, def, name, state, ACTOR_SPIN_NS, out, err);
+}
+
+int actor_start_spin(void *zctx, const actor_def *def, const char *name, void *state, uint64_t spin_ns,
+                     actor_t **out, sched_error_t *err) {
   *out = NULL;
   actor_t *a = calloc(1, sizeof *a);
   if (!a) return err_set(err, SCHED_ENOMEM, "out of memory");
+  a->spin_ns = spin_ns;
   a->zctx = zctx;
   a->def = def;
   a->state = state;

@@ -28,8 +28,16 @@ typedef struct actor_def {
   void (*stop)(actor_t *self);
 } actor_def;
 
+/* How long a receiver keeps polling (yielding the CPU each time) before it
+ * sleeps: in a pipeline the next message is often microseconds away, and
+ * waking a sleeping thread costs more than that. */
+#define ACTOR_SPIN_NS 30000
+
 int actor_start(void *zctx, const actor_def *def, const char *name, void *state, actor_t **out,
                 sched_error_t *err);
+/* The same, with the actor's receive spin (0: sleep at once). */
+int actor_start_spin(void *zctx, const actor_def *def, const char *name, void *state, uint64_t spin_ns,
+                     actor_t **out, sched_error_t *err);
 /* Waits for the actor's thread and frees it; returns how many malformed
  * messages it dropped over its life. */
 uint64_t actor_join(actor_t **a);
@@ -54,5 +62,8 @@ int mbox_send(void *sock, const msg *m, sched_error_t *err);
  * SCHED_ETIMEOUT when none came; malformed ones are skipped and counted in
  * *malformed when given. */
 int mbox_recv(void *sock, int timeout_ms, msg *m, uint64_t *malformed, sched_error_t *err);
+/* The same, polling for up to spin_ns before sleeping. */
+int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg *m, uint64_t *malformed,
+                   sched_error_t *err);
 
 #endif

@@ -5,7 +5,9 @@
  *   latency: one such job submitted and waited for, median and p99;
  *   chain: one job of 100 tiny launches (a recorded sequence), run many
  *          times; cost per kernel.
- * With 1 and with 2 host devices. Prints key=value lines.
+ * With 1 and with 2 host devices, and in three modes measured in this one
+ * run: as shipped, without the receive spin, and also without the reuse
+ * fast path. Prints key=value lines.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,12 +46,19 @@ static const char chain_program[] =
     "        - launch: {kernel: tiny, grid: 1, block: 1, args: [p]}\n"
     "expect:\n  p: {values: [100]}\n";
 
+/* mode 0: as shipped; 1: without the receive spin; 2: also without the
+ * reuse fast path (every job RECORDed), i.e. the pipeline as first built */
+static int mode;
+static const char *mode_name[] = {"", "nospin_", "plain_"};
+
 static sched_t *open_host(int n) {
   char spec[16];
   snprintf(spec, sizeof spec, "host:%d", n);
   sched_options_t o;
   sched_options_init(&o);
   o.devices = spec;
+  o.spin_us = mode >= 1 ? -1 : 0;
+  o.record_always = mode >= 2;
   sched_t *s;
   sched_error_t err = {0};
   if (sched_open(&s, &o, &err)) die("open", &err);
@@ -93,7 +102,7 @@ static void throughput(int devices, int n) {
     double rate = n / ((ns() - t0) / 1e9);
     if (rate > best) best = rate;
   }
-  printf("throughput_%ddev_jobs_per_s=%.0f\n", devices, best);
+  printf("%sthroughput_%ddev_jobs_per_s=%.0f\n", mode_name[mode], devices, best);
   sched_program_free(&p);
   sched_close(&s);
 }
@@ -112,7 +121,8 @@ static void latency(int devices, int n) {
     sched_job_result_free(&r);
   }
   qsort(v, (size_t)n, sizeof *v, cmp);
-  printf("latency_%ddev_median_us=%.1f\nlatency_%ddev_p99_us=%.1f\n", devices, v[n / 2], devices, v[n * 99 / 100]);
+  printf("%slatency_%ddev_median_us=%.1f\n%slatency_%ddev_p99_us=%.1f\n", mode_name[mode], devices, v[n / 2],
+         mode_name[mode], devices, v[n * 99 / 100]);
   free(v);
   sched_program_free(&p);
   sched_close(&s);
@@ -135,7 +145,7 @@ static void chain(int devices, int n) {
     sched_job_result_free(&r);
   }
   double per_kernel = (ns() - t0) / (double)n / 100.0;
-  printf("chain_%ddev_ns_per_kernel=%.1f\n", devices, per_kernel);
+  printf("%schain_%ddev_ns_per_kernel=%.1f\n", mode_name[mode], devices, per_kernel);
   sched_program_free(&p);
   sched_close(&s);
 }
@@ -143,10 +153,13 @@ static void chain(int devices, int n) {
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 100000;
   if (n < 100) n = 100;
-  for (int d = 1; d <= 2; d++) {
-    throughput(d, n);
-    latency(d, n / 20);
-    chain(d, 1000);
+  for (mode = 0; mode < 3; mode++) {
+    int jobs = mode ? n / 5 : n; /* the slower pipelines get fewer jobs */
+    for (int d = 1; d <= 2; d++) {
+      throughput(d, jobs);
+      latency(d, 1000);
+      chain(d, 1000);
+    }
   }
   return 0;
 }

@@ -59,6 +59,8 @@ typedef struct sched_options {
   const char *cache_dir; /* NULL: $SCHED_CACHE_DIR, else ~/.cache/sched */
   int no_disk_cache;     /* 1: compile into a private temporary cache */
   int compile_workers;   /* threads compiling kernels; 0: one per core */
+  int spin_us;           /* how long idle threads poll before sleeping: 0 default
+                            (30 us), negative: never (saves CPU, costs latency) */
   int record_always;     /* 1: send every job through the record actor, even when
                             its recording cannot have changed (slower; for diagnosis
                             and for measuring the fast path) */

@@ -8,6 +8,8 @@
  * their `devices`), and join a scheduler on their first run.
  */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +65,7 @@ struct sched {
   hmap jobs; /* id -> pending_job* until waited for (or handed to a callback) */
   pending_job *done_head, *done_tail;
   size_t incomplete;
+  _Atomic uint64_t completions; /* bumped on every completion, for spinning waiters */
   uint64_t next_id; /* jobs and control requests share the id space */
   uint64_t next_program;
   bool closing, closed;
@@ -74,6 +77,7 @@ struct sched {
   sched_program_t *programs;
   char *temp_cache; /* removed at close */
   char *fallback;   /* why auto/all runs on the host */
+  uint64_t spin_ns; /* how long waiting threads poll before they sleep */
 };
 
 void sched_options_init(sched_options_t *o) {
@@ -122,7 +126,7 @@ static void *completer_main(void *arg) {
   sched_t *s = arg;
   for (;;) {
     msg m;
-    if (mbox_recv(s->inbox, -1, &m, &s->malformed, NULL) != SCHED_OK) break;
+    if (mbox_recv_spin(s->inbox, -1, s->spin_ns, &m, &s->malformed, NULL) != SCHED_OK) break;
     if (m.type == MSG_COMPLETE) {
       pthread_mutex_lock(&s->lock);
       pending_job *pj = hmap_get(&s->jobs, &m.job);
@@ -139,10 +143,12 @@ static void *completer_main(void *arg) {
           /* complete only once its callback has returned: wait_all means it */
           pthread_mutex_lock(&s->lock);
           s->incomplete--;
+          atomic_fetch_add(&s->completions, 1);
           pthread_cond_broadcast(&s->cond);
           pthread_mutex_unlock(&s->lock);
         } else {
           s->incomplete--;
+          atomic_fetch_add(&s->completions, 1);
           pj->result = r;
           if (!pj->hidden) {
             if (s->done_tail) s->done_tail->next_done = pj;
@@ -169,6 +175,21 @@ static void *completer_main(void *arg) {
     if (term) break;
   }
   return NULL;
+}
+
+/* Waits for the next completion: first a short spin without the lock (a
+ * job's answer is often microseconds away, and waking a sleeping thread
+ * costs more), then on the condition variable. Called and returns with the
+ * lock held; false when the deadline passed. */
+static bool wait_completion(sched_t *s, const struct timespec *deadline, bool forever) {
+  uint64_t seen = atomic_load(&s->completions);
+  pthread_mutex_unlock(&s->lock);
+  uint64_t t0 = now_ns();
+  while (atomic_load(&s->completions) == seen && now_ns() - t0 < s->spin_ns) sched_yield();
+  pthread_mutex_lock(&s->lock);
+  if (atomic_load(&s->completions) != seen) return true;
+  if (forever) return pthread_cond_wait(&s->cond, &s->lock) == 0;
+  return pthread_cond_timedwait(&s->cond, &s->lock, deadline) == 0;
 }
 
 static struct timespec deadline_in(int timeout_ms) {
@@ -316,6 +337,7 @@ int sched_open(sched_t **out, const sched_options_t *opts, sched_error_t *err) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   s->core.compile_workers = o.compile_workers ? o.compile_workers : (int)(cores > 0 ? cores : 1);
   s->core.record_always = o.record_always != 0;
+  s->spin_ns = o.spin_us < 0 ? 0 : o.spin_us == 0 ? ACTOR_SPIN_NS : (uint64_t)o.spin_us * 1000u;
   if (!s->core.cache_dir) {
     rc = err_set(err, SCHED_ENOMEM, "out of memory");
     goto fail;
@@ -340,9 +362,9 @@ int sched_open(sched_t **out, const sched_options_t *opts, sched_error_t *err) {
     rc = err_set(err, SCHED_ENOMEM, "out of memory");
     goto fail;
   }
-  if ((rc = actor_start(s->core.zctx, &compile_actor_def, ACTOR_COMPILE, s->compile_st, &s->compile, err)))
+  if ((rc = actor_start_spin(s->core.zctx, &compile_actor_def, ACTOR_COMPILE, s->compile_st, s->spin_ns, &s->compile, err)))
     goto fail;
-  if ((rc = actor_start(s->core.zctx, &record_actor_def, ACTOR_RECORD, s->record_st, &s->record, err)))
+  if ((rc = actor_start_spin(s->core.zctx, &record_actor_def, ACTOR_RECORD, s->record_st, s->spin_ns, &s->record, err)))
     goto fail;
   for (int d = 0; d < s->core.ndevices; d++) {
     char name[32];
@@ -352,10 +374,10 @@ int sched_open(sched_t **out, const sched_options_t *opts, sched_error_t *err) {
       rc = err_set(err, SCHED_ENOMEM, "out of memory");
       goto fail;
     }
-    if ((rc = actor_start(s->core.zctx, &execute_actor_def, name, s->execute_st[d], &s->execute[d], err)))
+    if ((rc = actor_start_spin(s->core.zctx, &execute_actor_def, name, s->execute_st[d], s->spin_ns, &s->execute[d], err)))
       goto fail;
   }
-  if ((rc = actor_start(s->core.zctx, &scheduler_actor_def, ACTOR_SCHEDULER, s->scheduler_st, &s->scheduler, err)))
+  if ((rc = actor_start_spin(s->core.zctx, &scheduler_actor_def, ACTOR_SCHEDULER, s->scheduler_st, s->spin_ns, &s->scheduler, err)))
     goto fail;
   s->outbox = mbox_connect(s->core.zctx, ACTOR_SCHEDULER, err);
   if (!s->outbox) {
@@ -550,8 +572,7 @@ int sched_wait(sched_t *s, sched_job_t job, int timeout_ms, sched_job_result_t *
   } else {
     struct timespec ts = deadline_in(timeout_ms < 0 ? 0 : timeout_ms);
     while (!pj->result && rc == SCHED_OK) {
-      if (timeout_ms < 0) pthread_cond_wait(&s->cond, &s->lock);
-      else if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) != 0 && !pj->result)
+      if (timeout_ms == 0 || (!wait_completion(s, &ts, timeout_ms < 0) && !pj->result))
         rc = err_set(err, SCHED_ETIMEOUT, "sched_wait: job %llu not done within %d ms", (unsigned long long)job,
                      timeout_ms);
     }
@@ -575,8 +596,7 @@ int sched_wait_any(sched_t *s, int timeout_ms, sched_job_t *job, sched_job_resul
     while (!any_waitable && hmap_next(&s->jobs, &pos, NULL, &v))
       any_waitable = !((pending_job *)v)->cb && !((pending_job *)v)->hidden;
     if (!any_waitable) rc = err_set(err, SCHED_EINVAL, "sched_wait_any: no job to wait for");
-    else if (timeout_ms < 0) pthread_cond_wait(&s->cond, &s->lock);
-    else if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) != 0 && !s->done_head)
+    else if (timeout_ms == 0 || (!wait_completion(s, &ts, timeout_ms < 0) && !s->done_head))
       rc = err_set(err, SCHED_ETIMEOUT, "sched_wait_any: nothing completed within %d ms", timeout_ms);
   }
   if (rc == SCHED_OK) {

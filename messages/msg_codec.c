@@ -23,7 +23,8 @@ typedef enum { FK_U32, FK_I32, FK_U64, FK_I64, FK_STR, FK_BIN, FK_U64S, FK_STRS,
 
 typedef struct schema schema;
 typedef struct field {
-  const char *name;
+  const char *wire; /* the key on the wire */
+  size_t wire_len;
   field_kind kind;
   size_t off;
   const schema *sub; /* FK_ARR: element schema */
@@ -39,8 +40,10 @@ struct schema {
 /* Arrays of anything share this layout (pointer, count). */
 typedef struct { void *v; size_t n; } any_arr;
 
-#define F(T, fname, kind) {#fname, kind, offsetof(T, fname), NULL}
-#define FA(T, fname, sub) {#fname, FK_ARR, offsetof(T, fname), &sub}
+#define F(T, fname, kind) {#fname, sizeof(#fname) - 1, kind, offsetof(T, fname), NULL}
+#define FA(T, fname, sub) {#fname, sizeof(#fname) - 1, FK_ARR, offsetof(T, fname), &sub}
+/* a field inside a nested struct: its wire key is its last name */
+#define FN(T, path, key, kind) {key, sizeof(key) - 1, kind, offsetof(T, path), NULL}
 #define SCHEMA(var, T, ...)                                                          \
   static const field var##_fields[] = {__VA_ARGS__};                                 \
   static const schema var = {#T, sizeof(T), SCHED__ARRAY_LEN(var##_fields), var##_fields}
@@ -66,8 +69,8 @@ SCHEMA(record_s, msg_record, F(msg_record, program, FK_U64), F(msg_record, devic
        F(msg_record, bindings, FK_U64S), FA(msg_record, modules, module_s));
 SCHEMA(recorded_s, msg_recorded, F(msg_recorded, program, FK_U64),
        F(msg_recorded, device, FK_U32), F(msg_recorded, slot, FK_U32),
-       F(msg_recorded, sequence, FK_U64), F(msg_recorded, counts.created, FK_U32),
-       F(msg_recorded, counts.updated, FK_U32), F(msg_recorded, counts.reused, FK_U32));
+       F(msg_recorded, sequence, FK_U64), FN(msg_recorded, counts.created, "created", FK_U32),
+       FN(msg_recorded, counts.updated, "updated", FK_U32), FN(msg_recorded, counts.reused, "reused", FK_U32));
 SCHEMA(execute_s, msg_execute, F(msg_execute, program, FK_U64), F(msg_execute, device, FK_U32),
        F(msg_execute, slot, FK_U32), F(msg_execute, sequence, FK_U64),
        F(msg_execute, bindings, FK_U64S), F(msg_execute, keep, FK_U32), FA(msg_execute, inputs, output_s));
@@ -79,8 +82,8 @@ SCHEMA(complete_s, msg_complete, F(msg_complete, status, FK_I32),
        F(msg_complete, run, FK_U32), F(msg_complete, job_index, FK_U32),
        FA(msg_complete, outputs, output_s), F(msg_complete, compile_ns, FK_U64),
        F(msg_complete, record_ns, FK_U64), F(msg_complete, execute_ns, FK_U64),
-       F(msg_complete, counts.created, FK_U32), F(msg_complete, counts.updated, FK_U32),
-       F(msg_complete, counts.reused, FK_U32), F(msg_complete, cache_hits, FK_U32),
+       FN(msg_complete, counts.created, "created", FK_U32), FN(msg_complete, counts.updated, "updated", FK_U32),
+       FN(msg_complete, counts.reused, "reused", FK_U32), F(msg_complete, cache_hits, FK_U32),
        F(msg_complete, cache_misses, FK_U32), F(msg_complete, text, FK_STR),
        F(msg_complete, t_submit, FK_U64), F(msg_complete, t_compile, FK_U64), F(msg_complete, t_record, FK_U64),
        F(msg_complete, t_execute, FK_U64), F(msg_complete, t_done, FK_U64));
@@ -98,12 +101,6 @@ static const schema *const body_schema[MSG__END] = {
     [MSG_STATUS] = &status_s,     [MSG_TERM] = &term_s,         [MSG_RELEASE] = &release_s,
 };
 
-/* Field names in a schema are C member paths ("counts.created"); on the wire
- * the part after the last dot is the key. */
-static const char *wire_name(const field *f) {
-  const char *dot = strrchr(f->name, '.');
-  return dot ? dot + 1 : f->name;
-}
 
 /* ---- free --------------------------------------------------------------- */
 
@@ -143,6 +140,11 @@ void msg_free(msg *m) {
 
 /* ---- encode ------------------------------------------------------------- */
 
+static void pack_key(msgpack_packer *pk, const field *f) {
+  msgpack_pack_str(pk, f->wire_len);
+  msgpack_pack_str_body(pk, f->wire, f->wire_len);
+}
+
 static void pack_str(msgpack_packer *pk, const char *s) {
   size_t n = s ? strlen(s) : 0;
   msgpack_pack_str(pk, n);
@@ -154,7 +156,7 @@ static void pack_struct(msgpack_packer *pk, const schema *s, const void *base) {
   for (size_t i = 0; i < s->nfields; i++) {
     const field *f = &s->fields[i];
     const void *p = (const char *)base + f->off;
-    pack_str(pk, wire_name(f));
+    pack_key(pk, f);
     switch (f->kind) {
     case FK_U32: msgpack_pack_uint32(pk, *(const uint32_t *)p); break;
     case FK_I32: msgpack_pack_int32(pk, *(const int32_t *)p); break;
@@ -190,15 +192,41 @@ static void pack_struct(msgpack_packer *pk, const schema *s, const void *base) {
   }
 }
 
+/* The encoder's output: grows from a small start (msgpack-c's own buffer
+ * starts at 8 KiB, far more than a typical message). */
+typedef struct outbuf {
+  char *data;
+  size_t len, cap;
+  bool failed;
+} outbuf;
+
+static int outbuf_write(void *data, const char *buf, size_t len) {
+  outbuf *o = data;
+  if (o->failed) return -1;
+  if (o->len + len > o->cap) {
+    size_t cap = o->cap ? o->cap : 256;
+    while (cap < o->len + len) cap *= 2;
+    char *p = realloc(o->data, cap);
+    if (!p) {
+      o->failed = true;
+      return -1;
+    }
+    o->data = p;
+    o->cap = cap;
+  }
+  memcpy(o->data + o->len, buf, len);
+  o->len += len;
+  return 0;
+}
+
 int msg_encode(const msg *m, uint8_t **out, size_t *len, sched_error_t *err) {
   *out = NULL;
   *len = 0;
   if (m->type <= 0 || m->type >= MSG__END)
     return err_set(err, SCHED_EINVAL, "cannot encode a message of unknown type %d", m->type);
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
+  outbuf ob = {NULL, 0, 0, false};
   msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_packer_init(&pk, &ob, outbuf_write);
   msgpack_pack_map(&pk, 5);
   pack_str(&pk, "v");
   msgpack_pack_uint32(&pk, m->v);
@@ -210,14 +238,12 @@ int msg_encode(const msg *m, uint8_t **out, size_t *len, sched_error_t *err) {
   pack_str(&pk, m->from);
   pack_str(&pk, "body");
   pack_struct(&pk, body_schema[m->type], &m->body);
-  /* sbuffer's write callback reports allocation failure by returning -1 and
-   * leaving the buffer short; an empty buffer is the visible symptom. */
-  if (!sb.data || sb.size == 0) {
-    msgpack_sbuffer_destroy(&sb);
+  if (ob.failed || !ob.data) {
+    free(ob.data);
     return err_set(err, SCHED_ENOMEM, "out of memory encoding %s", msg_type_name(m->type));
   }
-  *len = sb.size;
-  *out = (uint8_t *)msgpack_sbuffer_release(&sb);
+  *len = ob.len;
+  *out = (uint8_t *)ob.data;
   return SCHED_OK;
 }
 
@@ -315,6 +341,11 @@ static bool key_is(const msgpack_object *k, const char *name) {
          memcmp(k->via.str.ptr, name, k->via.str.size) == 0;
 }
 
+static bool key_is_field(const msgpack_object *k, const field *f) {
+  return k->type == MSGPACK_OBJECT_STR && k->via.str.size == f->wire_len &&
+         memcmp(k->via.str.ptr, f->wire, f->wire_len) == 0;
+}
+
 static int get_int(dctx *d, const char *where, const msgpack_object *o, int64_t lo, uint64_t hi,
                    bool is_signed, uint64_t *u, int64_t *s) {
   if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
@@ -356,7 +387,7 @@ static int get_array(dctx *d, const char *where, const msgpack_object *o, size_t
 static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void *base);
 
 static int decode_field(dctx *d, const field *f, const msgpack_object *o, void *p) {
-  const char *w = wire_name(f);
+  const char *w = f->wire;
   uint64_t u = 0;
   int64_t sv = 0;
   int rc;
@@ -427,8 +458,9 @@ static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void
   uint64_t seen = 0; /* schemas have fewer than 64 fields */
   for (uint32_t k = 0; k < o->via.map.size; k++) {
     const msgpack_object *key = &o->via.map.ptr[k].key;
-    size_t i = 0;
-    while (i < s->nfields && !key_is(key, wire_name(&s->fields[i]))) i++;
+    /* our encoder writes fields in schema order: try that place first */
+    size_t i = k < s->nfields && key_is_field(key, &s->fields[k]) ? k : 0;
+    while (i < s->nfields && !key_is_field(key, &s->fields[i])) i++;
     if (i == s->nfields) {
       if (key->type != MSGPACK_OBJECT_STR) return bad(d, s->name, "a field name is not a string");
       char name[48];
@@ -439,13 +471,13 @@ static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void
         if ((unsigned char)name[c] < 0x20 || (unsigned char)name[c] > 0x7e) name[c] = '?';
       return bad(d, name, "unknown field");
     }
-    if (seen & (1ull << i)) return bad(d, wire_name(&s->fields[i]), "repeated field");
+    if (seen & (1ull << i)) return bad(d, s->fields[i].wire, "repeated field");
     seen |= 1ull << i;
     int rc = decode_field(d, &s->fields[i], &o->via.map.ptr[k].val, (char *)base + s->fields[i].off);
     if (rc) return rc;
   }
   for (size_t i = 0; i < s->nfields; i++)
-    if (!(seen & (1ull << i))) return bad(d, wire_name(&s->fields[i]), "missing field");
+    if (!(seen & (1ull << i))) return bad(d, s->fields[i].wire, "missing field");
   return SCHED_OK;
 }
 
