@@ -17,23 +17,10 @@
 #include "actors/actor.h"
 #include "lib/result.h"
 #include "messages/msg.h"
+#include "bench/bench_util.h"
 #include "sched.h"
 
-static uint64_t ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp);
-  return v[n / 2];
-}
 
 /* ---- the floor ---- */
 
@@ -63,23 +50,23 @@ static void floor_bench(void) {
   static double rtt[PINGS];
   char buf[64] = {0};
   for (int i = 0; i < PINGS; i++) {
-    uint64_t t0 = ns();
+    uint64_t t0 = bench_ns();
     zmq_send(out, buf, 16, 0);
     zmq_recv(in, buf, sizeof buf, 0);
-    rtt[i] = (ns() - t0) / 1e3;
+    rtt[i] = (bench_ns() - t0) / 1e3;
   }
   pthread_join(t, NULL);
   zmq_close(out);
   zmq_close(in);
   zmq_ctx_term(z);
-  printf("zmq_roundtrip_us=%.2f\n", median(rtt, PINGS));
+  printf("zmq_roundtrip_us=%.2f\n", bench_median(rtt, PINGS));
 }
 
 /* ---- the codec ---- */
 
 static double codec_ns(msg *m) {
   enum { N = 100000 };
-  uint64_t t0 = ns();
+  uint64_t t0 = bench_ns();
   for (int i = 0; i < N; i++) {
     uint8_t *buf;
     size_t len;
@@ -89,7 +76,7 @@ static double codec_ns(msg *m) {
     msg_free(&d);
     free(buf);
   }
-  return (double)(ns() - t0) / N;
+  return (double)(bench_ns() - t0) / N;
 }
 
 static void codec_bench(void) {
@@ -107,7 +94,7 @@ static void codec_bench(void) {
   msg_free(&m);
   msg_init(&m, MSG_COMPLETE, 12345, "scheduler");
   m.body.complete.text = strdup("");
-  m.body.complete.t_submit = ns();
+  m.body.complete.t_submit = bench_ns();
   printf("codec_complete_ns=%.0f\n", codec_ns(&m));
   msg_free(&m);
 }
@@ -136,12 +123,12 @@ static void phases(int record_always) {
   for (int i = 0; i < N + 20; i++) {
     sched_job_t id;
     sched_job_result_t *r;
-    uint64_t c0 = ns();
+    uint64_t c0 = bench_ns();
     if (sched_submit(s, p, NULL, &id, &err) || sched_wait(s, id, -1, &r, &err)) {
       fprintf(stderr, "%s\n", err.message);
       exit(1);
     }
-    uint64_t c1 = ns();
+    uint64_t c1 = bench_ns();
     if (i >= 20) { /* past compile and the first recording */
       int k = i - 20;
       uint64_t rec_end = r->t_record ? r->t_record + r->info.record_ns : 0;
@@ -159,7 +146,7 @@ static void phases(int record_always) {
   }
   const char *names[PH] = {"client_to_scheduler", "scheduler_work",      "record_roundtrip", "to_execute",
                            "execute",             "back_to_scheduler", "complete_to_caller", "total"};
-  for (int k = 0; k < PH; k++) printf("phase_%s_%s_us=%.2f\n", record_always ? "always" : "fast", names[k], median(v[k], N));
+  for (int k = 0; k < PH; k++) printf("phase_%s_%s_us=%.2f\n", record_always ? "always" : "fast", names[k], bench_median(v[k], N));
   sched_program_free(&p);
   sched_close(&s);
 }

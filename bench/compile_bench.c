@@ -11,25 +11,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
 #include "sched.h"
 
 #define KERNELS 16
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+static double now_ms(void) { return bench_ns() / 1e6; }
 
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* 16 kernels that differ in a constant (so each is its own cache key) and do
  * enough work that the compiler has something to chew on. */
@@ -103,7 +91,7 @@ int main(int argc, char **argv) {
     one[i] = compile_once(1, 2 * i);
     two[i] = compile_once(2, 2 * i + 1);
   }
-  double m1 = median(one, rounds), m2 = median(two, rounds);
+  double m1 = bench_median(one, rounds), m2 = bench_median(two, rounds);
   printf("compile_pool_1_ms=%.1f\ncompile_pool_2_ms=%.1f\ncompile_pool_speedup=%.2f\n", m1, m2, m1 / m2);
 
   /* memory-cache hits: a second program with the same kernels */
@@ -138,7 +126,7 @@ int main(int argc, char **argv) {
   }
   free(text);
   sched_close(&s);
-  double mh = median(hits, n);
+  double mh = bench_median(hits, n);
   printf("memory_hit_program_us=%.1f\nmemory_hit_per_kernel_us=%.2f\n", mh, mh / KERNELS);
   return 0;
 }

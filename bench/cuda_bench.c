@@ -10,30 +10,18 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
 #include "gpu/backend.h"
 
 #define N 1000
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
+static double now_us(void) { return bench_ns() / 1e3; }
 
 static void die(const char *what, sched_error_t *err) {
   fprintf(stderr, "cuda_bench: %s: %s\n", what, err && err->message ? err->message : "failed");
   exit(1);
 }
 
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp);
-  return v[n / 2];
-}
 
 static uint64_t args[N][2];
 
@@ -127,7 +115,7 @@ int main(void) {
     fprintf(stderr, "cuda_bench: %g kernel runs counted, expected %d\n", total, 2 * REPS * N);
     return 1;
   }
-  double ms = median(stream, REPS), mg = median(graph, REPS), mu = median(update, REPS), mr = median(rebuild, REPS);
+  double ms = bench_median(stream, REPS), mg = bench_median(graph, REPS), mu = bench_median(update, REPS), mr = bench_median(rebuild, REPS);
   printf("gpu %s (%s): stream %.2f us/kernel, graph replay %.2f us/kernel (%.1fx); update 1000 nodes %.0f us, "
          "rebuild+instantiate %.0f us (%.1fx)\n",
          b->ops->device_name(b, 0), b->ops->arch(b, 0), ms, mg, ms / mg, mu, mr, mr / mu);

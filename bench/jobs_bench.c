@@ -14,18 +14,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
 #include "sched.h"
 
-static uint64_t ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 static void die(const char *what, sched_error_t *err) {
   fprintf(stderr, "%s: %s\n", what, err && err->message ? err->message : "failed");
@@ -84,7 +75,7 @@ static void throughput(int devices, int n) {
   sched_error_t err = {0};
   double best = 0;
   for (int round = 0; round < 3; round++) {
-    uint64_t t0 = ns();
+    uint64_t t0 = bench_ns();
     for (int j = 0; j < n; j++) {
       sched_job_options_t o;
       sched_job_options_init(&o);
@@ -99,7 +90,7 @@ static void throughput(int devices, int n) {
       if (sched_job_result_info(r)->status != SCHED_OK) die(sched_job_result_error(r), NULL);
       sched_job_result_free(&r);
     }
-    double rate = n / ((ns() - t0) / 1e9);
+    double rate = n / ((bench_ns() - t0) / 1e9);
     if (rate > best) best = rate;
   }
   printf("%sthroughput_%ddev_jobs_per_s=%.0f\n", mode_name[mode], devices, best);
@@ -113,14 +104,14 @@ static void latency(int devices, int n) {
   sched_error_t err = {0};
   double *v = malloc((size_t)n * sizeof *v);
   for (int i = 0; i < n; i++) {
-    uint64_t t0 = ns();
+    uint64_t t0 = bench_ns();
     sched_job_t id;
     sched_job_result_t *r;
     if (sched_submit(s, p, NULL, &id, &err) || sched_wait(s, id, -1, &r, &err)) die("latency", &err);
-    v[i] = (ns() - t0) / 1e3;
+    v[i] = (bench_ns() - t0) / 1e3;
     sched_job_result_free(&r);
   }
-  qsort(v, (size_t)n, sizeof *v, cmp);
+  qsort(v, (size_t)n, sizeof *v, bench_cmp);
   printf("%slatency_%ddev_median_us=%.1f\n%slatency_%ddev_p99_us=%.1f\n", mode_name[mode], devices, v[n / 2],
          mode_name[mode], devices, v[n * 99 / 100]);
   free(v);
@@ -132,7 +123,7 @@ static void chain(int devices, int n) {
   sched_t *s = open_host(devices);
   sched_program_t *p = load(s, chain_program);
   sched_error_t err = {0};
-  uint64_t t0 = ns();
+  uint64_t t0 = bench_ns();
   for (int j = 0; j < n; j++) {
     sched_job_t id;
     if (sched_submit(s, p, NULL, &id, &err)) die("submit", &err);
@@ -144,7 +135,7 @@ static void chain(int devices, int n) {
     if (sched_job_result_info(r)->status != SCHED_OK) die(sched_job_result_error(r), NULL);
     sched_job_result_free(&r);
   }
-  double per_kernel = (ns() - t0) / (double)n / 100.0;
+  double per_kernel = (bench_ns() - t0) / (double)n / 100.0;
   printf("%schain_%ddev_ns_per_kernel=%.1f\n", mode_name[mode], devices, per_kernel);
   sched_program_free(&p);
   sched_close(&s);

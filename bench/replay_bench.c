@@ -16,25 +16,12 @@
 
 #include "gpu/backend.h"
 #include "program/program.h"
+#include "bench/bench_util.h"
 #include "sched.h"
 
 #define N 1000
 
-static uint64_t ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static void die(const char *what, sched_error_t *err) {
   fprintf(stderr, "%s: %s\n", what, err && err->message ? err->message : "failed");
@@ -90,12 +77,12 @@ static void backend_bench(void) {
   enum { REPS = 300, BATCHES = 9 };
   double direct[BATCHES], replay[BATCHES], eager[BATCHES];
   for (int bt = 0; bt < BATCHES; bt++) {
-    uint64_t t0 = ns();
+    uint64_t t0 = bench_ns();
     for (int r = 0; r < REPS; r++)
       for (int i = 0; i < N; i++) ((tramp)fn)(one, one, args[i]);
-    uint64_t t1 = ns();
+    uint64_t t1 = bench_ns();
     for (int r = 0; r < REPS; r++) b->ops->seq_launch(s, &err);
-    uint64_t t2 = ns();
+    uint64_t t2 = bench_ns();
     prog_env env = {{0}};
     for (int r = 0; r < REPS; r++)
       for (int i = 0; i < N; i++) {
@@ -114,7 +101,7 @@ static void backend_bench(void) {
         n.u.launch.nargs = 2;
         b->ops->launch(b, 0, &n, true, &err);
       }
-    uint64_t t3 = ns();
+    uint64_t t3 = bench_ns();
     direct[bt] = (double)(t1 - t0) / (REPS * N);
     replay[bt] = (double)(t2 - t1) / (REPS * N);
     eager[bt] = (double)(t3 - t2) / (REPS * N);
@@ -125,7 +112,7 @@ static void backend_bench(void) {
   (void)want;
   for (int i = 0; i < 64; i++)
     if (h[i] == 0) die("the kernel did not run", NULL);
-  double md = median(direct, BATCHES), mr = median(replay, BATCHES), me = median(eager, BATCHES);
+  double md = bench_median(direct, BATCHES), mr = bench_median(replay, BATCHES), me = bench_median(eager, BATCHES);
   printf("direct_ns=%.2f\nreplay_ns=%.2f\neager_ns=%.2f\ndispatch_ns=%.2f\neager_over_replay=%.2f\n", md, mr, me,
          mr - md, me / mr);
   prog_expr_free(&e);
@@ -181,8 +168,8 @@ static void record_bench(void) {
     sched_report_free(&rep);
     sched_program_free(&p);
   }
-  printf("record_create_us=%.1f\nrecord_update_us=%.1f\nrecord_reuse_us=%.1f\n", median(create, ROUNDS),
-         median(update, ROUNDS), median(reuse, ROUNDS));
+  printf("record_create_us=%.1f\nrecord_update_us=%.1f\nrecord_reuse_us=%.1f\n", bench_median(create, ROUNDS),
+         bench_median(update, ROUNDS), bench_median(reuse, ROUNDS));
   free(text);
 
   /* memory per recorded node: two recordings that differ by 100,000 nodes */

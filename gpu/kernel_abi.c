@@ -56,3 +56,11 @@ void kernel_abi_checks(strbuf *sb, const gpu_compile_req *r) {
     sb_adds(sb, ">; }\n");
   }
 }
+
+void kernel_abi_source(strbuf *sb, const gpu_compile_req *r) {
+  sb_adds(sb, kernel_abi_traits);
+  sb_addf(sb, "#line %u \"%s\"\n", r->first_line ? r->first_line : 1, r->source_file ? r->source_file : r->name);
+  sb_adds(sb, r->source);
+  sb_addf(sb, "\n#line 1 \"<entry %s of kernel %s>\"\n", r->entry, r->name);
+  kernel_abi_checks(sb, r);
+}

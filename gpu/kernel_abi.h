@@ -11,6 +11,10 @@
 extern const char kernel_abi_traits[];
 /* static_asserts for req's entry and params; put after the kernel source. */
 void kernel_abi_checks(strbuf *sb, const gpu_compile_req *req);
+/* The traits, a #line directive so that compiler messages point into the
+ * config (or kernel file), the kernel's source, and the checks: the part of a
+ * translation unit every target shares. */
+void kernel_abi_source(strbuf *sb, const gpu_compile_req *req);
 /* "typename __sched_param<I, decltype(entry)>::type" for parameter i. */
 void kernel_abi_param_type(strbuf *sb, const gpu_compile_req *req, uint32_t i);
 

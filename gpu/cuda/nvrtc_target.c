@@ -147,11 +147,7 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
                    r->arch ? r->arch : "");
   strbuf src;
   sb_init(&src);
-  sb_adds(&src, kernel_abi_traits);
-  sb_addf(&src, "#line %u \"%s\"\n", r->first_line ? r->first_line : 1, r->source_file ? r->source_file : r->name);
-  sb_adds(&src, r->source);
-  sb_addf(&src, "\n#line 1 \"<entry %s of kernel %s>\"\n", r->entry, r->name);
-  kernel_abi_checks(&src, r);
+  kernel_abi_source(&src, r);
   if (src.failed) {
     sb_free(&src);
     return err_set(err, SCHED_ENOMEM, "out of memory");

@@ -182,12 +182,7 @@ static int find_ident(const char *src, const char *ident) {
 
 static void gen_source(strbuf *sb, const gpu_compile_req *r) {
   sb_adds(sb, host_prelude);
-  sb_adds(sb, kernel_abi_traits);
-  sb_addf(sb, "#line %u \"%s\"\n", r->first_line ? r->first_line : 1,
-          r->source_file ? r->source_file : r->name);
-  sb_adds(sb, r->source);
-  sb_addf(sb, "\n#line 1 \"<entry %s of kernel %s>\"\n", r->entry, r->name);
-  kernel_abi_checks(sb, r);
+  kernel_abi_source(sb, r);
   sb_addf(sb,
           "extern \"C\" __attribute__((visibility(\"default\"))) void __sched_launch_%s("
           "const unsigned *__g, const unsigned *__b, const uint64_t *__a) {\n",

@@ -1,0 +1,26 @@
+/* What every benchmark here needs: a clock and a median. */
+#ifndef SCHED_BENCH_UTIL_H
+#define SCHED_BENCH_UTIL_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+static inline uint64_t bench_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline int bench_cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Sorts v in place. */
+static inline double bench_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, bench_cmp);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+#endif
