@@ -69,6 +69,16 @@ static sched_program_t *load(sched_t *s, const char *text) {
   return p;
 }
 
+static long resident_kib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = 0, res = 0;
+  if (f) {
+    if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
+    fclose(f);
+  }
+  return res * 4;
+}
+
 static void throughput(int devices, int n) {
   sched_t *s = open_host(devices);
   sched_program_t *p = load(s, empty_program);
@@ -94,6 +104,38 @@ static void throughput(int devices, int n) {
     if (rate > best) best = rate;
   }
   printf("%sthroughput_%ddev_jobs_per_s=%.0f\n", mode_name[mode], devices, best);
+
+  sched_program_free(&p);
+  sched_close(&s);
+}
+
+/* Resident memory over 100,000 jobs in waves of 1,000, after as many to warm
+ * up: a leak or per-job growth would show as KiB per wave. */
+static void memory(int devices) {
+  sched_t *s = open_host(devices);
+  sched_program_t *p = load(s, empty_program);
+  sched_error_t err = {0};
+  long before = 0;
+  for (int phase = 0; phase < 2; phase++) {
+    if (phase == 1) before = resident_kib();
+    for (int wave = 0; wave < 100; wave++) {
+      for (int j = 0; j < 1000; j++) {
+        sched_job_options_t o;
+        sched_job_options_init(&o);
+        o.job = j;
+        sched_job_t id;
+        if (sched_submit(s, p, &o, &id, &err)) die("submit", &err);
+      }
+      for (int j = 0; j < 1000; j++) {
+        sched_job_t id;
+        sched_job_result_t *r;
+        if (sched_wait_any(s, -1, &id, &r, &err)) die("wait", &err);
+        sched_job_result_free(&r);
+      }
+    }
+  }
+  long after = resident_kib();
+  printf("rss_%ddev_kib=%ld\nrss_%ddev_growth_kib=%ld\n", devices, after, devices, after - before);
   sched_program_free(&p);
   sched_close(&s);
 }
@@ -150,6 +192,7 @@ int main(int argc, char **argv) {
       throughput(d, jobs);
       latency(d, 1000);
       chain(d, 1000);
+      if (mode == 0) memory(d);
     }
   }
   return 0;

@@ -86,6 +86,9 @@ sp_tp=$(get starpu_throughput_tasks_per_s "$S"); sp_lat=$(get starpu_latency_med
   echo "previous), 1,000 times; sched runs 1,000 jobs of a program that is one recorded"
   echo "sequence of 100 launches (its tail) and divides by 100,000 kernels."
   echo
+  echo "| resident memory after 200,000 jobs in waves of 1,000 | | $(get rss_1dev_kib "$J") KiB | $(get rss_2dev_kib "$J") KiB | |"
+  echo "| **its growth over the last 100,000 of them** (flat: no growth per job) | | $(get rss_1dev_growth_kib "$J") KiB | $(get rss_2dev_growth_kib "$J") KiB | |"
+  echo
   echo "## What changed, before and after (same run)"
   echo
   echo "The pipeline as first built (every job RECORDed, receivers sleeping at once),"
