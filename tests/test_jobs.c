@@ -28,6 +28,26 @@ static const char program[] =
     "program:\n"
     "  - launch: {kernel: twice, grid: 1, block: 16, args: [in, out, 16, \"$job + 1000 * $run\"]}\n";
 
+/* The same results, each job made slow (tens of microseconds of busy work),
+ * so that a shutdown right after submitting finds most jobs not started. */
+static const char slow_program[] =
+    "version: 1\nbuffer_sets: 3\n"
+    "kernels:\n"
+    "  twice:\n"
+    "    params: [ptr, ptr, i32, i32]\n"
+    "    source: |\n"
+    "      extern \"C\" __global__ void twice(const float *in, float *out, int n, int add) {\n"
+    "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "        volatile int spin = 0;\n"
+    "        for (int k = 0; k < 5000; k++) spin = spin + k;\n"
+    "        if (i < n) out[i] = in[i] * 2.0f + add;\n"
+    "      }\n"
+    "buffers:\n"
+    "  in:  {type: f32, count: 16, init: {iota: {start: 0, step: 1}}}\n"
+    "  out: {type: f32, count: 16}\n"
+    "program:\n"
+    "  - launch: {kernel: twice, grid: 1, block: 16, args: [in, out, 16, \"$job + 1000 * $run\"]}\n";
+
 static sched_t *open_host(int n, int no_cache) {
   char spec[16];
   snprintf(spec, sizeof spec, "host:%d", n);
@@ -158,7 +178,7 @@ static void test_shutdown_in_the_middle(void **st) {
   sched_t *s = open_host(2, 0);
   sched_program_t *p;
   sched_error_t err = {0};
-  assert_int_equal(sched_program_load_string(s, program, "jobs.yaml", &p, &err), SCHED_OK);
+  assert_int_equal(sched_program_load_string(s, slow_program, "slow.yaml", &p, &err), SCHED_OK);
   submit_all(s, p, NJOBS, true);
   assert_int_equal(sched_shutdown(s, 60000, &err), SCHED_OK);
   /* every job reported exactly once: finished and correct, or failed as closed */
@@ -168,6 +188,7 @@ static void test_shutdown_in_the_middle(void **st) {
   assert_int_equal(atomic_load(&T.bad), 0);
   /* both outcomes happened: TERM follows 10,000 SUBMITs through one pipe, and
    * the scheduler takes them in far faster than a device runs them */
+  print_message("shutdown: %d jobs finished, %d failed as closed\n", atomic_load(&T.good), atomic_load(&T.closed));
   assert_true(atomic_load(&T.closed) > 0);
   /* a closed scheduler takes nothing more */
   sched_job_t id;
