@@ -25,16 +25,22 @@ static void die(const char *what, sched_error_t *err) {
 
 static uint64_t args[N][2];
 
+/* Launch i of the benchmark: one block of 32 threads of `tiny`. */
+static gpu_node launch_node(gpu_function fn, int i) {
+  gpu_node n = {.kind = GN_LAUNCH};
+  n.u.launch.fn = fn;
+  n.u.launch.grid[0] = n.u.launch.grid[1] = n.u.launch.grid[2] = 1;
+  n.u.launch.block[0] = 32, n.u.launch.block[1] = n.u.launch.block[2] = 1;
+  n.u.launch.args = args[i];
+  n.u.launch.nargs = 2;
+  return n;
+}
+
 static gpu_seq *build(gpu_backend *b, gpu_function fn, sched_error_t *err) {
   gpu_seq *s;
   if (b->ops->seq_create(b, 0, &s, err)) die("seq_create", err);
   for (int i = 0; i < N; i++) {
-    gpu_node n = {.kind = GN_LAUNCH};
-    n.u.launch.fn = fn;
-    n.u.launch.grid[0] = n.u.launch.grid[1] = n.u.launch.grid[2] = 1;
-    n.u.launch.block[0] = 32, n.u.launch.block[1] = n.u.launch.block[2] = 1;
-    n.u.launch.args = args[i];
-    n.u.launch.nargs = 2;
+    gpu_node n = launch_node(fn, i);
     uint32_t idx;
     if (b->ops->seq_add(s, &n, &idx, err)) die("seq_add", err);
   }
@@ -75,12 +81,7 @@ int main(void) {
   for (int r = 0; r < REPS; r++) {
     double t0 = now_us();
     for (int i = 0; i < N; i++) {
-      gpu_node n = {.kind = GN_LAUNCH};
-      n.u.launch.fn = fn;
-      n.u.launch.grid[0] = n.u.launch.grid[1] = n.u.launch.grid[2] = 1;
-      n.u.launch.block[0] = 32, n.u.launch.block[1] = n.u.launch.block[2] = 1;
-      n.u.launch.args = args[i];
-      n.u.launch.nargs = 2;
+      gpu_node n = launch_node(fn, i);
       if (b->ops->launch(b, 0, &n, i == N - 1, &err)) die("launch", &err);
     }
     double t1 = now_us();
@@ -89,12 +90,7 @@ int main(void) {
     for (int i = 0; i < N; i++) {
       int32_t v = (i + r + 1) % 64;
       memcpy(&args[i][1], &v, 4);
-      gpu_node n = {.kind = GN_LAUNCH};
-      n.u.launch.fn = fn;
-      n.u.launch.grid[0] = n.u.launch.grid[1] = n.u.launch.grid[2] = 1;
-      n.u.launch.block[0] = 32, n.u.launch.block[1] = n.u.launch.block[2] = 1;
-      n.u.launch.args = args[i];
-      n.u.launch.nargs = 2;
+      gpu_node n = launch_node(fn, i);
       if (b->ops->seq_update(s, (uint32_t)i, &n, &err)) die("seq_update", &err);
     }
     double t3 = now_us();

@@ -79,27 +79,32 @@ static long resident_kib(void) {
   return res * 4;
 }
 
+/* Submits n jobs of p ($job = 0..n-1), then collects every result. */
+static void run_jobs(sched_t *s, sched_program_t *p, int n) {
+  sched_error_t err = {0};
+  for (int j = 0; j < n; j++) {
+    sched_job_options_t o;
+    sched_job_options_init(&o);
+    o.job = j;
+    sched_job_t id;
+    if (sched_submit(s, p, &o, &id, &err)) die("submit", &err);
+  }
+  for (int j = 0; j < n; j++) {
+    sched_job_t id;
+    sched_job_result_t *r;
+    if (sched_wait_any(s, -1, &id, &r, &err)) die("wait", &err);
+    if (sched_job_result_info(r)->status != SCHED_OK) die(sched_job_result_error(r), NULL);
+    sched_job_result_free(&r);
+  }
+}
+
 static void throughput(int devices, int n) {
   sched_t *s = open_host(devices);
   sched_program_t *p = load(s, empty_program);
-  sched_error_t err = {0};
   double best = 0;
   for (int round = 0; round < 3; round++) {
     uint64_t t0 = bench_ns();
-    for (int j = 0; j < n; j++) {
-      sched_job_options_t o;
-      sched_job_options_init(&o);
-      o.job = j;
-      sched_job_t id;
-      if (sched_submit(s, p, &o, &id, &err)) die("submit", &err);
-    }
-    for (int j = 0; j < n; j++) {
-      sched_job_t id;
-      sched_job_result_t *r;
-      if (sched_wait_any(s, -1, &id, &r, &err)) die("wait", &err);
-      if (sched_job_result_info(r)->status != SCHED_OK) die(sched_job_result_error(r), NULL);
-      sched_job_result_free(&r);
-    }
+    run_jobs(s, p, n);
     double rate = n / ((bench_ns() - t0) / 1e9);
     if (rate > best) best = rate;
   }
@@ -114,25 +119,10 @@ static void throughput(int devices, int n) {
 static void memory(int devices) {
   sched_t *s = open_host(devices);
   sched_program_t *p = load(s, empty_program);
-  sched_error_t err = {0};
   long before = 0;
   for (int phase = 0; phase < 2; phase++) {
     if (phase == 1) before = resident_kib();
-    for (int wave = 0; wave < 100; wave++) {
-      for (int j = 0; j < 1000; j++) {
-        sched_job_options_t o;
-        sched_job_options_init(&o);
-        o.job = j;
-        sched_job_t id;
-        if (sched_submit(s, p, &o, &id, &err)) die("submit", &err);
-      }
-      for (int j = 0; j < 1000; j++) {
-        sched_job_t id;
-        sched_job_result_t *r;
-        if (sched_wait_any(s, -1, &id, &r, &err)) die("wait", &err);
-        sched_job_result_free(&r);
-      }
-    }
+    for (int wave = 0; wave < 100; wave++) run_jobs(s, p, 1000);
   }
   long after = resident_kib();
   printf("rss_%ddev_kib=%ld\nrss_%ddev_growth_kib=%ld\n", devices, after, devices, after - before);
@@ -164,19 +154,8 @@ static void latency(int devices, int n) {
 static void chain(int devices, int n) {
   sched_t *s = open_host(devices);
   sched_program_t *p = load(s, chain_program);
-  sched_error_t err = {0};
   uint64_t t0 = bench_ns();
-  for (int j = 0; j < n; j++) {
-    sched_job_t id;
-    if (sched_submit(s, p, NULL, &id, &err)) die("submit", &err);
-  }
-  for (int j = 0; j < n; j++) {
-    sched_job_t id;
-    sched_job_result_t *r;
-    if (sched_wait_any(s, -1, &id, &r, &err)) die("wait", &err);
-    if (sched_job_result_info(r)->status != SCHED_OK) die(sched_job_result_error(r), NULL);
-    sched_job_result_free(&r);
-  }
+  run_jobs(s, p, n); /* each verifies its 100 increments */
   double per_kernel = (bench_ns() - t0) / (double)n / 100.0;
   printf("%schain_%ddev_ns_per_kernel=%.1f\n", mode_name[mode], devices, per_kernel);
   sched_program_free(&p);
