@@ -10,7 +10,9 @@ trap 'rm -rf "$tmp"' EXIT
 export SCHED_CACHE_DIR="$tmp/cache"
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-us_since() { echo $(( ($(date +%s%N) - $1) / 1000 )); }
+# microseconds between two $EPOCHREALTIME readings: bash's own clock, so no
+# process is forked inside a timed span
+us_between() { echo $(( ${2/./} - ${1/./} )); }
 get() { sed -n "s/^$1=//p" "$2"; }
 ratio() { awk "BEGIN {printf \"%.1f\", $1 / $2}"; }
 
@@ -34,13 +36,15 @@ coldwarm() { # config rounds -> "cold_us warm_us"
   local cfg=$1 rounds=$2 cold=() warm=()
   for _ in $(seq "$rounds"); do
     rm -rf "$tmp/cw"
-    local t=$(date +%s%N)
+    local t0=$EPOCHREALTIME t1
     SCHED_CACHE_DIR="$tmp/cw" "$build/sched-run" -q "$cfg"
-    cold+=("$(us_since "$t")")
+    t1=$EPOCHREALTIME
+    cold+=("$(us_between "$t0" "$t1")")
     for _ in 1 2 3; do
-      t=$(date +%s%N)
+      t0=$EPOCHREALTIME
       SCHED_CACHE_DIR="$tmp/cw" "$build/sched-run" -q "$cfg"
-      warm+=("$(us_since "$t")")
+      t1=$EPOCHREALTIME
+      warm+=("$(us_between "$t0" "$t1")")
     done
   done
   echo "$(printf '%s\n' "${cold[@]}" | median) $(printf '%s\n' "${warm[@]}" | median)"
