@@ -75,7 +75,7 @@ typedef struct prog_state {
   uint32_t jobs;     /* not yet complete */
   char release_to[32];
   uint64_t release_job;
-  bool releasing;
+  bool releasing, release_sent;
 } prog_state;
 
 typedef struct slot_key {
@@ -199,6 +199,32 @@ static prog_state *prog_get(scheduler_state *s, uint64_t id, bool create) {
 
 static void dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss);
 
+static void finish_release(actor_t *self, scheduler_state *s, prog_state *ps);
+
+/* Forgets a finished job: the slot, the device's load, the program's count. */
+static void retire(actor_t *self, scheduler_state *s, job *j) {
+  prog_state *ps = prog_get(s, j->program, false);
+  if (ps && ps->jobs) ps->jobs--;
+  if (j->device >= 0 && s->load[j->device]) s->load[j->device]--;
+  slot_state *ss = NULL;
+  if (j->state == JOB_RECORDING || j->state == JOB_EXECUTING) {
+    s->active--;
+    slot_key sk = {(uint32_t)j->device, j->slot};
+    ss = ps ? hmap_get(&ps->slots, &sk) : NULL;
+    if (ss && j->state == JOB_RECORDING) {
+      /* the RECORD failed: its recording may be gone, record afresh next time */
+      ss->recording = false;
+      ss->recorded = false;
+    } else if (ss && ss->inflight) {
+      ss->inflight--;
+    }
+  }
+  hmap_remove(&s->jobs, &j->id);
+  job_free(j);
+  if (ss) dispatch_slot(self, s, ps, ss);
+  if (ps && ps->releasing && ps->jobs == 0) finish_release(self, s, ps);
+}
+
 /* Sends COMPLETE for j (taking outputs, if any) and forgets the job. */
 static void complete(actor_t *self, scheduler_state *s, job *j, int status, const char *text,
                      msg_outputs *outputs) {
@@ -228,28 +254,7 @@ static void complete(actor_t *self, scheduler_state *s, job *j, int status, cons
   c->t_done = now_ns();
   actor_send(self, j->client, &m);
   msg_free(&m);
-
-  prog_state *ps = prog_get(s, j->program, false);
-  if (ps && ps->jobs) ps->jobs--;
-  if (j->device >= 0 && s->load[j->device]) s->load[j->device]--;
-  if (j->state == JOB_RECORDING || j->state == JOB_EXECUTING) {
-    s->active--;
-    slot_key sk = {(uint32_t)j->device, j->slot};
-    slot_state *ss = ps ? hmap_get(&ps->slots, &sk) : NULL;
-    if (ss && j->state == JOB_RECORDING) {
-      /* the RECORD failed: its recording may be gone, record afresh next time */
-      ss->recording = false;
-      ss->recorded = false;
-    } else if (ss && ss->inflight) {
-      ss->inflight--;
-    }
-    hmap_remove(&s->jobs, &j->id);
-    job_free(j);
-    if (ss) dispatch_slot(self, s, ps, ss);
-  } else {
-    hmap_remove(&s->jobs, &j->id);
-    job_free(j);
-  }
+  retire(self, s, j);
 }
 
 /* ---- placement and dispatch ---- */
@@ -317,6 +322,18 @@ static void start_execute(actor_t *self, scheduler_state *s, slot_state *ss, job
   x.body.execute.keep = j->keep;
   x.body.execute.inputs = j->inputs; /* handed over: needed once */
   memset(&j->inputs, 0, sizeof j->inputs);
+  msg_execute *e = &x.body.execute;
+  e->client = xstrdup(j->client);
+  e->run = j->run;
+  e->job_index = j->job_index;
+  e->compile_ns = j->compile_ns;
+  e->record_ns = j->record_ns;
+  e->counts = j->counts;
+  e->cache_hits = j->hits;
+  e->cache_misses = j->misses;
+  e->t_submit = j->t_submit;
+  e->t_compile = j->t_compile;
+  e->t_record = j->t_record;
   int rc = p ? SCHED_OK : SCHED_EINTERNAL;
   if (rc == SCHED_OK) {
     x.body.execute.bindings.v = malloc((p->nbuffers ? p->nbuffers : 1) * sizeof(uint64_t));
@@ -577,9 +594,8 @@ static void handle_recorded(actor_t *self, scheduler_state *s, msg *m) {
 static void handle_executed(actor_t *self, scheduler_state *s, msg *m) {
   job *j = hmap_get(&s->jobs, &m->job);
   if (!j || j->state != JOB_EXECUTING) return;
-  j->execute_ns = m->body.executed.exec_ns;
-  j->t_execute = m->body.executed.exec_start;
-  complete(self, s, j, SCHED_OK, NULL, &m->body.executed.outputs);
+  /* the execute actor has sent the client its COMPLETE already */
+  retire(self, s, j);
 }
 
 static void reply_simple(actor_t *self, const char *to, int type, uint64_t job_id, uint64_t program) {
@@ -590,6 +606,23 @@ static void reply_simple(actor_t *self, const char *to, int type, uint64_t job_i
   msg_free(&r);
 }
 
+/* Frees the program's buffers and asks the record actor to drop its
+ * recordings and modules; its answer finishes the release. */
+static void finish_release(actor_t *self, scheduler_state *s, prog_state *ps) {
+  if (ps->release_sent) return;
+  ps->release_sent = true;
+  free_slots(s, ps);
+  hmap_init(&ps->slots, sizeof(slot_key));
+  msg f;
+  msg_init(&f, MSG_RELEASE, ps->release_job, ACTOR_SCHEDULER);
+  f.body.release.program = ps->id;
+  actor_send(self, ACTOR_RECORD, &f);
+  msg_free(&f);
+}
+
+/* RELEASE from the client: the program's jobs finish first (new ones are
+ * refused), then its buffers and recordings go, then the client hears back
+ * and frees the program itself. */
 static void handle_release(actor_t *self, scheduler_state *s, msg *m) {
   uint64_t id = m->body.release.program;
   prog_state *ps = prog_get(s, id, false);
@@ -604,29 +637,16 @@ static void handle_release(actor_t *self, scheduler_state *s, msg *m) {
     reply_simple(self, to, MSG_RELEASE, job_id, id);
     return;
   }
+  if (!ps) ps = prog_get(s, id, true); /* nothing ran: the record actor is asked anyway */
   if (!ps) {
-    /* nothing was ever run: the record actor may still hold nothing; ask anyway */
-    ps = prog_get(s, id, true);
-    if (!ps) {
-      actor_send_error(self, m->from, m->job, SCHED_ENOMEM, "out of memory", NULL, 0);
-      return;
-    }
-  }
-  if (ps->jobs || ps->releasing) {
-    actor_send_error(self, m->from, m->job, SCHED_EINVAL,
-                     "the program still has jobs in flight", NULL, 0);
+    actor_send_error(self, m->from, m->job, SCHED_ENOMEM, "out of memory", NULL, 0);
     return;
   }
+  if (ps->releasing) return; /* asked twice: one answer */
   ps->releasing = true;
   snprintf(ps->release_to, sizeof ps->release_to, "%s", m->from);
   ps->release_job = m->job;
-  free_slots(s, ps);
-  hmap_init(&ps->slots, sizeof(slot_key));
-  msg f;
-  msg_init(&f, MSG_RELEASE, m->job, ACTOR_SCHEDULER);
-  f.body.release.program = id;
-  actor_send(self, ACTOR_RECORD, &f);
-  msg_free(&f);
+  if (ps->jobs == 0) finish_release(self, s, ps);
 }
 
 static int scheduler_handle(actor_t *self, msg *m) {

@@ -97,8 +97,8 @@ int sched_program_load_file(sched_t *s, const char *path, sched_program_t **out,
 /* `origin` names the text in error messages (a file name, "<string>"). */
 int sched_program_load_string(sched_t *s, const char *yaml, const char *origin,
                               sched_program_t **out, sched_error_t *err);
-/* Releases the program and everything recorded or allocated for it. Must not
- * be called while a run of it is in progress. NULL is fine. */
+/* Gives the program back: returns at once; its submitted jobs still finish,
+ * then everything recorded or allocated for it is released. NULL is fine. */
 void sched_program_free(sched_program_t **p);
 
 const char *sched_program_name(const sched_program_t *p);

@@ -23,7 +23,7 @@
 #include <time.h>
 
 #define CLOSE_TIMEOUT_MS 120000
-#define RELEASE_TIMEOUT_MS 60000
+#define DRAIN_TIMEOUT_MS 5000
 #define DEFAULT_RUN_TIMEOUT_MS (10 * 60 * 1000)
 
 struct sched_program {
@@ -74,6 +74,10 @@ struct sched {
   msg ctl_reply;
   bool ctl_ready;
   uint64_t malformed;
+  /* released programs whose last COMPLETEs have not been read yet */
+  prog_program **doomed;
+  uint64_t *doomed_ids;
+  size_t ndoomed, doomed_cap;
   sched_program_t *programs;
   char *temp_cache; /* removed at close */
   char *fallback;   /* why auto/all runs on the host */
@@ -122,11 +126,68 @@ static void stop_actor(sched_t *s, actor_t **a, const char *name) {
 
 /* ---- the completion thread ---- */
 
+/* Frees released programs that no pending job refers to any more. Called by
+ * the completion thread, with the lock held. */
+static void free_doomed(sched_t *s) {
+  for (size_t i = 0; i < s->ndoomed;) {
+    bool used = false;
+    size_t pos = 0;
+    void *v;
+    while (!used && hmap_next(&s->jobs, &pos, NULL, &v))
+      used = ((pending_job *)v)->prog == s->doomed[i] && !((pending_job *)v)->result;
+    if (used) {
+      i++;
+      continue;
+    }
+    pthread_mutex_lock(&s->core.reg_lock);
+    hmap_remove(&s->core.programs, &s->doomed_ids[i]);
+    pthread_mutex_unlock(&s->core.reg_lock);
+    prog_free(s->doomed[i]);
+    s->doomed[i] = s->doomed[s->ndoomed - 1];
+    s->doomed_ids[i] = s->doomed_ids[s->ndoomed - 1];
+    s->ndoomed--;
+  }
+}
+
+/* The actors have dropped what they held for a program: free it once no
+ * COMPLETE still on its way needs it (one may come by another pipe). */
+static void released(sched_t *s, uint64_t id) {
+  pthread_mutex_lock(&s->core.reg_lock);
+  prog_program *p = hmap_get(&s->core.programs, &id);
+  pthread_mutex_unlock(&s->core.reg_lock);
+  if (!p) return;
+  pthread_mutex_lock(&s->lock);
+  if (s->ndoomed == s->doomed_cap) {
+    size_t cap = s->doomed_cap ? 2 * s->doomed_cap : 8;
+    prog_program **d = realloc(s->doomed, cap * sizeof *d);
+    if (d) s->doomed = d;
+    uint64_t *di = realloc(s->doomed_ids, cap * sizeof *di);
+    if (di) s->doomed_ids = di;
+    if (d && di) s->doomed_cap = cap;
+  }
+  if (s->ndoomed < s->doomed_cap) {
+    s->doomed[s->ndoomed] = p;
+    s->doomed_ids[s->ndoomed++] = id;
+  } /* else it stays registered and is freed at close */
+  free_doomed(s);
+  pthread_mutex_unlock(&s->lock);
+}
+
 static void *completer_main(void *arg) {
   sched_t *s = arg;
+  bool terminating = false;
   for (;;) {
+    if (terminating) {
+      /* after TERM every COMPLETE has been sent; some may still be in
+       * another pipe: drain them, then stop */
+      pthread_mutex_lock(&s->lock);
+      bool left = s->incomplete > 0;
+      pthread_mutex_unlock(&s->lock);
+      if (!left) break;
+    }
     msg m;
-    if (mbox_recv_spin(s->inbox, -1, s->spin_ns, &m, &s->malformed, NULL) != SCHED_OK) break;
+    if (mbox_recv_spin(s->inbox, terminating ? DRAIN_TIMEOUT_MS : -1, s->spin_ns, &m, &s->malformed, NULL) != SCHED_OK)
+      break;
     if (m.type == MSG_COMPLETE) {
       pthread_mutex_lock(&s->lock);
       pending_job *pj = hmap_get(&s->jobs, &m.job);
@@ -143,22 +204,25 @@ static void *completer_main(void *arg) {
           /* complete only once its callback has returned: wait_all means it */
           pthread_mutex_lock(&s->lock);
           s->incomplete--;
-          atomic_fetch_add(&s->completions, 1);
-          pthread_cond_broadcast(&s->cond);
-          pthread_mutex_unlock(&s->lock);
         } else {
           s->incomplete--;
-          atomic_fetch_add(&s->completions, 1);
           pj->result = r;
           if (!pj->hidden) {
             if (s->done_tail) s->done_tail->next_done = pj;
             else s->done_head = pj;
             s->done_tail = pj;
           }
-          pthread_cond_broadcast(&s->cond);
-          pthread_mutex_unlock(&s->lock);
         }
+        atomic_fetch_add(&s->completions, 1);
+        if (s->ndoomed) free_doomed(s);
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
       }
+      msg_free(&m);
+      continue;
+    }
+    if (m.type == MSG_RELEASE && !strcmp(m.from, ACTOR_SCHEDULER)) {
+      released(s, m.body.release.program);
       msg_free(&m);
       continue;
     }
@@ -172,7 +236,7 @@ static void *completer_main(void *arg) {
       msg_free(&m);
     }
     pthread_mutex_unlock(&s->lock);
-    if (term) break;
+    if (term) terminating = true;
   }
   return NULL;
 }
@@ -288,6 +352,8 @@ static void teardown(sched_t *s) {
   pos = 0;
   while (hmap_next(&s->core.programs, &pos, NULL, &v)) prog_free(v);
   hmap_destroy(&s->core.programs);
+  free(s->doomed);
+  free(s->doomed_ids);
   pthread_mutex_destroy(&s->core.reg_lock);
   pthread_mutex_destroy(&s->lock);
   pthread_mutex_destroy(&s->send_lock);
@@ -751,26 +817,17 @@ void sched_program_free(sched_program_t **ph) {
     }
   bool closed = s->closed;
   pthread_mutex_unlock(&s->lock);
-  /* ask the actors to drop what they hold for it, and wait for the answer;
-   * the scheduler refuses while jobs of it are in flight */
-  bool released = false;
+  /* ask the actors to drop what they hold for it once its jobs are done; the
+   * completion thread frees it when they answer (or the scheduler's close) */
   if (!closed) {
-    msg r, reply;
+    msg r;
     msg_init(&r, MSG_RELEASE, 0, ACTOR_CLIENT);
     r.body.release.program = h->id;
-    if (control(s, ACTOR_SCHEDULER, &r, &reply, RELEASE_TIMEOUT_MS, NULL) == SCHED_OK) {
-      released = reply.type == MSG_RELEASE && reply.body.release.program == h->id;
-      msg_free(&reply);
-    }
+    pthread_mutex_lock(&s->send_lock);
+    mbox_send(s->outbox, &r, NULL);
+    pthread_mutex_unlock(&s->send_lock);
     msg_free(&r);
   }
-  if (released) {
-    pthread_mutex_lock(&s->core.reg_lock);
-    hmap_remove(&s->core.programs, &h->id);
-    pthread_mutex_unlock(&s->core.reg_lock);
-    prog_free(h->p);
-  }
-  /* else it stays registered (jobs may still use it) and is freed at close */
   free(h);
 }
 

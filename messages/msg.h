@@ -121,6 +121,14 @@ typedef struct msg_execute {
   msg_u64s bindings;
   uint32_t keep;
   msg_outputs inputs;
+  /* what the execute actor needs to answer the client itself (COMPLETE goes
+   * straight there; the scheduler gets a small EXECUTED) */
+  char *client;
+  uint32_t run, job_index;
+  uint64_t compile_ns, record_ns;
+  msg_counts counts;
+  uint32_t cache_hits, cache_misses;
+  uint64_t t_submit, t_compile, t_record;
 } msg_execute;
 
 typedef struct msg_executed {

@@ -73,7 +73,13 @@ SCHEMA(recorded_s, msg_recorded, F(msg_recorded, program, FK_U64),
        FN(msg_recorded, counts.updated, "updated", FK_U32), FN(msg_recorded, counts.reused, "reused", FK_U32));
 SCHEMA(execute_s, msg_execute, F(msg_execute, program, FK_U64), F(msg_execute, device, FK_U32),
        F(msg_execute, slot, FK_U32), F(msg_execute, sequence, FK_U64),
-       F(msg_execute, bindings, FK_U64S), F(msg_execute, keep, FK_U32), FA(msg_execute, inputs, output_s));
+       F(msg_execute, bindings, FK_U64S), F(msg_execute, keep, FK_U32), FA(msg_execute, inputs, output_s),
+       F(msg_execute, client, FK_STR), F(msg_execute, run, FK_U32), F(msg_execute, job_index, FK_U32),
+       F(msg_execute, compile_ns, FK_U64), F(msg_execute, record_ns, FK_U64),
+       FN(msg_execute, counts.created, "created", FK_U32), FN(msg_execute, counts.updated, "updated", FK_U32),
+       FN(msg_execute, counts.reused, "reused", FK_U32), F(msg_execute, cache_hits, FK_U32),
+       F(msg_execute, cache_misses, FK_U32), F(msg_execute, t_submit, FK_U64), F(msg_execute, t_compile, FK_U64),
+       F(msg_execute, t_record, FK_U64));
 SCHEMA(executed_s, msg_executed, F(msg_executed, program, FK_U64),
        F(msg_executed, device, FK_U32), FA(msg_executed, outputs, output_s),
        F(msg_executed, exec_start, FK_U64), F(msg_executed, exec_ns, FK_U64));
