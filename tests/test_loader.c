@@ -245,8 +245,65 @@ static void test_nested_and_while_ok(void **st) {
   prog_free(p);
 }
 
+/* Random damage to a good config (flipped bytes, cut short, lines swapped):
+ * every load either succeeds or fails with located messages; never a crash
+ * (this also runs under ASan and UBSan). */
+static void test_damaged_configs(void **st) {
+  (void)st;
+  char path[512], *text;
+  size_t len;
+  sched_error_t err = {0};
+  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHED_CONFIGS"));
+  assert_int_equal(fs_read_file(path, &text, &len, &err), SCHED_OK);
+  char *buf = malloc(len + 1);
+  uint64_t x = 0x2545f4914f6cdd1dull;
+  int failed = 0, loaded = 0;
+  static const char junk[] = ":{}[]-#'\"|>&*!%@`\t\n 0123456789$abc";
+  for (int round = 0; round < 3000; round++) {
+    memcpy(buf, text, len + 1);
+    size_t n = len;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    int kind = (int)(x % 3);
+    if (kind == 0) {
+      for (int f = 0; f < 4; f++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[x % n] = junk[(x >> 32) % (sizeof junk - 1)];
+      }
+    } else if (kind == 1) {
+      n = (size_t)(x % len);
+      buf[n] = '\0';
+    } else {
+      /* swap two lines' first characters: breaks indentation and keys */
+      size_t a = (size_t)(x % len), b = (size_t)((x >> 20) % len);
+      char c = buf[a];
+      buf[a] = buf[b];
+      buf[b] = c;
+    }
+    prog_program *p = NULL;
+    int rc = prog_load_string(buf, n, "t.yaml", &p, &err);
+    if (rc == SCHED_OK) {
+      assert_non_null(p);
+      loaded++;
+      prog_free(p);
+    } else {
+      assert_int_equal(rc, SCHED_ECONFIG);
+      assert_null(p);
+      assert_non_null(err.message);
+      /* every line names the file and a place in it */
+      for (char *line = err.message; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+        if (strncmp(line, "t.yaml:", 7) != 0) fail_msg("unlocated problem: %s", line);
+      failed++;
+      sched_error_clear(&err);
+    }
+  }
+  assert_true(failed > 0 && loaded > 0);
+  free(buf);
+  free(text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_damaged_configs),
       cmocka_unit_test(test_config_md_example), cmocka_unit_test(test_five_mistakes),
       cmocka_unit_test(test_single_problems),   cmocka_unit_test(test_files_and_inits),
       cmocka_unit_test(test_nested_and_while_ok),
