@@ -1,6 +1,5 @@
 /* sched-run as a user meets it: exit statuses and what it prints, for every
  * shipped config and for each kind of bad input. Also runs examples/embed. */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,28 +15,19 @@ static int run_cli(const char *a1, const char *a2, const char *a3, char **out, c
   return tu_run(argv, out, err);
 }
 
+static void config_verifies(const char *path, void *ctx) {
+  (void)ctx;
+  char *out, *err;
+  int rc = run_cli(path, NULL, NULL, &out, &err);
+  if (rc != 0 || !strstr(out, ": verified on ") || !strstr(out, " 0 failed"))
+    fail_msg("%s: exit %d\n%s%s", path, rc, out, err);
+  free(out);
+  free(err);
+}
+
 static void test_every_config_verifies(void **st) {
   (void)st;
-  const char *dir = tu_env("SCHED_CONFIGS");
-  DIR *d = opendir(dir);
-  assert_non_null(d);
-  struct dirent *e;
-  int n = 0;
-  while ((e = readdir(d))) {
-    size_t len = strlen(e->d_name);
-    if (len < 6 || strcmp(e->d_name + len - 5, ".yaml")) continue;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    char *out, *err;
-    int rc = run_cli(path, NULL, NULL, &out, &err);
-    if (rc != 0 || !strstr(out, ": verified on ") || !strstr(out, " 0 failed"))
-      fail_msg("%s: exit %d\n%s%s", e->d_name, rc, out, err);
-    free(out);
-    free(err);
-    n++;
-  }
-  closedir(d);
-  assert_true(n >= 3);
+  assert_true(tu_for_each_config(config_verifies, NULL) >= 3);
 }
 
 static void test_five_mistakes_exit_2(void **st) {

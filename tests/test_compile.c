@@ -28,45 +28,45 @@ typedef struct rig {
   char dir[64];
 } rig;
 
+/* Starts the compile actor over r's cache directory, and a client socket to it. */
+static void rig_start(rig *r, int workers) {
+  sched_error_t err = {0};
+  r->core.compile_workers = workers;
+  r->st = compile_state_new(&r->core);
+  assert_int_equal(actor_start(r->core.zctx, &compile_actor_def, ACTOR_COMPILE, r->st, &r->actor, &err), SCHED_OK);
+  /* inproc does not reconnect to a new binding: connect each time */
+  r->out = mbox_connect(r->core.zctx, ACTOR_COMPILE, &err);
+}
+
+static void rig_stop(rig *r) {
+  msg t;
+  msg_init(&t, MSG_TERM, 0, "client");
+  mbox_send(r->out, &t, NULL);
+  msg_free(&t);
+  actor_join(&r->actor);
+  compile_state_free(r->st);
+  mbox_close(r->out);
+}
+
 static void rig_up(rig *r, int workers) {
   memset(r, 0, sizeof *r);
   snprintf(r->dir, sizeof r->dir, "/tmp/sched-cc-XXXXXX");
   assert_non_null(mkdtemp(r->dir));
   r->core.zctx = zmq_ctx_new();
   r->core.cache_dir = strdup(r->dir);
-  r->core.compile_workers = workers;
   sched_error_t err = {0};
   r->inbox = mbox_bind(r->core.zctx, "client", &err);
-  r->st = compile_state_new(&r->core);
-  assert_int_equal(actor_start(r->core.zctx, &compile_actor_def, ACTOR_COMPILE, r->st, &r->actor, &err), SCHED_OK);
-  r->out = mbox_connect(r->core.zctx, ACTOR_COMPILE, &err);
+  rig_start(r, workers);
 }
 
 /* Restarts the actor over the same cache directory: memory cache empty. */
 static void rig_restart(rig *r, int workers) {
-  msg t;
-  msg_init(&t, MSG_TERM, 0, "client");
-  mbox_send(r->out, &t, NULL);
-  msg_free(&t);
-  actor_join(&r->actor);
-  compile_state_free(r->st);
-  r->core.compile_workers = workers;
-  r->st = compile_state_new(&r->core);
-  sched_error_t err = {0};
-  assert_int_equal(actor_start(r->core.zctx, &compile_actor_def, ACTOR_COMPILE, r->st, &r->actor, &err), SCHED_OK);
-  /* inproc does not reconnect to a new binding: connect again */
-  mbox_close(r->out);
-  r->out = mbox_connect(r->core.zctx, ACTOR_COMPILE, &err);
+  rig_stop(r);
+  rig_start(r, workers);
 }
 
 static void rig_down(rig *r, bool keep_dir) {
-  msg t;
-  msg_init(&t, MSG_TERM, 0, "client");
-  mbox_send(r->out, &t, NULL);
-  msg_free(&t);
-  actor_join(&r->actor);
-  compile_state_free(r->st);
-  mbox_close(r->out);
+  rig_stop(r);
   mbox_close(r->inbox);
   zmq_ctx_term(r->core.zctx);
   if (!keep_dir) fs_remove_tree(r->dir);
@@ -120,7 +120,8 @@ static const kdef good_b = {"good_b", "ptr,i32", "extern \"C\" __global__ void g
 static const kdef bad_x = {"bad_x", "ptr", "extern \"C\" __global__ void bad_x(float *p) {\n  p[0] = 1\n}\n"};
 static const kdef bad_y = {"bad_y", "ptr", "extern \"C\" __global__ void bad_y(float *p) { nope(p); }\n"};
 
-static int count_artifacts(const char *dir, const char *target) {
+/* Calls fn(file, name) for every artifact under dir/target/<xx>/; returns how many. */
+static int for_each_artifact(const char *dir, const char *target, void (*fn)(const char *file, const char *name)) {
   char path[512];
   snprintf(path, sizeof path, "%s/%s", dir, target);
   DIR *d = opendir(path);
@@ -133,11 +134,32 @@ static int count_artifacts(const char *dir, const char *target) {
     snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
     DIR *d2 = opendir(sub);
     struct dirent *e2;
-    while (d2 && (e2 = readdir(d2))) n += e2->d_name[0] != '.';
+    while (d2 && (e2 = readdir(d2))) {
+      if (e2->d_name[0] == '.') continue;
+      if (fn) {
+        char file[2048];
+        snprintf(file, sizeof file, "%s/%s", sub, e2->d_name);
+        fn(file, e2->d_name);
+      }
+      n++;
+    }
     if (d2) closedir(d2);
   }
   closedir(d);
   return n;
+}
+
+static int count_artifacts(const char *dir, const char *target) { return for_each_artifact(dir, target, NULL); }
+
+/* Fails unless the artifact verifies under the key its name carries. */
+static void artifact_valid(const char *file, const char *name) {
+  char key[65];
+  snprintf(key, sizeof key, "%.64s", name);
+  uint8_t *img;
+  size_t len;
+  sched_error_t err = {0};
+  if (artifact_read(file, key, &img, &len, &err)) fail_msg("%s", err.message);
+  free(img);
 }
 
 static int count_entries(const char *dir) {
@@ -337,32 +359,7 @@ static void test_two_processes_one_cache(void **st) {
   char tmp[256];
   snprintf(tmp, sizeof tmp, "%s/tmp", dir);
   assert_int_equal(count_entries(tmp), 0);
-  char sub[256];
-  snprintf(sub, sizeof sub, "%s/host", dir);
-  DIR *d = opendir(sub);
-  struct dirent *e;
-  int valid = 0;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    char p2[512];
-    snprintf(p2, sizeof p2, "%s/%s", sub, e->d_name);
-    DIR *d2 = opendir(p2);
-    struct dirent *e2;
-    while ((e2 = readdir(d2))) {
-      if (e2->d_name[0] == '.') continue;
-      char file[1024], key[65];
-      snprintf(file, sizeof file, "%s/%s", p2, e2->d_name);
-      snprintf(key, sizeof key, "%.64s", e2->d_name);
-      uint8_t *img;
-      size_t len;
-      sched_error_t err = {0};
-      if (artifact_read(file, key, &img, &len, &err)) fail_msg("%s", err.message);
-      free(img);
-      valid++;
-    }
-    closedir(d2);
-  }
-  closedir(d);
+  int valid = for_each_artifact(dir, "host", artifact_valid);
   assert_int_equal(valid, 2);
   fs_remove_tree(dir);
 }

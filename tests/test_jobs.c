@@ -12,41 +12,27 @@
 
 #define NJOBS 10000
 
-static const char program[] =
-    "version: 1\nbuffer_sets: 3\n"
-    "kernels:\n"
-    "  twice:\n"
-    "    params: [ptr, ptr, i32, i32]\n"
-    "    source: |\n"
-    "      extern \"C\" __global__ void twice(const float *in, float *out, int n, int add) {\n"
-    "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-    "        if (i < n) out[i] = in[i] * 2.0f + add;\n"
-    "      }\n"
-    "buffers:\n"
-    "  in:  {type: f32, count: 16, init: {iota: {start: 0, step: 1}}}\n"
-    "  out: {type: f32, count: 16}\n"
-    "program:\n"
-    "  - launch: {kernel: twice, grid: 1, block: 16, args: [in, out, 16, \"$job + 1000 * $run\"]}\n";
+/* The test program; SLOW adds tens of microseconds of busy work per job, so
+ * that a shutdown right after submitting finds most jobs not started. */
+#define JOBS_PROGRAM(SLOW)                                                                   \
+  "version: 1\nbuffer_sets: 3\n"                                                             \
+  "kernels:\n"                                                                               \
+  "  twice:\n"                                                                               \
+  "    params: [ptr, ptr, i32, i32]\n"                                                       \
+  "    source: |\n"                                                                          \
+  "      extern \"C\" __global__ void twice(const float *in, float *out, int n, int add) {\n" \
+  "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n" SLOW                           \
+  "        if (i < n) out[i] = in[i] * 2.0f + add;\n"                                        \
+  "      }\n"                                                                                \
+  "buffers:\n"                                                                               \
+  "  in:  {type: f32, count: 16, init: {iota: {start: 0, step: 1}}}\n"                       \
+  "  out: {type: f32, count: 16}\n"                                                          \
+  "program:\n"                                                                               \
+  "  - launch: {kernel: twice, grid: 1, block: 16, args: [in, out, 16, \"$job + 1000 * $run\"]}\n"
 
-/* The same results, each job made slow (tens of microseconds of busy work),
- * so that a shutdown right after submitting finds most jobs not started. */
-static const char slow_program[] =
-    "version: 1\nbuffer_sets: 3\n"
-    "kernels:\n"
-    "  twice:\n"
-    "    params: [ptr, ptr, i32, i32]\n"
-    "    source: |\n"
-    "      extern \"C\" __global__ void twice(const float *in, float *out, int n, int add) {\n"
-    "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-    "        volatile int spin = 0;\n"
-    "        for (int k = 0; k < 5000; k++) spin = spin + k;\n"
-    "        if (i < n) out[i] = in[i] * 2.0f + add;\n"
-    "      }\n"
-    "buffers:\n"
-    "  in:  {type: f32, count: 16, init: {iota: {start: 0, step: 1}}}\n"
-    "  out: {type: f32, count: 16}\n"
-    "program:\n"
-    "  - launch: {kernel: twice, grid: 1, block: 16, args: [in, out, 16, \"$job + 1000 * $run\"]}\n";
+static const char program[] = JOBS_PROGRAM("");
+static const char slow_program[] = JOBS_PROGRAM("        volatile int spin = 0;\n"
+                                                "        for (int k = 0; k < 5000; k++) spin = spin + k;\n");
 
 static sched_t *open_host(int n, int no_cache) {
   char spec[16];

@@ -1,5 +1,6 @@
 #include "test_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -76,5 +77,23 @@ const char *tu_env(const char *name) {
 int tu_count(const char *hay, const char *needle) {
   int n = 0;
   for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+  return n;
+}
+
+int tu_for_each_config(void (*fn)(const char *path, void *ctx), void *ctx) {
+  const char *dir = tu_env("SCHED_CONFIGS");
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    size_t len = strlen(e->d_name);
+    if (len < 6 || strcmp(e->d_name + len - 5, ".yaml")) continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    fn(path, ctx);
+    n++;
+  }
+  closedir(d);
   return n;
 }

@@ -16,6 +16,8 @@ const char *tu_write_temp(int slot, const char *name, const char *text);
 int tu_run(char *const argv[], char **out, char **err);
 /* The environment variable, which the test setup must provide. */
 const char *tu_env(const char *name);
+/* Calls fn with the path of every *.yaml in $SCHED_CONFIGS; returns how many. */
+int tu_for_each_config(void (*fn)(const char *path, void *ctx), void *ctx);
 /* Counts occurrences of needle in hay. */
 int tu_count(const char *hay, const char *needle);
 

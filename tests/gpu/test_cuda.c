@@ -2,7 +2,6 @@
  * backend and on the host backend, and their outputs are compared element
  * by element, every run and job. Where no GPU is found, the test reports
  * itself skipped (exit 77), not passed. */
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +34,8 @@ static sched_report_t *run_all(sched_t *s, const char *path, sched_program_t **k
   return r;
 }
 
-static void compare_config(const char *path) {
+static void compare_config(const char *path, void *ctx) {
+  (void)ctx;
   sched_t *host = open_spec("host"), *gpu = open_spec("cuda");
   sched_program_t *ph, *pg;
   sched_report_t *rh = run_all(host, path, &ph), *rg = run_all(gpu, path, &pg);
@@ -74,20 +74,7 @@ static void compare_config(const char *path) {
 
 static void test_configs_match_host(void **st) {
   (void)st;
-  const char *dir = tu_env("SCHED_CONFIGS");
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  int n = 0;
-  while ((e = readdir(d))) {
-    size_t len = strlen(e->d_name);
-    if (len < 6 || strcmp(e->d_name + len - 5, ".yaml")) continue;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    compare_config(path);
-    n++;
-  }
-  closedir(d);
-  assert_true(n >= 4);
+  assert_true(tu_for_each_config(compare_config, NULL) >= 4);
 }
 
 /* The record tests' loop on the GPU: updates in place (CUDA graph exec
