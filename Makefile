@@ -1,20 +1,27 @@
 # Thin wrapper around CMake: installs what the build needs, builds, runs, tests.
 #   make run    build and run sched-run on configs/saxpy.yaml
-#   make test   build twice (plain, ASan+UBSan) and run the suite; actor tests also under TSan
+#   make test   the whole suite: plain (GCC), ASan+UBSan, TSan for the threaded
+#               tests, clang without cuda.h, and the other build types
 #   make bench  run the benchmarks and rewrite bench/RESULTS.md
 
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
 BUILD_TSAN ?= build-tsan
+BUILD_PORTABLE ?= build-portable
 JOBS       ?= $(shell nproc)
 CONFIG     ?= configs/saxpy.yaml
 CMAKE_FLAGS ?=
+# The project's own builds treat warnings as errors; consumers' builds do not.
+OWN_FLAGS  = -DSCHEDRUN_WERROR=ON $(CMAKE_FLAGS)
+# Where the CUDA toolkit's cuda.h lies here, hidden from the portable build so
+# that it configures as on a machine without the toolkit.
+CUDA_INCLUDE_DIRS = $(sort /usr/local/cuda/include $(realpath /usr/local/cuda/include) /opt/cuda/include)
 
 # Debian packages the build and the host backend need.
-DEB_PACKAGES = build-essential g++ cmake pkg-config libzmq3-dev libmsgpack-dev \
+DEB_PACKAGES = build-essential g++ clang binutils cmake pkg-config libzmq3-dev libmsgpack-dev \
                libyaml-dev libcmocka-dev libssl-dev libjson-c-dev
 
-.PHONY: all deps build run test test-plain test-asan test-tsan bench clean
+.PHONY: all deps build run test test-plain test-asan test-tsan test-portable test-build-types bench clean
 
 all: build
 
@@ -31,10 +38,8 @@ deps:
 	  fi; \
 	fi
 
-$(BUILD)/CMakeCache.txt: | deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
-
-build: deps $(BUILD)/CMakeCache.txt
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(OWN_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: build
@@ -44,16 +49,33 @@ test-plain: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-asan: deps
-	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DSCHED_SANITIZE=address $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DSCHEDRUN_SANITIZE=address $(OWN_FLAGS)
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 	cd $(BUILD_ASAN) && ctest --output-on-failure -j $(JOBS)
 
 test-tsan: deps
-	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=Debug -DSCHED_SANITIZE=thread $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=Debug -DSCHEDRUN_SANITIZE=thread $(OWN_FLAGS)
 	cmake --build $(BUILD_TSAN) -j $(JOBS)
 	cd $(BUILD_TSAN) && ctest --output-on-failure -j $(JOBS) -L actors
 
-test: test-plain test-asan test-tsan
+# clang, Release, with cuda.h out of reach: the CUDA backend is left out and
+# the whole plain suite still passes (test_no_cuda exists only in such a build).
+test-portable: deps
+	env -u CUDA_HOME -u CUDA_PATH CC=clang cmake -S . -B $(BUILD_PORTABLE) -DCMAKE_BUILD_TYPE=Release \
+	  "-DCMAKE_IGNORE_PATH=$(subst $(eval) ,;,$(CUDA_INCLUDE_DIRS))" $(OWN_FLAGS)
+	cmake --build $(BUILD_PORTABLE) -j $(JOBS)
+	cd $(BUILD_PORTABLE) && ctest --output-on-failure --no-tests=error -R '^test_no_cuda$$' && \
+	  ctest --output-on-failure -j $(JOBS)
+
+# The other build types build too (the library and sched-run; GCC).
+test-build-types: deps
+	for t in Debug Release MinSizeRel; do \
+	  cmake -S . -B build-$$t -DCMAKE_BUILD_TYPE=$$t -DSCHEDRUN_BUILD_TESTS=OFF \
+	    -DSCHEDRUN_BUILD_BENCH=OFF -DSCHEDRUN_BUILD_EXAMPLES=OFF $(OWN_FLAGS) >/dev/null && \
+	  cmake --build build-$$t -j $(JOBS) >/dev/null && echo "build type $$t: built" || exit 1; \
+	done
+
+test: test-plain test-asan test-tsan test-portable test-build-types
 
 # StarPU, the peer the benchmarks compare with, is only needed here.
 bench: build
@@ -66,4 +88,4 @@ bench: build
 	./bench/run.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_PORTABLE) build-Debug build-Release build-MinSizeRel

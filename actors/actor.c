@@ -49,17 +49,17 @@ struct actor {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   int started; /* 0 waiting, 1 running, -1 failed */
-  sched_error_t start_err;
+  schedrun_error_t start_err;
 };
 
 void *actor_state(const actor_t *a) { return a->state; }
 const char *actor_name(const actor_t *a) { return a->name; }
 uint64_t actor_malformed(const actor_t *a) { return a->malformed; }
 
-static void *new_socket(void *zctx, int type, sched_error_t *err) {
+static void *new_socket(void *zctx, int type, schedrun_error_t *err) {
   void *s = zmq_socket(zctx, type);
   if (!s) {
-    err_set(err, SCHED_EINTERNAL, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+    err_set(err, SCHEDRUN_EINTERNAL, "zmq_socket: %s", zmq_strerror(zmq_errno()));
     return NULL;
   }
   int zero = 0, linger = LINGER_MS;
@@ -75,7 +75,7 @@ static void endpoint(char *buf, size_t len, const char *name) {
   snprintf(buf, len, "inproc://%s", name);
 }
 
-void *mbox_bind(void *zctx, const char *name, sched_error_t *err) {
+void *mbox_bind(void *zctx, const char *name, schedrun_error_t *err) {
   void *s = new_socket(zctx, ZMQ_PULL, err);
   if (!s) return NULL;
   char ep[64];
@@ -88,14 +88,14 @@ void *mbox_bind(void *zctx, const char *name, sched_error_t *err) {
     nanosleep(&ts, NULL);
   }
   if (rc != 0) {
-    err_set(err, SCHED_EINTERNAL, "zmq_bind %s: %s", ep, zmq_strerror(zmq_errno()));
+    err_set(err, SCHEDRUN_EINTERNAL, "zmq_bind %s: %s", ep, zmq_strerror(zmq_errno()));
     zmq_close(s);
     return NULL;
   }
   return s;
 }
 
-void *mbox_connect(void *zctx, const char *name, sched_error_t *err) {
+void *mbox_connect(void *zctx, const char *name, schedrun_error_t *err) {
   void *s = new_socket(zctx, ZMQ_PUSH, err);
   if (!s) return NULL;
   /* A send never blocks for long: with no high-water mark and inproc pipes a
@@ -106,7 +106,7 @@ void *mbox_connect(void *zctx, const char *name, sched_error_t *err) {
   char ep[64];
   endpoint(ep, sizeof ep, name);
   if (zmq_connect(s, ep) != 0) {
-    err_set(err, SCHED_EINTERNAL, "zmq_connect %s: %s", ep, zmq_strerror(zmq_errno()));
+    err_set(err, SCHEDRUN_EINTERNAL, "zmq_connect %s: %s", ep, zmq_strerror(zmq_errno()));
     zmq_close(s);
     return NULL;
   }
@@ -122,7 +122,7 @@ static void free_buf(void *data, void *hint) {
   free(data);
 }
 
-int mbox_send(void *sock, const msg *m, sched_error_t *err) {
+int mbox_send(void *sock, const msg *m, schedrun_error_t *err) {
   uint8_t *buf;
   size_t len;
   int rc = msg_encode(m, &buf, &len, err);
@@ -132,17 +132,17 @@ int mbox_send(void *sock, const msg *m, sched_error_t *err) {
   /* zero copy: ZeroMQ frees the encoded buffer when it is done with it */
   if (zmq_msg_init_data(&zm, buf, len, free_buf, NULL) != 0) {
     free(buf);
-    return err_set(err, SCHED_ENOMEM, "zmq_msg_init_data: %s", zmq_strerror(zmq_errno()));
+    return err_set(err, SCHEDRUN_ENOMEM, "zmq_msg_init_data: %s", zmq_strerror(zmq_errno()));
   }
   for (;;) {
-    if (zmq_msg_send(&zm, sock, 0) >= 0) return SCHED_OK;
+    if (zmq_msg_send(&zm, sock, 0) >= 0) return SCHEDRUN_OK;
     if (zmq_errno() == EINTR) continue;
     int e = zmq_errno();
     zmq_msg_close(&zm);
     if (e == EAGAIN)
-      return err_set(err, SCHED_ECLOSED, "send %s: no one is receiving (the peer has stopped)",
+      return err_set(err, SCHEDRUN_ECLOSED, "send %s: no one is receiving (the peer has stopped)",
                      msg_type_name(m->type));
-    return err_set(err, e == ETERM ? SCHED_ECLOSED : SCHED_EINTERNAL, "send %s: %s",
+    return err_set(err, e == ETERM ? SCHEDRUN_ECLOSED : SCHEDRUN_EINTERNAL, "send %s: %s",
                    msg_type_name(m->type), zmq_strerror(e));
   }
 }
@@ -153,12 +153,12 @@ static int take_now(void *sock, zmq_msg_t *zm) {
   return zmq_errno() == EAGAIN || zmq_errno() == EINTR ? 0 : -1;
 }
 
-int mbox_recv(void *sock, int timeout_ms, msg *m, uint64_t *malformed, sched_error_t *err) {
+int mbox_recv(void *sock, int timeout_ms, msg *m, uint64_t *malformed, schedrun_error_t *err) {
   return mbox_recv_spin(sock, timeout_ms, 0, m, malformed, err);
 }
 
 int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg *m, uint64_t *malformed,
-                   sched_error_t *err) {
+                   schedrun_error_t *err) {
   uint64_t start = now_ns();
   uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000ull;
   for (;;) {
@@ -175,28 +175,28 @@ int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg *m, uint64_
       uint64_t now = now_ns();
       if (now >= deadline) {
         zmq_msg_close(&zm);
-        return err_set(err, SCHED_ETIMEOUT, "no message within %d ms", timeout_ms);
+        return err_set(err, SCHEDRUN_ETIMEOUT, "no message within %d ms", timeout_ms);
       }
       long wait = timeout_ms < 0 ? -1 : (long)((deadline - now + 999999) / 1000000);
       zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
       int n = zmq_poll(&it, 1, wait);
       if (n < 0 && zmq_errno() != EINTR) {
         zmq_msg_close(&zm);
-        return err_set(err, SCHED_EINTERNAL, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+        return err_set(err, SCHEDRUN_EINTERNAL, "zmq_poll: %s", zmq_strerror(zmq_errno()));
       }
       got = take_now(sock, &zm);
     }
     if (got < 0) {
       int e = zmq_errno();
       zmq_msg_close(&zm);
-      return err_set(err, SCHED_ECLOSED, "receive: %s", zmq_strerror(e));
+      return err_set(err, SCHEDRUN_ECLOSED, "receive: %s", zmq_strerror(e));
     }
     HB_RECV(zmq_msg_data(&zm));
-    sched_error_t e = {0};
+    schedrun_error_t e = {0};
     int rc = msg_decode(zmq_msg_data(&zm), zmq_msg_size(&zm), m, &e);
     zmq_msg_close(&zm);
-    sched_error_clear(&e);
-    if (rc == SCHED_OK) return SCHED_OK;
+    schedrun_error_clear(&e);
+    if (rc == SCHEDRUN_OK) return SCHEDRUN_OK;
     if (malformed) (*malformed)++;
     start = now_ns();
   }
@@ -207,9 +207,9 @@ int actor_send(actor_t *self, const char *to, const msg *m) {
   for (int i = 0; i < self->npeers; i++)
     if (strcmp(self->peers[i].name, to) == 0) p = &self->peers[i];
   if (!p) {
-    if (self->npeers == MAX_PEERS) return SCHED_EINTERNAL;
+    if (self->npeers == MAX_PEERS) return SCHEDRUN_EINTERNAL;
     void *s = mbox_connect(self->zctx, to, NULL);
-    if (!s) return SCHED_EINTERNAL;
+    if (!s) return SCHEDRUN_EINTERNAL;
     p = &self->peers[self->npeers++];
     snprintf(p->name, sizeof p->name, "%s", to);
     p->sock = s;
@@ -219,20 +219,20 @@ int actor_send(actor_t *self, const char *to, const msg *m) {
 
 static void *actor_main(void *arg) {
   actor_t *a = arg;
-  sched_error_t err = {0};
-  int rc = SCHED_OK;
+  schedrun_error_t err = {0};
+  int rc = SCHEDRUN_OK;
   a->mailbox = mbox_bind(a->zctx, a->name, &err);
-  if (!a->mailbox) rc = err.code ? err.code : SCHED_EINTERNAL;
+  if (!a->mailbox) rc = err.code ? err.code : SCHEDRUN_EINTERNAL;
   else if (a->def->start) rc = a->def->start(a, &err);
   pthread_mutex_lock(&a->lock);
-  a->started = rc == SCHED_OK ? 1 : -1;
+  a->started = rc == SCHEDRUN_OK ? 1 : -1;
   if (rc) err_move(&a->start_err, &err);
   pthread_cond_signal(&a->cond);
   pthread_mutex_unlock(&a->lock);
-  if (rc == SCHED_OK) {
+  if (rc == SCHEDRUN_OK) {
     for (;;) {
       msg m;
-      if (mbox_recv_spin(a->mailbox, -1, a->spin_ns, &m, &a->malformed, NULL) != SCHED_OK) break;
+      if (mbox_recv_spin(a->mailbox, -1, a->spin_ns, &m, &a->malformed, NULL) != SCHEDRUN_OK) break;
       int what = a->def->handle(a, &m);
       msg_free(&m);
       if (what == ACTOR_STOP) break;
@@ -243,20 +243,20 @@ static void *actor_main(void *arg) {
   a->npeers = 0;
   mbox_close(a->mailbox);
   a->mailbox = NULL;
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   return NULL;
 }
 
 int actor_start(void *zctx, const actor_def *def, const char *name, void *state, actor_t **out,
-                sched_error_t *err) {
+                schedrun_error_t *err) {
   return actor_start_spin(zctx, def, name, state, ACTOR_SPIN_NS, out, err);
 }
 
 int actor_start_spin(void *zctx, const actor_def *def, const char *name, void *state, uint64_t spin_ns,
-                     actor_t **out, sched_error_t *err) {
+                     actor_t **out, schedrun_error_t *err) {
   *out = NULL;
   actor_t *a = calloc(1, sizeof *a);
-  if (!a) return err_set(err, SCHED_ENOMEM, "out of memory");
+  if (!a) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   a->spin_ns = spin_ns;
   a->zctx = zctx;
   a->def = def;
@@ -269,7 +269,7 @@ int actor_start_spin(void *zctx, const actor_def *def, const char *name, void *s
     pthread_mutex_destroy(&a->lock);
     pthread_cond_destroy(&a->cond);
     free(a);
-    return err_set(err, SCHED_EINTERNAL, "cannot start actor %s: %s", name, strerror(rc));
+    return err_set(err, SCHEDRUN_EINTERNAL, "cannot start actor %s: %s", name, strerror(rc));
   }
   pthread_mutex_lock(&a->lock);
   while (a->started == 0) pthread_cond_wait(&a->cond, &a->lock);
@@ -277,17 +277,17 @@ int actor_start_spin(void *zctx, const actor_def *def, const char *name, void *s
   pthread_mutex_unlock(&a->lock);
   if (started < 0) {
     pthread_join(a->thread, NULL);
-    rc = a->start_err.code ? a->start_err.code : SCHED_EINTERNAL;
+    rc = a->start_err.code ? a->start_err.code : SCHEDRUN_EINTERNAL;
     err_set(err, rc, "actor %s did not start: %s", name,
-            a->start_err.message ? a->start_err.message : sched_strerror(rc));
-    sched_error_clear(&a->start_err);
+            a->start_err.message ? a->start_err.message : schedrun_strerror(rc));
+    schedrun_error_clear(&a->start_err);
     pthread_mutex_destroy(&a->lock);
     pthread_cond_destroy(&a->cond);
     free(a);
     return rc;
   }
   *out = a;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 uint64_t actor_join(actor_t **pa) {
@@ -297,7 +297,7 @@ uint64_t actor_join(actor_t **pa) {
   uint64_t malformed = a->malformed;
   pthread_mutex_destroy(&a->lock);
   pthread_cond_destroy(&a->cond);
-  sched_error_clear(&a->start_err);
+  schedrun_error_clear(&a->start_err);
   free(a);
   *pa = NULL;
   return malformed;

@@ -9,8 +9,8 @@
  * thread). The actor stops when its handler says so (on TERM, usually);
  * actor_join then waits for the thread and frees it.
  */
-#ifndef SCHED_ACTOR_H
-#define SCHED_ACTOR_H
+#ifndef SCHEDRUN_ACTOR_H
+#define SCHEDRUN_ACTOR_H
 
 #include "common/common.h"
 #include "messages/msg.h"
@@ -21,7 +21,7 @@ enum { ACTOR_CONTINUE = 0, ACTOR_STOP = 1 };
 
 typedef struct actor_def {
   /* In the actor's thread, before the handshake completes. May be NULL. */
-  int (*start)(actor_t *self, sched_error_t *err);
+  int (*start)(actor_t *self, schedrun_error_t *err);
   /* One decoded message; returns ACTOR_CONTINUE or ACTOR_STOP. */
   int (*handle)(actor_t *self, msg *m);
   /* In the actor's thread, after the last message. May be NULL. */
@@ -34,10 +34,10 @@ typedef struct actor_def {
 #define ACTOR_SPIN_NS 30000
 
 int actor_start(void *zctx, const actor_def *def, const char *name, void *state, actor_t **out,
-                sched_error_t *err);
+                schedrun_error_t *err);
 /* The same, with the actor's receive spin (0: sleep at once). */
 int actor_start_spin(void *zctx, const actor_def *def, const char *name, void *state, uint64_t spin_ns,
-                     actor_t **out, sched_error_t *err);
+                     actor_t **out, schedrun_error_t *err);
 /* Waits for the actor's thread and frees it; returns how many malformed
  * messages it dropped over its life. */
 uint64_t actor_join(actor_t **a);
@@ -54,16 +54,16 @@ int actor_send(actor_t *self, const char *to, const msg *m);
 
 /* ---- mailboxes outside actors (the library's client side) ---- */
 
-void *mbox_bind(void *zctx, const char *name, sched_error_t *err);    /* PULL */
-void *mbox_connect(void *zctx, const char *name, sched_error_t *err); /* PUSH */
+void *mbox_bind(void *zctx, const char *name, schedrun_error_t *err);    /* PULL */
+void *mbox_connect(void *zctx, const char *name, schedrun_error_t *err); /* PUSH */
 void mbox_close(void *sock);
-int mbox_send(void *sock, const msg *m, sched_error_t *err);
+int mbox_send(void *sock, const msg *m, schedrun_error_t *err);
 /* Waits up to timeout_ms (-1: forever) for one well-formed message. Returns
- * SCHED_ETIMEOUT when none came; malformed ones are skipped and counted in
+ * SCHEDRUN_ETIMEOUT when none came; malformed ones are skipped and counted in
  * *malformed when given. */
-int mbox_recv(void *sock, int timeout_ms, msg *m, uint64_t *malformed, sched_error_t *err);
+int mbox_recv(void *sock, int timeout_ms, msg *m, uint64_t *malformed, schedrun_error_t *err);
 /* The same, polling for up to spin_ns before sleeping. */
 int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg *m, uint64_t *malformed,
-                   sched_error_t *err);
+                   schedrun_error_t *err);
 
 #endif

@@ -86,7 +86,7 @@ typedef struct target_slot {
 } target_slot;
 
 struct compile_state {
-  sched_core *core;
+  schedrun_core *core;
   hmap cache;    /* key -> cache_entry* */
   hmap inflight; /* key -> future* */
   hmap sessions; /* id -> session*: the active compile modes */
@@ -138,28 +138,28 @@ typedef struct worker_arg {
 } worker_arg;
 
 static void run_future(compile_state *s, future *f, int worker) {
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   char tmp[1024];
   snprintf(tmp, sizeof tmp, "%s/tmp/w%d-XXXXXX", s->core->cache_dir, worker);
   char *tdir = fs_dirname(tmp), *adir = fs_dirname(f->path);
-  int rc = tdir && adir ? SCHED_OK : err_set(&err, SCHED_ENOMEM, "out of memory");
-  if (rc == SCHED_OK) rc = fs_mkdir_p(tdir, &err);
-  if (rc == SCHED_OK) rc = fs_mkdir_p(adir, &err);
-  if (rc == SCHED_OK && !mkdtemp(tmp)) rc = err_set(&err, SCHED_EIO, "cannot create a directory under %s", tdir);
-  if (rc == SCHED_OK) {
+  int rc = tdir && adir ? SCHEDRUN_OK : err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
+  if (rc == SCHEDRUN_OK) rc = fs_mkdir_p(tdir, &err);
+  if (rc == SCHEDRUN_OK) rc = fs_mkdir_p(adir, &err);
+  if (rc == SCHEDRUN_OK && !mkdtemp(tmp)) rc = err_set(&err, SCHEDRUN_EIO, "cannot create a directory under %s", tdir);
+  if (rc == SCHEDRUN_OK) {
     gpu_compile_req req = {f->name, f->entry, f->source, f->source_file, f->first_line, f->params, f->nparams, f->arch};
     uint8_t *img = NULL;
     size_t len = 0;
     rc = f->target->compile(f->tctx, &req, tmp, &img, &len, &f->log, &err);
-    if (rc == SCHED_OK) rc = artifact_write(f->path, f->key, img, len, &err);
+    if (rc == SCHEDRUN_OK) rc = artifact_write(f->path, f->key, img, len, &err);
     free(img);
     fs_remove_tree(tmp);
   }
   free(tdir);
   free(adir);
   f->rc = rc;
-  if (rc) f->error = xstrdup(err.message ? err.message : sched_strerror(rc));
-  sched_error_clear(&err);
+  if (rc) f->error = xstrdup(err.message ? err.message : schedrun_strerror(rc));
+  schedrun_error_clear(&err);
 }
 
 static void *worker_main(void *arg) {
@@ -208,21 +208,21 @@ static void pool_push(compile_state *s, future *f) {
   pthread_mutex_unlock(&s->lock);
 }
 
-static int compile_start(actor_t *self, sched_error_t *err) {
+static int compile_start(actor_t *self, schedrun_error_t *err) {
   compile_state *s = actor_state(self);
   s->workers = calloc((size_t)s->nworkers, sizeof *s->workers);
-  if (!s->workers) return err_set(err, SCHED_ENOMEM, "out of memory");
+  if (!s->workers) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   for (int i = 0; i < s->nworkers; i++) {
     worker_arg *wa = malloc(sizeof *wa);
-    if (!wa) return err_set(err, SCHED_ENOMEM, "out of memory");
+    if (!wa) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     *wa = (worker_arg){s, i};
     if (pthread_create(&s->workers[i], NULL, worker_main, wa) != 0) {
       free(wa);
       s->nworkers = i;
-      return err_set(err, SCHED_EINTERNAL, "cannot start compile worker %d", i);
+      return err_set(err, SCHEDRUN_EINTERNAL, "cannot start compile worker %d", i);
     }
   }
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static void compile_stop(actor_t *self) {
@@ -237,7 +237,7 @@ static void compile_stop(actor_t *self) {
 
 /* ---- state ---- */
 
-compile_state *compile_state_new(sched_core *core) {
+compile_state *compile_state_new(schedrun_core *core) {
   compile_state *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   s->core = core;
@@ -293,9 +293,9 @@ void compile_state_free(compile_state *s) {
 /* The identity, remembered on disk under the compiler's stamp (asking a C++
  * compiler for its version costs a process). */
 static int identity_cached(compile_state *s, const gpu_compile_target *t, void *ctx, char **out,
-                           sched_error_t *err) {
+                           schedrun_error_t *err) {
   char *stamp = NULL;
-  if (!t->stamp || t->stamp(ctx, &stamp, NULL) != SCHED_OK) return t->identity(ctx, out, err);
+  if (!t->stamp || t->stamp(ctx, &stamp, NULL) != SCHEDRUN_OK) return t->identity(ctx, out, err);
   hash_ctx *h = hash_new();
   hash_add_str(h, t->name);
   hash_add_str(h, stamp);
@@ -307,47 +307,47 @@ static int identity_cached(compile_state *s, const gpu_compile_target *t, void *
   sb_addf(&path, "%s/identity/%s", s->core->cache_dir, key);
   uint8_t *data = NULL;
   size_t len = 0;
-  if (!path.failed && artifact_read(path.data, key, &data, &len, NULL) == SCHED_OK && len > 0 &&
+  if (!path.failed && artifact_read(path.data, key, &data, &len, NULL) == SCHEDRUN_OK && len > 0 &&
       !memchr(data, '\0', len)) {
     *out = xstrndup((char *)data, len);
     free(data);
     sb_free(&path);
-    return *out ? SCHED_OK : err_set(err, SCHED_ENOMEM, "out of memory");
+    return *out ? SCHEDRUN_OK : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
   free(data);
   int rc = t->identity(ctx, out, err);
-  if (rc == SCHED_OK && !path.failed) {
+  if (rc == SCHEDRUN_OK && !path.failed) {
     char *dir = fs_dirname(path.data);
-    if (dir && fs_mkdir_p(dir, NULL) == SCHED_OK) artifact_write(path.data, key, *out, strlen(*out), NULL);
+    if (dir && fs_mkdir_p(dir, NULL) == SCHEDRUN_OK) artifact_write(path.data, key, *out, strlen(*out), NULL);
     free(dir);
   }
   sb_free(&path);
   return rc;
 }
 
-static target_slot *target_of(compile_state *s, const gpu_compile_target *t, sched_error_t *err) {
+static target_slot *target_of(compile_state *s, const gpu_compile_target *t, schedrun_error_t *err) {
   for (int i = 0; i < MAX_TARGETS; i++) {
     target_slot *ts = &s->targets[i];
     if (ts->target == t) return ts;
     if (ts->target) continue;
     void *ctx = NULL;
     char *id = NULL;
-    if (t->open(&ctx, err) != SCHED_OK) return NULL;
-    if (identity_cached(s, t, ctx, &id, err) != SCHED_OK) {
+    if (t->open(&ctx, err) != SCHEDRUN_OK) return NULL;
+    if (identity_cached(s, t, ctx, &id, err) != SCHEDRUN_OK) {
       t->close(ctx);
       return NULL;
     }
     *ts = (target_slot){t, ctx, id};
     return ts;
   }
-  err_set(err, SCHED_EINTERNAL, "too many compile targets");
+  err_set(err, SCHEDRUN_EINTERNAL, "too many compile targets");
   return NULL;
 }
 
 static void cache_key(const gpu_compile_target *t, const char *arch, const char *identity, const msg_kernel *k,
                       char out[65]) {
   hash_ctx *h = hash_new();
-  hash_add_str(h, "sched kernel cache v2");
+  hash_add_str(h, "schedrun kernel cache v2");
   hash_add_str(h, t->name);
   hash_add_str(h, arch);
   hash_add_str(h, identity);
@@ -388,9 +388,9 @@ static const char *cache_lookup(compile_state *s, const gpu_compile_target *t, c
   if (!path) return NULL;
   uint8_t *img;
   size_t len;
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   int rc = artifact_read(path, key, &img, &len, &err);
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   if (rc) {
     free(path);
     return NULL;
@@ -442,7 +442,7 @@ static void finish_session(actor_t *self, compile_state *s, session *ss) {
   snprintf(step2, sizeof step2, "drain %zu compiles still pending after the first failure", ss->drained);
   snprintf(step3, sizeof step3, "evict %zu failed cache entries", evicted);
   const char *steps[] = {"reset the active compile mode", step2, step3};
-  actor_send_error(self, ss->reply_to, ss->id, SCHED_ECOMPILE, ss->report.data ? ss->report.data : "", steps, 3);
+  actor_send_error(self, ss->reply_to, ss->id, SCHEDRUN_ECOMPILE, ss->report.data ? ss->report.data : "", steps, 3);
   session_free(ss);
 }
 
@@ -465,7 +465,7 @@ static void resolve(session *ss, uint32_t i, const char *path, const char *error
 
 static void handle_compile(actor_t *self, compile_state *s, msg *m) {
   const msg_compile *c = &m->body.compile;
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   const gpu_compile_target *t = gpu_compile_target_find(c->target);
   target_slot *ts = t ? target_of(s, t, &err) : NULL;
   if (!ts || hmap_get(&s->sessions, &m->job)) {
@@ -475,9 +475,9 @@ static void handle_compile(actor_t *self, compile_state *s, msg *m) {
     if (!t) sb_addf(&why, "unknown compile target '%s'", c->target);
     else if (!ts) sb_addf(&why, "compile target '%s': %s", c->target, err.message ? err.message : "unavailable");
     else sb_addf(&why, "a compile session %llu is already active", (unsigned long long)m->job);
-    actor_send_error(self, m->from, m->job, SCHED_ECOMPILE, why.data, steps, 1);
+    actor_send_error(self, m->from, m->job, SCHEDRUN_ECOMPILE, why.data, steps, 1);
     sb_free(&why);
-    sched_error_clear(&err);
+    schedrun_error_clear(&err);
     return;
   }
   /* enter the active compile mode: a session owning this program's futures */
@@ -491,7 +491,7 @@ static void handle_compile(actor_t *self, compile_state *s, msg *m) {
   }
   if (!ss || !ss->modules.v || !ss->keys || !ss->failed || !ss->target || hmap_put(&s->sessions, &m->job, ss) != 0) {
     session_free(ss);
-    actor_send_error(self, m->from, m->job, SCHED_ENOMEM, "out of memory", NULL, 0);
+    actor_send_error(self, m->from, m->job, SCHEDRUN_ENOMEM, "out of memory", NULL, 0);
     return;
   }
   ss->id = m->job;
@@ -561,10 +561,10 @@ static void handle_worker_done(actor_t *self, compile_state *s, msg *m) {
   future *f = hmap_remove(&s->inflight, m->body.compiled.modules.v[0].key);
   if (!f) return;
   const char *path = NULL;
-  if (f->rc == SCHED_OK) {
+  if (f->rc == SCHEDRUN_OK) {
     path = remember(s, f->key, xstrdup(f->path));
     if (!path) {
-      f->rc = SCHED_ENOMEM;
+      f->rc = SCHEDRUN_ENOMEM;
       f->error = xstrdup("out of memory");
     }
   }

@@ -8,8 +8,8 @@
  * so a pointer from core_program is valid for as long as the message that
  * named the program is being handled.
  */
-#ifndef SCHED_CORE_H
-#define SCHED_CORE_H
+#ifndef SCHEDRUN_CORE_H
+#define SCHEDRUN_CORE_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -25,7 +25,7 @@
 #define ACTOR_CLIENT "client"
 #define ACTOR_EXECUTE_FMT "execute.%d"
 
-typedef struct sched_core {
+typedef struct schedrun_core {
   void *zctx;
   gpu_backend *backend;
   int ndevices;
@@ -34,9 +34,9 @@ typedef struct sched_core {
   bool record_always;
   pthread_mutex_t reg_lock;
   hmap programs; /* uint64_t id -> prog_program* */
-} sched_core;
+} schedrun_core;
 
-const prog_program *core_program(sched_core *c, uint64_t id);
+const prog_program *core_program(schedrun_core *c, uint64_t id);
 
 /* Actor definitions; each actor's state is created by its *_new and freed by
  * its *_free after the actor has been joined. */
@@ -50,13 +50,13 @@ extern const struct actor_def record_actor_def;
 extern const struct actor_def execute_actor_def;
 extern const struct actor_def scheduler_actor_def;
 
-compile_state *compile_state_new(sched_core *core);
+compile_state *compile_state_new(schedrun_core *core);
 void compile_state_free(compile_state *s);
-record_state *record_state_new(sched_core *core);
+record_state *record_state_new(schedrun_core *core);
 void record_state_free(record_state *s);
-execute_state *execute_state_new(sched_core *core, int device);
+execute_state *execute_state_new(schedrun_core *core, int device);
 void execute_state_free(execute_state *s);
-scheduler_state *scheduler_state_new(sched_core *core);
+scheduler_state *scheduler_state_new(schedrun_core *core);
 void scheduler_state_free(scheduler_state *s);
 
 /* Sends ERROR for `job` to `to`, with teardown steps that have already run. */

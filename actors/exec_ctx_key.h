@@ -6,8 +6,8 @@
  * iteration, per buffer set in flight) has one state per full key; nothing is
  * ever stored per command alone.
  */
-#ifndef SCHED_EXEC_CTX_KEY_H
-#define SCHED_EXEC_CTX_KEY_H
+#ifndef SCHEDRUN_EXEC_CTX_KEY_H
+#define SCHEDRUN_EXEC_CTX_KEY_H
 
 #include <stdint.h>
 

@@ -13,12 +13,12 @@
 #include "actors/core.h"
 
 struct execute_state {
-  sched_core *core;
+  schedrun_core *core;
   int device;
   char name[32];
 };
 
-execute_state *execute_state_new(sched_core *core, int device) {
+execute_state *execute_state_new(schedrun_core *core, int device) {
   execute_state *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   s->core = core;
@@ -40,28 +40,28 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
   const msg_execute *x = &m->body.execute;
   const prog_program *p = core_program(s->core, x->program);
   gpu_backend *be = s->core->backend;
-  sched_error_t err = {0};
-  int rc = SCHED_OK;
+  schedrun_error_t err = {0};
+  int rc = SCHEDRUN_OK;
   msg reply;
   msg_init(&reply, MSG_EXECUTED, m->job, s->name);
   msg_executed *out = &reply.body.executed;
   out->program = x->program;
   out->device = (uint32_t)s->device;
   uint64_t t0 = now_ns();
-  if (!p) rc = err_set(&err, SCHED_EPROTO, "EXECUTE names unknown program %llu", (unsigned long long)x->program);
+  if (!p) rc = err_set(&err, SCHEDRUN_EPROTO, "EXECUTE names unknown program %llu", (unsigned long long)x->program);
   else if (x->device != (uint32_t)s->device)
-    rc = err_set(&err, SCHED_EPROTO, "EXECUTE for device %u reached %s", x->device, s->name);
+    rc = err_set(&err, SCHEDRUN_EPROTO, "EXECUTE for device %u reached %s", x->device, s->name);
   else if (x->bindings.n != p->nbuffers || x->sequence == 0)
-    rc = err_set(&err, SCHED_EPROTO, "EXECUTE binds %zu buffers (program has %u) or has no sequence",
+    rc = err_set(&err, SCHEDRUN_EPROTO, "EXECUTE binds %zu buffers (program has %u) or has no sequence",
                  x->bindings.n, p->nbuffers);
-  for (uint32_t b = 0; rc == SCHED_OK && b < p->nbuffers; b++) {
+  for (uint32_t b = 0; rc == SCHEDRUN_OK && b < p->nbuffers; b++) {
     const prog_buffer *buf = &p->buffers[b];
     uint64_t bytes = buf->count * prog_type_size(buf->type);
     const uint8_t *src = buf->image;
     for (size_t i = 0; i < x->inputs.n; i++)
       if (x->inputs.v[i].buffer == b) {
         if (x->inputs.v[i].data.len != bytes) {
-          rc = err_set(&err, SCHED_EPROTO, "EXECUTE input for buffer '%s' has %zu bytes, not %llu", buf->name,
+          rc = err_set(&err, SCHEDRUN_EPROTO, "EXECUTE input for buffer '%s' has %zu bytes, not %llu", buf->name,
                        x->inputs.v[i].data.len, (unsigned long long)bytes);
           break;
         }
@@ -71,13 +71,13 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
     rc = src ? be->ops->copy_htod(be, s->device, x->bindings.v[b], src, bytes, &err)
              : be->ops->mem_zero(be, s->device, x->bindings.v[b], bytes, &err);
   }
-  if (rc == SCHED_OK) rc = be->ops->seq_launch((gpu_seq *)(uintptr_t)x->sequence, &err);
-  if (rc == SCHED_OK) {
+  if (rc == SCHEDRUN_OK) rc = be->ops->seq_launch((gpu_seq *)(uintptr_t)x->sequence, &err);
+  if (rc == SCHEDRUN_OK) {
     uint32_t n = 0;
     for (uint32_t b = 0; b < p->nbuffers; b++) n += wanted(p, b, x->keep);
     out->outputs.v = calloc(n ? n : 1, sizeof(msg_output));
-    if (!out->outputs.v) rc = err_set(&err, SCHED_ENOMEM, "out of memory");
-    for (uint32_t b = 0; rc == SCHED_OK && b < p->nbuffers; b++) {
+    if (!out->outputs.v) rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
+    for (uint32_t b = 0; rc == SCHEDRUN_OK && b < p->nbuffers; b++) {
       if (!wanted(p, b, x->keep)) continue;
       const prog_buffer *buf = &p->buffers[b];
       uint64_t bytes = buf->count * prog_type_size(buf->type);
@@ -85,7 +85,7 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
       o->buffer = b;
       o->data.data = malloc(bytes ? bytes : 1);
       if (!o->data.data) {
-        rc = err_set(&err, SCHED_ENOMEM, "out of memory");
+        rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
         break;
       }
       o->data.len = bytes;
@@ -105,7 +105,7 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
     msg c;
     msg_init(&c, MSG_COMPLETE, m->job, s->name);
     msg_complete *cp = &c.body.complete;
-    cp->status = SCHED_OK;
+    cp->status = SCHEDRUN_OK;
     cp->program = x->program;
     cp->device = s->device;
     cp->run = x->run;
@@ -129,7 +129,7 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
     actor_send(self, m->from, &reply);
   }
   msg_free(&reply);
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
 }
 
 static int execute_handle(actor_t *self, msg *m) {

@@ -71,11 +71,11 @@ typedef struct rec_seq {
   msg_counts total;
 } rec_seq;
 
-/* The key a node is stored under. SCHED_RECORD_SHARED_SLOT builds the broken
+/* The key a node is stored under. SCHEDRUN_RECORD_SHARED_SLOT builds the broken
  * variant this design exists to avoid (one state per command, the last
  * recording wins), only so that a test can show it fails. */
 static node_key store_key(node_key k) {
-#ifdef SCHED_RECORD_SHARED_SLOT
+#ifdef SCHEDRUN_RECORD_SHARED_SLOT
   k.record_id = 0;
 #endif
   return k;
@@ -94,7 +94,7 @@ typedef struct rec_module {
 } rec_module;
 
 struct record_state {
-  sched_core *core;
+  schedrun_core *core;
   hmap seqs;    /* seq_key -> rec_seq* */
   hmap modules; /* mod_key -> rec_module* */
   node_list want; /* scratch, reused between RECORDs */
@@ -306,7 +306,7 @@ static int walk_step(walk *w, const prog_step *st, int depth, uint32_t rid, uint
   }
   case ST_COPY: {
     int64_t count, fo = 0, to = 0;
-    uint64_t src, dst;
+    uint64_t src = 0, dst = 0; /* set by buf_range, or the step fails */
     nd->kind = GN_COPY;
     if (eval_index(w, st, &st->u.copy.count, "count", &count) ||
         eval_index(w, st, &st->u.copy.from_offset, "from_offset", &fo) ||
@@ -324,7 +324,7 @@ static int walk_step(walk *w, const prog_step *st, int depth, uint32_t rid, uint
     const prog_buffer *b = &w->p->buffers[st->u.fill.buffer];
     int64_t off = 0, count;
     prog_value v;
-    uint64_t dst, pattern = 0;
+    uint64_t dst = 0, pattern = 0;
     if (eval_index(w, st, &st->u.fill.offset, "offset", &off)) return -1;
     count = (int64_t)b->count - off;
     if ((st->u.fill.count.n && eval_index(w, st, &st->u.fill.count, "count", &count)) ||
@@ -348,7 +348,7 @@ static int walk_step(walk *w, const prog_step *st, int depth, uint32_t rid, uint
     return 0;
   }
   case ST_WHILE: {
-    uint64_t flag;
+    uint64_t flag = 0;
     if (buf_range(w, st, st->u.loop.buffer, (int64_t)st->u.loop.index, 1, "while flag", &flag))
       return -1;
     if (l->nseqs == UINT16_MAX) return wfail(w, st, "too many while loops");
@@ -445,44 +445,44 @@ static void rec_seq_destroy(record_state *s, rec_seq *q) {
 }
 
 /* Builds a new recording from the wanted list. */
-static int create_seq(record_state *s, uint32_t device, rec_seq **out, sched_error_t *err) {
+static int create_seq(record_state *s, uint32_t device, rec_seq **out, schedrun_error_t *err) {
   const gpu_ops *ops = s->core->backend->ops;
   rec_seq *q = calloc(1, sizeof *q);
-  if (!q) return err_set(err, SCHED_ENOMEM, "out of memory");
+  if (!q) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   hmap_init(&q->index, sizeof(node_key));
   q->seqs = calloc(s->want.nseqs, sizeof *q->seqs);
   int rc = q->seqs ? ops->seq_create(s->core->backend, (int)device, &q->seqs[0], err)
-                   : err_set(err, SCHED_ENOMEM, "out of memory");
-  if (rc == SCHED_OK && nl_copy(&q->nodes, &s->want) != 0)
-    rc = err_set(err, SCHED_ENOMEM, "out of memory");
-  for (uint32_t i = 0; rc == SCHED_OK && i < q->nodes.n; i++) {
+                   : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  if (rc == SCHEDRUN_OK && nl_copy(&q->nodes, &s->want) != 0)
+    rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  for (uint32_t i = 0; rc == SCHEDRUN_OK && i < q->nodes.n; i++) {
     rec_node *r = &q->nodes.v[i];
     gpu_node g;
     to_gpu_node(&q->nodes, r, &g);
     rc = ops->seq_add(q->seqs[r->seq_no], &g, &r->index, err);
-    if (rc == SCHED_OK && r->kind == GN_WHILE) q->seqs[r->u.loop.body_no] = g.u.loop.body;
+    if (rc == SCHEDRUN_OK && r->kind == GN_WHILE) q->seqs[r->u.loop.body_no] = g.u.loop.body;
     node_key k = store_key(r->key);
-    if (rc == SCHED_OK && hmap_put(&q->index, &k, (void *)(uintptr_t)(i + 1)) != 0)
-      rc = err_set(err, SCHED_ENOMEM, "out of memory");
+    if (rc == SCHEDRUN_OK && hmap_put(&q->index, &k, (void *)(uintptr_t)(i + 1)) != 0)
+      rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
-  if (rc == SCHED_OK) rc = ops->seq_finalize(q->seqs[0], err);
+  if (rc == SCHEDRUN_OK) rc = ops->seq_finalize(q->seqs[0], err);
   if (rc) {
     rec_seq_destroy(s, q);
     return rc;
   }
   *out = q;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 /* Brings q up to the wanted list: same shape assumed. Each wanted node finds
  * its recorded state by its key. */
-static int update_seq(record_state *s, rec_seq *q, msg_counts *c, sched_error_t *err) {
+static int update_seq(record_state *s, rec_seq *q, msg_counts *c, schedrun_error_t *err) {
   const gpu_ops *ops = s->core->backend->ops;
   for (uint32_t i = 0; i < s->want.n; i++) {
     const rec_node *want = &s->want.v[i];
     node_key k = store_key(want->key);
     uintptr_t pos = (uintptr_t)hmap_get(&q->index, &k);
-    if (pos == 0 || pos > q->nodes.n) return err_set(err, SCHED_EINTERNAL, "recorded node missing from its key store");
+    if (pos == 0 || pos > q->nodes.n) return err_set(err, SCHEDRUN_EINTERNAL, "recorded node missing from its key store");
     rec_node *have = &q->nodes.v[pos - 1];
     if (same_params(&q->nodes, have, &s->want, want)) {
       c->reused++;
@@ -501,19 +501,19 @@ static int update_seq(record_state *s, rec_seq *q, msg_counts *c, sched_error_t 
       memcpy(q->nodes.args + arg0, s->want.args + want->arg0, want->nargs * sizeof(uint64_t));
     c->updated++;
   }
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 /* ---- modules ---- */
 
 static int ensure_functions(record_state *s, const prog_program *p, const msg_record *r,
-                            gpu_function *fns, sched_error_t *err) {
+                            gpu_function *fns, schedrun_error_t *err) {
   const gpu_ops *ops = s->core->backend->ops;
   for (uint32_t k = 0; k < p->nkernels; k++) {
     const msg_module *mm = NULL;
     for (size_t i = 0; i < r->modules.n; i++)
       if (!strcmp(r->modules.v[i].name, p->kernels[k].name)) mm = &r->modules.v[i];
-    if (!mm) return err_set(err, SCHED_EPROTO, "RECORD lacks a module for kernel '%s'", p->kernels[k].name);
+    if (!mm) return err_set(err, SCHEDRUN_EPROTO, "RECORD lacks a module for kernel '%s'", p->kernels[k].name);
     mod_key key = {r->program, r->device, k};
     rec_module *rm = hmap_get(&s->modules, &key);
     if (rm && strcmp(rm->key, mm->key) != 0) {
@@ -524,20 +524,20 @@ static int ensure_functions(record_state *s, const prog_program *p, const msg_re
     }
     if (!rm) {
       rm = calloc(1, sizeof *rm);
-      if (!rm) return err_set(err, SCHED_ENOMEM, "out of memory");
+      if (!rm) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
       snprintf(rm->key, sizeof rm->key, "%s", mm->key);
       uint8_t *img = NULL;
       size_t len = 0;
       int rc = artifact_read(mm->path, mm->key, &img, &len, err);
-      if (rc == SCHED_OK) rc = ops->module_load(s->core->backend, (int)r->device, img, len, &rm->mod, err);
+      if (rc == SCHEDRUN_OK) rc = ops->module_load(s->core->backend, (int)r->device, img, len, &rm->mod, err);
       free(img);
-      if (rc == SCHED_OK) {
+      if (rc == SCHEDRUN_OK) {
         rc = ops->module_function(s->core->backend, rm->mod, p->kernels[k].entry, &rm->fn, err);
         if (rc) ops->module_unload(s->core->backend, rm->mod);
       }
-      if (rc == SCHED_OK && hmap_put(&s->modules, &key, rm) != 0) {
+      if (rc == SCHEDRUN_OK && hmap_put(&s->modules, &key, rm) != 0) {
         ops->module_unload(s->core->backend, rm->mod);
-        rc = err_set(err, SCHED_ENOMEM, "out of memory");
+        rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
       }
       if (rc) {
         free(rm);
@@ -546,7 +546,7 @@ static int ensure_functions(record_state *s, const prog_program *p, const msg_re
     }
     fns[k] = rm->fn;
   }
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 /* ---- messages ---- */
@@ -554,35 +554,35 @@ static int ensure_functions(record_state *s, const prog_program *p, const msg_re
 static void handle_record(actor_t *self, record_state *s, msg *m) {
   const msg_record *r = &m->body.record;
   const prog_program *p = core_program(s->core, r->program);
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   strbuf why;
   sb_init(&why);
   gpu_function *fns = NULL;
-  int rc = SCHED_OK;
-  if (!p) rc = err_set(&err, SCHED_EPROTO, "RECORD names unknown program %llu", (unsigned long long)r->program);
+  int rc = SCHEDRUN_OK;
+  if (!p) rc = err_set(&err, SCHEDRUN_EPROTO, "RECORD names unknown program %llu", (unsigned long long)r->program);
   else if (r->device >= (uint32_t)s->core->ndevices)
-    rc = err_set(&err, SCHED_EPROTO, "RECORD names device %u of %d", r->device, s->core->ndevices);
+    rc = err_set(&err, SCHEDRUN_EPROTO, "RECORD names device %u of %d", r->device, s->core->ndevices);
   else if (r->bindings.n != p->nbuffers)
-    rc = err_set(&err, SCHED_EPROTO, "RECORD binds %zu buffers; the program has %u", r->bindings.n, p->nbuffers);
+    rc = err_set(&err, SCHEDRUN_EPROTO, "RECORD binds %zu buffers; the program has %u", r->bindings.n, p->nbuffers);
   else if (!(fns = calloc(p->nkernels ? p->nkernels : 1, sizeof *fns)))
-    rc = err_set(&err, SCHED_ENOMEM, "out of memory");
+    rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
   else
     rc = ensure_functions(s, p, r, fns, &err);
 
-  if (rc == SCHED_OK) {
+  if (rc == SCHEDRUN_OK) {
     walk w = {s, p, r, fns, {{0}}, &why};
     w.env.v[EXV_JOB] = r->job_index;
     w.env.v[EXV_DEVICE] = r->device;
     w.env.v[EXV_RUN] = r->run;
     nl_reset(&s->want);
     if (walk_steps(&w, p->steps, p->nsteps, 0, 0, 0) != 0)
-      rc = err_set(&err, SCHED_ECONFIG, "%s", why.data ? why.data : "recording failed");
+      rc = err_set(&err, SCHEDRUN_ECONFIG, "%s", why.data ? why.data : "recording failed");
   }
 
   msg_counts c = {0};
   seq_key key = {r->program, r->device, r->slot};
   rec_seq *q = NULL;
-  if (rc == SCHED_OK) {
+  if (rc == SCHEDRUN_OK) {
     q = hmap_get(&s->seqs, &key);
     if (q && same_shape(&q->nodes, &s->want)) {
       rc = update_seq(s, q, &c, &err);
@@ -595,10 +595,10 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
     } else {
       rec_seq *fresh = NULL;
       rc = create_seq(s, r->device, &fresh, &err);
-      if (rc == SCHED_OK) {
+      if (rc == SCHEDRUN_OK) {
         if (hmap_put(&s->seqs, &key, fresh) != 0) {
           rec_seq_destroy(s, fresh);
-          rc = err_set(&err, SCHED_ENOMEM, "out of memory");
+          rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
         } else {
           if (q) {
             fresh->total = q->total;
@@ -617,7 +617,7 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
   if (rc) {
     const char *steps[] = {"keep the previous recording of this execution context unchanged"};
     actor_send_error(self, m->from, m->job, rc, err.message ? err.message : "record failed", steps, 1);
-    sched_error_clear(&err);
+    schedrun_error_clear(&err);
     return;
   }
   q->total.created += c.created;
@@ -698,7 +698,7 @@ static int record_handle(actor_t *self, msg *m) {
   }
 }
 
-record_state *record_state_new(sched_core *core) {
+record_state *record_state_new(schedrun_core *core) {
   record_state *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   s->core = core;

@@ -11,7 +11,7 @@
  * that share a slot on a device run one after another, so a recorded sequence
  * is never re-recorded while it executes and two jobs never share buffers.
  *
- * TERM starts a drain: new and waiting jobs complete with SCHED_ECLOSED, jobs
+ * TERM starts a drain: new and waiting jobs complete with SCHEDRUN_ECLOSED, jobs
  * already recording or executing finish, then the scheduler frees the buffers,
  * answers TERM, and stops. Every job completes exactly once.
  */
@@ -83,7 +83,7 @@ typedef struct slot_key {
 } slot_key;
 
 struct scheduler_state {
-  sched_core *core;
+  schedrun_core *core;
   hmap jobs;  /* id -> job* */
   hmap progs; /* id -> prog_state* */
   uint32_t *load;
@@ -122,7 +122,7 @@ static job *q_pop(job_queue *q) {
   return j;
 }
 
-scheduler_state *scheduler_state_new(sched_core *core) {
+scheduler_state *scheduler_state_new(schedrun_core *core) {
   scheduler_state *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   s->core = core;
@@ -260,9 +260,9 @@ static void complete(actor_t *self, scheduler_state *s, job *j, int status, cons
 /* ---- placement and dispatch ---- */
 
 static int alloc_slot(scheduler_state *s, const prog_program *p, int device, slot_state *ss,
-                      sched_error_t *err) {
+                      schedrun_error_t *err) {
   ss->bindings = calloc(p->nbuffers ? p->nbuffers : 1, sizeof(uint64_t));
-  if (!ss->bindings) return err_set(err, SCHED_ENOMEM, "out of memory");
+  if (!ss->bindings) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   for (uint32_t b = 0; b < p->nbuffers; b++) {
     uint64_t bytes = p->buffers[b].count * prog_type_size(p->buffers[b].type);
     int rc = s->core->backend->ops->mem_alloc(s->core->backend, device, bytes, &ss->bindings[b], err);
@@ -273,7 +273,7 @@ static int alloc_slot(scheduler_state *s, const prog_program *p, int device, slo
       return rc;
     }
   }
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static void start_record(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss, job *j) {
@@ -292,8 +292,8 @@ static void start_record(actor_t *self, scheduler_state *s, prog_state *ps, slot
   r->job_index = j->job_index;
   r->bindings.v = malloc((p->nbuffers ? p->nbuffers : 1) * sizeof(uint64_t));
   r->modules.v = calloc(ps->modules.n ? ps->modules.n : 1, sizeof(msg_module));
-  int rc = r->bindings.v && r->modules.v ? SCHED_OK : SCHED_ENOMEM;
-  if (rc == SCHED_OK) {
+  int rc = r->bindings.v && r->modules.v ? SCHEDRUN_OK : SCHEDRUN_ENOMEM;
+  if (rc == SCHEDRUN_OK) {
     memcpy(r->bindings.v, ss->bindings, p->nbuffers * sizeof(uint64_t));
     r->bindings.n = p->nbuffers;
     for (size_t i = 0; i < ps->modules.n; i++) {
@@ -334,12 +334,12 @@ static void start_execute(actor_t *self, scheduler_state *s, slot_state *ss, job
   e->t_submit = j->t_submit;
   e->t_compile = j->t_compile;
   e->t_record = j->t_record;
-  int rc = p ? SCHED_OK : SCHED_EINTERNAL;
-  if (rc == SCHED_OK) {
+  int rc = p ? SCHEDRUN_OK : SCHEDRUN_EINTERNAL;
+  if (rc == SCHEDRUN_OK) {
     x.body.execute.bindings.v = malloc((p->nbuffers ? p->nbuffers : 1) * sizeof(uint64_t));
-    if (!x.body.execute.bindings.v) rc = SCHED_ENOMEM;
+    if (!x.body.execute.bindings.v) rc = SCHEDRUN_ENOMEM;
   }
-  if (rc == SCHED_OK) {
+  if (rc == SCHEDRUN_OK) {
     memcpy(x.body.execute.bindings.v, ss->bindings, p->nbuffers * sizeof(uint64_t));
     x.body.execute.bindings.n = p->nbuffers;
     char to[32];
@@ -403,18 +403,18 @@ static void place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) {
   j->state = JOB_PLACED_WAITING;
   slot_key sk = {(uint32_t)j->device, j->slot};
   slot_state *ss = hmap_get(&ps->slots, &sk);
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   if (!ss) {
     ss = calloc(1, sizeof *ss);
     if (!ss || hmap_put(&ps->slots, &sk, ss) != 0) {
       free(ss);
-      complete(self, s, j, SCHED_ENOMEM, "out of memory", NULL);
+      complete(self, s, j, SCHEDRUN_ENOMEM, "out of memory", NULL);
       return;
     }
   }
-  if (!ss->bindings && alloc_slot(s, p, j->device, ss, &err) != SCHED_OK) {
+  if (!ss->bindings && alloc_slot(s, p, j->device, ss, &err) != SCHEDRUN_OK) {
     complete(self, s, j, err.code, err.message, NULL);
-    sched_error_clear(&err);
+    schedrun_error_clear(&err);
     return;
   }
   q_push(&ss->queue, j);
@@ -432,8 +432,8 @@ static int send_compile(actor_t *self, scheduler_state *s, const prog_program *p
   c->target = xstrdup(be->ops->target(be, 0));
   c->arch = xstrdup(be->ops->arch(be, 0));
   c->kernels.v = calloc(p->nkernels ? p->nkernels : 1, sizeof(msg_kernel));
-  int rc = c->kernels.v ? SCHED_OK : SCHED_ENOMEM;
-  for (uint32_t i = 0; rc == SCHED_OK && i < p->nkernels; i++) {
+  int rc = c->kernels.v ? SCHEDRUN_OK : SCHEDRUN_ENOMEM;
+  for (uint32_t i = 0; rc == SCHEDRUN_OK && i < p->nkernels; i++) {
     const prog_kernel *k = &p->kernels[i];
     msg_kernel *mk = &c->kernels.v[c->kernels.n++];
     char where[512];
@@ -446,7 +446,7 @@ static int send_compile(actor_t *self, scheduler_state *s, const prog_program *p
     mk->source_file = xstrdup(k->source_file ? k->source_file : p->path);
     mk->first_line = k->first_line;
   }
-  if (rc == SCHED_OK) rc = actor_send(self, ACTOR_COMPILE, &m);
+  if (rc == SCHEDRUN_OK) rc = actor_send(self, ACTOR_COMPILE, &m);
   msg_free(&m);
   return rc;
 }
@@ -487,7 +487,7 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   else if (!(ps = prog_get(s, sb->program, true)) || hmap_put(&s->jobs, &j->id, j) != 0) bad = "out of memory";
   else if (ps->releasing) bad = "the program is being released";
   if (bad) {
-    int code = s->closing ? SCHED_ECLOSED : SCHED_EINVAL;
+    int code = s->closing ? SCHEDRUN_ECLOSED : SCHEDRUN_EINVAL;
     if (hmap_get(&s->jobs, &j->id) == j) hmap_remove(&s->jobs, &j->id);
     job tmp = *j;
     job_free(j);
@@ -516,10 +516,10 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   if (ps->compile == COMPILE_NONE) {
     ps->compile = COMPILE_PENDING;
     j->t_compile = now_ns();
-    if (send_compile(self, s, p, j) != SCHED_OK) {
+    if (send_compile(self, s, p, j) != SCHEDRUN_OK) {
       ps->compile = COMPILE_NONE;
       job *w;
-      while ((w = q_pop(&ps->waiting))) complete(self, s, w, SCHED_EINTERNAL, "cannot send COMPILE", NULL);
+      while ((w = q_pop(&ps->waiting))) complete(self, s, w, SCHEDRUN_EINTERNAL, "cannot send COMPILE", NULL);
     }
   }
 }
@@ -578,7 +578,7 @@ static void handle_recorded(actor_t *self, scheduler_state *s, msg *m) {
   slot_key sk = {(uint32_t)j->device, j->slot};
   slot_state *ss = ps ? hmap_get(&ps->slots, &sk) : NULL;
   if (!ss) {
-    complete(self, s, j, SCHED_EINTERNAL, "RECORDED for a slot that is gone", NULL);
+    complete(self, s, j, SCHEDRUN_EINTERNAL, "RECORDED for a slot that is gone", NULL);
     return;
   }
   ss->recording = false;
@@ -639,7 +639,7 @@ static void handle_release(actor_t *self, scheduler_state *s, msg *m) {
   }
   if (!ps) ps = prog_get(s, id, true); /* nothing ran: the record actor is asked anyway */
   if (!ps) {
-    actor_send_error(self, m->from, m->job, SCHED_ENOMEM, "out of memory", NULL, 0);
+    actor_send_error(self, m->from, m->job, SCHEDRUN_ENOMEM, "out of memory", NULL, 0);
     return;
   }
   if (ps->releasing) return; /* asked twice: one answer */
@@ -677,7 +677,7 @@ static int scheduler_handle(actor_t *self, msg *m) {
       void *sv;
       while (hmap_next(&ps->slots, &sp, NULL, &sv)) ((slot_state *)sv)->queue = (job_queue){0};
     }
-    for (size_t i = 0; i < n; i++) complete(self, s, pending[i], SCHED_ECLOSED, "the scheduler shut down before the job started", NULL);
+    for (size_t i = 0; i < n; i++) complete(self, s, pending[i], SCHEDRUN_ECLOSED, "the scheduler shut down before the job started", NULL);
     free(pending);
     break;
   }

@@ -1,6 +1,6 @@
 /* What every benchmark here needs: a clock and a median. */
-#ifndef SCHED_BENCH_UTIL_H
-#define SCHED_BENCH_UTIL_H
+#ifndef SCHEDRUN_BENCH_UTIL_H
+#define SCHEDRUN_BENCH_UTIL_H
 
 #include <stdint.h>
 #include <stdlib.h>

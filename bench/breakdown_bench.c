@@ -18,7 +18,7 @@
 #include "lib/result.h"
 #include "messages/msg.h"
 #include "bench/bench_util.h"
-#include "sched.h"
+#include "schedrun.h"
 
 
 
@@ -107,24 +107,24 @@ static const char empty_program[] =
     "program:\n  - launch: {kernel: empty, grid: 1, block: 1, args: []}\n";
 
 static void phases(int record_always) {
-  sched_options_t o;
-  sched_options_init(&o);
+  schedrun_options_t o;
+  schedrun_options_init(&o);
   o.devices = "host:1";
   o.record_always = record_always;
-  sched_t *s;
-  sched_error_t err = {0};
-  sched_program_t *p;
-  if (sched_open(&s, &o, &err) || sched_program_load_string(s, empty_program, "b.yaml", &p, &err)) {
+  schedrun_t *s;
+  schedrun_error_t err = {0};
+  schedrun_program_t *p;
+  if (schedrun_open(&s, &o, &err) || schedrun_program_load_string(s, empty_program, "b.yaml", &p, &err)) {
     fprintf(stderr, "%s\n", err.message);
     exit(1);
   }
   enum { N = 2000, PH = 8 };
   static double v[PH][N];
   for (int i = 0; i < N + 20; i++) {
-    sched_job_t id;
-    sched_job_result_t *r;
+    schedrun_job_t id;
+    schedrun_job_result_t *r;
     uint64_t c0 = bench_ns();
-    if (sched_submit(s, p, NULL, &id, &err) || sched_wait(s, id, -1, &r, &err)) {
+    if (schedrun_submit(s, p, NULL, &id, &err) || schedrun_wait(s, id, -1, &r, &err)) {
       fprintf(stderr, "%s\n", err.message);
       exit(1);
     }
@@ -142,13 +142,13 @@ static void phases(int record_always) {
       v[6][k] = (c1 - r->t_done) / 1e3;                                     /* -> caller */
       v[7][k] = (c1 - c0) / 1e3;
     }
-    sched_job_result_free(&r);
+    schedrun_job_result_free(&r);
   }
   const char *names[PH] = {"client_to_scheduler", "scheduler_work",      "record_roundtrip", "to_execute",
                            "execute",             "back_to_scheduler", "complete_to_caller", "total"};
   for (int k = 0; k < PH; k++) printf("phase_%s_%s_us=%.2f\n", record_always ? "always" : "fast", names[k], bench_median(v[k], N));
-  sched_program_free(&p);
-  sched_close(&s);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 int main(void) {

@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "bench/bench_util.h"
-#include "sched.h"
+#include "schedrun.h"
 
 #define KERNELS 16
 
@@ -42,38 +42,38 @@ static char *program_text(int salt) {
 }
 
 static double compile_once(int workers, int salt) {
-  sched_options_t o;
-  sched_options_init(&o);
+  schedrun_options_t o;
+  schedrun_options_init(&o);
   o.devices = "host";
   o.no_disk_cache = 1;
   o.compile_workers = workers;
-  sched_t *s;
-  sched_error_t err = {0};
-  if (sched_open(&s, &o, &err)) {
+  schedrun_t *s;
+  schedrun_error_t err = {0};
+  if (schedrun_open(&s, &o, &err)) {
     fprintf(stderr, "%s\n", err.message);
     exit(1);
   }
   char *text = program_text(salt);
-  sched_program_t *p;
-  if (sched_program_load_string(s, text, "bench.yaml", &p, &err)) {
+  schedrun_program_t *p;
+  if (schedrun_program_load_string(s, text, "bench.yaml", &p, &err)) {
     fprintf(stderr, "%s\n", err.message);
     exit(1);
   }
-  sched_report_t *r;
+  schedrun_report_t *r;
   double t0 = now_ms();
-  if (sched_run(s, p, NULL, &r, &err)) {
+  if (schedrun_run(s, p, NULL, &r, &err)) {
     fprintf(stderr, "%s\n", err.message);
     exit(1);
   }
   double ms = now_ms() - t0;
-  if (sched_report_summary(r)->cache_misses != KERNELS) {
+  if (schedrun_report_summary(r)->cache_misses != KERNELS) {
     fprintf(stderr, "expected %d misses\n", KERNELS);
     exit(1);
   }
-  sched_report_free(&r);
-  sched_program_free(&p);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
   free(text);
-  sched_close(&s);
+  schedrun_close(&s);
   return ms;
 }
 
@@ -95,25 +95,25 @@ int main(int argc, char **argv) {
   printf("compile_pool_1_ms=%.1f\ncompile_pool_2_ms=%.1f\ncompile_pool_speedup=%.2f\n", m1, m2, m1 / m2);
 
   /* memory-cache hits: a second program with the same kernels */
-  sched_options_t o;
-  sched_options_init(&o);
+  schedrun_options_t o;
+  schedrun_options_init(&o);
   o.devices = "host";
   o.no_disk_cache = 1;
-  sched_t *s;
-  sched_error_t err = {0};
-  sched_open(&s, &o, &err);
+  schedrun_t *s;
+  schedrun_error_t err = {0};
+  schedrun_open(&s, &o, &err);
   char *text = program_text(999);
   double hits[64];
   int n = 0;
   for (int i = 0; i < 41; i++) {
-    sched_program_t *p;
-    sched_report_t *r;
-    sched_program_load_string(s, text, "bench.yaml", &p, &err);
-    if (sched_run(s, p, NULL, &r, &err)) {
+    schedrun_program_t *p;
+    schedrun_report_t *r;
+    schedrun_program_load_string(s, text, "bench.yaml", &p, &err);
+    if (schedrun_run(s, p, NULL, &r, &err)) {
       fprintf(stderr, "%s\n", err.message);
       return 1;
     }
-    const sched_summary_t *sum = sched_report_summary(r);
+    const schedrun_summary_t *sum = schedrun_report_summary(r);
     if (i > 0) {
       if (sum->cache_hits != KERNELS) {
         fprintf(stderr, "expected memory hits\n");
@@ -121,11 +121,11 @@ int main(int argc, char **argv) {
       }
       hits[n++] = sum->compile_ns / 1e3;
     }
-    sched_report_free(&r);
-    sched_program_free(&p);
+    schedrun_report_free(&r);
+    schedrun_program_free(&p);
   }
   free(text);
-  sched_close(&s);
+  schedrun_close(&s);
   double mh = bench_median(hits, n);
   printf("memory_hit_program_us=%.1f\nmemory_hit_per_kernel_us=%.2f\n", mh, mh / KERNELS);
   return 0;

@@ -17,7 +17,7 @@
 
 static double now_us(void) { return bench_ns() / 1e3; }
 
-static void die(const char *what, sched_error_t *err) {
+static void die(const char *what, schedrun_error_t *err) {
   fprintf(stderr, "cuda_bench: %s: %s\n", what, err && err->message ? err->message : "failed");
   exit(1);
 }
@@ -36,7 +36,7 @@ static gpu_node launch_node(gpu_function fn, int i) {
   return n;
 }
 
-static gpu_seq *build(gpu_backend *b, gpu_function fn, sched_error_t *err) {
+static gpu_seq *build(gpu_backend *b, gpu_function fn, schedrun_error_t *err) {
   gpu_seq *s;
   if (b->ops->seq_create(b, 0, &s, err)) die("seq_create", err);
   for (int i = 0; i < N; i++) {
@@ -50,7 +50,7 @@ static gpu_seq *build(gpu_backend *b, gpu_function fn, sched_error_t *err) {
 
 int main(void) {
   gpu_backend *b;
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   if (gpu_cuda_open(NULL, 0, &b, &err)) {
     printf("skipped: %s\n", err.message);
     return 77;

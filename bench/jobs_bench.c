@@ -15,10 +15,10 @@
 #include <time.h>
 
 #include "bench/bench_util.h"
-#include "sched.h"
+#include "schedrun.h"
 
 
-static void die(const char *what, sched_error_t *err) {
+static void die(const char *what, schedrun_error_t *err) {
   fprintf(stderr, "%s: %s\n", what, err && err->message ? err->message : "failed");
   exit(1);
 }
@@ -42,30 +42,30 @@ static const char chain_program[] =
 static int mode;
 static const char *mode_name[] = {"", "nospin_", "plain_"};
 
-static sched_t *open_host(int n) {
+static schedrun_t *open_host(int n) {
   char spec[16];
   snprintf(spec, sizeof spec, "host:%d", n);
-  sched_options_t o;
-  sched_options_init(&o);
+  schedrun_options_t o;
+  schedrun_options_init(&o);
   o.devices = spec;
   o.spin_us = mode >= 1 ? -1 : 0;
   o.record_always = mode >= 2;
-  sched_t *s;
-  sched_error_t err = {0};
-  if (sched_open(&s, &o, &err)) die("open", &err);
+  schedrun_t *s;
+  schedrun_error_t err = {0};
+  if (schedrun_open(&s, &o, &err)) die("open", &err);
   return s;
 }
 
-static sched_program_t *load(sched_t *s, const char *text) {
-  sched_program_t *p;
-  sched_error_t err = {0};
-  if (sched_program_load_string(s, text, "bench.yaml", &p, &err)) die("load", &err);
+static schedrun_program_t *load(schedrun_t *s, const char *text) {
+  schedrun_program_t *p;
+  schedrun_error_t err = {0};
+  if (schedrun_program_load_string(s, text, "bench.yaml", &p, &err)) die("load", &err);
   /* warm: compile and record once */
-  sched_job_t id;
-  sched_job_result_t *r;
-  if (sched_submit(s, p, NULL, &id, &err) || sched_wait(s, id, -1, &r, &err)) die("warm-up", &err);
-  if (sched_job_result_info(r)->status != SCHED_OK) die(sched_job_result_error(r), NULL);
-  sched_job_result_free(&r);
+  schedrun_job_t id;
+  schedrun_job_result_t *r;
+  if (schedrun_submit(s, p, NULL, &id, &err) || schedrun_wait(s, id, -1, &r, &err)) die("warm-up", &err);
+  if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) die(schedrun_job_result_error(r), NULL);
+  schedrun_job_result_free(&r);
   return p;
 }
 
@@ -80,27 +80,27 @@ static long resident_kib(void) {
 }
 
 /* Submits n jobs of p ($job = 0..n-1), then collects every result. */
-static void run_jobs(sched_t *s, sched_program_t *p, int n) {
-  sched_error_t err = {0};
+static void run_jobs(schedrun_t *s, schedrun_program_t *p, int n) {
+  schedrun_error_t err = {0};
   for (int j = 0; j < n; j++) {
-    sched_job_options_t o;
-    sched_job_options_init(&o);
+    schedrun_job_options_t o;
+    schedrun_job_options_init(&o);
     o.job = j;
-    sched_job_t id;
-    if (sched_submit(s, p, &o, &id, &err)) die("submit", &err);
+    schedrun_job_t id;
+    if (schedrun_submit(s, p, &o, &id, &err)) die("submit", &err);
   }
   for (int j = 0; j < n; j++) {
-    sched_job_t id;
-    sched_job_result_t *r;
-    if (sched_wait_any(s, -1, &id, &r, &err)) die("wait", &err);
-    if (sched_job_result_info(r)->status != SCHED_OK) die(sched_job_result_error(r), NULL);
-    sched_job_result_free(&r);
+    schedrun_job_t id;
+    schedrun_job_result_t *r;
+    if (schedrun_wait_any(s, -1, &id, &r, &err)) die("wait", &err);
+    if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) die(schedrun_job_result_error(r), NULL);
+    schedrun_job_result_free(&r);
   }
 }
 
 static void throughput(int devices, int n) {
-  sched_t *s = open_host(devices);
-  sched_program_t *p = load(s, empty_program);
+  schedrun_t *s = open_host(devices);
+  schedrun_program_t *p = load(s, empty_program);
   double best = 0;
   for (int round = 0; round < 3; round++) {
     uint64_t t0 = bench_ns();
@@ -110,15 +110,15 @@ static void throughput(int devices, int n) {
   }
   printf("%sthroughput_%ddev_jobs_per_s=%.0f\n", mode_name[mode], devices, best);
 
-  sched_program_free(&p);
-  sched_close(&s);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 /* Resident memory over 100,000 jobs in waves of 1,000, after as many to warm
  * up: a leak or per-job growth would show as KiB per wave. */
 static void memory(int devices) {
-  sched_t *s = open_host(devices);
-  sched_program_t *p = load(s, empty_program);
+  schedrun_t *s = open_host(devices);
+  schedrun_program_t *p = load(s, empty_program);
   long before = 0;
   for (int phase = 0; phase < 2; phase++) {
     if (phase == 1) before = resident_kib();
@@ -126,40 +126,40 @@ static void memory(int devices) {
   }
   long after = resident_kib();
   printf("rss_%ddev_kib=%ld\nrss_%ddev_growth_kib=%ld\n", devices, after, devices, after - before);
-  sched_program_free(&p);
-  sched_close(&s);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 static void latency(int devices, int n) {
-  sched_t *s = open_host(devices);
-  sched_program_t *p = load(s, empty_program);
-  sched_error_t err = {0};
+  schedrun_t *s = open_host(devices);
+  schedrun_program_t *p = load(s, empty_program);
+  schedrun_error_t err = {0};
   double *v = malloc((size_t)n * sizeof *v);
   for (int i = 0; i < n; i++) {
     uint64_t t0 = bench_ns();
-    sched_job_t id;
-    sched_job_result_t *r;
-    if (sched_submit(s, p, NULL, &id, &err) || sched_wait(s, id, -1, &r, &err)) die("latency", &err);
+    schedrun_job_t id;
+    schedrun_job_result_t *r;
+    if (schedrun_submit(s, p, NULL, &id, &err) || schedrun_wait(s, id, -1, &r, &err)) die("latency", &err);
     v[i] = (bench_ns() - t0) / 1e3;
-    sched_job_result_free(&r);
+    schedrun_job_result_free(&r);
   }
   qsort(v, (size_t)n, sizeof *v, bench_cmp);
   printf("%slatency_%ddev_median_us=%.1f\n%slatency_%ddev_p99_us=%.1f\n", mode_name[mode], devices, v[n / 2],
          mode_name[mode], devices, v[n * 99 / 100]);
   free(v);
-  sched_program_free(&p);
-  sched_close(&s);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 static void chain(int devices, int n) {
-  sched_t *s = open_host(devices);
-  sched_program_t *p = load(s, chain_program);
+  schedrun_t *s = open_host(devices);
+  schedrun_program_t *p = load(s, chain_program);
   uint64_t t0 = bench_ns();
   run_jobs(s, p, n); /* each verifies its 100 increments */
   double per_kernel = (bench_ns() - t0) / (double)n / 100.0;
   printf("%schain_%ddev_ns_per_kernel=%.1f\n", mode_name[mode], devices, per_kernel);
-  sched_program_free(&p);
-  sched_close(&s);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 int main(int argc, char **argv) {

@@ -17,13 +17,13 @@
 #include "gpu/backend.h"
 #include "program/program.h"
 #include "bench/bench_util.h"
-#include "sched.h"
+#include "schedrun.h"
 
 #define N 1000
 
 
 
-static void die(const char *what, sched_error_t *err) {
+static void die(const char *what, schedrun_error_t *err) {
   fprintf(stderr, "%s: %s\n", what, err && err->message ? err->message : "failed");
   exit(1);
 }
@@ -31,7 +31,7 @@ static void die(const char *what, sched_error_t *err) {
 typedef void (*tramp)(const uint32_t *, const uint32_t *, const uint64_t *);
 
 static void backend_bench(void) {
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   gpu_backend *b;
   if (gpu_host_open(1, &b, &err)) die("host", &err);
   prog_type params[] = {PT_PTR, PT_I32};
@@ -136,38 +136,38 @@ static char *loop_program(int trips) {
 }
 
 static void record_bench(void) {
-  sched_options_t o;
-  sched_options_init(&o);
+  schedrun_options_t o;
+  schedrun_options_init(&o);
   o.devices = "host:1";
   o.record_always = 1; /* every job goes through the record actor: what is timed */
-  sched_t *s;
-  sched_error_t err = {0};
-  if (sched_open(&s, &o, &err)) die("open", &err);
+  schedrun_t *s;
+  schedrun_error_t err = {0};
+  if (schedrun_open(&s, &o, &err)) die("open", &err);
   char *text = loop_program(N);
   enum { ROUNDS = 9 };
   double create[ROUNDS], update[ROUNDS], reuse[ROUNDS];
   for (int r = 0; r < ROUNDS; r++) {
-    sched_program_t *p;
-    if (sched_program_load_string(s, text, "loop.yaml", &p, &err)) die("load", &err);
-    sched_run_options_t ro;
-    sched_run_options_init(&ro);
-    sched_report_t *rep;
-    sched_job_info_t j0, j1;
+    schedrun_program_t *p;
+    if (schedrun_program_load_string(s, text, "loop.yaml", &p, &err)) die("load", &err);
+    schedrun_run_options_t ro;
+    schedrun_run_options_init(&ro);
+    schedrun_report_t *rep;
+    schedrun_job_info_t j0, j1;
     ro.jobs = 1;
-    if (sched_run(s, p, &ro, &rep, &err)) die("run", &err);
-    sched_report_job(rep, 0, 0, &j0);
+    if (schedrun_run(s, p, &ro, &rep, &err)) die("run", &err);
+    schedrun_report_job(rep, 0, 0, &j0);
     if (j0.nodes_created != N) die("expected a create", NULL);
     create[r] = j0.record_ns / 1e3;
-    sched_report_free(&rep);
+    schedrun_report_free(&rep);
     ro.jobs = 2; /* job 0 as recorded: reuse; job 1: every node's scalar changes */
-    if (sched_run(s, p, &ro, &rep, &err)) die("run", &err);
-    sched_report_job(rep, 0, 0, &j0);
-    sched_report_job(rep, 0, 1, &j1);
+    if (schedrun_run(s, p, &ro, &rep, &err)) die("run", &err);
+    schedrun_report_job(rep, 0, 0, &j0);
+    schedrun_report_job(rep, 0, 1, &j1);
     if (j0.nodes_reused != N || j1.nodes_updated != N) die("expected reuse then update", NULL);
     reuse[r] = j0.record_ns / 1e3;
     update[r] = j1.record_ns / 1e3;
-    sched_report_free(&rep);
-    sched_program_free(&p);
+    schedrun_report_free(&rep);
+    schedrun_program_free(&p);
   }
   printf("record_create_us=%.1f\nrecord_update_us=%.1f\nrecord_reuse_us=%.1f\n", bench_median(create, ROUNDS),
          bench_median(update, ROUNDS), bench_median(reuse, ROUNDS));
@@ -176,16 +176,16 @@ static void record_bench(void) {
   /* memory per recorded node: two recordings that differ by 100,000 nodes */
   size_t used[2];
   int trips[2] = {1000, 101000};
-  sched_program_t *keep[2];
+  schedrun_program_t *keep[2];
   for (int k = 0; k < 2; k++) {
     text = loop_program(trips[k]);
     malloc_trim(0);
     struct mallinfo2 mi = mallinfo2();
     size_t before = mi.uordblks + mi.hblkhd;
-    if (sched_program_load_string(s, text, "mem.yaml", &keep[k], &err)) die("load", &err);
-    sched_report_t *rep;
-    if (sched_run(s, keep[k], NULL, &rep, &err)) die("run", &err);
-    sched_report_free(&rep);
+    if (schedrun_program_load_string(s, text, "mem.yaml", &keep[k], &err)) die("load", &err);
+    schedrun_report_t *rep;
+    if (schedrun_run(s, keep[k], NULL, &rep, &err)) die("run", &err);
+    schedrun_report_free(&rep);
     mi = mallinfo2();
     used[k] = mi.uordblks + mi.hblkhd - before;
     free(text);
@@ -194,9 +194,9 @@ static void record_bench(void) {
   /* each node's two 8-byte argument slots are kept twice: in the record
    * actor (to compare) and in the backend's sequence (to replay) */
   printf("bytes_per_node=%.1f\nbytes_per_node_beside_args=%.1f\n", per_node, per_node - 32.0);
-  sched_program_free(&keep[0]);
-  sched_program_free(&keep[1]);
-  sched_close(&s);
+  schedrun_program_free(&keep[0]);
+  schedrun_program_free(&keep[1]);
+  schedrun_close(&s);
 }
 
 int main(void) {

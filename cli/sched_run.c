@@ -1,5 +1,5 @@
 /*
- * sched-run: runs a config (format: CONFIG.md) and says how it went.
+ * sched-run: runs a config (format: docs/config.md) and says how it went.
  *
  * Exit status: 0 every run verified; 1 a verification failed; 2 a bad config
  * or bad usage; 3 a kernel did not compile; 4 any other failure (device,
@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sched.h"
+#include "schedrun.h"
 
 enum { EXIT_VERIFIED = 0, EXIT_MISMATCH = 1, EXIT_USAGE = 2, EXIT_COMPILE = 3, EXIT_OTHER = 4 };
 
@@ -24,7 +24,8 @@ static void usage(FILE *f) {
           "execution context, runs it `repeat` times and verifies `expect`.\n"
           "\n"
           "options:\n"
-          "  --devices SPEC   override the config's devices (auto, host, host:N)\n"
+          "  --devices SPEC   override the config's devices: auto, host, host:N,\n"
+          "                   cuda, cuda:I,J,... or all\n"
           "  --repeat N       override the config's repeat\n"
           "  --jobs N         override the config's jobs\n"
           "  --no-cache       compile into a temporary cache, removed afterwards\n"
@@ -99,7 +100,7 @@ int main(int argc, char **argv) {
     case 'J': json = 1; break;
     case 'T': trace = optarg; break;
     case 'h': usage(stdout); return 0;
-    case 'V': printf("sched-run %d.%d.%d\n", SCHED_VERSION_MAJOR, SCHED_VERSION_MINOR, SCHED_VERSION_PATCH); return 0;
+    case 'V': printf("sched-run %s\n", schedrun_version()); return 0;
     default:
       fprintf(stderr, "sched-run: unknown option '%s'\n", argv[optind - 1]);
       usage(stderr);
@@ -113,27 +114,27 @@ int main(int argc, char **argv) {
   }
   const char *path = argv[optind];
 
-  sched_error_t err = {0};
-  sched_program_t *prog = NULL;
-  if (sched_program_load_file(NULL, path, &prog, &err) != SCHED_OK) {
+  schedrun_error_t err = {0};
+  schedrun_program_t *prog = NULL;
+  if (schedrun_program_load_file(NULL, path, &prog, &err) != SCHEDRUN_OK) {
     fprintf(stderr, "%s\n", err.message);
-    sched_error_clear(&err);
+    schedrun_error_clear(&err);
     return EXIT_USAGE;
   }
-  sched_options_t opts;
-  sched_options_init(&opts);
-  opts.devices = devices ? devices : sched_program_devices(prog);
+  schedrun_options_t opts;
+  schedrun_options_init(&opts);
+  opts.devices = devices ? devices : schedrun_program_devices(prog);
   opts.no_disk_cache = no_cache;
-  sched_t *s = NULL;
-  int rc = sched_open(&s, &opts, &err);
-  if (rc != SCHED_OK) {
+  schedrun_t *s = NULL;
+  int rc = schedrun_open(&s, &opts, &err);
+  if (rc != SCHEDRUN_OK) {
     fprintf(stderr, "sched-run: %s\n", err.message);
-    sched_error_clear(&err);
-    sched_program_free(&prog);
-    return rc == SCHED_EINVAL ? EXIT_USAGE : EXIT_OTHER;
+    schedrun_error_clear(&err);
+    schedrun_program_free(&prog);
+    return rc == SCHEDRUN_EINVAL ? EXIT_USAGE : EXIT_OTHER;
   }
-  sched_run_options_t ro;
-  sched_run_options_init(&ro);
+  schedrun_run_options_t ro;
+  schedrun_run_options_init(&ro);
   ro.repeat = repeat;
   ro.jobs = jobs;
   progress pg = {{0, 0}, 0};
@@ -142,43 +143,43 @@ int main(int argc, char **argv) {
     ro.progress = show_progress;
     ro.progress_user = &pg;
   }
-  sched_report_t *rep = NULL;
-  rc = sched_run(s, prog, &ro, &rep, &err);
+  schedrun_report_t *rep = NULL;
+  rc = schedrun_run(s, prog, &ro, &rep, &err);
   if (pg.shown) fprintf(stderr, "\r%60s\r", "");
-  const sched_summary_t *sum = sched_report_summary(rep);
+  const schedrun_summary_t *sum = schedrun_report_summary(rep);
   int status = EXIT_VERIFIED;
-  if (rc == SCHED_ECOMPILE) {
+  if (rc == SCHEDRUN_ECOMPILE) {
     fprintf(stderr, "sched-run: %s: kernel compile error\n%s\n", path, err.message);
     status = EXIT_COMPILE;
-  } else if (rc == SCHED_EVERIFY) {
-    size_t n = sched_report_failure_count(rep);
-    for (size_t i = 0; i < n && i < 20; i++) fprintf(stderr, "sched-run: mismatch: %s\n", sched_report_failure(rep, i));
+  } else if (rc == SCHEDRUN_EVERIFY) {
+    size_t n = schedrun_report_failure_count(rep);
+    for (size_t i = 0; i < n && i < 20; i++) fprintf(stderr, "sched-run: mismatch: %s\n", schedrun_report_failure(rep, i));
     if (n > 20) fprintf(stderr, "sched-run: ... %zu mismatches in all\n", n);
     status = EXIT_MISMATCH;
-  } else if (rc == SCHED_ECONFIG) {
+  } else if (rc == SCHEDRUN_ECONFIG) {
     fprintf(stderr, "%s\n", err.message);
     status = EXIT_USAGE;
-  } else if (rc != SCHED_OK) {
-    fprintf(stderr, "sched-run: %s: %s\n", sched_strerror(rc), err.message ? err.message : "");
+  } else if (rc != SCHEDRUN_OK) {
+    fprintf(stderr, "sched-run: %s: %s\n", schedrun_strerror(rc), err.message ? err.message : "");
     status = EXIT_OTHER;
   }
   if (trace && rep) {
-    sched_error_t terr = {0};
-    if (sched_report_write_trace(rep, trace, &terr) != SCHED_OK) {
+    schedrun_error_t terr = {0};
+    if (schedrun_report_write_trace(rep, trace, &terr) != SCHEDRUN_OK) {
       fprintf(stderr, "sched-run: %s\n", terr.message);
-      sched_error_clear(&terr);
+      schedrun_error_clear(&terr);
       if (status == EXIT_VERIFIED) status = EXIT_OTHER;
     }
   }
   if (json && rep) {
-    char *j = sched_report_json(rep);
+    char *j = schedrun_report_json(rep);
     if (j) printf("%s\n", j);
     free(j);
   } else if (sum && !quiet && status != EXIT_COMPILE) {
-    printf("%s: %s on %d device%s (%s%s)\n", sched_program_name(prog),
+    printf("%s: %s on %d device%s (%s%s)\n", schedrun_program_name(prog),
            status == EXIT_VERIFIED ? "verified" : "NOT verified", sum->ndevices,
            sum->ndevices == 1 ? "" : "s", sum->devices[0].name, sum->ndevices > 1 ? ", ..." : "");
-    if (sched_device_fallback(s)) printf("  host devices: %s\n", sched_device_fallback(s));
+    if (schedrun_device_fallback(s)) printf("  host devices: %s\n", schedrun_device_fallback(s));
     printf("  runs %u, %u jobs in all: %u verified, %u failed\n", sum->runs, sum->jobs, sum->verified, sum->failed);
     printf("  time: compile %.1f ms, record %.3f ms, execute %.3f ms, wall %.1f ms\n", ms(sum->compile_ns),
            ms(sum->record_ns), ms(sum->execute_ns), ms(sum->wall_ns));
@@ -189,15 +190,15 @@ int main(int argc, char **argv) {
            (unsigned long long)sum->nodes_reused);
     if (stats || sum->ndevices > 1)
       for (int d = 0; d < sum->ndevices; d++) {
-        const sched_device_stats_t *ds = &sum->devices[d];
+        const schedrun_device_stats_t *ds = &sum->devices[d];
         printf("  %-8s jobs %llu, nodes %llu created / %llu updated / %llu reused, busy %.3f ms\n", ds->name,
                (unsigned long long)ds->jobs, (unsigned long long)ds->nodes_created,
                (unsigned long long)ds->nodes_updated, (unsigned long long)ds->nodes_reused, ms(ds->busy_ns));
       }
   }
-  sched_error_clear(&err);
-  sched_report_free(&rep);
-  sched_program_free(&prog);
-  sched_close(&s);
+  schedrun_error_clear(&err);
+  schedrun_report_free(&rep);
+  schedrun_program_free(&prog);
+  schedrun_close(&s);
   return status;
 }

@@ -13,10 +13,10 @@ static void sha_hex(const void *p, size_t n, char out[65]) {
 }
 
 int artifact_write(const char *path, const char *key, const void *payload, size_t len,
-                   sched_error_t *err) {
-  if (strlen(key) != 64) return err_set(err, SCHED_EINVAL, "artifact key must be 64 hex digits");
+                   schedrun_error_t *err) {
+  if (strlen(key) != 64) return err_set(err, SCHEDRUN_EINVAL, "artifact key must be 64 hex digits");
   uint8_t *buf = malloc(ARTIFACT_HEADER + len);
-  if (!buf) return err_set(err, SCHED_ENOMEM, "out of memory");
+  if (!buf) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   uint32_t version = 1, zero = 0;
   uint64_t n = len;
   char sum[65];
@@ -34,7 +34,7 @@ int artifact_write(const char *path, const char *key, const void *payload, size_
 }
 
 int artifact_read(const char *path, const char *key, uint8_t **payload, size_t *len,
-                  sched_error_t *err) {
+                  schedrun_error_t *err) {
   *payload = NULL;
   *len = 0;
   char *data;
@@ -46,7 +46,7 @@ int artifact_read(const char *path, const char *key, uint8_t **payload, size_t *
   uint64_t n = 0;
   char sum[65];
   if (size < ARTIFACT_HEADER) why = "shorter than its header";
-  else if (memcmp(data, magic, 8) != 0) why = "not a sched artifact";
+  else if (memcmp(data, magic, 8) != 0) why = "not a schedrun artifact";
   else if (memcpy(&version, data + 8, 4), version != 1) why = "an unknown artifact version";
   else if (memcpy(&n, data + 16, 8), n != size - ARTIFACT_HEADER) why = "truncated or padded";
   else if (memcmp(data + 88, key, 64) != 0) why = "stored under another key";
@@ -54,10 +54,10 @@ int artifact_read(const char *path, const char *key, uint8_t **payload, size_t *
     why = "corrupted (checksum mismatch)";
   if (why) {
     free(data);
-    return err_set(err, SCHED_EIO, "%s: %s", path, why);
+    return err_set(err, SCHEDRUN_EIO, "%s: %s", path, why);
   }
   memmove(data, data + ARTIFACT_HEADER, (size_t)n);
   *payload = (uint8_t *)data;
   *len = (size_t)n;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }

@@ -7,8 +7,8 @@
  *   "SCHEDAR1" | u32 version | u32 0 | u64 payload length |
  *   64 hex digits: SHA-256 of the payload | 64 hex digits: the cache key
  */
-#ifndef SCHED_ARTIFACT_H
-#define SCHED_ARTIFACT_H
+#ifndef SCHEDRUN_ARTIFACT_H
+#define SCHEDRUN_ARTIFACT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -19,10 +19,10 @@
 
 /* Publishes atomically (temporary file, then rename). */
 int artifact_write(const char *path, const char *key, const void *payload, size_t len,
-                   sched_error_t *err);
-/* Reads and verifies; *payload is malloc'ed. SCHED_EIO with the reason when
+                   schedrun_error_t *err);
+/* Reads and verifies; *payload is malloc'ed. SCHEDRUN_EIO with the reason when
  * the file is missing, short, corrupted or for another key. */
 int artifact_read(const char *path, const char *key, uint8_t **payload, size_t *len,
-                  sched_error_t *err);
+                  schedrun_error_t *err);
 
 #endif

@@ -2,25 +2,25 @@
  * Small helpers shared by every module: error objects, a growable byte
  * buffer, hashing, files and clocks. Nothing here holds global state.
  */
-#ifndef SCHED_COMMON_H
-#define SCHED_COMMON_H
+#ifndef SCHEDRUN_COMMON_H
+#define SCHEDRUN_COMMON_H
 
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sched.h"
+#include "schedrun.h"
 
-#define SCHED__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define SCHEDRUN__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- errors: set, append a line, prefix ---- */
-int err_set(sched_error_t *err, int code, const char *fmt, ...)
+int err_set(schedrun_error_t *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-int err_append(sched_error_t *err, int code, const char *fmt, ...)
+int err_append(schedrun_error_t *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Moves src into dst (dst is cleared first); src ends empty. */
-void err_move(sched_error_t *dst, sched_error_t *src);
+void err_move(schedrun_error_t *dst, schedrun_error_t *src);
 
 /* ---- a growable buffer, always NUL-terminated ---- */
 typedef struct strbuf {
@@ -49,11 +49,11 @@ void hash_final_hex(hash_ctx *h, char out[65]); /* frees h */
 uint64_t hash_fnv1a(const void *p, size_t n);
 
 /* ---- files ---- */
-int fs_read_file(const char *path, char **data, size_t *len, sched_error_t *err);
-int fs_mkdir_p(const char *path, sched_error_t *err);
+int fs_read_file(const char *path, char **data, size_t *len, schedrun_error_t *err);
+int fs_mkdir_p(const char *path, schedrun_error_t *err);
 /* Writes through a temporary file in the same directory, then renames it
  * into place: readers see the old file or the new one, never a part. */
-int fs_write_atomic(const char *path, const void *data, size_t len, sched_error_t *err);
+int fs_write_atomic(const char *path, const void *data, size_t len, schedrun_error_t *err);
 /* The directory part of a path ("." when none), heap-allocated. */
 char *fs_dirname(const char *path);
 /* `rel` resolved against the directory of `base_file` (rel if absolute). */

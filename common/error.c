@@ -5,32 +5,32 @@
 
 #include "common/common.h"
 
-const char *sched_strerror(int code) {
+const char *schedrun_strerror(int code) {
   switch (code) {
-  case SCHED_OK: return "ok";
-  case SCHED_EINVAL: return "invalid argument";
-  case SCHED_ENOMEM: return "out of memory";
-  case SCHED_ECONFIG: return "config error";
-  case SCHED_ECOMPILE: return "kernel compile error";
-  case SCHED_EVERIFY: return "verification failed";
-  case SCHED_EBACKEND: return "backend error";
-  case SCHED_EPROTO: return "malformed message";
-  case SCHED_ETIMEOUT: return "timed out";
-  case SCHED_ECLOSED: return "scheduler closed";
-  case SCHED_EIO: return "i/o error";
-  case SCHED_EINTERNAL: return "internal error";
+  case SCHEDRUN_OK: return "ok";
+  case SCHEDRUN_EINVAL: return "invalid argument";
+  case SCHEDRUN_ENOMEM: return "out of memory";
+  case SCHEDRUN_ECONFIG: return "config error";
+  case SCHEDRUN_ECOMPILE: return "kernel compile error";
+  case SCHEDRUN_EVERIFY: return "verification failed";
+  case SCHEDRUN_EBACKEND: return "backend error";
+  case SCHEDRUN_EPROTO: return "malformed message";
+  case SCHEDRUN_ETIMEOUT: return "timed out";
+  case SCHEDRUN_ECLOSED: return "scheduler closed";
+  case SCHEDRUN_EIO: return "i/o error";
+  case SCHEDRUN_EINTERNAL: return "internal error";
   default: return "unknown error";
   }
 }
 
-void sched_error_clear(sched_error_t *err) {
+void schedrun_error_clear(schedrun_error_t *err) {
   if (!err) return;
   free(err->message);
   err->message = NULL;
-  err->code = SCHED_OK;
+  err->code = SCHEDRUN_OK;
 }
 
-static int err_vput(sched_error_t *err, int code, bool append, const char *fmt, va_list ap) {
+static int err_vput(schedrun_error_t *err, int code, bool append, const char *fmt, va_list ap) {
   if (!err) return code;
   strbuf sb;
   sb_init(&sb);
@@ -45,7 +45,7 @@ static int err_vput(sched_error_t *err, int code, bool append, const char *fmt, 
   return code;
 }
 
-int err_set(sched_error_t *err, int code, const char *fmt, ...) {
+int err_set(schedrun_error_t *err, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   err_vput(err, code, false, fmt, ap);
@@ -53,7 +53,7 @@ int err_set(sched_error_t *err, int code, const char *fmt, ...) {
   return code;
 }
 
-int err_append(sched_error_t *err, int code, const char *fmt, ...) {
+int err_append(schedrun_error_t *err, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   err_vput(err, code, true, fmt, ap);
@@ -61,15 +61,15 @@ int err_append(sched_error_t *err, int code, const char *fmt, ...) {
   return code;
 }
 
-void err_move(sched_error_t *dst, sched_error_t *src) {
+void err_move(schedrun_error_t *dst, schedrun_error_t *src) {
   if (!dst) {
-    sched_error_clear(src);
+    schedrun_error_clear(src);
     return;
   }
-  sched_error_clear(dst);
+  schedrun_error_clear(dst);
   *dst = *src;
   src->message = NULL;
-  src->code = SCHED_OK;
+  src->code = SCHEDRUN_OK;
 }
 
 char *xstrdup(const char *s) { return s ? strdup(s) : NULL; }

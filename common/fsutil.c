@@ -12,11 +12,11 @@
 
 #include "common/common.h"
 
-int fs_read_file(const char *path, char **data, size_t *len, sched_error_t *err) {
+int fs_read_file(const char *path, char **data, size_t *len, schedrun_error_t *err) {
   *data = NULL;
   *len = 0;
   FILE *f = fopen(path, "rb");
-  if (!f) return err_set(err, SCHED_EIO, "%s: cannot open: %s", path, strerror(errno));
+  if (!f) return err_set(err, SCHEDRUN_EIO, "%s: cannot open: %s", path, strerror(errno));
   strbuf sb;
   sb_init(&sb);
   char buf[65536];
@@ -26,20 +26,20 @@ int fs_read_file(const char *path, char **data, size_t *len, sched_error_t *err)
   fclose(f);
   if (bad) {
     sb_free(&sb);
-    return err_set(err, SCHED_EIO, "%s: read failed", path);
+    return err_set(err, SCHEDRUN_EIO, "%s: read failed", path);
   }
   if (sb.failed) {
     sb_free(&sb);
-    return err_set(err, SCHED_ENOMEM, "%s: out of memory reading the file", path);
+    return err_set(err, SCHEDRUN_ENOMEM, "%s: out of memory reading the file", path);
   }
   *len = sb.len;
   *data = sb_take(&sb);
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-int fs_mkdir_p(const char *path, sched_error_t *err) {
+int fs_mkdir_p(const char *path, schedrun_error_t *err) {
   char *p = xstrdup(path);
-  if (!p) return err_set(err, SCHED_ENOMEM, "out of memory");
+  if (!p) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   for (char *s = p + 1;; s++) {
     if (*s == '/' || *s == '\0') {
       char c = *s;
@@ -47,26 +47,26 @@ int fs_mkdir_p(const char *path, sched_error_t *err) {
       if (mkdir(p, 0755) != 0 && errno != EEXIST) {
         int e = errno;
         free(p);
-        return err_set(err, SCHED_EIO, "%s: cannot create directory: %s", path, strerror(e));
+        return err_set(err, SCHEDRUN_EIO, "%s: cannot create directory: %s", path, strerror(e));
       }
       *s = c;
       if (c == '\0') break;
     }
   }
   free(p);
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-int fs_write_atomic(const char *path, const void *data, size_t len, sched_error_t *err) {
+int fs_write_atomic(const char *path, const void *data, size_t len, schedrun_error_t *err) {
   strbuf tmp;
   sb_init(&tmp);
   sb_addf(&tmp, "%s.tmp.XXXXXX", path);
-  if (tmp.failed) return err_set(err, SCHED_ENOMEM, "out of memory");
+  if (tmp.failed) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   int fd = mkstemp(tmp.data);
   if (fd < 0) {
     int e = errno;
     sb_free(&tmp);
-    return err_set(err, SCHED_EIO, "%s: cannot create a temporary file: %s", path, strerror(e));
+    return err_set(err, SCHEDRUN_EIO, "%s: cannot create a temporary file: %s", path, strerror(e));
   }
   const char *p = data;
   size_t left = len;
@@ -78,7 +78,7 @@ int fs_write_atomic(const char *path, const void *data, size_t len, sched_error_
       close(fd);
       unlink(tmp.data);
       sb_free(&tmp);
-      return err_set(err, SCHED_EIO, "%s: write failed: %s", path, strerror(e));
+      return err_set(err, SCHEDRUN_EIO, "%s: write failed: %s", path, strerror(e));
     }
     p += w;
     left -= (size_t)w;
@@ -87,10 +87,10 @@ int fs_write_atomic(const char *path, const void *data, size_t len, sched_error_
     int e = errno;
     unlink(tmp.data);
     sb_free(&tmp);
-    return err_set(err, SCHED_EIO, "%s: cannot publish: %s", path, strerror(e));
+    return err_set(err, SCHEDRUN_EIO, "%s: cannot publish: %s", path, strerror(e));
   }
   sb_free(&tmp);
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 char *fs_dirname(const char *path) {

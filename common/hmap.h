@@ -4,8 +4,8 @@
  * into the entries; values belong to the caller. Not thread-safe: every map
  * lives inside one actor or behind its owner's lock.
  */
-#ifndef SCHED_HMAP_H
-#define SCHED_HMAP_H
+#ifndef SCHEDRUN_HMAP_H
+#define SCHEDRUN_HMAP_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -5,18 +5,18 @@
 
 #include "gpu/backend.h"
 
-static int host_count(const char *spec, sched_error_t *err) {
+static int host_count(const char *spec, schedrun_error_t *err) {
   char *end;
   long n = strtol(spec + 5, &end, 10);
-  if (spec[5] == '\0' || *end != '\0' || n < 1 || n > SCHED_MAX_DEVICES)
-    return err_set(err, SCHED_EINVAL, "devices '%s': host:N needs N from 1 to %d", spec, SCHED_MAX_DEVICES);
+  if (spec[5] == '\0' || *end != '\0' || n < 1 || n > SCHEDRUN_MAX_DEVICES)
+    return err_set(err, SCHEDRUN_EINVAL, "devices '%s': host:N needs N from 1 to %d", spec, SCHEDRUN_MAX_DEVICES);
   return (int)n;
 }
 
 /* "auto": every GPU, else one host device. "all": every GPU, else one host
  * device per core. "cuda", "cuda:I,J": those GPUs or an error. "host",
  * "host:N": host devices. */
-int gpu_backend_open(const char *devices, gpu_backend **out, char **why_fallback, sched_error_t *err) {
+int gpu_backend_open(const char *devices, gpu_backend **out, char **why_fallback, schedrun_error_t *err) {
   *out = NULL;
   if (why_fallback) *why_fallback = NULL;
   const char *spec = devices ? devices : "auto";
@@ -26,29 +26,29 @@ int gpu_backend_open(const char *devices, gpu_backend **out, char **why_fallback
     return n < 0 ? n : gpu_host_open(n, out, err);
   }
   if (!strcmp(spec, "auto") || !strcmp(spec, "all")) {
-    sched_error_t why = {0};
-    if (gpu_cuda_open(NULL, 0, out, &why) == SCHED_OK) return SCHED_OK;
+    schedrun_error_t why = {0};
+    if (gpu_cuda_open(NULL, 0, out, &why) == SCHEDRUN_OK) return SCHEDRUN_OK;
     if (why_fallback) *why_fallback = xstrdup(why.message);
-    sched_error_clear(&why);
+    schedrun_error_clear(&why);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int n = !strcmp(spec, "all") ? (int)(cores < 1 ? 1 : cores > SCHED_MAX_DEVICES ? SCHED_MAX_DEVICES : cores) : 1;
+    int n = !strcmp(spec, "all") ? (int)(cores < 1 ? 1 : cores > SCHEDRUN_MAX_DEVICES ? SCHEDRUN_MAX_DEVICES : cores) : 1;
     return gpu_host_open(n, out, err);
   }
   if (!strcmp(spec, "cuda")) return gpu_cuda_open(NULL, 0, out, err);
   if (!strncmp(spec, "cuda:", 5)) {
-    int which[SCHED_MAX_DEVICES], n = 0;
+    int which[SCHEDRUN_MAX_DEVICES], n = 0;
     for (const char *p = spec + 5;;) {
       char *end;
       long v = strtol(p, &end, 10);
-      if (end == p || v < 0 || v >= SCHED_MAX_DEVICES || n == SCHED_MAX_DEVICES || (*end && *end != ','))
-        return err_set(err, SCHED_EINVAL, "devices '%s': cuda:I,J needs device numbers", spec);
+      if (end == p || v < 0 || v >= SCHEDRUN_MAX_DEVICES || n == SCHEDRUN_MAX_DEVICES || (*end && *end != ','))
+        return err_set(err, SCHEDRUN_EINVAL, "devices '%s': cuda:I,J needs device numbers", spec);
       which[n++] = (int)v;
       if (!*end) break;
       p = end + 1;
     }
     return gpu_cuda_open(which, n, out, err);
   }
-  return err_set(err, SCHED_EINVAL, "devices '%s' is not one of auto, host, host:N, cuda, cuda:I,J, all", spec);
+  return err_set(err, SCHEDRUN_EINVAL, "devices '%s' is not one of auto, host, host:N, cuda, cuda:I,J, all", spec);
 }
 
 void gpu_backend_close(gpu_backend **b) {
@@ -71,9 +71,9 @@ int gpu_params_parse(const char *text, prog_type *out, int max) {
   for (;;) {
     size_t len = strcspn(p, ",");
     size_t i = 0;
-    while (i < SCHED__ARRAY_LEN(names) && !(strlen(names[i]) == len && !strncmp(p, names[i], len)))
+    while (i < SCHEDRUN__ARRAY_LEN(names) && !(strlen(names[i]) == len && !strncmp(p, names[i], len)))
       i++;
-    if (i == SCHED__ARRAY_LEN(names) || n >= max) return -1;
+    if (i == SCHEDRUN__ARRAY_LEN(names) || n >= max) return -1;
     out[n++] = (prog_type)i;
     if (!p[len]) return n;
     p += len + 1;

@@ -8,8 +8,8 @@
  * prepared list of nodes (a CUDA graph on GPUs, a launch list on the host)
  * that is built once, updated node by node, and launched many times.
  */
-#ifndef SCHED_GPU_BACKEND_H
-#define SCHED_GPU_BACKEND_H
+#ifndef SCHEDRUN_GPU_BACKEND_H
+#define SCHEDRUN_GPU_BACKEND_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -60,38 +60,38 @@ typedef struct gpu_ops {
   const char *(*target)(const gpu_backend *b, int dev);
   const char *(*arch)(const gpu_backend *b, int dev);
 
-  int (*mem_alloc)(gpu_backend *b, int dev, uint64_t bytes, uint64_t *addr, sched_error_t *err);
+  int (*mem_alloc)(gpu_backend *b, int dev, uint64_t bytes, uint64_t *addr, schedrun_error_t *err);
   void (*mem_free)(gpu_backend *b, int dev, uint64_t addr);
-  int (*mem_zero)(gpu_backend *b, int dev, uint64_t addr, uint64_t n, sched_error_t *err);
+  int (*mem_zero)(gpu_backend *b, int dev, uint64_t addr, uint64_t n, schedrun_error_t *err);
   int (*copy_htod)(gpu_backend *b, int dev, uint64_t dst, const void *src, uint64_t n,
-                   sched_error_t *err);
+                   schedrun_error_t *err);
   int (*copy_dtoh)(gpu_backend *b, int dev, void *dst, uint64_t src, uint64_t n,
-                   sched_error_t *err);
+                   schedrun_error_t *err);
 
   /* Loads a compiled artifact's payload (a shared object, a cubin). */
   int (*module_load)(gpu_backend *b, int dev, const void *image, size_t len, gpu_module **out,
-                     sched_error_t *err);
+                     schedrun_error_t *err);
   void (*module_unload)(gpu_backend *b, gpu_module *m);
   int (*module_function)(gpu_backend *b, gpu_module *m, const char *entry, gpu_function *out,
-                         sched_error_t *err);
+                         schedrun_error_t *err);
 
   /* Runs one launch node now, without a sequence (eager execution); waits for
    * it when `wait`, else queues it on the device's stream. */
-  int (*launch)(gpu_backend *b, int dev, const gpu_node *n, bool wait, sched_error_t *err);
+  int (*launch)(gpu_backend *b, int dev, const gpu_node *n, bool wait, schedrun_error_t *err);
 
-  int (*seq_create)(gpu_backend *b, int dev, gpu_seq **out, sched_error_t *err);
+  int (*seq_create)(gpu_backend *b, int dev, gpu_seq **out, schedrun_error_t *err);
   /* Appends a node; *index is its position, for seq_update. For GN_WHILE the
    * backend creates the (empty) body sequence, owned by s, and stores it in
    * n->u.loop.body for the caller to fill. */
-  int (*seq_add)(gpu_seq *s, gpu_node *n, uint32_t *index, sched_error_t *err);
+  int (*seq_add)(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err);
   /* Changes a node's parameters in place; its kind must not change (nor, for
    * GN_WHILE, its body). */
-  int (*seq_update)(gpu_seq *s, uint32_t index, const gpu_node *n, sched_error_t *err);
+  int (*seq_update)(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_t *err);
   /* Makes a built sequence ready to launch (instantiates a CUDA graph, trims
    * the host arrays); called once after the last seq_add. */
-  int (*seq_finalize)(gpu_seq *s, sched_error_t *err);
+  int (*seq_finalize)(gpu_seq *s, schedrun_error_t *err);
   /* Runs the sequence on its device and waits for it to finish. */
-  int (*seq_launch)(gpu_seq *s, sched_error_t *err);
+  int (*seq_launch)(gpu_seq *s, schedrun_error_t *err);
   void (*seq_destroy)(gpu_seq *s);
 } gpu_ops;
 
@@ -103,12 +103,12 @@ struct gpu_backend {
  * `why_fallback` (may be NULL) receives the reason when "auto" fell back to
  * the host. */
 int gpu_backend_open(const char *devices, gpu_backend **out, char **why_fallback,
-                     sched_error_t *err);
+                     schedrun_error_t *err);
 void gpu_backend_close(gpu_backend **b);
 
-int gpu_host_open(int ndevices, gpu_backend **out, sched_error_t *err);
+int gpu_host_open(int ndevices, gpu_backend **out, schedrun_error_t *err);
 /* The CUDA devices listed in which[0..nwhich) (all when nwhich is 0). */
-int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, sched_error_t *err);
+int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_error_t *err);
 
 /* ---- compile targets ---- */
 
@@ -126,17 +126,17 @@ typedef struct gpu_compile_target {
   const char *ext; /* artifact file name ending */
   /* Prepares the target (loads its compiler library, say); *ctx is passed to
    * the calls below and may be used from several threads at once. */
-  int (*open)(void **ctx, sched_error_t *err);
+  int (*open)(void **ctx, schedrun_error_t *err);
   void (*close)(void *ctx);
   /* The compiler's identity and version, part of every cache key. */
-  int (*identity)(void *ctx, char **out, sched_error_t *err);
+  int (*identity)(void *ctx, char **out, schedrun_error_t *err);
   /* A cheap fingerprint of the compiler (its file, size and time) under which
    * a slow identity() may be remembered on disk; NULL when identity() is cheap. */
-  int (*stamp)(void *ctx, char **out, sched_error_t *err);
+  int (*stamp)(void *ctx, char **out, schedrun_error_t *err);
   /* Compiles req into *out (malloc'ed bytes: the artifact). *log gets the
    * compiler's messages (may be NULL). tmp_dir is private to this call. */
   int (*compile)(void *ctx, const gpu_compile_req *req, const char *tmp_dir, uint8_t **out,
-                 size_t *out_len, char **log, sched_error_t *err);
+                 size_t *out_len, char **log, schedrun_error_t *err);
 } gpu_compile_target;
 
 extern const gpu_compile_target gpu_host_target;

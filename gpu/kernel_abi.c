@@ -17,12 +17,12 @@ const char kernel_abi_traits[] =
     "template <class T> struct __sched_ptr<T *> { static const bool value = true; };\n"
     "template <class T> struct __sched_ptr<T *const> { static const bool value = true; };\n"
     "template <class T> struct __sched_integral { static const bool value = false; };\n"
-    "#define SCHED_INTEGRAL(T) template <> struct __sched_integral<T> { static const bool value = true; };\n"
-    "SCHED_INTEGRAL(char) SCHED_INTEGRAL(signed char) SCHED_INTEGRAL(unsigned char)\n"
-    "SCHED_INTEGRAL(short) SCHED_INTEGRAL(unsigned short) SCHED_INTEGRAL(int) SCHED_INTEGRAL(unsigned int)\n"
-    "SCHED_INTEGRAL(long) SCHED_INTEGRAL(unsigned long) SCHED_INTEGRAL(long long)\n"
-    "SCHED_INTEGRAL(unsigned long long)\n"
-    "#undef SCHED_INTEGRAL\n"
+    "#define SCHEDRUN_INTEGRAL(T) template <> struct __sched_integral<T> { static const bool value = true; };\n"
+    "SCHEDRUN_INTEGRAL(char) SCHEDRUN_INTEGRAL(signed char) SCHEDRUN_INTEGRAL(unsigned char)\n"
+    "SCHEDRUN_INTEGRAL(short) SCHEDRUN_INTEGRAL(unsigned short) SCHEDRUN_INTEGRAL(int) SCHEDRUN_INTEGRAL(unsigned int)\n"
+    "SCHEDRUN_INTEGRAL(long) SCHEDRUN_INTEGRAL(unsigned long) SCHEDRUN_INTEGRAL(long long)\n"
+    "SCHEDRUN_INTEGRAL(unsigned long long)\n"
+    "#undef SCHEDRUN_INTEGRAL\n"
     "template <class T, bool S, unsigned N> struct __sched_int {\n"
     "  static const bool value = __sched_integral<T>::value && ((T)-1 < (T)0) == S && sizeof(T) == N; };\n";
 

@@ -1,8 +1,8 @@
 /* The C++ text that checks a kernel's declared `params` against its
  * signature at compile time, shared by every compile target. Self-contained
  * (no standard headers), so NVRTC takes it as well as the host compiler. */
-#ifndef SCHED_KERNEL_ABI_H
-#define SCHED_KERNEL_ABI_H
+#ifndef SCHEDRUN_KERNEL_ABI_H
+#define SCHEDRUN_KERNEL_ABI_H
 
 #include "common/common.h"
 #include "gpu/backend.h"

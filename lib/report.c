@@ -7,13 +7,13 @@
 
 typedef struct job_entry {
   bool seen;
-  sched_job_info_t info;
+  schedrun_job_info_t info;
   uint64_t t_submit, t_compile, t_record, t_execute, t_done;
   msg_outputs outputs; /* kept outputs */
   char **names;
 } job_entry;
 
-struct sched_report {
+struct schedrun_report {
   int repeat, jobs;
   bool keep;
   char *name;
@@ -23,18 +23,18 @@ struct sched_report {
   size_t nfailures, cap;
   int first_error;
   char *first_error_text;
-  sched_summary_t sum;
+  schedrun_summary_t sum;
 };
 
-sched_report_t *report_new(const sched_t *s, const prog_program *p, int repeat, int jobs, bool keep) {
-  sched_report_t *r = calloc(1, sizeof *r);
+schedrun_report_t *report_new(const schedrun_t *s, const prog_program *p, int repeat, int jobs, bool keep) {
+  schedrun_report_t *r = calloc(1, sizeof *r);
   if (!r) return NULL;
   r->repeat = repeat;
   r->jobs = jobs;
   r->keep = keep;
   r->name = xstrdup(p->name);
   r->entries = calloc((size_t)repeat * (size_t)jobs, sizeof *r->entries);
-  int nd = sched_device_count(s);
+  int nd = schedrun_device_count(s);
   r->device_names = calloc((size_t)(nd ? nd : 1), sizeof *r->device_names);
   if (!r->entries || !r->device_names || !r->name) {
     free(r->entries);
@@ -45,14 +45,14 @@ sched_report_t *report_new(const sched_t *s, const prog_program *p, int repeat, 
   }
   r->sum.ndevices = nd;
   for (int d = 0; d < nd; d++) {
-    snprintf(r->device_names[d], sizeof r->device_names[d], "%s", sched_device_name(s, d));
+    snprintf(r->device_names[d], sizeof r->device_names[d], "%s", schedrun_device_name(s, d));
     snprintf(r->sum.devices[d].name, sizeof r->sum.devices[d].name, "%s", r->device_names[d]);
   }
   r->sum.runs = (uint32_t)repeat;
   return r;
 }
 
-static void add_failure(sched_report_t *r, char *text) {
+static void add_failure(schedrun_report_t *r, char *text) {
   if (!text) return;
   if (r->nfailures == r->cap) {
     size_t cap = r->cap ? r->cap * 2 : 16;
@@ -67,10 +67,10 @@ static void add_failure(sched_report_t *r, char *text) {
   r->failures[r->nfailures++] = text;
 }
 
-bool report_add(sched_report_t *r, size_t index, sched_job_result_t *res) {
+bool report_add(schedrun_report_t *r, size_t index, schedrun_job_result_t *res) {
   job_entry *e = &r->entries[index];
   if (e->seen) {
-    sched_job_result_free(&res);
+    schedrun_job_result_free(&res);
     return false;
   }
   e->seen = true;
@@ -80,10 +80,10 @@ bool report_add(sched_report_t *r, size_t index, sched_job_result_t *res) {
   e->t_record = res->t_record;
   e->t_execute = res->t_execute;
   e->t_done = res->t_done;
-  const sched_job_info_t *c = &res->info;
+  const schedrun_job_info_t *c = &res->info;
   int run = (int)(index / (size_t)r->jobs), job = (int)(index % (size_t)r->jobs);
   const char *dev = c->device >= 0 && c->device < r->sum.ndevices ? r->device_names[c->device] : "-";
-  sched_summary_t *sm = &r->sum;
+  schedrun_summary_t *sm = &r->sum;
   sm->jobs++;
   sm->compile_ns += c->compile_ns;
   sm->record_ns += c->record_ns;
@@ -94,7 +94,7 @@ bool report_add(sched_report_t *r, size_t index, sched_job_result_t *res) {
   sm->cache_hits += res->cache_hits;
   sm->cache_misses += res->cache_misses;
   if (c->device >= 0 && c->device < sm->ndevices) {
-    sched_device_stats_t *ds = &sm->devices[c->device];
+    schedrun_device_stats_t *ds = &sm->devices[c->device];
     ds->jobs++;
     ds->nodes_created += c->nodes_created;
     ds->nodes_updated += c->nodes_updated;
@@ -103,18 +103,18 @@ bool report_add(sched_report_t *r, size_t index, sched_job_result_t *res) {
   }
   strbuf sb;
   sb_init(&sb);
-  if (c->status == SCHED_OK) {
+  if (c->status == SCHEDRUN_OK) {
     sm->verified++;
   } else {
     sm->failed++;
-    if (c->status == SCHED_EVERIFY) {
+    if (c->status == SCHEDRUN_EVERIFY) {
       sb_addf(&sb, "run %d, job %d, device %s: %s", run, job, dev, res->error ? res->error : "");
     } else {
       if (!r->first_error) {
         r->first_error = c->status;
         r->first_error_text = xstrdup(res->error);
       }
-      sb_addf(&sb, "run %d, job %d, device %s: %s: %s", run, job, dev, sched_strerror(c->status),
+      sb_addf(&sb, "run %d, job %d, device %s: %s: %s", run, job, dev, schedrun_strerror(c->status),
               res->error ? res->error : "");
     }
     add_failure(r, sb_take(&sb));
@@ -125,32 +125,32 @@ bool report_add(sched_report_t *r, size_t index, sched_job_result_t *res) {
     memset(&res->outputs, 0, sizeof res->outputs);
     res->names = NULL;
   }
-  sched_job_result_free(&res);
+  schedrun_job_result_free(&res);
   return true;
 }
 
-void report_finish(sched_report_t *r, uint64_t wall_ns) { r->sum.wall_ns = wall_ns; }
+void report_finish(schedrun_report_t *r, uint64_t wall_ns) { r->sum.wall_ns = wall_ns; }
 
-int report_status(const sched_report_t *r, sched_error_t *err) {
+int report_status(const schedrun_report_t *r, schedrun_error_t *err) {
   if (r->first_error) return err_set(err, r->first_error, "%s", r->first_error_text ? r->first_error_text : "");
   if (r->nfailures)
-    return err_set(err, SCHED_EVERIFY, "%s%s", r->failures[0], r->nfailures > 1 ? " (and more; see the report)" : "");
-  return SCHED_OK;
+    return err_set(err, SCHEDRUN_EVERIFY, "%s%s", r->failures[0], r->nfailures > 1 ? " (and more; see the report)" : "");
+  return SCHEDRUN_OK;
 }
 
-const sched_summary_t *sched_report_summary(const sched_report_t *r) { return r ? &r->sum : NULL; }
-size_t sched_report_failure_count(const sched_report_t *r) { return r ? r->nfailures : 0; }
-const char *sched_report_failure(const sched_report_t *r, size_t i) {
+const schedrun_summary_t *schedrun_report_summary(const schedrun_report_t *r) { return r ? &r->sum : NULL; }
+size_t schedrun_report_failure_count(const schedrun_report_t *r) { return r ? r->nfailures : 0; }
+const char *schedrun_report_failure(const schedrun_report_t *r, size_t i) {
   return r && i < r->nfailures ? r->failures[i] : NULL;
 }
 
-static const job_entry *entry_at(const sched_report_t *r, int run, int job) {
+static const job_entry *entry_at(const schedrun_report_t *r, int run, int job) {
   if (!r || run < 0 || job < 0 || run >= r->repeat || job >= r->jobs) return NULL;
   const job_entry *e = &r->entries[(size_t)run * (size_t)r->jobs + (size_t)job];
   return e->seen ? e : NULL;
 }
 
-const void *sched_report_output(const sched_report_t *r, int run, int job, const char *buffer, size_t *bytes) {
+const void *schedrun_report_output(const schedrun_report_t *r, int run, int job, const char *buffer, size_t *bytes) {
   const job_entry *e = entry_at(r, run, job);
   if (bytes) *bytes = 0;
   if (!e || !buffer) return NULL;
@@ -162,16 +162,16 @@ const void *sched_report_output(const sched_report_t *r, int run, int job, const
   return NULL;
 }
 
-int sched_report_device(const sched_report_t *r, int run, int job) {
+int schedrun_report_device(const schedrun_report_t *r, int run, int job) {
   const job_entry *e = entry_at(r, run, job);
   return e ? e->info.device : -1;
 }
 
-int sched_report_job(const sched_report_t *r, int run, int job, sched_job_info_t *out) {
+int schedrun_report_job(const schedrun_report_t *r, int run, int job, schedrun_job_info_t *out) {
   const job_entry *e = entry_at(r, run, job);
-  if (!e || !out) return SCHED_EINVAL;
+  if (!e || !out) return SCHEDRUN_EINVAL;
   *out = e->info;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 /* ---- JSON ---- */
@@ -186,9 +186,9 @@ static void json_str(strbuf *sb, const char *s) {
   sb_adds(sb, "\"");
 }
 
-char *sched_report_json(const sched_report_t *r) {
+char *schedrun_report_json(const schedrun_report_t *r) {
   if (!r) return NULL;
-  const sched_summary_t *s = &r->sum;
+  const schedrun_summary_t *s = &r->sum;
   strbuf sb;
   sb_init(&sb);
   sb_adds(&sb, "{\"program\": ");
@@ -204,7 +204,7 @@ char *sched_report_json(const sched_report_t *r) {
           (unsigned long long)s->nodes_created, (unsigned long long)s->nodes_updated,
           (unsigned long long)s->nodes_reused);
   for (int d = 0; d < s->ndevices; d++) {
-    const sched_device_stats_t *ds = &s->devices[d];
+    const schedrun_device_stats_t *ds = &s->devices[d];
     sb_addf(&sb, "%s{\"name\": ", d ? ", " : "");
     json_str(&sb, ds->name);
     sb_addf(&sb,
@@ -249,8 +249,8 @@ static void lane_name(strbuf *sb, bool *first, int lane, const char *name) {
   sb_adds(sb, "}}");
 }
 
-int sched_report_write_trace(const sched_report_t *r, const char *path, sched_error_t *err) {
-  if (!r || !path) return err_set(err, SCHED_EINVAL, "sched_report_write_trace: %s is NULL", r ? "path" : "the report");
+int schedrun_report_write_trace(const schedrun_report_t *r, const char *path, schedrun_error_t *err) {
+  if (!r || !path) return err_set(err, SCHEDRUN_EINVAL, "schedrun_report_write_trace: %s is NULL", r ? "path" : "the report");
   size_t total = (size_t)r->repeat * (size_t)r->jobs;
   uint64_t base = UINT64_MAX;
   for (size_t i = 0; i < total; i++)
@@ -288,16 +288,16 @@ int sched_report_write_trace(const sched_report_t *r, const char *path, sched_er
   sb_adds(&sb, "\n]}\n");
   if (sb.failed) {
     sb_free(&sb);
-    return err_set(err, SCHED_ENOMEM, "out of memory writing the trace");
+    return err_set(err, SCHEDRUN_ENOMEM, "out of memory writing the trace");
   }
   int rc = fs_write_atomic(path, sb.data, sb.len, err);
   sb_free(&sb);
   return rc;
 }
 
-void sched_report_free(sched_report_t **pr) {
+void schedrun_report_free(schedrun_report_t **pr) {
   if (!pr || !*pr) return;
-  sched_report_t *r = *pr;
+  schedrun_report_t *r = *pr;
   size_t total = (size_t)r->repeat * (size_t)r->jobs;
   for (size_t i = 0; i < total; i++) {
     for (size_t k = 0; k < r->entries[i].outputs.n; k++) {

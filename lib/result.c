@@ -10,11 +10,11 @@ static bool expected(const prog_program *p, uint32_t b) {
   return false;
 }
 
-sched_job_result_t *result_from_complete(uint64_t id, msg_complete *c, const prog_program *p, bool keep) {
-  sched_job_result_t *r = calloc(1, sizeof *r);
+schedrun_job_result_t *result_from_complete(uint64_t id, msg_complete *c, const prog_program *p, bool keep) {
+  schedrun_job_result_t *r = calloc(1, sizeof *r);
   if (!r) return NULL;
   r->id = id;
-  r->info = (sched_job_info_t){c->status,        c->device,          (int)c->run,       (int)c->job_index, 0,
+  r->info = (schedrun_job_info_t){c->status,        c->device,          (int)c->run,       (int)c->job_index, 0,
                                c->compile_ns,    c->record_ns,       c->execute_ns,     c->counts.created,
                                c->counts.updated, c->counts.reused};
   r->t_submit = c->t_submit;
@@ -24,7 +24,7 @@ sched_job_result_t *result_from_complete(uint64_t id, msg_complete *c, const pro
   r->t_done = c->t_done;
   r->cache_hits = c->cache_hits;
   r->cache_misses = c->cache_misses;
-  if (c->status != SCHED_OK) {
+  if (c->status != SCHEDRUN_OK) {
     r->error = xstrdup(c->text ? c->text : "");
     return r;
   }
@@ -39,7 +39,7 @@ sched_job_result_t *result_from_complete(uint64_t id, msg_complete *c, const pro
     }
   }
   r->info.verified = ok;
-  if (!ok) r->info.status = SCHED_EVERIFY;
+  if (!ok) r->info.status = SCHEDRUN_EVERIFY;
   r->error = sb_take(&why);
   /* keep what the caller asked for */
   r->outputs.v = calloc(c->outputs.n ? c->outputs.n : 1, sizeof(msg_output));
@@ -54,11 +54,11 @@ sched_job_result_t *result_from_complete(uint64_t id, msg_complete *c, const pro
   return r;
 }
 
-const sched_job_info_t *sched_job_result_info(const sched_job_result_t *r) { return r ? &r->info : NULL; }
+const schedrun_job_info_t *schedrun_job_result_info(const schedrun_job_result_t *r) { return r ? &r->info : NULL; }
 
-const char *sched_job_result_error(const sched_job_result_t *r) { return r && r->error ? r->error : ""; }
+const char *schedrun_job_result_error(const schedrun_job_result_t *r) { return r && r->error ? r->error : ""; }
 
-const void *sched_job_result_output(const sched_job_result_t *r, const char *buffer, size_t *bytes) {
+const void *schedrun_job_result_output(const schedrun_job_result_t *r, const char *buffer, size_t *bytes) {
   if (bytes) *bytes = 0;
   if (!r || !buffer) return NULL;
   for (size_t i = 0; i < r->outputs.n; i++)
@@ -69,9 +69,9 @@ const void *sched_job_result_output(const sched_job_result_t *r, const char *buf
   return NULL;
 }
 
-void sched_job_result_free(sched_job_result_t **pr) {
+void schedrun_job_result_free(schedrun_job_result_t **pr) {
   if (!pr || !*pr) return;
-  sched_job_result_t *r = *pr;
+  schedrun_job_result_t *r = *pr;
   for (size_t i = 0; i < r->outputs.n; i++) {
     free(r->outputs.v[i].data.data);
     free(r->names[i]);

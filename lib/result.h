@@ -1,14 +1,14 @@
 /* A job's result, as the library hands it out, built from its COMPLETE. */
-#ifndef SCHED_RESULT_H
-#define SCHED_RESULT_H
+#ifndef SCHEDRUN_RESULT_H
+#define SCHEDRUN_RESULT_H
 
 #include "messages/msg.h"
 #include "program/program.h"
-#include "sched.h"
+#include "schedrun.h"
 
-struct sched_job_result {
-  sched_job_t id;
-  sched_job_info_t info;
+struct schedrun_job_result {
+  schedrun_job_t id;
+  schedrun_job_info_t info;
   char *error;
   msg_outputs outputs;
   char **names; /* the buffer name of each output */
@@ -17,7 +17,7 @@ struct sched_job_result {
 };
 
 /* Takes c's outputs; verifies them against p's expectations (a failure makes
- * the status SCHED_EVERIFY); keeps only expected buffers unless keep. */
-sched_job_result_t *result_from_complete(uint64_t id, msg_complete *c, const prog_program *p, bool keep);
+ * the status SCHEDRUN_EVERIFY); keeps only expected buffers unless keep. */
+schedrun_job_result_t *result_from_complete(uint64_t id, msg_complete *c, const prog_program *p, bool keep);
 
 #endif

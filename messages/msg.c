@@ -23,5 +23,5 @@ int msg_init(msg *m, int type, uint64_t job, const char *from) {
   m->type = type;
   m->job = job;
   m->from = xstrdup(from ? from : "");
-  return m->from ? SCHED_OK : SCHED_ENOMEM;
+  return m->from ? SCHEDRUN_OK : SCHEDRUN_ENOMEM;
 }

@@ -12,13 +12,13 @@
  * cannot drift apart. The decoder is strict: every field must be present with
  * its type, no field may be unknown or repeated, and lengths are bounded.
  */
-#ifndef SCHED_MSG_H
-#define SCHED_MSG_H
+#ifndef SCHEDRUN_MSG_H
+#define SCHEDRUN_MSG_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sched.h"
+#include "schedrun.h"
 
 #define MSG_VERSION 1
 #define MSG_MAX_BYTES (1u << 30)     /* a whole message */
@@ -189,9 +189,9 @@ int msg_init(msg *m, int type, uint64_t job, const char *from);
 void msg_free(msg *m);
 
 /* Encodes m into a malloc'ed buffer. Fails only on a bad type or no memory. */
-int msg_encode(const msg *m, uint8_t **out, size_t *len, sched_error_t *err);
-/* Decodes data into m. Malformed input gives SCHED_EPROTO and a sentence naming
+int msg_encode(const msg *m, uint8_t **out, size_t *len, schedrun_error_t *err);
+/* Decodes data into m. Malformed input gives SCHEDRUN_EPROTO and a sentence naming
  * the field; m is then empty (nothing to free, but msg_free is harmless). */
-int msg_decode(const void *data, size_t len, msg *m, sched_error_t *err);
+int msg_decode(const void *data, size_t len, msg *m, schedrun_error_t *err);
 
 #endif

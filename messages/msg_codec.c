@@ -2,7 +2,7 @@
  * The msgpack codec for every message, driven by one schema table per body.
  *
  * Decoding happens in three steps, each of which rejects bad bytes with
- * SCHED_EPROTO instead of crashing:
+ * SCHEDRUN_EPROTO instead of crashing:
  *   1. a structural scan checks the bytes form exactly one msgpack object, no
  *      deeper than MSG_MAX_DEPTH, and that no container claims more elements
  *      than there are bytes left (so an absurd length never allocates);
@@ -46,7 +46,7 @@ typedef struct { void *v; size_t n; } any_arr;
 #define FN(T, path, key, kind) {key, sizeof(key) - 1, kind, offsetof(T, path), NULL}
 #define SCHEMA(var, T, ...)                                                          \
   static const field var##_fields[] = {__VA_ARGS__};                                 \
-  static const schema var = {#T, sizeof(T), SCHED__ARRAY_LEN(var##_fields), var##_fields}
+  static const schema var = {#T, sizeof(T), SCHEDRUN__ARRAY_LEN(var##_fields), var##_fields}
 
 SCHEMA(kernel_s, msg_kernel, F(msg_kernel, name, FK_STR), F(msg_kernel, entry, FK_STR),
        F(msg_kernel, params, FK_STR), F(msg_kernel, source, FK_STR), F(msg_kernel, where, FK_STR),
@@ -225,11 +225,11 @@ static int outbuf_write(void *data, const char *buf, size_t len) {
   return 0;
 }
 
-int msg_encode(const msg *m, uint8_t **out, size_t *len, sched_error_t *err) {
+int msg_encode(const msg *m, uint8_t **out, size_t *len, schedrun_error_t *err) {
   *out = NULL;
   *len = 0;
   if (m->type <= 0 || m->type >= MSG__END)
-    return err_set(err, SCHED_EINVAL, "cannot encode a message of unknown type %d", m->type);
+    return err_set(err, SCHEDRUN_EINVAL, "cannot encode a message of unknown type %d", m->type);
   outbuf ob = {NULL, 0, 0, false};
   msgpack_packer pk;
   msgpack_packer_init(&pk, &ob, outbuf_write);
@@ -246,11 +246,11 @@ int msg_encode(const msg *m, uint8_t **out, size_t *len, sched_error_t *err) {
   pack_struct(&pk, body_schema[m->type], &m->body);
   if (ob.failed || !ob.data) {
     free(ob.data);
-    return err_set(err, SCHED_ENOMEM, "out of memory encoding %s", msg_type_name(m->type));
+    return err_set(err, SCHEDRUN_ENOMEM, "out of memory encoding %s", msg_type_name(m->type));
   }
   *len = ob.len;
   *out = (uint8_t *)ob.data;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 /* ---- step 1: structural scan ------------------------------------------- */
@@ -334,12 +334,12 @@ static const char *scan(const uint8_t *p, size_t n) {
 /* ---- step 3: schema walk ------------------------------------------------- */
 
 typedef struct dctx {
-  sched_error_t *err;
+  schedrun_error_t *err;
   const char *type;
 } dctx;
 
 static int bad(dctx *d, const char *where, const char *what) {
-  return err_set(d->err, SCHED_EPROTO, "malformed %s message: %s: %s", d->type, where, what);
+  return err_set(d->err, SCHEDRUN_EPROTO, "malformed %s message: %s: %s", d->type, where, what);
 }
 
 static bool key_is(const msgpack_object *k, const char *name) {
@@ -358,12 +358,12 @@ static int get_int(dctx *d, const char *where, const msgpack_object *o, int64_t 
     if (o->via.u64 > hi) return bad(d, where, "integer out of range");
     if (u) *u = o->via.u64;
     if (s) *s = (int64_t)o->via.u64;
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   }
   if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
     if (!is_signed || o->via.i64 < lo) return bad(d, where, "integer out of range");
     if (s) *s = o->via.i64;
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   }
   return bad(d, where, "expected an integer");
 }
@@ -372,10 +372,10 @@ static int get_str(dctx *d, const char *where, const msgpack_object *o, char **o
   if (o->type != MSGPACK_OBJECT_STR) return bad(d, where, "expected a string");
   if (o->via.str.size > MSG_MAX_STRING) return bad(d, where, "string too long");
   *out = malloc(o->via.str.size + 1);
-  if (!*out) return err_set(d->err, SCHED_ENOMEM, "out of memory decoding %s", d->type);
+  if (!*out) return err_set(d->err, SCHEDRUN_ENOMEM, "out of memory decoding %s", d->type);
   memcpy(*out, o->via.str.ptr, o->via.str.size);
   (*out)[o->via.str.size] = '\0';
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static int get_array(dctx *d, const char *where, const msgpack_object *o, size_t elem, void **v,
@@ -384,10 +384,10 @@ static int get_array(dctx *d, const char *where, const msgpack_object *o, size_t
   if (o->via.array.size > MSG_MAX_ARRAY) return bad(d, where, "array too long");
   *n = 0;
   *v = NULL;
-  if (o->via.array.size == 0) return SCHED_OK;
+  if (o->via.array.size == 0) return SCHEDRUN_OK;
   *v = calloc(o->via.array.size, elem);
-  if (!*v) return err_set(d->err, SCHED_ENOMEM, "out of memory decoding %s", d->type);
-  return SCHED_OK;
+  if (!*v) return err_set(d->err, SCHEDRUN_ENOMEM, "out of memory decoding %s", d->type);
+  return SCHEDRUN_OK;
 }
 
 static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void *base);
@@ -401,19 +401,19 @@ static int decode_field(dctx *d, const field *f, const msgpack_object *o, void *
   case FK_U32:
     if ((rc = get_int(d, w, o, 0, UINT32_MAX, false, &u, NULL))) return rc;
     *(uint32_t *)p = (uint32_t)u;
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   case FK_I32:
     if ((rc = get_int(d, w, o, INT32_MIN, INT32_MAX, true, NULL, &sv))) return rc;
     *(int32_t *)p = (int32_t)sv;
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   case FK_U64:
     if ((rc = get_int(d, w, o, 0, UINT64_MAX, false, &u, NULL))) return rc;
     *(uint64_t *)p = u;
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   case FK_I64:
     if ((rc = get_int(d, w, o, INT64_MIN, INT64_MAX, true, NULL, &sv))) return rc;
     *(int64_t *)p = sv;
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   case FK_STR:
     return get_str(d, w, o, (char **)p);
   case FK_BIN: {
@@ -421,9 +421,9 @@ static int decode_field(dctx *d, const field *f, const msgpack_object *o, void *
     msg_bytes *b = p;
     b->len = o->via.bin.size;
     b->data = malloc(b->len ? b->len : 1);
-    if (!b->data) return err_set(d->err, SCHED_ENOMEM, "out of memory decoding %s", d->type);
+    if (!b->data) return err_set(d->err, SCHEDRUN_ENOMEM, "out of memory decoding %s", d->type);
     if (b->len) memcpy(b->data, o->via.bin.ptr, b->len);
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   }
   case FK_U64S: {
     msg_u64s *a = p;
@@ -433,7 +433,7 @@ static int decode_field(dctx *d, const field *f, const msgpack_object *o, void *
         return rc;
       a->n++;
     }
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   }
   case FK_STRS: {
     msg_strs *a = p;
@@ -442,7 +442,7 @@ static int decode_field(dctx *d, const field *f, const msgpack_object *o, void *
       if ((rc = get_str(d, w, &o->via.array.ptr[k], &a->v[k]))) return rc;
       a->n++;
     }
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   }
   case FK_ARR: {
     any_arr *a = p;
@@ -453,7 +453,7 @@ static int decode_field(dctx *d, const field *f, const msgpack_object *o, void *
       if ((rc = decode_struct(d, f->sub, &o->via.array.ptr[k], (char *)a->v + k * f->sub->size)))
         return rc;
     }
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   }
   }
   return bad(d, w, "unknown field kind");
@@ -484,10 +484,10 @@ static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void
   }
   for (size_t i = 0; i < s->nfields; i++)
     if (!(seen & (1ull << i))) return bad(d, s->fields[i].wire, "missing field");
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-int msg_decode(const void *data, size_t len, msg *m, sched_error_t *err) {
+int msg_decode(const void *data, size_t len, msg *m, schedrun_error_t *err) {
   memset(m, 0, sizeof *m);
   dctx d = {err, "?"};
   if (!data || len == 0) return bad(&d, "envelope", "empty message");
@@ -504,14 +504,14 @@ int msg_decode(const void *data, size_t len, msg *m, sched_error_t *err) {
     return bad(&d, "envelope", ur == MSGPACK_UNPACK_NOMEM_ERROR ? "out of memory" : "not msgpack");
   }
   const msgpack_object *o = &up.data;
-  int rc = SCHED_OK;
+  int rc = SCHEDRUN_OK;
   const msgpack_object *body = NULL;
   unsigned have = 0;
   if (o->type != MSGPACK_OBJECT_MAP || o->via.map.size != 5) {
     rc = bad(&d, "envelope", "expected a map of v, type, job, from, body");
     goto out;
   }
-  for (uint32_t k = 0; k < 5 && rc == SCHED_OK; k++) {
+  for (uint32_t k = 0; k < 5 && rc == SCHEDRUN_OK; k++) {
     const msgpack_object *key = &o->via.map.ptr[k].key, *val = &o->via.map.ptr[k].val;
     uint64_t u = 0;
     unsigned bit;
@@ -539,17 +539,17 @@ int msg_decode(const void *data, size_t len, msg *m, sched_error_t *err) {
       rc = bad(&d, "envelope", "unknown field");
       break;
     }
-    if (rc == SCHED_OK && (have & bit)) rc = bad(&d, "envelope", "repeated field");
+    if (rc == SCHEDRUN_OK && (have & bit)) rc = bad(&d, "envelope", "repeated field");
     have |= bit;
   }
-  if (rc == SCHED_OK) {
+  if (rc == SCHEDRUN_OK) {
     /* type is known here: all five distinct keys were seen */
     d.type = msg_type_name(m->type);
     rc = decode_struct(&d, body_schema[m->type], body, &m->body);
   }
 out:
   msgpack_unpacked_destroy(&up);
-  if (rc != SCHED_OK) {
+  if (rc != SCHEDRUN_OK) {
     int type = m->type;
     if (type <= 0 || type >= MSG__END) m->type = 0;
     msg_free(m);

@@ -19,7 +19,7 @@
 typedef struct ld {
   yaml_document_t doc;
   const char *file;
-  sched_error_t *err;
+  schedrun_error_t *err;
   int problems;
   prog_program *p;
   uint32_t next_command;
@@ -43,7 +43,7 @@ __attribute__((format(printf, 3, 4))) static void problem(ld *l, const node *n, 
   sb_vaddf(&sb, fmt, ap);
   va_end(ap);
   prog_loc lc = n ? loc_of(n) : (prog_loc){1, 1};
-  err_append(l->err, SCHED_ECONFIG, "%s:%d:%d: %s", l->file, lc.line, lc.col,
+  err_append(l->err, SCHEDRUN_ECONFIG, "%s:%d:%d: %s", l->file, lc.line, lc.col,
              sb.data ? sb.data : "");
   sb_free(&sb);
 }
@@ -143,7 +143,7 @@ static const char *read_str(ld *l, node *n, const char *what) {
 
 static bool parse_type(const char *s, prog_type *t) {
   static const char *const names[] = {"i32", "u32", "i64", "u64", "f32", "f64", "ptr", "u8"};
-  for (size_t i = 0; i < SCHED__ARRAY_LEN(names); i++)
+  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(names); i++)
     if (strcmp(s, names[i]) == 0) {
       *t = (prog_type)i;
       return true;
@@ -246,8 +246,8 @@ static void load_kernels(ld *l, node *n) {
         char *path = fs_join_rel(l->file, rel);
         char *data = NULL;
         size_t len = 0;
-        sched_error_t e = {0};
-        if (!path || fs_read_file(path, &data, &len, &e) != SCHED_OK) {
+        schedrun_error_t e = {0};
+        if (!path || fs_read_file(path, &data, &len, &e) != SCHEDRUN_OK) {
           problem(l, f[2], "cannot read kernel file '%s': %s", rel, e.message ? e.message : "");
         } else if (memchr(data, '\0', len)) {
           problem(l, f[2], "kernel file '%s' is not text", rel);
@@ -258,7 +258,7 @@ static void load_kernels(ld *l, node *n) {
           path = NULL;
           kr->first_line = 1;
         }
-        sched_error_clear(&e);
+        schedrun_error_clear(&e);
         free(data);
         free(path);
       }
@@ -300,8 +300,8 @@ static void load_init(ld *l, node *n, prog_buffer *b) {
     char *path = fs_join_rel(l->file, rel);
     char *data = NULL;
     size_t len = 0;
-    sched_error_t e = {0};
-    if (!path || fs_read_file(path, &data, &len, &e) != SCHED_OK)
+    schedrun_error_t e = {0};
+    if (!path || fs_read_file(path, &data, &len, &e) != SCHEDRUN_OK)
       problem(l, f[3], "cannot read init file '%s': %s", rel, e.message ? e.message : "");
     else if (len != b->count * es)
       problem(l, f[3], "init file '%s' has %zu bytes; buffer '%s' needs %llu", rel, len, b->name,
@@ -310,7 +310,7 @@ static void load_init(ld *l, node *n, prog_buffer *b) {
       b->image = (uint8_t *)data;
       data = NULL;
     }
-    sched_error_clear(&e);
+    schedrun_error_clear(&e);
     free(data);
     free(path);
     return;
@@ -812,9 +812,9 @@ static void load_expect(ld *l, node *n) {
         char *path = fs_join_rel(l->file, rel);
         char *data = NULL;
         size_t len = 0;
-        sched_error_t er = {0};
+        schedrun_error_t er = {0};
         size_t es = prog_type_size(buf->type);
-        if (!path || fs_read_file(path, &data, &len, &er) != SCHED_OK)
+        if (!path || fs_read_file(path, &data, &len, &er) != SCHEDRUN_OK)
           problem(l, fk, "cannot read expect file '%s': %s", rel, er.message ? er.message : "");
         else if (len != buf->count * es)
           problem(l, fk, "expect file '%s' has %zu bytes; buffer '%s' holds %llu", rel, len, buf->name,
@@ -823,7 +823,7 @@ static void load_expect(ld *l, node *n) {
           for (uint64_t i = 0; i < buf->count; i++) e->values[i] = prog_element(buf->type, data, i);
           e->n = buf->count;
         }
-        sched_error_clear(&er);
+        schedrun_error_clear(&er);
         free(data);
         free(path);
       }
@@ -839,7 +839,7 @@ static bool devices_valid(const char *s) {
   if (!strncmp(s, "host:", 5)) {
     char *end;
     long n = strtol(s + 5, &end, 10);
-    return s[5] && *end == '\0' && n >= 1 && n <= SCHED_MAX_DEVICES;
+    return s[5] && *end == '\0' && n >= 1 && n <= SCHEDRUN_MAX_DEVICES;
   }
   if (!strncmp(s, "cuda:", 5)) {
     const char *p = s + 5;
@@ -847,7 +847,7 @@ static bool devices_valid(const char *s) {
     while (*p) {
       char *end;
       long n = strtol(p, &end, 10);
-      if (end == p || n < 0 || n >= SCHED_MAX_DEVICES) return false;
+      if (end == p || n < 0 || n >= SCHEDRUN_MAX_DEVICES) return false;
       p = end;
       if (*p == ',') p++;
       else if (*p) return false;
@@ -900,15 +900,15 @@ static const char *base_name(const char *path) {
 }
 
 int prog_load_string(const char *text, size_t len, const char *origin, prog_program **out,
-                     sched_error_t *err) {
+                     schedrun_error_t *err) {
   *out = NULL;
   ld l;
   memset(&l, 0, sizeof l);
   l.file = origin ? origin : "<string>";
   l.err = err;
-  if (err) sched_error_clear(err);
+  if (err) schedrun_error_clear(err);
   l.p = calloc(1, sizeof(prog_program));
-  if (!l.p) return err_set(err, SCHED_ENOMEM, "out of memory");
+  if (!l.p) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   l.p->path = xstrdup(l.file);
 
   yaml_parser_t parser;
@@ -916,12 +916,12 @@ int prog_load_string(const char *text, size_t len, const char *origin, prog_prog
   yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
   if (!yaml_parser_load(&parser, &l.doc)) {
     l.problems++;
-    err_append(err, SCHED_ECONFIG, "%s:%zu:%zu: %s%s%s", l.file, parser.problem_mark.line + 1,
+    err_append(err, SCHEDRUN_ECONFIG, "%s:%zu:%zu: %s%s%s", l.file, parser.problem_mark.line + 1,
                parser.problem_mark.column + 1, parser.context ? parser.context : "",
                parser.context ? ": " : "", parser.problem ? parser.problem : "invalid YAML");
     yaml_parser_delete(&parser);
     prog_free(l.p);
-    return SCHED_ECONFIG;
+    return SCHEDRUN_ECONFIG;
   }
   yaml_parser_delete(&parser);
   node *root = yaml_document_get_root_node(&l.doc);
@@ -934,25 +934,25 @@ int prog_load_string(const char *text, size_t len, const char *origin, prog_prog
     l.p->name = dot && dot != b ? xstrndup(b, (size_t)(dot - b)) : xstrdup(b);
   }
   if (l.problems > MAX_PROBLEMS)
-    err_append(err, SCHED_ECONFIG, "%s: %d more problems not shown", l.file,
+    err_append(err, SCHEDRUN_ECONFIG, "%s: %d more problems not shown", l.file,
                l.problems - MAX_PROBLEMS);
   if (l.problems) {
     prog_free(l.p);
-    return SCHED_ECONFIG;
+    return SCHEDRUN_ECONFIG;
   }
   *out = l.p;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-int prog_load_file(const char *path, prog_program **out, sched_error_t *err) {
+int prog_load_file(const char *path, prog_program **out, schedrun_error_t *err) {
   *out = NULL;
   char *data;
   size_t len;
-  sched_error_t e = {0};
-  if (fs_read_file(path, &data, &len, &e) != SCHED_OK) {
-    err_set(err, SCHED_ECONFIG, "%s", e.message);
-    sched_error_clear(&e);
-    return SCHED_ECONFIG;
+  schedrun_error_t e = {0};
+  if (fs_read_file(path, &data, &len, &e) != SCHEDRUN_OK) {
+    err_set(err, SCHEDRUN_ECONFIG, "%s", e.message);
+    schedrun_error_clear(&e);
+    return SCHEDRUN_ECONFIG;
   }
   int rc = prog_load_string(data, len, path, out, err);
   free(data);

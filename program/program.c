@@ -14,7 +14,7 @@ size_t prog_type_size(prog_type t) {
 
 const char *prog_type_name(prog_type t) {
   static const char *const names[] = {"i32", "u32", "i64", "u64", "f32", "f64", "ptr", "u8"};
-  return (unsigned)t < SCHED__ARRAY_LEN(names) ? names[t] : "?";
+  return (unsigned)t < SCHEDRUN__ARRAY_LEN(names) ? names[t] : "?";
 }
 
 bool prog_type_is_float(prog_type t) { return t == PT_F32 || t == PT_F64; }

@@ -7,8 +7,8 @@
  * tree. Together with a record id (which unrolled iteration) it names one
  * recorded node inside an execution context; see actors/exec_ctx_key.h.
  */
-#ifndef SCHED_PROGRAM_H
-#define SCHED_PROGRAM_H
+#ifndef SCHEDRUN_PROGRAM_H
+#define SCHEDRUN_PROGRAM_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -161,10 +161,10 @@ typedef struct prog_program {
 
 
 /* Loads a config; every problem becomes one "file:line:col: message" line of
- * err->message, and the status is SCHED_ECONFIG. */
-int prog_load_file(const char *path, prog_program **out, sched_error_t *err);
+ * err->message, and the status is SCHEDRUN_ECONFIG. */
+int prog_load_file(const char *path, prog_program **out, schedrun_error_t *err);
 int prog_load_string(const char *text, size_t len, const char *origin, prog_program **out,
-                     sched_error_t *err);
+                     schedrun_error_t *err);
 void prog_free(prog_program *p);
 
 int prog_find_buffer(const prog_program *p, const char *name);

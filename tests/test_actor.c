@@ -12,10 +12,10 @@ typedef struct echo_state {
   int started, stopped;
 } echo_state;
 
-static int echo_start(actor_t *self, sched_error_t *err) {
+static int echo_start(actor_t *self, schedrun_error_t *err) {
   (void)err;
   ((echo_state *)actor_state(self))->started++;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static void echo_stop(actor_t *self) { ((echo_state *)actor_state(self))->stopped++; }
@@ -37,9 +37,9 @@ static int echo_handle(actor_t *self, msg *m) {
 
 static const actor_def echo_def = {echo_start, echo_handle, echo_stop};
 
-static int failing_start(actor_t *self, sched_error_t *err) {
+static int failing_start(actor_t *self, schedrun_error_t *err) {
   (void)self;
-  return err_set(err, SCHED_EBACKEND, "no device here");
+  return err_set(err, SCHEDRUN_EBACKEND, "no device here");
 }
 
 static const actor_def failing_def = {failing_start, echo_handle, NULL};
@@ -47,12 +47,12 @@ static const actor_def failing_def = {failing_start, echo_handle, NULL};
 static void test_round_trips_in_order(void **st) {
   (void)st;
   void *z = zmq_ctx_new();
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   void *inbox = mbox_bind(z, "client", &err);
   assert_non_null(inbox);
   echo_state es = {0};
   actor_t *a;
-  assert_int_equal(actor_start(z, &echo_def, "echo", &es, &a, &err), SCHED_OK);
+  assert_int_equal(actor_start(z, &echo_def, "echo", &es, &a, &err), SCHEDRUN_OK);
   assert_int_equal(es.started, 1); /* the start hook ran before actor_start returned */
   void *out = mbox_connect(z, "echo", &err);
   assert_non_null(out);
@@ -60,12 +60,12 @@ static void test_round_trips_in_order(void **st) {
   for (int i = 0; i < N; i++) {
     msg m;
     msg_init(&m, MSG_STATUS, (uint64_t)i, "client");
-    assert_int_equal(mbox_send(out, &m, &err), SCHED_OK);
+    assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
     msg_free(&m);
   }
   for (int i = 0; i < N; i++) {
     msg r;
-    assert_int_equal(mbox_recv(inbox, 10000, &r, NULL, &err), SCHED_OK);
+    assert_int_equal(mbox_recv(inbox, 10000, &r, NULL, &err), SCHEDRUN_OK);
     assert_int_equal(r.type, MSG_STATUS);
     assert_true(r.job == (uint64_t)i);
     assert_string_equal(r.from, "echo");
@@ -74,23 +74,23 @@ static void test_round_trips_in_order(void **st) {
   }
   /* nothing more arrives: the wait ends */
   msg r;
-  assert_int_equal(mbox_recv(inbox, 50, &r, NULL, &err), SCHED_ETIMEOUT);
-  sched_error_clear(&err);
+  assert_int_equal(mbox_recv(inbox, 50, &r, NULL, &err), SCHEDRUN_ETIMEOUT);
+  schedrun_error_clear(&err);
 
   /* malformed bytes are dropped and counted; the actor keeps serving */
   const char *junk[] = {"", "\xc1", "\x93\x01\x02", "\xdd\xff\xff\xff\xff"};
   for (int i = 0; i < 4; i++) assert_true(zmq_send(out, junk[i], strlen(junk[i]) + (i == 0), 0) >= 0);
   msg m;
   msg_init(&m, MSG_STATUS, 7, "client");
-  assert_int_equal(mbox_send(out, &m, &err), SCHED_OK);
+  assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
   msg_free(&m);
-  assert_int_equal(mbox_recv(inbox, 10000, &r, NULL, &err), SCHED_OK);
+  assert_int_equal(mbox_recv(inbox, 10000, &r, NULL, &err), SCHEDRUN_OK);
   assert_true(r.job == 7);
   assert_true(r.body.status.items.v[0].value == N + 1);
   msg_free(&r);
 
   msg_init(&m, MSG_TERM, 0, "client");
-  assert_int_equal(mbox_send(out, &m, &err), SCHED_OK);
+  assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
   msg_free(&m);
   assert_int_equal(actor_join(&a), 4);
   assert_null(a);
@@ -104,15 +104,15 @@ static void test_round_trips_in_order(void **st) {
 static void test_malformed_counted(void **st) {
   (void)st;
   void *z = zmq_ctx_new();
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   echo_state es = {0};
   actor_t *a;
-  assert_int_equal(actor_start(z, &echo_def, "echo2", &es, &a, &err), SCHED_OK);
+  assert_int_equal(actor_start(z, &echo_def, "echo2", &es, &a, &err), SCHEDRUN_OK);
   void *out = mbox_connect(z, "echo2", &err);
   for (int i = 0; i < 25; i++) assert_true(zmq_send(out, "\xc1\xc1", 2, 0) == 2);
   msg m;
   msg_init(&m, MSG_TERM, 0, "client");
-  assert_int_equal(mbox_send(out, &m, &err), SCHED_OK);
+  assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
   msg_free(&m);
   /* TERM came after the junk, in order: all 25 were seen and dropped */
   assert_int_equal(actor_join(&a), 25);
@@ -124,15 +124,15 @@ static void test_malformed_counted(void **st) {
 static void test_failing_start(void **st) {
   (void)st;
   void *z = zmq_ctx_new();
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   actor_t *a = (actor_t *)0x1;
-  assert_int_equal(actor_start(z, &failing_def, "broken", NULL, &a, &err), SCHED_EBACKEND);
+  assert_int_equal(actor_start(z, &failing_def, "broken", NULL, &a, &err), SCHEDRUN_EBACKEND);
   assert_null(a);
   assert_non_null(strstr(err.message, "actor broken did not start: no device here"));
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   /* the name is free again: a working actor can take it */
   echo_state es = {0};
-  assert_int_equal(actor_start(z, &echo_def, "broken", &es, &a, &err), SCHED_OK);
+  assert_int_equal(actor_start(z, &echo_def, "broken", &es, &a, &err), SCHEDRUN_OK);
   void *out = mbox_connect(z, "broken", &err);
   msg m;
   msg_init(&m, MSG_TERM, 0, "client");

@@ -11,7 +11,7 @@
 #include "test_util.h"
 
 static int run_cli(const char *a1, const char *a2, const char *a3, char **out, char **err) {
-  char *argv[] = {(char *)tu_env("SCHED_RUN"), (char *)a1, (char *)a2, (char *)a3, NULL};
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), (char *)a1, (char *)a2, (char *)a3, NULL};
   return tu_run(argv, out, err);
 }
 
@@ -126,13 +126,13 @@ static void test_usage(void **st) {
   free(out);
   free(err);
   char path[1024];
-  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHED_CONFIGS"));
+  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
   assert_int_equal(run_cli("--devices", "host:99", path, &out, &err), 2);
   assert_non_null(strstr(err, "host:99"));
   free(out);
   free(err);
   /* overrides: 2 runs on 3 host devices */
-  char *argv[] = {(char *)tu_env("SCHED_RUN"), "--devices", "host:3", "--repeat", "5", "--stats", path, NULL};
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--devices", "host:3", "--repeat", "5", "--stats", path, NULL};
   assert_int_equal(tu_run(argv, &out, &err), 0);
   assert_non_null(strstr(out, "runs 5, 5 jobs in all: 5 verified, 0 failed"));
   assert_non_null(strstr(out, "host:2"));
@@ -149,11 +149,11 @@ static json_object *get(json_object *o, const char *key) {
 static void test_demo_json_and_trace(void **st) {
   (void)st;
   char cfg[1024], trace[256];
-  snprintf(cfg, sizeof cfg, "%s/multi_device_demo.yaml", tu_env("SCHED_CONFIGS"));
+  snprintf(cfg, sizeof cfg, "%s/multi_device_demo.yaml", tu_env("SCHEDRUN_CONFIGS"));
   const char *dummy = tu_write_temp(1, "x", "");
   snprintf(trace, sizeof trace, "%s", dummy);
   strcpy(strrchr(trace, '/') + 1, "trace.json");
-  char *argv[] = {(char *)tu_env("SCHED_RUN"), "--json", "--trace", trace, cfg, NULL};
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--json", "--trace", trace, cfg, NULL};
   char *out, *err;
   int rc = tu_run(argv, &out, &err);
   if (rc != 0) fail_msg("demo: exit %d\n%s%s", rc, out, err);
@@ -179,8 +179,8 @@ static void test_demo_json_and_trace(void **st) {
   /* the trace: valid JSON, one lane per actor and per device, a span per phase */
   char *text;
   size_t len;
-  sched_error_t e = {0};
-  assert_int_equal(fs_read_file(trace, &text, &len, &e), SCHED_OK);
+  schedrun_error_t e = {0};
+  assert_int_equal(fs_read_file(trace, &text, &len, &e), SCHEDRUN_OK);
   json_object *tr = json_tokener_parse(text);
   free(text);
   assert_non_null(tr);
@@ -214,7 +214,7 @@ static void test_demo_json_and_trace(void **st) {
   free(out);
   free(err);
   /* a trace that cannot be written is an error, and says where */
-  char *argv2[] = {(char *)tu_env("SCHED_RUN"), "--quiet", "--trace", "/no/such/dir/t.json", cfg, NULL};
+  char *argv2[] = {(char *)tu_env("SCHEDRUN_RUN"), "--quiet", "--trace", "/no/such/dir/t.json", cfg, NULL};
   assert_int_equal(tu_run(argv2, &out, &err), 4);
   assert_non_null(strstr(err, "/no/such/dir/t.json"));
   free(out);
@@ -223,7 +223,7 @@ static void test_demo_json_and_trace(void **st) {
 
 static void test_embed_example(void **st) {
   (void)st;
-  char *argv[] = {(char *)tu_env("SCHED_EMBED"), NULL};
+  char *argv[] = {(char *)tu_env("SCHEDRUN_EMBED"), NULL};
   char *out, *err;
   int rc = tu_run(argv, &out, &err);
   if (rc != 0) fail_msg("embed: %d\n%s%s", rc, out, err);

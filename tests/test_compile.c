@@ -21,7 +21,7 @@
 extern char **environ;
 
 typedef struct rig {
-  sched_core core;
+  schedrun_core core;
   compile_state *st;
   actor_t *actor;
   void *inbox, *out;
@@ -30,10 +30,10 @@ typedef struct rig {
 
 /* Starts the compile actor over r's cache directory, and a client socket to it. */
 static void rig_start(rig *r, int workers) {
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   r->core.compile_workers = workers;
   r->st = compile_state_new(&r->core);
-  assert_int_equal(actor_start(r->core.zctx, &compile_actor_def, ACTOR_COMPILE, r->st, &r->actor, &err), SCHED_OK);
+  assert_int_equal(actor_start(r->core.zctx, &compile_actor_def, ACTOR_COMPILE, r->st, &r->actor, &err), SCHEDRUN_OK);
   /* inproc does not reconnect to a new binding: connect each time */
   r->out = mbox_connect(r->core.zctx, ACTOR_COMPILE, &err);
 }
@@ -50,11 +50,11 @@ static void rig_stop(rig *r) {
 
 static void rig_up(rig *r, int workers) {
   memset(r, 0, sizeof *r);
-  snprintf(r->dir, sizeof r->dir, "/tmp/sched-cc-XXXXXX");
+  snprintf(r->dir, sizeof r->dir, "/tmp/schedrun-cc-XXXXXX");
   assert_non_null(mkdtemp(r->dir));
   r->core.zctx = zmq_ctx_new();
   r->core.cache_dir = strdup(r->dir);
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   r->inbox = mbox_bind(r->core.zctx, "client", &err);
   rig_start(r, workers);
 }
@@ -91,12 +91,12 @@ static void send_compile(rig *r, uint64_t job, const kdef *k, size_t n) {
                                                strdup(k[i].source), strdup(where), strdup("k.cu"), 1};
     m.body.compile.kernels.n++;
   }
-  assert_int_equal(mbox_send(r->out, &m, NULL), SCHED_OK);
+  assert_int_equal(mbox_send(r->out, &m, NULL), SCHEDRUN_OK);
   msg_free(&m);
 }
 
 static void recv_reply(rig *r, msg *m) {
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   if (mbox_recv(r->inbox, 120000, m, NULL, &err)) fail_msg("no reply: %s", err.message);
 }
 
@@ -157,7 +157,7 @@ static void artifact_valid(const char *file, const char *name) {
   snprintf(key, sizeof key, "%.64s", name);
   uint8_t *img;
   size_t len;
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   if (artifact_read(file, key, &img, &len, &err)) fail_msg("%s", err.message);
   free(img);
 }
@@ -182,7 +182,7 @@ static void test_failure_resets_mode_then_next_compiles(void **st) {
   recv_reply(&r, &m);
   assert_int_equal(m.type, MSG_ERROR);
   assert_true(m.job == 1);
-  assert_int_equal(m.body.error.code, SCHED_ECOMPILE);
+  assert_int_equal(m.body.error.code, SCHEDRUN_ECOMPILE);
   assert_string_equal(m.body.error.origin, "compile");
   assert_int_equal(m.body.error.teardown.n, 3);
   assert_string_equal(m.body.error.teardown.v[0], "reset the active compile mode");
@@ -204,9 +204,9 @@ static void test_failure_resets_mode_then_next_compiles(void **st) {
   assert_int_equal(m.body.compiled.misses, 1);
   uint8_t *img;
   size_t len;
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   assert_int_equal(artifact_read(m.body.compiled.modules.v[0].path, m.body.compiled.modules.v[0].key, &img, &len, &err),
-                   SCHED_OK);
+                   SCHEDRUN_OK);
   free(img);
   msg_free(&m);
   assert_int_equal(stat_of(&r, "compile_mode_active"), 0);
@@ -272,8 +272,8 @@ static void test_dedup_across_sessions(void **st) {
 static void corrupt(const char *path, int how) {
   char *data;
   size_t len;
-  sched_error_t err = {0};
-  assert_int_equal(fs_read_file(path, &data, &len, &err), SCHED_OK);
+  schedrun_error_t err = {0};
+  assert_int_equal(fs_read_file(path, &data, &len, &err), SCHEDRUN_OK);
   FILE *f = fopen(path, "wb");
   if (how == 0) {
     data[len / 2] ^= 0x40; /* a flipped byte in the payload */
@@ -305,9 +305,9 @@ static void test_corrupt_entries_rebuilt(void **st) {
     corrupt(path, how);
     uint8_t *img;
     size_t len;
-    sched_error_t err = {0};
-    assert_int_equal(artifact_read(path, key, &img, &len, &err), SCHED_EIO);
-    sched_error_clear(&err);
+    schedrun_error_t err = {0};
+    assert_int_equal(artifact_read(path, key, &img, &len, &err), SCHEDRUN_EIO);
+    schedrun_error_clear(&err);
     rig_restart(&r, 1); /* forget the memory cache: the disk must be checked */
     send_compile(&r, 31 + (uint64_t)how, ks, 1);
     recv_reply(&r, &m);
@@ -315,7 +315,7 @@ static void test_corrupt_entries_rebuilt(void **st) {
     assert_int_equal(m.body.compiled.misses, 1); /* detected, recompiled */
     assert_int_equal(m.body.compiled.hits, 0);
     msg_free(&m);
-    assert_int_equal(artifact_read(path, key, &img, &len, &err), SCHED_OK); /* replaced */
+    assert_int_equal(artifact_read(path, key, &img, &len, &err), SCHEDRUN_OK); /* replaced */
     free(img);
     rig_restart(&r, 1);
     send_compile(&r, 41 + (uint64_t)how, ks, 1);
@@ -330,20 +330,20 @@ static void test_corrupt_entries_rebuilt(void **st) {
 
 static void test_two_processes_one_cache(void **st) {
   (void)st;
-  char dir[] = "/tmp/sched-shared-XXXXXX";
+  char dir[] = "/tmp/schedrun-shared-XXXXXX";
   assert_non_null(mkdtemp(dir));
   char env_cache[128];
-  snprintf(env_cache, sizeof env_cache, "SCHED_CACHE_DIR=%s", dir);
+  snprintf(env_cache, sizeof env_cache, "SCHEDRUN_CACHE_DIR=%s", dir);
   char cfg[1024];
-  snprintf(cfg, sizeof cfg, "%s/saxpy.yaml", tu_env("SCHED_CONFIGS"));
-  char *argv[] = {(char *)tu_env("SCHED_RUN"), "--quiet", cfg, NULL};
+  snprintf(cfg, sizeof cfg, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--quiet", cfg, NULL};
   /* the environment as it is (sanitizer options included), with the cache moved */
   size_t n = 0;
   while (environ[n]) n++;
   char **envp = calloc(n + 2, sizeof *envp);
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
-    if (strncmp(environ[i], "SCHED_CACHE_DIR=", 16) != 0) envp[k++] = environ[i];
+    if (strncmp(environ[i], "SCHEDRUN_CACHE_DIR=", 16) != 0) envp[k++] = environ[i];
   envp[k++] = env_cache;
   pid_t pids[2];
   for (int i = 0; i < 2; i++) assert_int_equal(posix_spawn(&pids[i], argv[0], NULL, NULL, argv, envp), 0);
@@ -387,10 +387,10 @@ static const struct {
 static void test_nvrtc_cubins(void **st) {
   (void)st;
   void *ctx = NULL;
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   if (gpu_cuda_target.open(&ctx, &err)) fail_msg("NVRTC: %s", err.message);
   char *id = NULL;
-  assert_int_equal(gpu_cuda_target.identity(ctx, &id, &err), SCHED_OK);
+  assert_int_equal(gpu_cuda_target.identity(ctx, &id, &err), SCHEDRUN_OK);
   assert_non_null(strstr(id, "nvrtc "));
   free(id);
   const char *archs[] = {"sm_80", "sm_90"};
@@ -427,12 +427,12 @@ static void test_nvrtc_cubins(void **st) {
     uint8_t *img = NULL;
     size_t len = 0;
     char *log = NULL;
-    assert_int_equal(gpu_cuda_target.compile(ctx, &req, "/tmp", &img, &len, &log, &err), SCHED_ECOMPILE);
+    assert_int_equal(gpu_cuda_target.compile(ctx, &req, "/tmp", &img, &len, &log, &err), SCHEDRUN_ECOMPILE);
     assert_null(img);
     if (!strstr(err.message, bad[i].needle_err)) fail_msg("case %zu: %s", i, err.message);
     if (bad[i].needle_log && (!log || !strstr(log, bad[i].needle_log)))
       fail_msg("case %zu: log %s", i, log ? log : "(none)");
-    sched_error_clear(&err);
+    schedrun_error_clear(&err);
     free(log);
   }
   gpu_cuda_target.close(ctx);

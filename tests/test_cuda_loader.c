@@ -10,12 +10,12 @@
 #include "test_util.h"
 
 static void expect_open_fails(const char *lib, const char *spec, const char *needle) {
-  if (lib) setenv("SCHED_CUDA_LIBRARY", lib, 1);
-  else unsetenv("SCHED_CUDA_LIBRARY");
+  if (lib) setenv("SCHEDRUN_CUDA_LIBRARY", lib, 1);
+  else unsetenv("SCHEDRUN_CUDA_LIBRARY");
   gpu_backend *b = NULL;
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   int rc = gpu_backend_open(spec, &b, NULL, &err);
-  if (rc == SCHED_OK) {
+  if (rc == SCHEDRUN_OK) {
     /* a machine with a GPU: the loader works, nothing to check here */
     gpu_backend_close(&b);
     return;
@@ -23,7 +23,7 @@ static void expect_open_fails(const char *lib, const char *spec, const char *nee
   assert_null(b);
   if (!err.message || !strstr(err.message, needle)) fail_msg("'%s' lacks '%s'", err.message, needle);
   assert_null(strchr(err.message, '\n')); /* one line */
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
 }
 
 static void test_loader_failures(void **st) {
@@ -37,17 +37,17 @@ static void test_loader_failures(void **st) {
   expect_open_fails(NULL, "cuda:a", "needs device numbers");
   expect_open_fails(NULL, "cuda:1,,2", "needs device numbers");
   expect_open_fails(NULL, "cuda:0;1", "needs device numbers");
-  unsetenv("SCHED_CUDA_LIBRARY");
+  unsetenv("SCHEDRUN_CUDA_LIBRARY");
 }
 
 static void test_auto_falls_back(void **st) {
   (void)st;
-  setenv("SCHED_CUDA_LIBRARY", "/no/such/libcuda.so.1", 1);
+  setenv("SCHEDRUN_CUDA_LIBRARY", "/no/such/libcuda.so.1", 1);
   for (int all = 0; all < 2; all++) {
     gpu_backend *b = NULL;
     char *why = NULL;
-    sched_error_t err = {0};
-    assert_int_equal(gpu_backend_open(all ? "all" : "auto", &b, &why, &err), SCHED_OK);
+    schedrun_error_t err = {0};
+    assert_int_equal(gpu_backend_open(all ? "all" : "auto", &b, &why, &err), SCHEDRUN_OK);
     assert_string_equal(b->ops->name, "host");
     assert_non_null(why);
     assert_non_null(strstr(why, "no CUDA driver"));
@@ -57,15 +57,15 @@ static void test_auto_falls_back(void **st) {
     gpu_backend_close(&b);
   }
   /* the same through the public API */
-  sched_t *s;
-  sched_options_t o;
-  sched_options_init(&o);
-  sched_error_t err = {0};
-  assert_int_equal(sched_open(&s, &o, &err), SCHED_OK);
-  assert_non_null(strstr(sched_device_fallback(s), "no CUDA driver"));
-  assert_string_equal(sched_device_name(s, 0), "host:0");
-  sched_close(&s);
-  unsetenv("SCHED_CUDA_LIBRARY");
+  schedrun_t *s;
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_open(&s, &o, &err), SCHEDRUN_OK);
+  assert_non_null(strstr(schedrun_device_fallback(s), "no CUDA driver"));
+  assert_string_equal(schedrun_device_name(s, 0), "host:0");
+  schedrun_close(&s);
+  unsetenv("SCHEDRUN_CUDA_LIBRARY");
 }
 
 static void test_marshal_every_type(void **st) {

@@ -13,7 +13,7 @@ static char tmpdir[64];
 
 static int setup(void **st) {
   (void)st;
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/sched-hb-XXXXXX");
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/schedrun-hb-XXXXXX");
   return mkdtemp(tmpdir) ? 0 : -1;
 }
 
@@ -29,7 +29,7 @@ typedef struct image {
 } image;
 
 static int compile(const char *name, const char *src, const prog_type *params, uint32_t np, image *out,
-                   char **log, sched_error_t *err) {
+                   char **log, schedrun_error_t *err) {
   gpu_compile_req req = {name, name, src, "test.cu", 1, params, np, "x86_64"};
   int rc = gpu_host_target.compile(NULL, &req, tmpdir, &out->data, &out->len, log, err);
   if (rc) assert_null(out->data); /* nothing half-made comes back */
@@ -60,8 +60,8 @@ static const char countdown_src[] =
 static void test_launch_and_sequence(void **st) {
   (void)st;
   gpu_backend *b;
-  sched_error_t err = {0};
-  assert_int_equal(gpu_host_open(2, &b, &err), SCHED_OK);
+  schedrun_error_t err = {0};
+  assert_int_equal(gpu_host_open(2, &b, &err), SCHEDRUN_OK);
   assert_int_equal(b->ops->device_count(b), 2);
   assert_string_equal(b->ops->device_name(b, 1), "host:1");
 
@@ -79,31 +79,31 @@ static void test_launch_and_sequence(void **st) {
 
   gpu_module *m1, *m2, *m3;
   gpu_function f1, f2, f3;
-  assert_int_equal(b->ops->module_load(b, 0, path.data, path.len, &m1, &err), SCHED_OK);
-  assert_int_equal(b->ops->module_function(b, m1, "saxpy", &f1, &err), SCHED_OK);
-  assert_int_equal(b->ops->module_function(b, m1, "nothere", &f2, &err), SCHED_EBACKEND);
-  sched_error_clear(&err);
-  assert_int_equal(b->ops->module_load(b, 0, path2.data, path2.len, &m2, &err), SCHED_OK);
-  assert_int_equal(b->ops->module_function(b, m2, "grid3d", &f2, &err), SCHED_OK);
-  assert_int_equal(b->ops->module_load(b, 0, path3.data, path3.len, &m3, &err), SCHED_OK);
-  assert_int_equal(b->ops->module_function(b, m3, "countdown", &f3, &err), SCHED_OK);
+  assert_int_equal(b->ops->module_load(b, 0, path.data, path.len, &m1, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->module_function(b, m1, "saxpy", &f1, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->module_function(b, m1, "nothere", &f2, &err), SCHEDRUN_EBACKEND);
+  schedrun_error_clear(&err);
+  assert_int_equal(b->ops->module_load(b, 0, path2.data, path2.len, &m2, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->module_function(b, m2, "grid3d", &f2, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->module_load(b, 0, path3.data, path3.len, &m3, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->module_function(b, m3, "countdown", &f3, &err), SCHEDRUN_OK);
 
   enum { N = 1000 };
   uint64_t x, y, y2, g, flag, logb;
-  assert_int_equal(b->ops->mem_alloc(b, 0, N * 4, &x, &err), SCHED_OK);
-  assert_int_equal(b->ops->mem_alloc(b, 0, N * 4, &y, &err), SCHED_OK);
-  assert_int_equal(b->ops->mem_alloc(b, 0, N * 4, &y2, &err), SCHED_OK);
-  assert_int_equal(b->ops->mem_alloc(b, 0, 1001 * 4, &g, &err), SCHED_OK);
-  assert_int_equal(b->ops->mem_alloc(b, 0, 4, &flag, &err), SCHED_OK);
-  assert_int_equal(b->ops->mem_alloc(b, 0, 8 * 4, &logb, &err), SCHED_OK);
+  assert_int_equal(b->ops->mem_alloc(b, 0, N * 4, &x, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->mem_alloc(b, 0, N * 4, &y, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->mem_alloc(b, 0, N * 4, &y2, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->mem_alloc(b, 0, 1001 * 4, &g, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->mem_alloc(b, 0, 4, &flag, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->mem_alloc(b, 0, 8 * 4, &logb, &err), SCHEDRUN_OK);
   float hx[N];
   for (int i = 0; i < N; i++) hx[i] = (float)i;
-  assert_int_equal(b->ops->copy_htod(b, 0, x, hx, sizeof hx, &err), SCHED_OK);
-  assert_int_equal(b->ops->mem_zero(b, 0, g, 1001 * 4, &err), SCHED_OK);
-  assert_int_equal(b->ops->mem_zero(b, 0, logb, 8 * 4, &err), SCHED_OK);
+  assert_int_equal(b->ops->copy_htod(b, 0, x, hx, sizeof hx, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->mem_zero(b, 0, g, 1001 * 4, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->mem_zero(b, 0, logb, 8 * 4, &err), SCHEDRUN_OK);
 
   gpu_seq *s;
-  assert_int_equal(b->ops->seq_create(b, 0, &s, &err), SCHED_OK);
+  assert_int_equal(b->ops->seq_create(b, 0, &s, &err), SCHEDRUN_OK);
   uint32_t idx[6];
   float one = 1.0f, a = 2.0f;
   int32_t n = N, five = 5;
@@ -149,7 +149,7 @@ static void test_launch_and_sequence(void **st) {
   nodes[5].kind = GN_WHILE;
   nodes[5].u.loop.flag = flag;
   nodes[5].u.loop.max_trips = 100;
-  for (int i = 0; i < 6; i++) assert_int_equal(b->ops->seq_add(s, &nodes[i], &idx[i], &err), SCHED_OK);
+  for (int i = 0; i < 6; i++) assert_int_equal(b->ops->seq_add(s, &nodes[i], &idx[i], &err), SCHEDRUN_OK);
   assert_non_null(nodes[5].u.loop.body);
   uint64_t cargs[2] = {flag, logb};
   gpu_node body = {.kind = GN_LAUNCH};
@@ -159,25 +159,25 @@ static void test_launch_and_sequence(void **st) {
   body.u.launch.args = cargs;
   body.u.launch.nargs = 2;
   uint32_t bidx;
-  assert_int_equal(b->ops->seq_add(nodes[5].u.loop.body, &body, &bidx, &err), SCHED_OK);
+  assert_int_equal(b->ops->seq_add(nodes[5].u.loop.body, &body, &bidx, &err), SCHEDRUN_OK);
 
   for (int rep = 0; rep < 3; rep++) {
-    assert_int_equal(b->ops->seq_launch(s, &err), SCHED_OK);
+    assert_int_equal(b->ops->seq_launch(s, &err), SCHEDRUN_OK);
     float hy[N], hy2[N];
-    assert_int_equal(b->ops->copy_dtoh(b, 0, hy, y, sizeof hy, &err), SCHED_OK);
-    assert_int_equal(b->ops->copy_dtoh(b, 0, hy2, y2, sizeof hy2, &err), SCHED_OK);
+    assert_int_equal(b->ops->copy_dtoh(b, 0, hy, y, sizeof hy, &err), SCHEDRUN_OK);
+    assert_int_equal(b->ops->copy_dtoh(b, 0, hy2, y2, sizeof hy2, &err), SCHEDRUN_OK);
     for (int i = 0; i < N; i++) {
       float want = (rep == 2 ? 3.0f : 2.0f) * (float)i + 1.0f;
       if (hy[i] != want || hy2[i] != want) fail_msg("rep %d: y[%d] = %g / %g, want %g", rep, i, hy[i], hy2[i], want);
     }
     uint32_t hg[1001];
-    assert_int_equal(b->ops->copy_dtoh(b, 0, hg, g, sizeof hg, &err), SCHED_OK);
+    assert_int_equal(b->ops->copy_dtoh(b, 0, hg, g, sizeof hg, &err), SCHEDRUN_OK);
     for (int i = 0; i < 96; i++) assert_int_equal(hg[i], 1000000 + 2 * i);
     assert_int_equal(hg[1000], 96 * (rep + 1));
     int32_t hf;
     float hl[8];
-    assert_int_equal(b->ops->copy_dtoh(b, 0, &hf, flag, 4, &err), SCHED_OK);
-    assert_int_equal(b->ops->copy_dtoh(b, 0, hl, logb, sizeof hl, &err), SCHED_OK);
+    assert_int_equal(b->ops->copy_dtoh(b, 0, &hf, flag, 4, &err), SCHEDRUN_OK);
+    assert_int_equal(b->ops->copy_dtoh(b, 0, hl, logb, sizeof hl, &err), SCHEDRUN_OK);
     assert_int_equal(hf, 0); /* five trips: 5,4,3,2,1 */
     for (int i = 1; i <= 5; i++) assert_true(hl[i] == 10.0f * (float)i);
     assert_true(hl[0] == 0.0f && hl[6] == 0.0f);
@@ -185,12 +185,12 @@ static void test_launch_and_sequence(void **st) {
       /* update the saxpy node in place: a = 3 */
       float a3 = 3.0f;
       memcpy(&saxpy_args[0], &a3, 4);
-      assert_int_equal(b->ops->seq_update(s, idx[1], &nodes[1], &err), SCHED_OK);
+      assert_int_equal(b->ops->seq_update(s, idx[1], &nodes[1], &err), SCHEDRUN_OK);
     }
   }
   /* an update that changes a node's kind is refused */
-  assert_int_equal(b->ops->seq_update(s, idx[0], &nodes[1], &err), SCHED_EINTERNAL);
-  sched_error_clear(&err);
+  assert_int_equal(b->ops->seq_update(s, idx[0], &nodes[1], &err), SCHEDRUN_EINTERNAL);
+  schedrun_error_clear(&err);
   b->ops->seq_destroy(s);
   uint64_t bufs[] = {x, y, y2, g, flag, logb};
   for (int i = 0; i < 6; i++) b->ops->mem_free(b, 0, bufs[i]);
@@ -202,67 +202,67 @@ static void test_launch_and_sequence(void **st) {
   free(path3.data);
   /* an image that is not a shared object is refused */
   gpu_module *bad;
-  assert_int_equal(b->ops->module_load(b, 0, "not an ELF", 10, &bad, &err), SCHED_EBACKEND);
+  assert_int_equal(b->ops->module_load(b, 0, "not an ELF", 10, &bad, &err), SCHEDRUN_EBACKEND);
   assert_non_null(strstr(err.message, "cannot load module"));
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   gpu_backend_close(&b);
   assert_null(b);
 }
 
 static void test_refusals_and_errors(void **st) {
   (void)st;
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   image path = {0};
   char *log = NULL;
   prog_type p1[] = {PT_PTR};
   const char *sync_src = "extern \"C\" __global__ void k(float *p) {\n  // __syncthreads() in a comment is fine\n"
                          "  p[threadIdx.x] = 1;\n  __syncthreads();\n}\n";
-  assert_int_equal(compile("k", sync_src, p1, 1, &path, &log, &err), SCHED_ECOMPILE);
+  assert_int_equal(compile("k", sync_src, p1, 1, &path, &log, &err), SCHEDRUN_ECOMPILE);
   assert_non_null(strstr(err.message, "test.cu:4: kernel 'k' uses __syncthreads"));
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   free(log);
   const char *shared_src = "extern \"C\" __global__ void k(float *p) {\n  __shared__ float t[32];\n  p[0] = t[0];\n}\n";
-  assert_int_equal(compile("k", shared_src, p1, 1, &path, &log, &err), SCHED_ECOMPILE);
+  assert_int_equal(compile("k", shared_src, p1, 1, &path, &log, &err), SCHEDRUN_ECOMPILE);
   assert_non_null(strstr(err.message, "__shared__"));
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   free(log);
   /* a syntax error: the log names the line in the original file */
   const char *bad_src = "extern \"C\" __global__ void k(float *p) {\n  p[0] = 1\n}\n";
   log = NULL;
-  assert_int_equal(compile("k", bad_src, p1, 1, &path, &log, &err), SCHED_ECOMPILE);
+  assert_int_equal(compile("k", bad_src, p1, 1, &path, &log, &err), SCHEDRUN_ECOMPILE);
   assert_non_null(log);
   if (!strstr(log, "test.cu:2")) fail_msg("log: %s", log);
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   free(log);
   /* params that do not match the signature */
   prog_type wrong[] = {PT_F32, PT_PTR, PT_PTR, PT_I64};
   log = NULL;
-  assert_int_equal(compile("saxpy", saxpy_src, wrong, 4, &path, &log, &err), SCHED_ECOMPILE);
+  assert_int_equal(compile("saxpy", saxpy_src, wrong, 4, &path, &log, &err), SCHEDRUN_ECOMPILE);
   if (!strstr(log, "parameter 4 is declared i64 in params")) fail_msg("log: %s", log);
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   free(log);
   prog_type few[] = {PT_F32, PT_PTR};
   log = NULL;
-  assert_int_equal(compile("saxpy", saxpy_src, few, 2, &path, &log, &err), SCHED_ECOMPILE);
+  assert_int_equal(compile("saxpy", saxpy_src, few, 2, &path, &log, &err), SCHEDRUN_ECOMPILE);
   if (!strstr(log, "params lists 2 types")) fail_msg("log: %s", log);
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   free(log);
   /* a missing entry */
   log = NULL;
   prog_type none[1];
   gpu_compile_req req = {"ghost", "ghost", "extern \"C\" void other() {}\n", "g.cu", 1, none, 0, ""};
-  assert_int_equal(gpu_host_target.compile(NULL, &req, tmpdir, &path.data, &path.len, &log, &err), SCHED_ECOMPILE);
+  assert_int_equal(gpu_host_target.compile(NULL, &req, tmpdir, &path.data, &path.len, &log, &err), SCHEDRUN_ECOMPILE);
   assert_null(path.data);
   if (!strstr(log, "ghost")) fail_msg("log: %s", log);
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   free(log);
 }
 
 static void test_identity_and_params(void **st) {
   (void)st;
   char *id = NULL;
-  sched_error_t err = {0};
-  assert_int_equal(gpu_host_target.identity(NULL, &id, &err), SCHED_OK);
+  schedrun_error_t err = {0};
+  assert_int_equal(gpu_host_target.identity(NULL, &id, &err), SCHEDRUN_OK);
   assert_true(strlen(id) > 3);
   free(id);
   prog_type t[8];
@@ -276,11 +276,11 @@ static void test_identity_and_params(void **st) {
   assert_int_equal(gpu_params_parse("f16", t, 8), -1);
   assert_int_equal(gpu_params_parse("i32,i32,i32", t, 2), -1);
   gpu_backend *b;
-  assert_int_equal(gpu_backend_open("host:0", &b, NULL, &err), SCHED_EINVAL);
-  sched_error_clear(&err);
-  assert_int_equal(gpu_backend_open("tpu", &b, NULL, &err), SCHED_EINVAL);
-  sched_error_clear(&err);
-  assert_int_equal(gpu_backend_open("host:3", &b, NULL, &err), SCHED_OK);
+  assert_int_equal(gpu_backend_open("host:0", &b, NULL, &err), SCHEDRUN_EINVAL);
+  schedrun_error_clear(&err);
+  assert_int_equal(gpu_backend_open("tpu", &b, NULL, &err), SCHEDRUN_EINVAL);
+  schedrun_error_clear(&err);
+  assert_int_equal(gpu_backend_open("host:3", &b, NULL, &err), SCHEDRUN_OK);
   assert_int_equal(b->ops->device_count(b), 3);
   gpu_backend_close(&b);
 }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched.h"
+#include "schedrun.h"
 #include "test_util.h"
 
 #define NJOBS 10000
@@ -34,28 +34,28 @@ static const char program[] = JOBS_PROGRAM("");
 static const char slow_program[] = JOBS_PROGRAM("        volatile int spin = 0;\n"
                                                 "        for (int k = 0; k < 5000; k++) spin = spin + k;\n");
 
-static sched_t *open_host(int n, int no_cache) {
+static schedrun_t *open_host(int n, int no_cache) {
   char spec[16];
   snprintf(spec, sizeof spec, "host:%d", n);
-  sched_options_t o;
-  sched_options_init(&o);
+  schedrun_options_t o;
+  schedrun_options_init(&o);
   o.devices = spec;
   o.no_disk_cache = no_cache;
-  sched_t *s;
-  sched_error_t err = {0};
-  if (sched_open(&s, &o, &err)) fail_msg("%s", err.message);
+  schedrun_t *s;
+  schedrun_error_t err = {0};
+  if (schedrun_open(&s, &o, &err)) fail_msg("%s", err.message);
   return s;
 }
 
 /* Checks a result of job j (inputs j..j+15, or the iota init when j < 0). */
-static bool correct(const sched_job_result_t *r, int j, int run, char *why, size_t len) {
-  const sched_job_info_t *in = sched_job_result_info(r);
-  if (in->status != SCHED_OK) {
-    snprintf(why, len, "status %d: %s", in->status, sched_job_result_error(r));
+static bool correct(const schedrun_job_result_t *r, int j, int run, char *why, size_t len) {
+  const schedrun_job_info_t *in = schedrun_job_result_info(r);
+  if (in->status != SCHEDRUN_OK) {
+    snprintf(why, len, "status %d: %s", in->status, schedrun_job_result_error(r));
     return false;
   }
   size_t bytes;
-  const float *out = sched_job_result_output(r, "out", &bytes);
+  const float *out = schedrun_job_result_output(r, "out", &bytes);
   if (!out || bytes != 64) {
     snprintf(why, len, "no output");
     return false;
@@ -74,30 +74,30 @@ static bool correct(const sched_job_result_t *r, int j, int run, char *why, size
 typedef struct tally {
   atomic_int calls[NJOBS];
   atomic_int good, closed, bad;
-  sched_job_t ids[NJOBS];
+  schedrun_job_t ids[NJOBS];
 } tally;
 
 static tally T;
 
-static void on_done(sched_job_t job, sched_job_result_t *r, void *user) {
+static void on_done(schedrun_job_t job, schedrun_job_result_t *r, void *user) {
   int j = (int)(intptr_t)user;
   atomic_fetch_add(&T.calls[j], 1);
   (void)job;
   char why[128];
-  const sched_job_info_t *in = sched_job_result_info(r);
-  if (in->status == SCHED_ECLOSED) atomic_fetch_add(&T.closed, 1);
+  const schedrun_job_info_t *in = schedrun_job_result_info(r);
+  if (in->status == SCHEDRUN_ECLOSED) atomic_fetch_add(&T.closed, 1);
   else if (in->job == j && in->run == j % 3 && correct(r, j, j % 3, why, sizeof why)) atomic_fetch_add(&T.good, 1);
   else atomic_fetch_add(&T.bad, 1);
-  sched_job_result_free(&r);
+  schedrun_job_result_free(&r);
 }
 
-static void submit_all(sched_t *s, sched_program_t *p, int n, bool callbacks_for_all) {
+static void submit_all(schedrun_t *s, schedrun_program_t *p, int n, bool callbacks_for_all) {
   float data[16];
   for (int j = 0; j < n; j++) {
     for (int i = 0; i < 16; i++) data[i] = (float)(j + i);
-    sched_input_t in = {"in", data, sizeof data};
-    sched_job_options_t o;
-    sched_job_options_init(&o);
+    schedrun_input_t in = {"in", data, sizeof data};
+    schedrun_job_options_t o;
+    schedrun_job_options_init(&o);
     o.run = j % 3;
     o.job = j;
     o.keep_outputs = 1;
@@ -107,28 +107,28 @@ static void submit_all(sched_t *s, sched_program_t *p, int n, bool callbacks_for
       o.on_complete = on_done;
       o.user = (void *)(intptr_t)j;
     }
-    sched_error_t err = {0};
-    if (sched_submit(s, p, &o, &T.ids[j], &err)) fail_msg("submit %d: %s", j, err.message);
+    schedrun_error_t err = {0};
+    if (schedrun_submit(s, p, &o, &T.ids[j], &err)) fail_msg("submit %d: %s", j, err.message);
   }
 }
 
 static void test_ten_thousand_jobs(void **st) {
   (void)st;
   memset(&T, 0, sizeof T);
-  sched_t *s = open_host(2, 0);
-  sched_program_t *p;
-  sched_error_t err = {0};
-  assert_int_equal(sched_program_load_string(s, program, "jobs.yaml", &p, &err), SCHED_OK);
+  schedrun_t *s = open_host(2, 0);
+  schedrun_program_t *p;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_program_load_string(s, program, "jobs.yaml", &p, &err), SCHEDRUN_OK);
   submit_all(s, p, NJOBS, false);
   /* odd jobs: collected with wait_any, each exactly once */
   static char seen[NJOBS];
   memset(seen, 0, sizeof seen);
   int per_device[2] = {0, 0};
   for (int k = 0; k < NJOBS / 2; k++) {
-    sched_job_t id;
-    sched_job_result_t *r;
-    if (sched_wait_any(s, 60000, &id, &r, &err)) fail_msg("wait_any after %d: %s", k, err.message);
-    const sched_job_info_t *in = sched_job_result_info(r);
+    schedrun_job_t id;
+    schedrun_job_result_t *r;
+    if (schedrun_wait_any(s, 60000, &id, &r, &err)) fail_msg("wait_any after %d: %s", k, err.message);
+    const schedrun_job_info_t *in = schedrun_job_result_info(r);
     int j = in->job;
     assert_true(j >= 0 && j < NJOBS && j % 2 == 1);
     assert_true(T.ids[j] == id);
@@ -138,35 +138,35 @@ static void test_ten_thousand_jobs(void **st) {
     char why[128];
     if (!correct(r, j, j % 3, why, sizeof why)) fail_msg("%s", why);
     per_device[in->device]++;
-    sched_job_result_free(&r);
+    schedrun_job_result_free(&r);
   }
-  assert_int_equal(sched_wait_all(s, 60000, &err), SCHED_OK);
+  assert_int_equal(schedrun_wait_all(s, 60000, &err), SCHEDRUN_OK);
   for (int j = 0; j < NJOBS; j += 2) assert_int_equal(atomic_load(&T.calls[j]), 1);
   for (int j = 1; j < NJOBS; j += 2) assert_int_equal(seen[j], 1);
   assert_int_equal(atomic_load(&T.good), NJOBS / 2);
   assert_int_equal(atomic_load(&T.bad), 0);
   assert_true(per_device[0] > 0 && per_device[1] > 0);
   /* nothing left: wait_any says so, waiting again for a job says so */
-  sched_job_result_t *r;
-  sched_job_t id;
-  assert_int_equal(sched_wait_any(s, 10, &id, &r, &err), SCHED_EINVAL);
-  sched_error_clear(&err);
-  assert_int_equal(sched_wait(s, T.ids[1], 10, &r, &err), SCHED_EINVAL);
+  schedrun_job_result_t *r;
+  schedrun_job_t id;
+  assert_int_equal(schedrun_wait_any(s, 10, &id, &r, &err), SCHEDRUN_EINVAL);
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_wait(s, T.ids[1], 10, &r, &err), SCHEDRUN_EINVAL);
   assert_non_null(strstr(err.message, "already waited"));
-  sched_error_clear(&err);
-  sched_program_free(&p);
-  sched_close(&s);
+  schedrun_error_clear(&err);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 static void test_shutdown_in_the_middle(void **st) {
   (void)st;
   memset(&T, 0, sizeof T);
-  sched_t *s = open_host(2, 0);
-  sched_program_t *p;
-  sched_error_t err = {0};
-  assert_int_equal(sched_program_load_string(s, slow_program, "slow.yaml", &p, &err), SCHED_OK);
+  schedrun_t *s = open_host(2, 0);
+  schedrun_program_t *p;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_program_load_string(s, slow_program, "slow.yaml", &p, &err), SCHEDRUN_OK);
   submit_all(s, p, NJOBS, true);
-  assert_int_equal(sched_shutdown(s, 60000, &err), SCHED_OK);
+  assert_int_equal(schedrun_shutdown(s, 60000, &err), SCHEDRUN_OK);
   /* every job reported exactly once: finished and correct, or failed as closed */
   for (int j = 0; j < NJOBS; j++)
     if (atomic_load(&T.calls[j]) != 1) fail_msg("job %d reported %d times", j, atomic_load(&T.calls[j]));
@@ -177,120 +177,120 @@ static void test_shutdown_in_the_middle(void **st) {
   print_message("shutdown: %d jobs finished, %d failed as closed\n", atomic_load(&T.good), atomic_load(&T.closed));
   assert_true(atomic_load(&T.closed) > 0);
   /* a closed scheduler takes nothing more */
-  sched_job_t id;
-  assert_int_equal(sched_submit(s, p, NULL, &id, &err), SCHED_ECLOSED);
+  schedrun_job_t id;
+  assert_int_equal(schedrun_submit(s, p, NULL, &id, &err), SCHEDRUN_ECLOSED);
   assert_int_equal(id, 0);
-  sched_error_clear(&err);
-  assert_int_equal(sched_shutdown(s, 1000, &err), SCHED_OK); /* twice is harmless */
-  sched_program_free(&p);
-  sched_close(&s);
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_shutdown(s, 1000, &err), SCHEDRUN_OK); /* twice is harmless */
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 static void test_drain_then_close(void **st) {
   (void)st;
   memset(&T, 0, sizeof T);
-  sched_t *s = open_host(2, 0);
-  sched_program_t *p;
-  sched_error_t err = {0};
-  assert_int_equal(sched_program_load_string(s, program, "jobs.yaml", &p, &err), SCHED_OK);
+  schedrun_t *s = open_host(2, 0);
+  schedrun_program_t *p;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_program_load_string(s, program, "jobs.yaml", &p, &err), SCHEDRUN_OK);
   submit_all(s, p, 2000, true);
-  assert_int_equal(sched_wait_all(s, 60000, &err), SCHED_OK);
+  assert_int_equal(schedrun_wait_all(s, 60000, &err), SCHEDRUN_OK);
   assert_int_equal(atomic_load(&T.good), 2000);
-  sched_program_free(&p);
-  sched_close(&s); /* nothing pending: nothing fails */
+  schedrun_program_free(&p);
+  schedrun_close(&s); /* nothing pending: nothing fails */
   assert_int_equal(atomic_load(&T.closed), 0);
 }
 
 static void test_pin_wait_and_misuse(void **st) {
   (void)st;
-  sched_t *s = open_host(2, 1);
-  sched_program_t *p, *other;
-  sched_error_t err = {0};
-  assert_int_equal(sched_program_load_string(s, program, "jobs.yaml", &p, &err), SCHED_OK);
-  sched_job_options_t o;
-  sched_job_options_init(&o);
+  schedrun_t *s = open_host(2, 1);
+  schedrun_program_t *p, *other;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_program_load_string(s, program, "jobs.yaml", &p, &err), SCHEDRUN_OK);
+  schedrun_job_options_t o;
+  schedrun_job_options_init(&o);
   o.device = 1;
   o.keep_outputs = 1;
-  sched_job_t id;
-  assert_int_equal(sched_submit(s, p, &o, &id, &err), SCHED_OK);
-  sched_job_result_t *r = NULL;
+  schedrun_job_t id;
+  assert_int_equal(schedrun_submit(s, p, &o, &id, &err), SCHEDRUN_OK);
+  schedrun_job_result_t *r = NULL;
   /* a fresh private cache: the kernel is still compiling */
-  assert_int_equal(sched_wait(s, id, 0, &r, &err), SCHED_ETIMEOUT);
+  assert_int_equal(schedrun_wait(s, id, 0, &r, &err), SCHEDRUN_ETIMEOUT);
   assert_null(r);
-  sched_error_clear(&err);
-  assert_int_equal(sched_wait(s, id, -1, &r, &err), SCHED_OK);
-  assert_int_equal(sched_job_result_info(r)->device, 1);
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_wait(s, id, -1, &r, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_job_result_info(r)->device, 1);
   char why[128];
   if (!correct(r, -1, 0, why, sizeof why)) fail_msg("%s", why);
-  assert_string_equal(sched_job_result_error(r), "");
-  assert_null(sched_job_result_output(r, "nope", NULL));
-  sched_job_result_free(&r);
+  assert_string_equal(schedrun_job_result_error(r), "");
+  assert_null(schedrun_job_result_output(r, "nope", NULL));
+  schedrun_job_result_free(&r);
   assert_null(r);
 
   /* wrong use */
-  assert_int_equal(sched_submit(NULL, p, NULL, &id, &err), SCHED_EINVAL);
-  sched_error_clear(&err);
-  assert_int_equal(sched_submit(s, NULL, NULL, &id, &err), SCHED_EINVAL);
-  sched_error_clear(&err);
+  assert_int_equal(schedrun_submit(NULL, p, NULL, &id, &err), SCHEDRUN_EINVAL);
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_submit(s, NULL, NULL, &id, &err), SCHEDRUN_EINVAL);
+  schedrun_error_clear(&err);
   o.device = 2;
-  assert_int_equal(sched_submit(s, p, &o, &id, &err), SCHED_EINVAL);
+  assert_int_equal(schedrun_submit(s, p, &o, &id, &err), SCHEDRUN_EINVAL);
   assert_non_null(strstr(err.message, "no device 2"));
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   float small[4] = {0};
-  sched_input_t bad_size = {"in", small, sizeof small}, bad_name = {"nope", small, sizeof small};
-  sched_job_options_init(&o);
+  schedrun_input_t bad_size = {"in", small, sizeof small}, bad_name = {"nope", small, sizeof small};
+  schedrun_job_options_init(&o);
   o.inputs = &bad_size;
   o.ninputs = 1;
-  assert_int_equal(sched_submit(s, p, &o, &id, &err), SCHED_EINVAL);
+  assert_int_equal(schedrun_submit(s, p, &o, &id, &err), SCHEDRUN_EINVAL);
   assert_non_null(strstr(err.message, "buffer 'in' has 16 bytes; it holds 64"));
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   o.inputs = &bad_name;
-  assert_int_equal(sched_submit(s, p, &o, &id, &err), SCHED_EINVAL);
+  assert_int_equal(schedrun_submit(s, p, &o, &id, &err), SCHEDRUN_EINVAL);
   assert_non_null(strstr(err.message, "names no buffer"));
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   o.inputs = NULL;
-  assert_int_equal(sched_submit(s, p, &o, &id, &err), SCHED_EINVAL); /* ninputs 1, inputs NULL */
-  sched_error_clear(&err);
+  assert_int_equal(schedrun_submit(s, p, &o, &id, &err), SCHEDRUN_EINVAL); /* ninputs 1, inputs NULL */
+  schedrun_error_clear(&err);
   o.ninputs = 0;
   o.run = -1;
-  assert_int_equal(sched_submit(s, p, &o, &id, &err), SCHED_EINVAL);
-  sched_error_clear(&err);
-  assert_int_equal(sched_wait(s, 0, 10, &r, &err), SCHED_EINVAL);
-  sched_error_clear(&err);
-  assert_int_equal(sched_wait(s, 999999, 10, &r, &err), SCHED_EINVAL);
+  assert_int_equal(schedrun_submit(s, p, &o, &id, &err), SCHEDRUN_EINVAL);
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_wait(s, 0, 10, &r, &err), SCHEDRUN_EINVAL);
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_wait(s, 999999, 10, &r, &err), SCHEDRUN_EINVAL);
   assert_non_null(strstr(err.message, "no job 999999"));
-  sched_error_clear(&err);
-  assert_int_equal(sched_wait(s, id, 10, NULL, &err), SCHED_EINVAL);
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_wait(s, id, 10, NULL, &err), SCHEDRUN_EINVAL);
+  schedrun_error_clear(&err);
   /* a job with a callback is not waited for */
   memset(&T, 0, sizeof T);
-  sched_job_options_init(&o);
+  schedrun_job_options_init(&o);
   o.on_complete = on_done;
   o.user = (void *)(intptr_t)0;
   o.keep_outputs = 1;
   float data[16];
   for (int i = 0; i < 16; i++) data[i] = (float)i;
-  sched_input_t in = {"in", data, sizeof data};
+  schedrun_input_t in = {"in", data, sizeof data};
   o.inputs = &in;
   o.ninputs = 1;
-  assert_int_equal(sched_submit(s, p, &o, &id, &err), SCHED_OK);
-  int rc = sched_wait(s, id, 1000, &r, &err);
-  assert_true(rc == SCHED_EINVAL); /* pending with a callback, or already reported: no wait either way */
-  sched_error_clear(&err);
-  assert_int_equal(sched_wait_all(s, 10000, &err), SCHED_OK);
+  assert_int_equal(schedrun_submit(s, p, &o, &id, &err), SCHEDRUN_OK);
+  int rc = schedrun_wait(s, id, 1000, &r, &err);
+  assert_true(rc == SCHEDRUN_EINVAL); /* pending with a callback, or already reported: no wait either way */
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_wait_all(s, 10000, &err), SCHEDRUN_OK);
   assert_int_equal(atomic_load(&T.calls[0]), 1);
   assert_int_equal(atomic_load(&T.good), 1);
   /* a program of another scheduler */
-  sched_t *s2 = open_host(1, 0);
-  assert_int_equal(sched_program_load_string(s2, program, "other.yaml", &other, &err), SCHED_OK);
-  assert_int_equal(sched_submit(s2, other, NULL, &id, &err), SCHED_OK);
-  assert_int_equal(sched_submit(s, other, NULL, &id, &err), SCHED_EINVAL);
+  schedrun_t *s2 = open_host(1, 0);
+  assert_int_equal(schedrun_program_load_string(s2, program, "other.yaml", &other, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_submit(s2, other, NULL, &id, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_submit(s, other, NULL, &id, &err), SCHEDRUN_EINVAL);
   assert_non_null(strstr(err.message, "another scheduler"));
-  sched_error_clear(&err);
-  sched_program_free(&other); /* s2 still has its job: freed with s2 */
-  sched_close(&s2);
-  sched_program_free(&p);
-  sched_close(&s);
+  schedrun_error_clear(&err);
+  schedrun_program_free(&other); /* s2 still has its job: freed with s2 */
+  schedrun_close(&s2);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 /* Freeing a program while its jobs run: they finish and are verified
@@ -298,37 +298,37 @@ static void test_pin_wait_and_misuse(void **st) {
  * on with other programs. Under ASan this also proves no use after free. */
 static void test_free_program_with_jobs_in_flight(void **st) {
   (void)st;
-  sched_t *s = open_host(2, 0);
-  sched_error_t err = {0};
+  schedrun_t *s = open_host(2, 0);
+  schedrun_error_t err = {0};
   for (int round = 0; round < 20; round++) {
-    sched_program_t *p;
-    assert_int_equal(sched_program_load_string(s, program, "free.yaml", &p, &err), SCHED_OK);
-    sched_job_t ids[50];
+    schedrun_program_t *p;
+    assert_int_equal(schedrun_program_load_string(s, program, "free.yaml", &p, &err), SCHEDRUN_OK);
+    schedrun_job_t ids[50];
     float data[16];
     for (int i = 0; i < 16; i++) data[i] = (float)i;
-    sched_input_t in = {"in", data, sizeof data};
+    schedrun_input_t in = {"in", data, sizeof data};
     for (int j = 0; j < 50; j++) {
-      sched_job_options_t o;
-      sched_job_options_init(&o);
+      schedrun_job_options_t o;
+      schedrun_job_options_init(&o);
       o.job = j;
       o.keep_outputs = 1;
       o.inputs = &in;
       o.ninputs = 1;
-      assert_int_equal(sched_submit(s, p, &o, &ids[j], &err), SCHED_OK);
+      assert_int_equal(schedrun_submit(s, p, &o, &ids[j], &err), SCHEDRUN_OK);
     }
-    sched_program_free(&p);
+    schedrun_program_free(&p);
     assert_null(p);
     for (int j = 0; j < 50; j++) {
-      sched_job_result_t *r;
-      assert_int_equal(sched_wait(s, ids[j], 30000, &r, &err), SCHED_OK);
-      const sched_job_info_t *info = sched_job_result_info(r);
-      assert_int_equal(info->status, SCHED_OK);
-      const float *out = sched_job_result_output(r, "out", NULL);
+      schedrun_job_result_t *r;
+      assert_int_equal(schedrun_wait(s, ids[j], 30000, &r, &err), SCHEDRUN_OK);
+      const schedrun_job_info_t *info = schedrun_job_result_info(r);
+      assert_int_equal(info->status, SCHEDRUN_OK);
+      const float *out = schedrun_job_result_output(r, "out", NULL);
       for (int i = 0; i < 16; i++) assert_true(out[i] == (float)i * 2.0f + (float)j);
-      sched_job_result_free(&r);
+      schedrun_job_result_free(&r);
     }
   }
-  sched_close(&s);
+  schedrun_close(&s);
 }
 
 int main(void) {

@@ -1,4 +1,4 @@
-/* The config loader: the CONFIG.md example, and every problem reported as
+/* The config loader: the reference example of docs/config.md, and every problem reported as
  * file:line:col, all of them. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 
 static prog_program *load_ok(const char *text) {
   prog_program *p = NULL;
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   int rc = prog_load_string(text, strlen(text), "t.yaml", &p, &err);
   if (rc) fail_msg("load failed: %s", err.message);
   return p;
@@ -18,9 +18,9 @@ static prog_program *load_ok(const char *text) {
 /* Loads text expecting failure; returns the message (caller frees). */
 static char *load_bad(const char *text) {
   prog_program *p = NULL;
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   int rc = prog_load_string(text, strlen(text), "t.yaml", &p, &err);
-  assert_int_equal(rc, SCHED_ECONFIG);
+  assert_int_equal(rc, SCHEDRUN_ECONFIG);
   assert_null(p);
   assert_non_null(err.message);
   return err.message;
@@ -36,10 +36,10 @@ static void test_config_md_example(void **st) {
   (void)st;
   char *text;
   size_t len;
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   char path[512];
-  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHED_CONFIGS"));
-  assert_int_equal(fs_read_file(path, &text, &len, &err), SCHED_OK);
+  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
+  assert_int_equal(fs_read_file(path, &text, &len, &err), SCHEDRUN_OK);
   prog_program *p = load_ok(text);
   free(text);
   assert_string_equal(p->name, "saxpy-loop");
@@ -189,11 +189,11 @@ static void test_files_and_inits(void **st) {
                                   "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [a]}\n"
                                   "expect:\n  a: {file: v.bin}\n");
   prog_program *p = NULL;
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   /* c's iota runs past 255: refused */
-  assert_int_equal(prog_load_file(cfg, &p, &err), SCHED_ECONFIG);
+  assert_int_equal(prog_load_file(cfg, &p, &err), SCHEDRUN_ECONFIG);
   assert_non_null(strstr(err.message, "buffer 'c'"));
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   cfg = tu_write_temp(0, "c.yaml",
                       "version: 1\n"
                       "kernels:\n  k: {params: [ptr], file: k.cu}\n"
@@ -252,9 +252,9 @@ static void test_damaged_configs(void **st) {
   (void)st;
   char path[512], *text;
   size_t len;
-  sched_error_t err = {0};
-  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHED_CONFIGS"));
-  assert_int_equal(fs_read_file(path, &text, &len, &err), SCHED_OK);
+  schedrun_error_t err = {0};
+  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
+  assert_int_equal(fs_read_file(path, &text, &len, &err), SCHEDRUN_OK);
   char *buf = malloc(len + 1);
   uint64_t x = 0x2545f4914f6cdd1dull;
   int failed = 0, loaded = 0;
@@ -281,19 +281,19 @@ static void test_damaged_configs(void **st) {
     }
     prog_program *p = NULL;
     int rc = prog_load_string(buf, n, "t.yaml", &p, &err);
-    if (rc == SCHED_OK) {
+    if (rc == SCHEDRUN_OK) {
       assert_non_null(p);
       loaded++;
       prog_free(p);
     } else {
-      assert_int_equal(rc, SCHED_ECONFIG);
+      assert_int_equal(rc, SCHEDRUN_ECONFIG);
       assert_null(p);
       assert_non_null(err.message);
       /* every line names the file and a place in it */
       for (char *line = err.message; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
         if (strncmp(line, "t.yaml:", 7) != 0) fail_msg("unlocated problem: %s", line);
       failed++;
-      sched_error_clear(&err);
+      schedrun_error_clear(&err);
     }
   }
   assert_true(failed > 0 && loaded > 0);

@@ -1,5 +1,5 @@
 /* The message codec: every type round-trips; malformed bytes are rejected
- * with SCHED_EPROTO, never a crash (this test also runs under ASan). */
+ * with SCHEDRUN_EPROTO, never a crash (this test also runs under ASan). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,8 +8,8 @@
 
 static uint8_t *enc(const msg *m, size_t *len) {
   uint8_t *buf = NULL;
-  sched_error_t err = {0};
-  assert_int_equal(msg_encode(m, &buf, len, &err), SCHED_OK);
+  schedrun_error_t err = {0};
+  assert_int_equal(msg_encode(m, &buf, len, &err), SCHEDRUN_OK);
   assert_non_null(buf);
   return buf;
 }
@@ -17,7 +17,7 @@ static uint8_t *enc(const msg *m, size_t *len) {
 static void roundtrip(msg *m, msg *out) {
   size_t len;
   uint8_t *buf = enc(m, &len);
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   int rc = msg_decode(buf, len, out, &err);
   if (rc) fail_msg("decode failed: %s", err.message);
   free(buf);
@@ -160,13 +160,13 @@ static void test_complete_error_status_term_release(void **st) {
   (void)st;
   msg m, o;
   msg_init(&m, MSG_COMPLETE, 9, "scheduler");
-  m.body.complete.status = SCHED_ECOMPILE;
+  m.body.complete.status = SCHEDRUN_ECOMPILE;
   m.body.complete.device = -1;
   m.body.complete.text = s("kernel 'x': boom");
   m.body.complete.counts = (msg_counts){1, 2, 3};
   m.body.complete.cache_misses = 2;
   roundtrip(&m, &o);
-  assert_int_equal(o.body.complete.status, SCHED_ECOMPILE);
+  assert_int_equal(o.body.complete.status, SCHEDRUN_ECOMPILE);
   assert_int_equal(o.body.complete.device, -1);
   assert_string_equal(o.body.complete.text, "kernel 'x': boom");
   assert_int_equal(o.body.complete.counts.reused, 3);
@@ -175,7 +175,7 @@ static void test_complete_error_status_term_release(void **st) {
   msg_free(&o);
 
   msg_init(&m, MSG_ERROR, 9, "compile");
-  m.body.error.code = SCHED_ECOMPILE;
+  m.body.error.code = SCHEDRUN_ECOMPILE;
   m.body.error.origin = s("compile");
   m.body.error.job = 9;
   m.body.error.text = s("two kernels failed");
@@ -188,7 +188,7 @@ static void test_complete_error_status_term_release(void **st) {
   assert_int_equal(o.body.error.teardown.n, 3);
   assert_string_equal(o.body.error.teardown.v[0], "reset the active compile mode");
   assert_string_equal(o.body.error.teardown.v[2], "evict 2 failed cache entries");
-  assert_int_equal(o.body.error.code, SCHED_ECOMPILE);
+  assert_int_equal(o.body.error.code, SCHEDRUN_ECOMPILE);
   msg_free(&m);
   msg_free(&o);
 
@@ -219,12 +219,12 @@ static void test_complete_error_status_term_release(void **st) {
 
 static void expect_reject(const void *data, size_t len, const char *needle) {
   msg o;
-  sched_error_t err = {0};
-  assert_int_equal(msg_decode(data, len, &o, &err), SCHED_EPROTO);
+  schedrun_error_t err = {0};
+  assert_int_equal(msg_decode(data, len, &o, &err), SCHEDRUN_EPROTO);
   assert_non_null(err.message);
   if (needle && !strstr(err.message, needle)) fail_msg("'%s' lacks '%s'", err.message, needle);
   assert_int_equal(o.type, 0);
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   msg_free(&o);
 }
 
@@ -338,8 +338,8 @@ static void test_fields(void **st) {
   size_t len;
   uint8_t *b = build_release(BAD_NONE, &len);
   msg o;
-  sched_error_t err = {0};
-  assert_int_equal(msg_decode(b, len, &o, &err), SCHED_OK);
+  schedrun_error_t err = {0};
+  assert_int_equal(msg_decode(b, len, &o, &err), SCHEDRUN_OK);
   assert_true(o.body.release.program == 1);
   msg_free(&o);
   free(b);
@@ -414,15 +414,15 @@ static void test_random_bytes(void **st) {
       }
     }
     msg o;
-    sched_error_t err = {0};
+    schedrun_error_t err = {0};
     int rc = msg_decode(buf, n, &o, &err);
-    assert_true(rc == SCHED_OK || rc == SCHED_EPROTO);
-    if (rc == SCHED_OK) {
+    assert_true(rc == SCHEDRUN_OK || rc == SCHEDRUN_EPROTO);
+    if (rc == SCHEDRUN_OK) {
       accepted++;
       assert_true(o.type > 0 && o.type < MSG__END);
     }
     msg_free(&o);
-    sched_error_clear(&err);
+    schedrun_error_clear(&err);
   }
   free(good);
   /* flipping bytes of strings leaves valid messages: some must pass */

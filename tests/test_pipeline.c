@@ -5,42 +5,42 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched.h"
+#include "schedrun.h"
 #include "test_util.h"
 
-static sched_t *open_host(int n) {
+static schedrun_t *open_host(int n) {
   char spec[16];
   snprintf(spec, sizeof spec, "host:%d", n);
-  sched_options_t o;
-  sched_options_init(&o);
+  schedrun_options_t o;
+  schedrun_options_init(&o);
   o.devices = spec;
-  sched_t *s = NULL;
-  sched_error_t err = {0};
-  if (sched_open(&s, &o, &err)) fail_msg("open: %s", err.message);
+  schedrun_t *s = NULL;
+  schedrun_error_t err = {0};
+  if (schedrun_open(&s, &o, &err)) fail_msg("open: %s", err.message);
   return s;
 }
 
-static sched_program_t *load(sched_t *s, const char *yaml) {
-  sched_program_t *p = NULL;
-  sched_error_t err = {0};
-  if (sched_program_load_string(s, yaml, "t.yaml", &p, &err)) fail_msg("load: %s", err.message);
+static schedrun_program_t *load(schedrun_t *s, const char *yaml) {
+  schedrun_program_t *p = NULL;
+  schedrun_error_t err = {0};
+  if (schedrun_program_load_string(s, yaml, "t.yaml", &p, &err)) fail_msg("load: %s", err.message);
   return p;
 }
 
-static sched_report_t *run_keep(sched_t *s, sched_program_t *p, int expect_rc, sched_error_t *err) {
-  sched_run_options_t o;
-  sched_run_options_init(&o);
+static schedrun_report_t *run_keep(schedrun_t *s, schedrun_program_t *p, int expect_rc, schedrun_error_t *err) {
+  schedrun_run_options_t o;
+  schedrun_run_options_init(&o);
   o.keep_outputs = 1;
-  sched_report_t *r = NULL;
-  int rc = sched_run(s, p, &o, &r, err);
+  schedrun_report_t *r = NULL;
+  int rc = schedrun_run(s, p, &o, &r, err);
   if (rc != expect_rc) fail_msg("run gave %d (%s), wanted %d", rc, err->message ? err->message : "", expect_rc);
   assert_non_null(r);
   return r;
 }
 
-static const float *out_f32(sched_report_t *r, int run, int job, const char *buf, size_t want_count) {
+static const float *out_f32(schedrun_report_t *r, int run, int job, const char *buf, size_t want_count) {
   size_t bytes = 0;
-  const float *v = sched_report_output(r, run, job, buf, &bytes);
+  const float *v = schedrun_report_output(r, run, job, buf, &bytes);
   if (!v) fail_msg("no output %s for run %d job %d", buf, run, job);
   assert_int_equal(bytes, want_count * sizeof(float));
   return v;
@@ -48,14 +48,14 @@ static const float *out_f32(sched_report_t *r, int run, int job, const char *buf
 
 static void test_saxpy_every_run(void **st) {
   (void)st;
-  sched_t *s = open_host(1);
-  sched_program_t *p = NULL;
-  sched_error_t err = {0};
+  schedrun_t *s = open_host(1);
+  schedrun_program_t *p = NULL;
+  schedrun_error_t err = {0};
   char path[512];
-  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHED_CONFIGS"));
-  assert_int_equal(sched_program_load_file(s, path, &p, &err), SCHED_OK);
-  sched_report_t *r = run_keep(s, p, SCHED_OK, &err);
-  const sched_summary_t *sum = sched_report_summary(r);
+  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
+  assert_int_equal(schedrun_program_load_file(s, path, &p, &err), SCHEDRUN_OK);
+  schedrun_report_t *r = run_keep(s, p, SCHEDRUN_OK, &err);
+  const schedrun_summary_t *sum = schedrun_report_summary(r);
   assert_int_equal(sum->runs, 3);
   assert_int_equal(sum->jobs, 3);
   assert_int_equal(sum->verified, 3);
@@ -71,17 +71,17 @@ static void test_saxpy_every_run(void **st) {
         float want = i < 16 ? y[i] : (float)(k + 1);
         if (out[i] != want) fail_msg("run %d: iteration %d: out[%d] = %g, want %g", run, k, i, out[i], want);
       }
-    assert_int_equal(sched_report_device(r, run, 0), 0);
+    assert_int_equal(schedrun_report_device(r, run, 0), 0);
   }
   /* two buffer sets: runs 0 and 1 record, run 2 reuses set 0's recording */
   assert_int_equal(sum->nodes_created, 20);
   assert_int_equal(sum->nodes_updated, 0);
   assert_int_equal(sum->nodes_reused, 10);
   assert_int_equal(sum->cache_hits + sum->cache_misses, 2);
-  sched_report_free(&r);
+  schedrun_report_free(&r);
   assert_null(r);
-  sched_program_free(&p);
-  sched_close(&s);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
   assert_null(s);
 }
 
@@ -97,8 +97,8 @@ static void test_saxpy_every_run(void **st) {
 
 static void test_unrolled_loop_every_slice(void **st) {
   (void)st;
-  sched_t *s = open_host(1);
-  sched_program_t *p = load(s, "version: 1\nrepeat: 4\nbuffer_sets: 2\n" FILL_KERNEL
+  schedrun_t *s = open_host(1);
+  schedrun_program_t *p = load(s, "version: 1\nrepeat: 4\nbuffer_sets: 2\n" FILL_KERNEL
                                "buffers:\n  out: {type: f32, count: 512}\n"
                                "program:\n"
                                "  - fill: {buffer: out, value: -1}\n"
@@ -106,8 +106,8 @@ static void test_unrolled_loop_every_slice(void **st) {
                                "        - launch: {kernel: fill_slice, grid: 1, block: 64,\n"
                                "                   args: [{buffer: out, offset: \"$iter * 64\"}, 64, \"$iter * $iter + 0.5 + $run * 100\"]}\n"
                                );
-  sched_error_t err = {0};
-  sched_report_t *r = run_keep(s, p, SCHED_OK, &err);
+  schedrun_error_t err = {0};
+  schedrun_report_t *r = run_keep(s, p, SCHEDRUN_OK, &err);
   for (int run = 0; run < 4; run++) {
     const float *out = out_f32(r, run, 0, "out", 512);
     for (int it = 0; it < 8; it++)
@@ -119,38 +119,38 @@ static void test_unrolled_loop_every_slice(void **st) {
   }
   /* runs 0, 1 create 9 nodes each (one per buffer set); runs 2, 3 update the
    * 8 launches whose scalar follows $run and reuse the fill */
-  const sched_summary_t *sum = sched_report_summary(r);
+  const schedrun_summary_t *sum = schedrun_report_summary(r);
   assert_int_equal(sum->nodes_created, 18);
   assert_int_equal(sum->nodes_updated, 16);
   assert_int_equal(sum->nodes_reused, 2);
-  sched_report_free(&r);
+  schedrun_report_free(&r);
 
   /* the same program again: every node is reused, nothing created or updated */
-  sched_run_options_t o;
-  sched_run_options_init(&o);
+  schedrun_run_options_t o;
+  schedrun_run_options_init(&o);
   o.repeat = 1;
-  assert_int_equal(sched_run(s, p, &o, &r, &err), SCHED_OK);
-  sum = sched_report_summary(r);
+  assert_int_equal(schedrun_run(s, p, &o, &r, &err), SCHEDRUN_OK);
+  sum = schedrun_report_summary(r);
   assert_int_equal(sum->nodes_created, 0);
   assert_int_equal(sum->nodes_updated, 8); /* $run went from 2 back to 0 */
   assert_int_equal(sum->nodes_reused, 1);
-  sched_report_free(&r);
-  sched_program_free(&p);
-  sched_close(&s);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 static void test_nested_loops(void **st) {
   (void)st;
-  sched_t *s = open_host(1);
-  sched_program_t *p = load(s, "version: 1\n" FILL_KERNEL
+  schedrun_t *s = open_host(1);
+  schedrun_program_t *p = load(s, "version: 1\n" FILL_KERNEL
                                "buffers:\n  out: {type: f32, count: 192}\n"
                                "program:\n"
                                "  - loop:\n      trips: 3\n      body:\n"
                                "        - loop:\n            trips: 4\n            body:\n"
                                "              - launch: {kernel: fill_slice, grid: 1, block: 16,\n"
                                "                         args: [{buffer: out, offset: \"($iter0 * 4 + $iter1) * 16\"}, 16, \"$iter0 * 10 + $iter\"]}\n");
-  sched_error_t err = {0};
-  sched_report_t *r = run_keep(s, p, SCHED_OK, &err);
+  schedrun_error_t err = {0};
+  schedrun_report_t *r = run_keep(s, p, SCHEDRUN_OK, &err);
   const float *out = out_f32(r, 0, 0, "out", 192);
   for (int a = 0; a < 3; a++)
     for (int b = 0; b < 4; b++)
@@ -158,10 +158,10 @@ static void test_nested_loops(void **st) {
         int i = (a * 4 + b) * 16 + t;
         if (out[i] != (float)(a * 10 + b)) fail_msg("iteration (%d, %d): out[%d] = %g", a, b, i, out[i]);
       }
-  assert_int_equal(sched_report_summary(r)->nodes_created, 12);
-  sched_report_free(&r);
-  sched_program_free(&p);
-  sched_close(&s);
+  assert_int_equal(schedrun_report_summary(r)->nodes_created, 12);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 #define COUNTDOWN_KERNEL                                                                  \
@@ -175,16 +175,16 @@ static void test_nested_loops(void **st) {
 
 static void test_while_loop(void **st) {
   (void)st;
-  sched_t *s = open_host(1);
-  sched_program_t *p = load(s, "version: 1\nrepeat: 2\n" COUNTDOWN_KERNEL
+  schedrun_t *s = open_host(1);
+  schedrun_program_t *p = load(s, "version: 1\nrepeat: 2\n" COUNTDOWN_KERNEL
                                "buffers:\n  flag: {type: i32, count: 2, init: {values: [6, 50]}}\n"
                                "  log: {type: f32, count: 64}\n"
                                "program:\n"
                                "  - loop:\n      while: {buffer: flag, index: 0}\n      max_trips: 100\n      body:\n"
                                "        - launch: {kernel: countdown, grid: 1, block: 32, args: [flag, log]}\n"
                                "expect:\n  flag: {values: [0, 50]}\n  log: {at: {0: 0, 1: 10, 6: 60, 7: 0}}\n");
-  sched_error_t err = {0};
-  sched_report_t *r = run_keep(s, p, SCHED_OK, &err);
+  schedrun_error_t err = {0};
+  schedrun_report_t *r = run_keep(s, p, SCHEDRUN_OK, &err);
   for (int run = 0; run < 2; run++) {
     const float *log = out_f32(r, run, 0, "log", 64);
     for (int i = 0; i < 64; i++) {
@@ -192,8 +192,8 @@ static void test_while_loop(void **st) {
       if (log[i] != want) fail_msg("run %d: log[%d] = %g, want %g", run, i, log[i], want);
     }
   }
-  sched_report_free(&r);
-  sched_program_free(&p);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
   /* max_trips bounds the loop */
   p = load(s, "version: 1\n" COUNTDOWN_KERNEL
               "buffers:\n  flag: {type: i32, count: 1, init: {values: [50]}}\n"
@@ -202,30 +202,30 @@ static void test_while_loop(void **st) {
               "  - loop:\n      while: {buffer: flag, index: 0}\n      max_trips: 3\n      body:\n"
               "        - launch: {kernel: countdown, grid: 1, block: 32, args: [flag, log]}\n"
               "expect:\n  flag: {values: [47]}\n  log: {at: {47: 0, 48: 480, 49: 490, 50: 500}}\n");
-  r = run_keep(s, p, SCHED_OK, &err);
-  sched_report_free(&r);
-  sched_program_free(&p);
-  sched_close(&s);
+  r = run_keep(s, p, SCHEDRUN_OK, &err);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 static void test_two_devices_every_job(void **st) {
   (void)st;
-  sched_t *s = open_host(2);
-  assert_int_equal(sched_device_count(s), 2);
-  assert_string_equal(sched_device_name(s, 1), "host:1");
-  assert_null(sched_device_name(s, 2));
-  sched_program_t *p = load(s, "version: 1\njobs: 4\nrepeat: 2\nbuffer_sets: 2\n" FILL_KERNEL
+  schedrun_t *s = open_host(2);
+  assert_int_equal(schedrun_device_count(s), 2);
+  assert_string_equal(schedrun_device_name(s, 1), "host:1");
+  assert_null(schedrun_device_name(s, 2));
+  schedrun_program_t *p = load(s, "version: 1\njobs: 4\nrepeat: 2\nbuffer_sets: 2\n" FILL_KERNEL
                                "buffers:\n  out: {type: f32, count: 256}\n"
                                "program:\n"
                                "  - loop:\n      trips: 4\n      body:\n"
                                "        - launch: {kernel: fill_slice, grid: 1, block: 64,\n"
                                "                   args: [{buffer: out, offset: \"$iter * 64\"}, 64, \"$job * 1000 + $device * 100 + $run * 10 + $iter\"]}\n");
-  sched_error_t err = {0};
-  sched_report_t *r = run_keep(s, p, SCHED_OK, &err);
+  schedrun_error_t err = {0};
+  schedrun_report_t *r = run_keep(s, p, SCHEDRUN_OK, &err);
   int per_device[2] = {0, 0};
   for (int run = 0; run < 2; run++)
     for (int job = 0; job < 4; job++) {
-      int dev = sched_report_device(r, run, job);
+      int dev = schedrun_report_device(r, run, job);
       assert_true(dev == 0 || dev == 1);
       per_device[dev]++;
       const float *out = out_f32(r, run, job, "out", 256);
@@ -238,39 +238,39 @@ static void test_two_devices_every_job(void **st) {
         }
     }
   assert_true(per_device[0] > 0 && per_device[1] > 0);
-  const sched_summary_t *sum = sched_report_summary(r);
+  const schedrun_summary_t *sum = schedrun_report_summary(r);
   assert_int_equal(sum->ndevices, 2);
   assert_int_equal(sum->devices[0].jobs + sum->devices[1].jobs, 8);
   assert_int_equal(sum->verified, 8);
-  sched_report_free(&r);
-  sched_program_free(&p);
-  sched_close(&s);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 static void test_wrong_expect(void **st) {
   (void)st;
-  sched_t *s = open_host(1);
-  sched_program_t *p = load(s, "version: 1\nrepeat: 2\n" FILL_KERNEL
+  schedrun_t *s = open_host(1);
+  schedrun_program_t *p = load(s, "version: 1\nrepeat: 2\n" FILL_KERNEL
                                "buffers:\n  y: {type: f32, count: 8}\n"
                                "program:\n  - launch: {kernel: fill_slice, grid: 1, block: 8, args: [y, 8, 3]}\n"
                                "expect:\n  y: {at: {0: 3, 1: 4}}\n");
-  sched_error_t err = {0};
-  sched_report_t *r = run_keep(s, p, SCHED_EVERIFY, &err);
+  schedrun_error_t err = {0};
+  schedrun_report_t *r = run_keep(s, p, SCHEDRUN_EVERIFY, &err);
   assert_non_null(strstr(err.message, "run 0, job 0, device host:0: buffer y[1]: expected 4, got 3"));
-  assert_int_equal(sched_report_failure_count(r), 2);
-  assert_non_null(strstr(sched_report_failure(r, 1), "run 1, job 0, device host:0: buffer y[1]: expected 4, got 3"));
-  assert_null(sched_report_failure(r, 2));
-  assert_int_equal(sched_report_summary(r)->failed, 2);
-  sched_error_clear(&err);
-  sched_report_free(&r);
-  sched_program_free(&p);
-  sched_close(&s);
+  assert_int_equal(schedrun_report_failure_count(r), 2);
+  assert_non_null(strstr(schedrun_report_failure(r, 1), "run 1, job 0, device host:0: buffer y[1]: expected 4, got 3"));
+  assert_null(schedrun_report_failure(r, 2));
+  assert_int_equal(schedrun_report_summary(r)->failed, 2);
+  schedrun_error_clear(&err);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 static void test_compile_errors_then_recover(void **st) {
   (void)st;
-  sched_t *s = open_host(1);
-  sched_program_t *p = load(s, "version: 1\njobs: 3\n"
+  schedrun_t *s = open_host(1);
+  schedrun_program_t *p = load(s, "version: 1\njobs: 3\n"
                                "kernels:\n"
                                "  good:\n    params: [ptr]\n    source: |\n"
                                "      extern \"C\" __global__ void good(float *p) { p[threadIdx.x] = 7; }\n"
@@ -280,9 +280,9 @@ static void test_compile_errors_then_recover(void **st) {
                                "      extern \"C\" __global__ void broken_two(float *p) { undefined_thing(p); }\n"
                                "buffers:\n  a: {type: f32, count: 4}\n"
                                "program:\n  - launch: {kernel: good, grid: 1, block: 4, args: [a]}\n");
-  sched_error_t err = {0};
-  sched_report_t *r = NULL;
-  assert_int_equal(sched_run(s, p, NULL, &r, &err), SCHED_ECOMPILE);
+  schedrun_error_t err = {0};
+  schedrun_report_t *r = NULL;
+  assert_int_equal(schedrun_run(s, p, NULL, &r, &err), SCHEDRUN_ECOMPILE);
   /* both failures are reported, with their config locations and logs */
   assert_non_null(strstr(err.message, "kernel 'broken_one' (t.yaml:8:3)"));
   assert_non_null(strstr(err.message, "kernel 'broken_two' (t.yaml:14:3)"));
@@ -290,87 +290,87 @@ static void test_compile_errors_then_recover(void **st) {
   assert_non_null(strstr(err.message, "undefined_thing"));
   assert_null(strstr(err.message, "kernel 'good'"));
   /* every job of the run completed, with the error */
-  assert_int_equal(sched_report_summary(r)->failed, 3);
-  assert_int_equal(sched_report_failure_count(r), 3);
-  sched_error_clear(&err);
-  sched_report_free(&r);
-  sched_program_free(&p);
+  assert_int_equal(schedrun_report_summary(r)->failed, 3);
+  assert_int_equal(schedrun_report_failure_count(r), 3);
+  schedrun_error_clear(&err);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
   /* the same scheduler compiles and runs a good program right after */
   p = load(s, "version: 1\n" FILL_KERNEL "buffers:\n  a: {type: f32, count: 4}\n"
               "program:\n  - launch: {kernel: fill_slice, grid: 1, block: 4, args: [a, 4, 2.5]}\n"
               "expect:\n  a: {values: [2.5, 2.5, 2.5, 2.5]}\n");
-  r = run_keep(s, p, SCHED_OK, &err);
-  sched_report_free(&r);
-  sched_program_free(&p);
-  sched_close(&s);
+  r = run_keep(s, p, SCHEDRUN_OK, &err);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 static void test_record_error_located(void **st) {
   (void)st;
-  sched_t *s = open_host(1);
-  sched_program_t *p = load(s, "version: 1\njobs: 2\n" FILL_KERNEL "buffers:\n  a: {type: f32, count: 150}\n"
+  schedrun_t *s = open_host(1);
+  schedrun_program_t *p = load(s, "version: 1\njobs: 2\n" FILL_KERNEL "buffers:\n  a: {type: f32, count: 150}\n"
                                "program:\n  - launch: {kernel: fill_slice, grid: 1, block: 64,\n"
                                "               args: [{buffer: a, offset: \"$job * 200\"}, 64, 1]}\n");
-  sched_error_t err = {0};
-  sched_report_t *r = NULL;
-  assert_int_equal(sched_run(s, p, NULL, &r, &err), SCHED_ECONFIG);
+  schedrun_error_t err = {0};
+  schedrun_report_t *r = NULL;
+  assert_int_equal(schedrun_run(s, p, NULL, &r, &err), SCHEDRUN_ECONFIG);
   assert_non_null(strstr(err.message, "t.yaml:14:5: offset: 0 elements at offset 200 run outside buffer 'a' (150 elements)"));
-  const sched_summary_t *sum = sched_report_summary(r);
+  const schedrun_summary_t *sum = schedrun_report_summary(r);
   assert_int_equal(sum->verified, 1);
   assert_int_equal(sum->failed, 1);
-  sched_error_clear(&err);
-  sched_report_free(&r);
-  sched_program_free(&p);
-  sched_close(&s);
+  schedrun_error_clear(&err);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 static void test_api_misuse(void **st) {
   (void)st;
-  sched_error_t err = {0};
-  sched_report_t *r = NULL;
-  assert_int_equal(sched_open(NULL, NULL, &err), SCHED_EINVAL);
-  sched_error_clear(&err);
-  sched_options_t o;
-  sched_options_init(&o);
+  schedrun_error_t err = {0};
+  schedrun_report_t *r = NULL;
+  assert_int_equal(schedrun_open(NULL, NULL, &err), SCHEDRUN_EINVAL);
+  schedrun_error_clear(&err);
+  schedrun_options_t o;
+  schedrun_options_init(&o);
   o.devices = "host:0";
-  sched_t *bad = NULL;
-  assert_int_equal(sched_open(&bad, &o, &err), SCHED_EINVAL);
+  schedrun_t *bad = NULL;
+  assert_int_equal(schedrun_open(&bad, &o, &err), SCHEDRUN_EINVAL);
   assert_null(bad);
-  sched_error_clear(&err);
-  assert_int_equal(sched_run(NULL, NULL, NULL, &r, &err), SCHED_EINVAL);
-  assert_non_null(strstr(err.message, "sched_run"));
-  sched_error_clear(&err);
-  sched_t *s = open_host(1), *s2 = open_host(1);
-  sched_program_t *p = NULL;
-  assert_int_equal(sched_program_load_string(s, NULL, NULL, &p, &err), SCHED_EINVAL);
-  sched_error_clear(&err);
-  assert_int_equal(sched_program_load_file(s, "/no/such/file.yaml", &p, &err), SCHED_ECONFIG);
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_run(NULL, NULL, NULL, &r, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "schedrun_run"));
+  schedrun_error_clear(&err);
+  schedrun_t *s = open_host(1), *s2 = open_host(1);
+  schedrun_program_t *p = NULL;
+  assert_int_equal(schedrun_program_load_string(s, NULL, NULL, &p, &err), SCHEDRUN_EINVAL);
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_program_load_file(s, "/no/such/file.yaml", &p, &err), SCHEDRUN_ECONFIG);
   assert_non_null(strstr(err.message, "/no/such/file.yaml"));
-  sched_error_clear(&err);
+  schedrun_error_clear(&err);
   p = load(s, "version: 1\n" FILL_KERNEL "buffers:\n  a: {type: f32, count: 4}\n"
               "program:\n  - launch: {kernel: fill_slice, grid: 1, block: 4, args: [a, 4, 1]}\n");
-  assert_int_equal(sched_run(s, p, NULL, &r, &err), SCHED_OK);
-  sched_report_free(&r);
-  assert_int_equal(sched_run(s2, p, NULL, &r, &err), SCHED_EINVAL);
+  assert_int_equal(schedrun_run(s, p, NULL, &r, &err), SCHEDRUN_OK);
+  schedrun_report_free(&r);
+  assert_int_equal(schedrun_run(s2, p, NULL, &r, &err), SCHEDRUN_EINVAL);
   assert_non_null(strstr(err.message, "another scheduler"));
-  sched_error_clear(&err);
-  sched_run_options_t ro;
-  sched_run_options_init(&ro);
+  schedrun_error_clear(&err);
+  schedrun_run_options_t ro;
+  schedrun_run_options_init(&ro);
   ro.repeat = -1;
-  assert_int_equal(sched_run(s, p, &ro, &r, &err), SCHED_EINVAL);
-  sched_error_clear(&err);
+  assert_int_equal(schedrun_run(s, p, &ro, &r, &err), SCHEDRUN_EINVAL);
+  schedrun_error_clear(&err);
   /* report accessors on NULL and out of range */
-  assert_null(sched_report_summary(NULL));
-  assert_int_equal(sched_report_failure_count(NULL), 0);
-  assert_null(sched_report_output(NULL, 0, 0, "a", NULL));
-  assert_int_equal(sched_report_device(NULL, 0, 0), -1);
+  assert_null(schedrun_report_summary(NULL));
+  assert_int_equal(schedrun_report_failure_count(NULL), 0);
+  assert_null(schedrun_report_output(NULL, 0, 0, "a", NULL));
+  assert_int_equal(schedrun_report_device(NULL, 0, 0), -1);
   /* a program outliving its scheduler stays usable for reading, then frees */
-  sched_close(&s);
-  assert_string_equal(sched_program_name(p), "t");
-  sched_program_free(&p);
-  sched_program_free(&p);
-  sched_close(&s2);
-  sched_close(NULL);
+  schedrun_close(&s);
+  assert_string_equal(schedrun_program_name(p), "t");
+  schedrun_program_free(&p);
+  schedrun_program_free(&p);
+  schedrun_close(&s2);
+  schedrun_close(NULL);
 }
 
 int main(void) {

@@ -6,7 +6,7 @@
  * through the whole API: 8 unrolled iterations, 2 buffer sets, 4 runs.
  *
  * This file is also built against a deliberately broken record actor that
- * keeps one state per command (SCHED_RECORD_SHARED_SLOT); ctest expects that
+ * keeps one state per command (SCHEDRUN_RECORD_SHARED_SLOT); ctest expects that
  * build to fail, which proves these checks see stale per-iteration state. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +41,7 @@ static const char program_yaml[] =
     "  - copy: {from: src, to: dst, count: 8}\n";
 
 typedef struct rig {
-  sched_core core;
+  schedrun_core core;
   record_state *st;
   actor_t *actor;
   void *inbox, *out;
@@ -51,8 +51,8 @@ typedef struct rig {
 
 static void rig_up(rig *r) {
   memset(r, 0, sizeof *r);
-  sched_error_t err = {0};
-  assert_int_equal(gpu_host_open(2, &r->core.backend, &err), SCHED_OK);
+  schedrun_error_t err = {0};
+  assert_int_equal(gpu_host_open(2, &r->core.backend, &err), SCHEDRUN_OK);
   r->core.ndevices = 2;
   r->core.zctx = zmq_ctx_new();
   pthread_mutex_init(&r->core.reg_lock, NULL);
@@ -61,7 +61,7 @@ static void rig_up(rig *r) {
   uint64_t id = 1;
   hmap_put(&r->core.programs, &id, r->p);
   /* the kernel, compiled into an artifact as the compile actor would */
-  snprintf(r->dir, sizeof r->dir, "/tmp/sched-rec-XXXXXX");
+  snprintf(r->dir, sizeof r->dir, "/tmp/schedrun-rec-XXXXXX");
   assert_non_null(mkdtemp(r->dir));
   const prog_kernel *k = &r->p->kernels[0];
   gpu_compile_req req = {k->name, k->entry, k->source, "p.yaml", k->first_line, k->params, k->nparams, "x86_64"};
@@ -72,11 +72,11 @@ static void rig_up(rig *r) {
   free(log);
   memset(r->key, 'a', 64);
   snprintf(r->artifact, sizeof r->artifact, "%s/fill.so", r->dir);
-  assert_int_equal(artifact_write(r->artifact, r->key, img, len, &err), SCHED_OK);
+  assert_int_equal(artifact_write(r->artifact, r->key, img, len, &err), SCHEDRUN_OK);
   free(img);
   r->inbox = mbox_bind(r->core.zctx, "client", &err);
   r->st = record_state_new(&r->core);
-  assert_int_equal(actor_start(r->core.zctx, &record_actor_def, ACTOR_RECORD, r->st, &r->actor, &err), SCHED_OK);
+  assert_int_equal(actor_start(r->core.zctx, &record_actor_def, ACTOR_RECORD, r->st, &r->actor, &err), SCHEDRUN_OK);
   r->out = mbox_connect(r->core.zctx, ACTOR_RECORD, &err);
 }
 
@@ -111,16 +111,16 @@ static void record(rig *r, uint32_t device, uint32_t slot, const uint64_t *b, si
   rc->modules.v = calloc(1, sizeof(msg_module));
   rc->modules.v[0] = (msg_module){strdup("fill_slice"), strdup(r->key), strdup(r->artifact)};
   rc->modules.n = 1;
-  assert_int_equal(mbox_send(r->out, &m, NULL), SCHED_OK);
+  assert_int_equal(mbox_send(r->out, &m, NULL), SCHEDRUN_OK);
   msg_free(&m);
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   if (mbox_recv(r->inbox, 30000, reply, NULL, &err)) fail_msg("%s", err.message);
 }
 
 static uint64_t alloc(rig *r, int dev, size_t bytes) {
   uint64_t a;
-  sched_error_t err = {0};
-  assert_int_equal(r->core.backend->ops->mem_alloc(r->core.backend, dev, bytes, &a, &err), SCHED_OK);
+  schedrun_error_t err = {0};
+  assert_int_equal(r->core.backend->ops->mem_alloc(r->core.backend, dev, bytes, &a, &err), SCHEDRUN_OK);
   return a;
 }
 
@@ -135,10 +135,10 @@ static void expect_counts(const msg *m, uint32_t created, uint32_t updated, uint
 static void run_and_check(rig *r, const msg *rec, int dev, uint64_t out, uint64_t other_out, uint64_t dst,
                           const float *src_values) {
   gpu_backend *b = r->core.backend;
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   b->ops->mem_zero(b, dev, out, 512 * 4, &err);
   if (other_out) b->ops->mem_zero(b, dev, other_out, 512 * 4, &err);
-  assert_int_equal(b->ops->seq_launch((gpu_seq *)(uintptr_t)rec->body.recorded.sequence, &err), SCHED_OK);
+  assert_int_equal(b->ops->seq_launch((gpu_seq *)(uintptr_t)rec->body.recorded.sequence, &err), SCHEDRUN_OK);
   float h[512];
   b->ops->copy_dtoh(b, dev, h, out, sizeof h, &err);
   for (int it = 0; it < 8; it++)
@@ -161,7 +161,7 @@ static void test_create_reuse_update_per_key(void **st) {
   rig r;
   rig_up(&r);
   gpu_backend *be = r.core.backend;
-  sched_error_t err = {0};
+  schedrun_error_t err = {0};
   uint64_t A = alloc(&r, 0, 2048), B = alloc(&r, 0, 2048), S1 = alloc(&r, 0, 32), S2 = alloc(&r, 0, 32),
            D = alloc(&r, 0, 32);
   float s1[8], s2[8];
@@ -232,7 +232,7 @@ static void test_create_reuse_update_per_key(void **st) {
   q.body.status.items.n = 3;
   mbox_send(r.out, &q, NULL);
   msg_free(&q);
-  assert_int_equal(mbox_recv(r.inbox, 10000, &m, NULL, &err), SCHED_OK);
+  assert_int_equal(mbox_recv(r.inbox, 10000, &m, NULL, &err), SCHEDRUN_OK);
   int64_t want[] = {9, 9, 9, 36}; /* nodes, created, updated, reused */
   const char *names[] = {"nodes", "created", "updated", "reused"};
   for (int k = 0; k < 4; k++)
@@ -260,22 +260,22 @@ static void test_create_reuse_update_per_key(void **st) {
 
 static void test_loop_every_slice_every_run(void **st) {
   (void)st;
-  sched_options_t o;
-  sched_options_init(&o);
+  schedrun_options_t o;
+  schedrun_options_init(&o);
   o.devices = "host:1";
-  sched_t *s;
-  sched_error_t err = {0};
-  assert_int_equal(sched_open(&s, &o, &err), SCHED_OK);
-  sched_program_t *p;
-  assert_int_equal(sched_program_load_string(s, LOOP_PROGRAM, "loop.yaml", &p, &err), SCHED_OK);
-  sched_run_options_t ro;
-  sched_run_options_init(&ro);
+  schedrun_t *s;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_open(&s, &o, &err), SCHEDRUN_OK);
+  schedrun_program_t *p;
+  assert_int_equal(schedrun_program_load_string(s, LOOP_PROGRAM, "loop.yaml", &p, &err), SCHEDRUN_OK);
+  schedrun_run_options_t ro;
+  schedrun_run_options_init(&ro);
   ro.keep_outputs = 1;
-  sched_report_t *r;
-  if (sched_run(s, p, &ro, &r, &err)) fail_msg("%s", err.message);
+  schedrun_report_t *r;
+  if (schedrun_run(s, p, &ro, &r, &err)) fail_msg("%s", err.message);
   for (int run = 0; run < 4; run++) {
     size_t bytes;
-    const float *out = sched_report_output(r, run, 0, "out", &bytes);
+    const float *out = schedrun_report_output(r, run, 0, "out", &bytes);
     assert_non_null(out);
     assert_int_equal(bytes, 4096);
     for (int it = 0; it < 8; it++)
@@ -288,21 +288,21 @@ static void test_loop_every_slice_every_run(void **st) {
   }
   /* per key: each buffer set's recording was created once and updated once */
   for (int slot = 0; slot < 2; slot++) {
-    sched_counters_t c;
-    assert_int_equal(sched_record_counters(s, p, 0, slot, &c, &err), SCHED_OK);
+    schedrun_counters_t c;
+    assert_int_equal(schedrun_record_counters(s, p, 0, slot, &c, &err), SCHEDRUN_OK);
     assert_int_equal(c.nodes, 8);
     assert_int_equal(c.created, 8);
     assert_int_equal(c.updated, 8);
     assert_int_equal(c.reused, 0);
   }
-  sched_counters_t none;
-  assert_int_equal(sched_record_counters(s, p, 0, 5, &none, &err), SCHED_OK);
+  schedrun_counters_t none;
+  assert_int_equal(schedrun_record_counters(s, p, 0, 5, &none, &err), SCHEDRUN_OK);
   assert_int_equal(none.nodes, 0);
-  assert_int_equal(sched_record_counters(s, p, 3, 0, &none, &err), SCHED_EINVAL);
-  sched_error_clear(&err);
-  sched_report_free(&r);
-  sched_program_free(&p);
-  sched_close(&s);
+  assert_int_equal(schedrun_record_counters(s, p, 3, 0, &none, &err), SCHEDRUN_EINVAL);
+  schedrun_error_clear(&err);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 /* A program that reads no per-job variable: after its first recording, jobs
@@ -318,25 +318,25 @@ static void test_reuse_without_record_counted(void **st) {
       "program:\n  - loop:\n      trips: 4\n      body:\n"
       "        - launch: {kernel: fill_slice, grid: 1, block: 64, args: [{buffer: out, offset: \"$iter * 64\"}, 64, \"$iter\"]}\n";
   for (int always = 0; always < 2; always++) {
-    sched_options_t o;
-    sched_options_init(&o);
+    schedrun_options_t o;
+    schedrun_options_init(&o);
     o.devices = "host:1";
     o.record_always = always;
-    sched_t *s;
-    sched_error_t err = {0};
-    assert_int_equal(sched_open(&s, &o, &err), SCHED_OK);
-    sched_program_t *p;
-    assert_int_equal(sched_program_load_string(s, text, "reuse.yaml", &p, &err), SCHED_OK);
-    sched_run_options_t ro;
-    sched_run_options_init(&ro);
+    schedrun_t *s;
+    schedrun_error_t err = {0};
+    assert_int_equal(schedrun_open(&s, &o, &err), SCHEDRUN_OK);
+    schedrun_program_t *p;
+    assert_int_equal(schedrun_program_load_string(s, text, "reuse.yaml", &p, &err), SCHEDRUN_OK);
+    schedrun_run_options_t ro;
+    schedrun_run_options_init(&ro);
     ro.keep_outputs = 1;
-    sched_report_t *r;
-    if (sched_run(s, p, &ro, &r, &err)) fail_msg("%s", err.message);
+    schedrun_report_t *r;
+    if (schedrun_run(s, p, &ro, &r, &err)) fail_msg("%s", err.message);
     for (int run = 0; run < 5; run++) {
-      const float *out = sched_report_output(r, run, 0, "out", NULL);
+      const float *out = schedrun_report_output(r, run, 0, "out", NULL);
       for (int i = 0; i < 256; i++) assert_true(out[i] == (float)(i / 64));
-      sched_job_info_t info;
-      assert_int_equal(sched_report_job(r, run, 0, &info), SCHED_OK);
+      schedrun_job_info_t info;
+      assert_int_equal(schedrun_report_job(r, run, 0, &info), SCHEDRUN_OK);
       assert_int_equal(info.nodes_created, run == 0 ? 4 : 0);
       assert_int_equal(info.nodes_reused, run == 0 ? 0 : 4);
       assert_int_equal(info.nodes_updated, 0);
@@ -346,15 +346,15 @@ static void test_reuse_without_record_counted(void **st) {
         else assert_int_equal(info.record_ns, 0);
       }
     }
-    sched_counters_t c;
-    assert_int_equal(sched_record_counters(s, p, 0, 0, &c, &err), SCHED_OK);
+    schedrun_counters_t c;
+    assert_int_equal(schedrun_record_counters(s, p, 0, 0, &c, &err), SCHEDRUN_OK);
     assert_int_equal(c.nodes, 4);
     assert_int_equal(c.created, 4);
     assert_int_equal(c.reused, 16);
     assert_int_equal(c.updated, 0);
-    sched_report_free(&r);
-    sched_program_free(&p);
-    sched_close(&s);
+    schedrun_report_free(&r);
+    schedrun_program_free(&p);
+    schedrun_close(&s);
   }
 }
 

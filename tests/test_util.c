@@ -17,7 +17,7 @@ static char paths[8][256];
 
 const char *tu_write_temp(int slot, const char *name, const char *text) {
   if (!dirs[slot][0]) {
-    snprintf(dirs[slot], sizeof dirs[slot], "/tmp/sched-test-XXXXXX");
+    snprintf(dirs[slot], sizeof dirs[slot], "/tmp/schedrun-test-XXXXXX");
     if (!mkdtemp(dirs[slot])) return NULL;
   }
   snprintf(paths[slot], sizeof paths[slot], "%s/%s", dirs[slot], name);
@@ -81,7 +81,7 @@ int tu_count(const char *hay, const char *needle) {
 }
 
 int tu_for_each_config(void (*fn)(const char *path, void *ctx), void *ctx) {
-  const char *dir = tu_env("SCHED_CONFIGS");
+  const char *dir = tu_env("SCHEDRUN_CONFIGS");
   DIR *d = opendir(dir);
   if (!d) return 0;
   int n = 0;

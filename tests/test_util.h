@@ -1,6 +1,6 @@
 /* Helpers shared by the tests. */
-#ifndef SCHED_TEST_UTIL_H
-#define SCHED_TEST_UTIL_H
+#ifndef SCHEDRUN_TEST_UTIL_H
+#define SCHEDRUN_TEST_UTIL_H
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,7 +16,7 @@ const char *tu_write_temp(int slot, const char *name, const char *text);
 int tu_run(char *const argv[], char **out, char **err);
 /* The environment variable, which the test setup must provide. */
 const char *tu_env(const char *name);
-/* Calls fn with the path of every *.yaml in $SCHED_CONFIGS; returns how many. */
+/* Calls fn with the path of every *.yaml in $SCHEDRUN_CONFIGS; returns how many. */
 int tu_for_each_config(void (*fn)(const char *path, void *ctx), void *ctx);
 /* Counts occurrences of needle in hay. */
 int tu_count(const char *hay, const char *needle);

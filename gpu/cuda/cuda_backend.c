@@ -100,11 +100,11 @@ struct gpu_seq {
 static cuda_backend *cb(const gpu_backend *b) { return (cuda_backend *)b; }
 
 /* "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)" */
-static int cu_fail(const cu_api *a, sched_error_t *err, CUresult r, const char *call, const char *dev) {
+static int cu_fail(const cu_api *a, schedrun_error_t *err, CUresult r, const char *call, const char *dev) {
   const char *name = NULL, *text = NULL;
   if (a->cuGetErrorName) a->cuGetErrorName(r, &name);
   if (a->cuGetErrorString) a->cuGetErrorString(r, &text);
-  return err_set(err, r == CUDA_ERROR_OUT_OF_MEMORY ? SCHED_ENOMEM : SCHED_EBACKEND, "%s%s%s: %s (%s)",
+  return err_set(err, r == CUDA_ERROR_OUT_OF_MEMORY ? SCHEDRUN_ENOMEM : SCHEDRUN_EBACKEND, "%s%s%s: %s (%s)",
                  dev ? dev : "", dev ? ": " : "", call, name ? name : "CUDA_ERROR", text ? text : "unknown error");
 }
 
@@ -117,35 +117,35 @@ static int cu_fail(const cu_api *a, sched_error_t *err, CUresult r, const char *
 /* ---- loading the driver ---- */
 
 /* Why an entry point could not be had, named by the driver when it can. */
-static int missing(void *dl, const char *lib, const char *sym, CUresult r, sched_error_t *err) {
+static int missing(void *dl, const char *lib, const char *sym, CUresult r, schedrun_error_t *err) {
   __typeof__(&cuGetErrorName) get_name = (__typeof__(&cuGetErrorName))dlsym(dl, "cuGetErrorName");
   const char *name = NULL;
   if (r != CUDA_SUCCESS && get_name) get_name(r, &name);
   if (r == CUDA_SUCCESS)
-    return err_set(err, SCHED_EBACKEND, "%s lacks %s for CUDA 12.0 (a driver that is too old?)", lib, sym);
-  if (name) return err_set(err, SCHED_EBACKEND, "%s cannot give %s: %s", lib, sym, name);
-  return err_set(err, SCHED_EBACKEND, "%s cannot give %s: CUresult %d", lib, sym, (int)r);
+    return err_set(err, SCHEDRUN_EBACKEND, "%s lacks %s for CUDA 12.0 (a driver that is too old?)", lib, sym);
+  if (name) return err_set(err, SCHEDRUN_EBACKEND, "%s cannot give %s: %s", lib, sym, name);
+  return err_set(err, SCHEDRUN_EBACKEND, "%s cannot give %s: CUresult %d", lib, sym, (int)r);
 }
 
-int cuda_api_load(cu_api_handle *out, int *ndevices, sched_error_t *err) {
+int cuda_api_load(cu_api_handle *out, int *ndevices, schedrun_error_t *err) {
   *out = NULL;
   *ndevices = 0;
-  const char *lib = getenv("SCHED_CUDA_LIBRARY");
+  const char *lib = getenv("SCHEDRUN_CUDA_LIBRARY");
   if (!lib || !*lib) lib = "libcuda.so.1";
   void *dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-  if (!dl) return err_set(err, SCHED_EBACKEND, "no CUDA driver (%s cannot be loaded)", lib);
+  if (!dl) return err_set(err, SCHEDRUN_EBACKEND, "no CUDA driver (%s cannot be loaded)", lib);
   typedef CUresult (*gpa_v2)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
   typedef CUresult (*gpa_v1)(const char *, void **, int, cuuint64_t);
   gpa_v2 g2 = (gpa_v2)dlsym(dl, "cuGetProcAddress_v2");
   gpa_v1 g1 = g2 ? NULL : (gpa_v1)dlsym(dl, "cuGetProcAddress");
   if (!g2 && !g1) {
     dlclose(dl);
-    return err_set(err, SCHED_EBACKEND, "%s has no cuGetProcAddress (a driver older than CUDA 11.3?)", lib);
+    return err_set(err, SCHEDRUN_EBACKEND, "%s has no cuGetProcAddress (a driver older than CUDA 11.3?)", lib);
   }
   cu_api *a = calloc(1, sizeof *a);
   if (!a) {
     dlclose(dl);
-    return err_set(err, SCHED_ENOMEM, "out of memory");
+    return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
   a->dl = dl;
 #define X(name)                                                                                   \
@@ -169,14 +169,14 @@ int cuda_api_load(cu_api_handle *out, int *ndevices, sched_error_t *err) {
   if (r == CUDA_SUCCESS) r = a->cuDeviceGetCount(&n);
   if (r != CUDA_SUCCESS || n == 0) {
     int rc = r != CUDA_SUCCESS ? cu_fail(a, err, r, "cuInit", NULL)
-                               : err_set(err, SCHED_EBACKEND, "the CUDA driver sees no device");
+                               : err_set(err, SCHEDRUN_EBACKEND, "the CUDA driver sees no device");
     dlclose(dl);
     free(a);
     return rc;
   }
   *out = a;
   *ndevices = n;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 void cuda_api_unload(cu_api_handle h) {
@@ -196,10 +196,10 @@ void cuda_marshal_args(const uint64_t *slots, uint32_t n, void **params) {
 
 /* ---- the backend ---- */
 
-static int use(cuda_backend *b, int dev, sched_error_t *err) {
-  if (dev < 0 || dev >= b->ndevices) return err_set(err, SCHED_EINVAL, "no cuda device %d", dev);
+static int use(cuda_backend *b, int dev, schedrun_error_t *err) {
+  if (dev < 0 || dev >= b->ndevices) return err_set(err, SCHEDRUN_EINVAL, "no cuda device %d", dev);
   CU_CHECK(&b->api, b->api.cuCtxSetCurrent(b->devs[dev].ctx), b->devs[dev].name, err);
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static void c_destroy(gpu_backend *g) {
@@ -229,54 +229,54 @@ static const char *c_arch(const gpu_backend *g, int d) {
   return d >= 0 && d < cb(g)->ndevices ? cb(g)->devs[d].arch : "";
 }
 
-static int c_mem_alloc(gpu_backend *g, int dev, uint64_t bytes, uint64_t *addr, sched_error_t *err) {
+static int c_mem_alloc(gpu_backend *g, int dev, uint64_t bytes, uint64_t *addr, schedrun_error_t *err) {
   cuda_backend *b = cb(g);
   int rc = use(b, dev, err);
   if (rc) return rc;
   CUdeviceptr p = 0;
   CU_CHECK(&b->api, b->api.cuMemAlloc(&p, bytes ? bytes : 1), b->devs[dev].name, err);
   *addr = (uint64_t)p;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static void c_mem_free(gpu_backend *g, int dev, uint64_t addr) {
   cuda_backend *b = cb(g);
-  if (use(b, dev, NULL) == SCHED_OK) b->api.cuMemFree((CUdeviceptr)addr);
+  if (use(b, dev, NULL) == SCHEDRUN_OK) b->api.cuMemFree((CUdeviceptr)addr);
 }
 
-static int c_mem_zero(gpu_backend *g, int dev, uint64_t addr, uint64_t n, sched_error_t *err) {
+static int c_mem_zero(gpu_backend *g, int dev, uint64_t addr, uint64_t n, schedrun_error_t *err) {
   cuda_backend *b = cb(g);
   int rc = use(b, dev, err);
   if (rc) return rc;
   CU_CHECK(&b->api, b->api.cuMemsetD8((CUdeviceptr)addr, 0, n), b->devs[dev].name, err);
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-static int c_copy_htod(gpu_backend *g, int dev, uint64_t dst, const void *src, uint64_t n, sched_error_t *err) {
+static int c_copy_htod(gpu_backend *g, int dev, uint64_t dst, const void *src, uint64_t n, schedrun_error_t *err) {
   cuda_backend *b = cb(g);
   int rc = use(b, dev, err);
   if (rc) return rc;
   CU_CHECK(&b->api, b->api.cuMemcpyHtoD((CUdeviceptr)dst, src, n), b->devs[dev].name, err);
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-static int c_copy_dtoh(gpu_backend *g, int dev, void *dst, uint64_t src, uint64_t n, sched_error_t *err) {
+static int c_copy_dtoh(gpu_backend *g, int dev, void *dst, uint64_t src, uint64_t n, schedrun_error_t *err) {
   cuda_backend *b = cb(g);
   int rc = use(b, dev, err);
   if (rc) return rc;
   CU_CHECK(&b->api, b->api.cuStreamSynchronize(b->devs[dev].stream), b->devs[dev].name, err);
   CU_CHECK(&b->api, b->api.cuMemcpyDtoH(dst, (CUdeviceptr)src, n), b->devs[dev].name, err);
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static int c_module_load(gpu_backend *g, int dev, const void *image, size_t len, gpu_module **out,
-                         sched_error_t *err) {
+                         schedrun_error_t *err) {
   (void)len;
   cuda_backend *b = cb(g);
   int rc = use(b, dev, err);
   if (rc) return rc;
   gpu_module *m = calloc(1, sizeof *m);
-  if (!m) return err_set(err, SCHED_ENOMEM, "out of memory");
+  if (!m) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   CUresult r = b->api.cuModuleLoadData(&m->mod, image);
   if (r != CUDA_SUCCESS) {
     free(m);
@@ -284,34 +284,34 @@ static int c_module_load(gpu_backend *g, int dev, const void *image, size_t len,
   }
   m->dev = dev;
   *out = m;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static void c_module_unload(gpu_backend *g, gpu_module *m) {
   cuda_backend *b = cb(g);
   if (!m) return;
-  if (use(b, m->dev, NULL) == SCHED_OK) b->api.cuModuleUnload(m->mod);
+  if (use(b, m->dev, NULL) == SCHEDRUN_OK) b->api.cuModuleUnload(m->mod);
   free(m);
 }
 
 static int c_module_function(gpu_backend *g, gpu_module *m, const char *entry, gpu_function *out,
-                             sched_error_t *err) {
+                             schedrun_error_t *err) {
   cuda_backend *b = cb(g);
   CUfunction f;
   CUresult r = b->api.cuModuleGetFunction(&f, m->mod, entry);
   if (r != CUDA_SUCCESS) return cu_fail(&b->api, err, r, "cuModuleGetFunction", b->devs[m->dev].name);
   *out = (gpu_function)f;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-static int c_launch(gpu_backend *g, int dev, const gpu_node *n, bool wait, sched_error_t *err) {
+static int c_launch(gpu_backend *g, int dev, const gpu_node *n, bool wait, schedrun_error_t *err) {
   cuda_backend *b = cb(g);
   int rc = use(b, dev, err);
   if (rc) return rc;
   cu_device *d = &b->devs[dev];
-  if (n->kind != GN_LAUNCH) return err_set(err, SCHED_EINVAL, "%s: only launches run on their own", d->name);
+  if (n->kind != GN_LAUNCH) return err_set(err, SCHEDRUN_EINVAL, "%s: only launches run on their own", d->name);
   void *params[64];
-  if (n->u.launch.nargs > 64) return err_set(err, SCHED_EINVAL, "%s: more than 64 kernel arguments", d->name);
+  if (n->u.launch.nargs > 64) return err_set(err, SCHEDRUN_EINVAL, "%s: more than 64 kernel arguments", d->name);
   cuda_marshal_args(n->u.launch.args, n->u.launch.nargs, params);
   CU_CHECK(&b->api,
            b->api.cuLaunchKernel((CUfunction)n->u.launch.fn, n->u.launch.grid[0], n->u.launch.grid[1],
@@ -319,20 +319,20 @@ static int c_launch(gpu_backend *g, int dev, const gpu_node *n, bool wait, sched
                                  0, d->stream, params, NULL),
            d->name, err);
   if (wait) CU_CHECK(&b->api, b->api.cuStreamSynchronize(d->stream), d->name, err);
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 /* ---- sequences ---- */
 
-static int c_seq_create(gpu_backend *g, int dev, gpu_seq **out, sched_error_t *err) {
+static int c_seq_create(gpu_backend *g, int dev, gpu_seq **out, schedrun_error_t *err) {
   cuda_backend *b = cb(g);
-  if (dev < 0 || dev >= b->ndevices) return err_set(err, SCHED_EINVAL, "no cuda device %d", dev);
+  if (dev < 0 || dev >= b->ndevices) return err_set(err, SCHEDRUN_EINVAL, "no cuda device %d", dev);
   gpu_seq *s = calloc(1, sizeof *s);
-  if (!s) return err_set(err, SCHED_ENOMEM, "out of memory");
+  if (!s) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   s->b = b;
   s->dev = dev;
   *out = s;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static void c_seq_destroy(gpu_seq *s) {
@@ -354,12 +354,12 @@ static void c_seq_destroy(gpu_seq *s) {
   free(s);
 }
 
-static cu_segment *push_segment(gpu_seq *s, int kind, sched_error_t *err) {
+static cu_segment *push_segment(gpu_seq *s, int kind, schedrun_error_t *err) {
   if (s->nsegs == s->segcap) {
     uint32_t cap = s->segcap ? s->segcap * 2 : 4;
     cu_segment *p = realloc(s->segs, cap * sizeof *p);
     if (!p) {
-      err_set(err, SCHED_ENOMEM, "out of memory");
+      err_set(err, SCHEDRUN_ENOMEM, "out of memory");
       return NULL;
     }
     s->segs = p;
@@ -427,17 +427,17 @@ static int fill_params(const gpu_node *n, CUDA_MEMSET_NODE_PARAMS mp[2]) {
   return 2;
 }
 
-static int c_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, sched_error_t *err) {
+static int c_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err) {
   cuda_backend *b = s->b;
   cu_api *a = &b->api;
   cu_device *d = &b->devs[s->dev];
-  if (s->finalized) return err_set(err, SCHED_EINTERNAL, "%s: a finalized sequence takes no nodes", d->name);
+  if (s->finalized) return err_set(err, SCHEDRUN_EINTERNAL, "%s: a finalized sequence takes no nodes", d->name);
   int rc = use(b, s->dev, err);
   if (rc) return rc;
   if (s->n == s->cap) {
     uint32_t cap = s->cap ? s->cap * 2 : 16;
     cu_node *p = realloc(s->nodes, cap * sizeof *p);
-    if (!p) return err_set(err, SCHED_ENOMEM, "out of memory");
+    if (!p) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     s->nodes = p;
     s->cap = cap;
   }
@@ -446,7 +446,7 @@ static int c_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, sched_error_t *er
   cn->kind = (uint8_t)n->kind;
   if (n->kind == GN_WHILE) {
     cu_segment *sg = push_segment(s, SEG_WHILE, err);
-    if (!sg) return err ? err->code : SCHED_ENOMEM;
+    if (!sg) return err ? err->code : SCHEDRUN_ENOMEM;
     sg->flag = n->u.loop.flag;
     sg->max_trips = n->u.loop.max_trips;
     if ((rc = c_seq_create(&b->base, s->dev, &sg->body, err))) {
@@ -456,11 +456,11 @@ static int c_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, sched_error_t *er
     n->u.loop.body = sg->body;
     cn->seg = (uint16_t)(s->nsegs - 1);
     *index = s->n++;
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   }
   cu_segment *sg = s->nsegs && s->segs[s->nsegs - 1].kind == SEG_GRAPH ? &s->segs[s->nsegs - 1]
                                                                        : push_segment(s, SEG_GRAPH, err);
-  if (!sg) return err ? err->code : SCHED_ENOMEM;
+  if (!sg) return err ? err->code : SCHEDRUN_ENOMEM;
   cn->seg = (uint16_t)(sg - s->segs);
   CUgraphNode dep = sg->last;
   size_t ndep = dep ? 1 : 0;
@@ -473,7 +473,7 @@ static int c_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, sched_error_t *er
     if (!cn->args || !cn->params) {
       free(cn->args);
       free(cn->params);
-      return err_set(err, SCHED_ENOMEM, "out of memory");
+      return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     }
     if (cn->nargs) memcpy(cn->args, n->u.launch.args, cn->nargs * sizeof(uint64_t));
     cuda_marshal_args(cn->args, cn->nargs, cn->params);
@@ -501,7 +501,7 @@ static int c_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, sched_error_t *er
     }
     cn->ncu = (uint8_t)k;
   } else {
-    return err_set(err, SCHED_EINTERNAL, "unknown node kind %d", (int)n->kind);
+    return err_set(err, SCHEDRUN_EINTERNAL, "unknown node kind %d", (int)n->kind);
   }
   if (r != CUDA_SUCCESS) {
     free(cn->args);
@@ -510,10 +510,10 @@ static int c_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, sched_error_t *er
   }
   sg->last = cn->cu[cn->ncu - 1];
   *index = s->n++;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-static int c_seq_finalize(gpu_seq *s, sched_error_t *err) {
+static int c_seq_finalize(gpu_seq *s, schedrun_error_t *err) {
   cuda_backend *b = s->b;
   int rc = use(b, s->dev, err);
   if (rc) return rc;
@@ -526,15 +526,15 @@ static int c_seq_finalize(gpu_seq *s, sched_error_t *err) {
     }
   }
   s->finalized = true;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-static int c_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, sched_error_t *err) {
+static int c_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_t *err) {
   cuda_backend *b = s->b;
   cu_api *a = &b->api;
   cu_device *d = &b->devs[s->dev];
   if (index >= s->n || s->nodes[index].kind != n->kind)
-    return err_set(err, SCHED_EINTERNAL, "update of node %u does not match the sequence", index);
+    return err_set(err, SCHEDRUN_EINTERNAL, "update of node %u does not match the sequence", index);
   int rc = use(b, s->dev, err);
   if (rc) return rc;
   cu_node *cn = &s->nodes[index];
@@ -542,11 +542,11 @@ static int c_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, sched_err
   if (n->kind == GN_WHILE) {
     sg->flag = n->u.loop.flag;
     sg->max_trips = n->u.loop.max_trips;
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   }
-  if (!sg->exec) return err_set(err, SCHED_EINTERNAL, "%s: update before finalize", d->name);
+  if (!sg->exec) return err_set(err, SCHEDRUN_EINTERNAL, "%s: update before finalize", d->name);
   if (n->kind == GN_LAUNCH) {
-    if (n->u.launch.nargs != cn->nargs) return err_set(err, SCHED_EINTERNAL, "update changes a launch's arguments");
+    if (n->u.launch.nargs != cn->nargs) return err_set(err, SCHEDRUN_EINTERNAL, "update changes a launch's arguments");
     if (cn->nargs) memcpy(cn->args, n->u.launch.args, cn->nargs * sizeof(uint64_t));
     CUDA_KERNEL_NODE_PARAMS kp;
     kernel_params(cn, n, &kp);
@@ -558,14 +558,14 @@ static int c_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, sched_err
   } else {
     CUDA_MEMSET_NODE_PARAMS mp[2];
     int k = fill_params(n, mp);
-    if (k != cn->ncu) return err_set(err, SCHED_EINTERNAL, "update changes a fill's element size");
+    if (k != cn->ncu) return err_set(err, SCHEDRUN_EINTERNAL, "update changes a fill's element size");
     for (int i = 0; i < k; i++)
       CU_CHECK(a, a->cuGraphExecMemsetNodeSetParams(sg->exec, cn->cu[i], &mp[i], d->ctx), d->name, err);
   }
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-static int run_segments(gpu_seq *s, sched_error_t *err) {
+static int run_segments(gpu_seq *s, schedrun_error_t *err) {
   cuda_backend *b = s->b;
   cu_api *a = &b->api;
   cu_device *d = &b->devs[s->dev];
@@ -584,15 +584,15 @@ static int run_segments(gpu_seq *s, sched_error_t *err) {
       if (rc) return rc;
     }
   }
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-static int c_seq_launch(gpu_seq *s, sched_error_t *err) {
+static int c_seq_launch(gpu_seq *s, schedrun_error_t *err) {
   cuda_backend *b = s->b;
-  if (!s->finalized) return err_set(err, SCHED_EINTERNAL, "%s: launch before finalize", b->devs[s->dev].name);
+  if (!s->finalized) return err_set(err, SCHEDRUN_EINTERNAL, "%s: launch before finalize", b->devs[s->dev].name);
   int rc = use(b, s->dev, err);
-  if (rc == SCHED_OK) rc = run_segments(s, err);
-  if (rc == SCHED_OK)
+  if (rc == SCHEDRUN_OK) rc = run_segments(s, err);
+  if (rc == SCHEDRUN_OK)
     CU_CHECK(&b->api, b->api.cuStreamSynchronize(b->devs[s->dev].stream), b->devs[s->dev].name, err);
   return rc;
 }
@@ -621,7 +621,7 @@ static const gpu_ops cuda_ops = {
     .seq_destroy = c_seq_destroy,
 };
 
-int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, sched_error_t *err) {
+int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_error_t *err) {
   *out = NULL;
   cu_api_handle h;
   int count;
@@ -633,7 +633,7 @@ int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, sched_error_t
   if (!b || !b->devs) {
     if (b) free(b);
     cuda_api_unload(h);
-    return err_set(err, SCHED_ENOMEM, "out of memory");
+    return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
   b->base.ops = &cuda_ops;
   b->api = *(cu_api *)h;
@@ -643,7 +643,7 @@ int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, sched_error_t
     cu_device *d = &b->devs[i];
     snprintf(d->name, sizeof d->name, "cuda:%d", ord);
     if (ord < 0 || ord >= count) {
-      rc = err_set(err, SCHED_EINVAL, "devices: there is no cuda:%d (the driver sees %d)", ord, count);
+      rc = err_set(err, SCHEDRUN_EINVAL, "devices: there is no cuda:%d (the driver sees %d)", ord, count);
       break;
     }
     CUresult r = b->api.cuDeviceGet(&d->dev, ord);
@@ -665,5 +665,5 @@ int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, sched_error_t
     return rc;
   }
   *out = &b->base;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }

@@ -1,7 +1,7 @@
 /* The CUDA backend's entry points beyond the backend interface: opening it,
  * and the pieces the tests exercise without a GPU. */
-#ifndef SCHED_CUDA_BACKEND_H
-#define SCHED_CUDA_BACKEND_H
+#ifndef SCHEDRUN_CUDA_BACKEND_H
+#define SCHEDRUN_CUDA_BACKEND_H
 
 #include <stdint.h>
 
@@ -9,9 +9,9 @@
 
 typedef void *cu_api_handle;
 
-/* Loads the driver ($SCHED_CUDA_LIBRARY, else libcuda.so.1), resolves every
+/* Loads the driver ($SCHEDRUN_CUDA_LIBRARY, else libcuda.so.1), resolves every
  * entry point and initialises it. On failure, one sentence says why. */
-int cuda_api_load(cu_api_handle *out, int *ndevices, sched_error_t *err);
+int cuda_api_load(cu_api_handle *out, int *ndevices, schedrun_error_t *err);
 void cuda_api_unload(cu_api_handle h);
 
 /* The kernelParams array for cuLaunchKernel and kernel nodes: one pointer

@@ -1,7 +1,7 @@
 /*
  * The cuda compile target: CUDA C to a cubin for one sm_XX, with NVRTC.
  *
- * NVRTC is loaded with dlopen, like the driver, so sched builds and runs
+ * NVRTC is loaded with dlopen, like the driver, so schedrun builds and runs
  * where the CUDA toolkit is absent; the target then fails with a clear reason.
  * NVRTC needs no GPU, so this target works (and is tested) on any machine
  * that has the library. After compiling, the cubin's ELF symbol table is read
@@ -18,7 +18,7 @@
 #include "gpu/kernel_abi.h"
 
 /* The NVRTC C API, as documented (nvrtc.h); declared here so that building
- * sched needs no CUDA headers. */
+ * schedrun needs no CUDA headers. */
 typedef int nvrtcResult;
 typedef struct _nvrtcProgram *nvrtcProgram;
 
@@ -36,21 +36,21 @@ typedef struct nvrtc_api {
   nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
 } nvrtc_api;
 
-static int nv_open(void **ctx, sched_error_t *err) {
+static int nv_open(void **ctx, schedrun_error_t *err) {
   *ctx = NULL;
-  const char *env = getenv("SCHED_NVRTC_LIBRARY");
+  const char *env = getenv("SCHEDRUN_NVRTC_LIBRARY");
   const char *candidates[] = {env && *env ? env : "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12",
                               "/usr/local/cuda/lib64/libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so.13",
                               "/usr/local/cuda/lib64/libnvrtc.so.12"};
   /* RTLD_NODELETE: NVRTC carries its own C++ runtime, whose allocations would
    * dangle (and show as leaks) if the library were unmapped */
   void *dl = NULL;
-  for (size_t i = 0; !dl && i < SCHED__ARRAY_LEN(candidates); i++) dl = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-  if (!dl) return err_set(err, SCHED_ECOMPILE, "NVRTC is not available (no libnvrtc.so found; set SCHED_NVRTC_LIBRARY)");
+  for (size_t i = 0; !dl && i < SCHEDRUN__ARRAY_LEN(candidates); i++) dl = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!dl) return err_set(err, SCHEDRUN_ECOMPILE, "NVRTC is not available (no libnvrtc.so found; set SCHEDRUN_NVRTC_LIBRARY)");
   nvrtc_api *a = calloc(1, sizeof *a);
   if (!a) {
     dlclose(dl);
-    return err_set(err, SCHED_ENOMEM, "out of memory");
+    return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
   a->dl = dl;
   struct { void **slot; const char *name; } syms[] = {
@@ -64,16 +64,16 @@ static int nv_open(void **ctx, sched_error_t *err) {
       {(void **)&a->GetProgramLogSize, "nvrtcGetProgramLogSize"},
       {(void **)&a->GetProgramLog, "nvrtcGetProgramLog"},
   };
-  for (size_t i = 0; i < SCHED__ARRAY_LEN(syms); i++) {
+  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(syms); i++) {
     *syms[i].slot = dlsym(dl, syms[i].name);
     if (!*syms[i].slot) {
       dlclose(dl);
       free(a);
-      return err_set(err, SCHED_ECOMPILE, "NVRTC lacks %s (too old?)", syms[i].name);
+      return err_set(err, SCHEDRUN_ECOMPILE, "NVRTC lacks %s (too old?)", syms[i].name);
     }
   }
   *ctx = a;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static void nv_close(void *ctx) {
@@ -83,14 +83,14 @@ static void nv_close(void *ctx) {
   free(a);
 }
 
-static int nv_identity(void *ctx, char **out, sched_error_t *err) {
+static int nv_identity(void *ctx, char **out, schedrun_error_t *err) {
   nvrtc_api *a = ctx;
   int major = 0, minor = 0;
-  if (a->Version(&major, &minor) != 0) return err_set(err, SCHED_ECOMPILE, "nvrtcVersion failed");
+  if (a->Version(&major, &minor) != 0) return err_set(err, SCHEDRUN_ECOMPILE, "nvrtcVersion failed");
   char buf[64];
   snprintf(buf, sizeof buf, "nvrtc %d.%d", major, minor);
   *out = xstrdup(buf);
-  return *out ? SCHED_OK : err_set(err, SCHED_ENOMEM, "out of memory");
+  return *out ? SCHEDRUN_OK : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
 }
 
 /* Looks for `entry` among the cubin's function symbols. Returns 1 when found;
@@ -136,30 +136,30 @@ int gpu_cubin_arch(const uint8_t *img, size_t len) {
 }
 
 static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, uint8_t **out, size_t *out_len,
-                      char **log, sched_error_t *err) {
+                      char **log, schedrun_error_t *err) {
   (void)tmp_dir;
   nvrtc_api *a = ctx;
   *out = NULL;
   *out_len = 0;
   *log = NULL;
   if (!r->arch || strncmp(r->arch, "sm_", 3) != 0)
-    return err_set(err, SCHED_ECOMPILE, "kernel '%s': the cuda target needs an sm_XX architecture, not '%s'", r->name,
+    return err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': the cuda target needs an sm_XX architecture, not '%s'", r->name,
                    r->arch ? r->arch : "");
   strbuf src;
   sb_init(&src);
   kernel_abi_source(&src, r);
   if (src.failed) {
     sb_free(&src);
-    return err_set(err, SCHED_ENOMEM, "out of memory");
+    return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
   char arch_opt[64];
   snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", r->arch);
   const char *opts[] = {arch_opt, "-std=c++17"};
   nvrtcProgram prog = NULL;
-  int rc = SCHED_OK;
+  int rc = SCHEDRUN_OK;
   nvrtcResult nr = a->CreateProgram(&prog, src.data, r->name, 0, NULL, NULL);
   sb_free(&src);
-  if (nr != 0) return err_set(err, SCHED_ECOMPILE, "nvrtcCreateProgram: %s", a->GetErrorString(nr));
+  if (nr != 0) return err_set(err, SCHEDRUN_ECOMPILE, "nvrtcCreateProgram: %s", a->GetErrorString(nr));
   nr = a->CompileProgram(prog, 2, opts);
   size_t log_len = 0;
   if (a->GetProgramLogSize(prog, &log_len) == 0 && log_len > 1) {
@@ -167,22 +167,22 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
     if (*log && a->GetProgramLog(prog, *log) != 0) (*log)[0] = '\0';
   }
   if (nr != 0) {
-    rc = err_set(err, SCHED_ECOMPILE, "kernel '%s' does not compile for %s (%s)", r->name, r->arch, a->GetErrorString(nr));
+    rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s' does not compile for %s (%s)", r->name, r->arch, a->GetErrorString(nr));
   } else if (a->GetCUBINSize(prog, out_len) != 0 || *out_len == 0 || !(*out = malloc(*out_len)) ||
              a->GetCUBIN(prog, (char *)*out) != 0) {
-    rc = err_set(err, SCHED_ECOMPILE, "kernel '%s': NVRTC produced no cubin for %s", r->name, r->arch);
+    rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': NVRTC produced no cubin for %s", r->name, r->arch);
   } else {
     char mangled[256];
     int found = elf_find_entry(*out, *out_len, r->entry, mangled, sizeof mangled);
     if (found < 0)
-      rc = err_set(err, SCHED_ECOMPILE, "kernel '%s': the cubin is not a 64-bit ELF", r->name);
+      rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': the cubin is not a 64-bit ELF", r->name);
     else if (found == 0 && mangled[0])
-      rc = err_set(err, SCHED_ECOMPILE,
+      rc = err_set(err, SCHEDRUN_ECOMPILE,
                    "kernel '%s': entry '%s' is not extern \"C\" (the cubin has it as '%s'); declare it "
                    "extern \"C\" __global__",
                    r->name, r->entry, mangled);
     else if (found == 0)
-      rc = err_set(err, SCHED_ECOMPILE, "kernel '%s': the cubin has no __global__ function '%s'", r->name, r->entry);
+      rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': the cubin has no __global__ function '%s'", r->name, r->entry);
   }
   if (rc) {
     free(*out);

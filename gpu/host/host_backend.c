@@ -100,15 +100,15 @@ static const char *h_arch(const gpu_backend *b, int dev) {
 }
 
 static int h_mem_alloc(gpu_backend *b, int dev, uint64_t bytes, uint64_t *addr,
-                       sched_error_t *err) {
+                       schedrun_error_t *err) {
   (void)b;
   uint64_t rounded = (bytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
   void *p = rounded ? aligned_alloc(HOST_ALIGN, rounded) : NULL;
   if (!p)
-    return err_set(err, SCHED_ENOMEM, "host:%d: cannot allocate %llu bytes", dev,
+    return err_set(err, SCHEDRUN_ENOMEM, "host:%d: cannot allocate %llu bytes", dev,
                    (unsigned long long)bytes);
   *addr = (uint64_t)(uintptr_t)p;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static void h_mem_free(gpu_backend *b, int dev, uint64_t addr) {
@@ -117,44 +117,44 @@ static void h_mem_free(gpu_backend *b, int dev, uint64_t addr) {
   free((void *)(uintptr_t)addr);
 }
 
-static int h_mem_zero(gpu_backend *b, int dev, uint64_t addr, uint64_t n, sched_error_t *err) {
+static int h_mem_zero(gpu_backend *b, int dev, uint64_t addr, uint64_t n, schedrun_error_t *err) {
   (void)b;
   (void)dev;
   (void)err;
   if (n) memset((void *)(uintptr_t)addr, 0, n);
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static int h_copy_htod(gpu_backend *b, int dev, uint64_t dst, const void *src, uint64_t n,
-                       sched_error_t *err) {
+                       schedrun_error_t *err) {
   (void)b;
   (void)dev;
   (void)err;
   if (n) memcpy((void *)(uintptr_t)dst, src, n);
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static int h_copy_dtoh(gpu_backend *b, int dev, void *dst, uint64_t src, uint64_t n,
-                       sched_error_t *err) {
+                       schedrun_error_t *err) {
   (void)b;
   (void)dev;
   (void)err;
   if (n) memcpy(dst, (const void *)(uintptr_t)src, n);
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 /* The image is a shared object in memory: dlopen needs a file, so it goes
  * into an anonymous memory file, opened through /proc/self/fd. */
 static int h_module_load(gpu_backend *b, int dev, const void *image, size_t len, gpu_module **out,
-                         sched_error_t *err) {
+                         schedrun_error_t *err) {
   (void)b;
   *out = NULL;
   gpu_module *m = calloc(1, sizeof *m);
-  if (!m) return err_set(err, SCHED_ENOMEM, "out of memory");
-  int fd = memfd_create("sched-module", MFD_CLOEXEC);
+  if (!m) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  int fd = memfd_create("schedrun-module", MFD_CLOEXEC);
   if (fd < 0) {
     free(m);
-    return err_set(err, SCHED_EBACKEND, "host:%d: memfd_create: %s", dev, strerror(errno));
+    return err_set(err, SCHEDRUN_EBACKEND, "host:%d: memfd_create: %s", dev, strerror(errno));
   }
   const char *p = image;
   size_t left = len;
@@ -165,7 +165,7 @@ static int h_module_load(gpu_backend *b, int dev, const void *image, size_t len,
       int e = errno;
       close(fd);
       free(m);
-      return err_set(err, SCHED_EBACKEND, "host:%d: cannot stage a module: %s", dev, strerror(e));
+      return err_set(err, SCHEDRUN_EBACKEND, "host:%d: cannot stage a module: %s", dev, strerror(e));
     }
     p += w;
     left -= (size_t)w;
@@ -178,10 +178,10 @@ static int h_module_load(gpu_backend *b, int dev, const void *image, size_t len,
     const char *why = dlerror();
     close(fd);
     free(m);
-    return err_set(err, SCHED_EBACKEND, "host:%d: cannot load module: %s", dev, why ? why : "?");
+    return err_set(err, SCHEDRUN_EBACKEND, "host:%d: cannot load module: %s", dev, why ? why : "?");
   }
   *out = m;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static void h_module_unload(gpu_backend *b, gpu_module *m) {
@@ -193,28 +193,28 @@ static void h_module_unload(gpu_backend *b, gpu_module *m) {
 }
 
 static int h_module_function(gpu_backend *b, gpu_module *m, const char *entry, gpu_function *out,
-                             sched_error_t *err) {
+                             schedrun_error_t *err) {
   (void)b;
   char sym[256];
   snprintf(sym, sizeof sym, "__sched_launch_%s", entry);
   void *f = dlsym(m->dl, sym);
-  if (!f) return err_set(err, SCHED_EBACKEND, "module has no kernel entry '%s'", entry);
+  if (!f) return err_set(err, SCHEDRUN_EBACKEND, "module has no kernel entry '%s'", entry);
   *out = f;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-static int h_seq_create(gpu_backend *b, int dev, gpu_seq **out, sched_error_t *err) {
+static int h_seq_create(gpu_backend *b, int dev, gpu_seq **out, schedrun_error_t *err) {
   gpu_seq *s = calloc(1, sizeof *s);
-  if (!s) return err_set(err, SCHED_ENOMEM, "out of memory");
+  if (!s) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   s->b = hb(b);
   s->dev = dev;
   *out = s;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static void h_seq_destroy(gpu_seq *s);
 
-static int set_node(gpu_seq *s, host_node *hn, const gpu_node *n, bool fresh, sched_error_t *err) {
+static int set_node(gpu_seq *s, host_node *hn, const gpu_node *n, bool fresh, schedrun_error_t *err) {
   switch (n->kind) {
   case GN_LAUNCH:
     if (fresh) {
@@ -222,7 +222,7 @@ static int set_node(gpu_seq *s, host_node *hn, const gpu_node *n, bool fresh, sc
         uint32_t cap = s->args_cap ? s->args_cap : 16;
         while (cap < s->nargs + n->u.launch.nargs) cap *= 2;
         uint64_t *a = realloc(s->args, cap * sizeof *a);
-        if (!a) return err_set(err, SCHED_ENOMEM, "out of memory");
+        if (!a) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
         s->args = a;
         s->args_cap = cap;
       }
@@ -230,7 +230,7 @@ static int set_node(gpu_seq *s, host_node *hn, const gpu_node *n, bool fresh, sc
       hn->nargs = n->u.launch.nargs;
       s->nargs += n->u.launch.nargs;
     } else if (hn->nargs != n->u.launch.nargs) {
-      return err_set(err, SCHED_EINTERNAL, "update changes a launch's argument count");
+      return err_set(err, SCHEDRUN_EINTERNAL, "update changes a launch's argument count");
     }
     hn->u.launch.fn = (host_tramp)n->u.launch.fn;
     memcpy(hn->u.launch.grid, n->u.launch.grid, sizeof hn->u.launch.grid);
@@ -244,7 +244,7 @@ static int set_node(gpu_seq *s, host_node *hn, const gpu_node *n, bool fresh, sc
     break;
   case GN_FILL:
     if (n->u.fill.elem_size != 1 && n->u.fill.elem_size != 4 && n->u.fill.elem_size != 8)
-      return err_set(err, SCHED_EINTERNAL, "fill element size %u", n->u.fill.elem_size);
+      return err_set(err, SCHEDRUN_EINTERNAL, "fill element size %u", n->u.fill.elem_size);
     hn->u.fill.dst = n->u.fill.dst;
     hn->u.fill.count = n->u.fill.count;
     hn->u.fill.pattern = n->u.fill.pattern;
@@ -259,17 +259,17 @@ static int set_node(gpu_seq *s, host_node *hn, const gpu_node *n, bool fresh, sc
     }
     break;
   default:
-    return err_set(err, SCHED_EINTERNAL, "unknown node kind %d", (int)n->kind);
+    return err_set(err, SCHEDRUN_EINTERNAL, "unknown node kind %d", (int)n->kind);
   }
   hn->kind = (uint8_t)n->kind;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-static int h_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, sched_error_t *err) {
+static int h_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err) {
   if (s->n == s->cap) {
     uint32_t cap = s->cap ? s->cap * 2 : 16;
     host_node *p = realloc(s->nodes, cap * sizeof *p);
-    if (!p) return err_set(err, SCHED_ENOMEM, "out of memory");
+    if (!p) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     s->nodes = p;
     s->cap = cap;
   }
@@ -279,12 +279,12 @@ static int h_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, sched_error_t *er
   if (rc) return rc;
   if (n->kind == GN_WHILE) n->u.loop.body = hn->u.loop.body;
   *index = s->n++;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-static int h_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, sched_error_t *err) {
+static int h_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_t *err) {
   if (index >= s->n || s->nodes[index].kind != n->kind)
-    return err_set(err, SCHED_EINTERNAL, "update of node %u does not match the sequence", index);
+    return err_set(err, SCHEDRUN_EINTERNAL, "update of node %u does not match the sequence", index);
   return set_node(s, &s->nodes[index], n, false, err);
 }
 
@@ -324,7 +324,7 @@ static void run_seq(const gpu_seq *s) {
   }
 }
 
-static int h_seq_finalize(gpu_seq *s, sched_error_t *err) {
+static int h_seq_finalize(gpu_seq *s, schedrun_error_t *err) {
   (void)err;
   /* give back what doubling reserved: a recording lives long */
   if (s->n && s->n < s->cap) {
@@ -343,19 +343,19 @@ static int h_seq_finalize(gpu_seq *s, sched_error_t *err) {
   }
   for (uint32_t i = 0; i < s->n; i++)
     if (s->nodes[i].kind == GN_WHILE) h_seq_finalize(s->nodes[i].u.loop.body, err);
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
-static int h_launch(gpu_backend *b, int dev, const gpu_node *n, bool wait, sched_error_t *err) {
+static int h_launch(gpu_backend *b, int dev, const gpu_node *n, bool wait, schedrun_error_t *err) {
   (void)b;
   (void)wait; /* the host runs everything before returning */
   switch (n->kind) {
   case GN_LAUNCH:
     ((host_tramp)n->u.launch.fn)(n->u.launch.grid, n->u.launch.block, n->u.launch.args);
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   case GN_COPY:
     memmove((void *)(uintptr_t)n->u.copy.dst, (const void *)(uintptr_t)n->u.copy.src, n->u.copy.bytes);
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   case GN_FILL: {
     host_node hn = {.kind = GN_FILL};
     hn.u.fill.dst = n->u.fill.dst;
@@ -363,17 +363,17 @@ static int h_launch(gpu_backend *b, int dev, const gpu_node *n, bool wait, sched
     hn.u.fill.pattern = n->u.fill.pattern;
     hn.u.fill.elem_size = n->u.fill.elem_size;
     run_fill(&hn);
-    return SCHED_OK;
+    return SCHEDRUN_OK;
   }
   default:
-    return err_set(err, SCHED_EINVAL, "host:%d: a %s node cannot run on its own", dev, "while");
+    return err_set(err, SCHEDRUN_EINVAL, "host:%d: a %s node cannot run on its own", dev, "while");
   }
 }
 
-static int h_seq_launch(gpu_seq *s, sched_error_t *err) {
+static int h_seq_launch(gpu_seq *s, schedrun_error_t *err) {
   (void)err;
   run_seq(s);
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static void h_seq_destroy(gpu_seq *s) {
@@ -409,20 +409,20 @@ static const gpu_ops host_ops = {
     .seq_destroy = h_seq_destroy,
 };
 
-int gpu_host_open(int ndevices, gpu_backend **out, sched_error_t *err) {
+int gpu_host_open(int ndevices, gpu_backend **out, schedrun_error_t *err) {
   *out = NULL;
-  if (ndevices < 1 || ndevices > SCHED_MAX_DEVICES)
-    return err_set(err, SCHED_EINVAL, "host backend: %d devices (1 to %d)", ndevices,
-                   SCHED_MAX_DEVICES);
+  if (ndevices < 1 || ndevices > SCHEDRUN_MAX_DEVICES)
+    return err_set(err, SCHEDRUN_EINVAL, "host backend: %d devices (1 to %d)", ndevices,
+                   SCHEDRUN_MAX_DEVICES);
   host_backend *b = calloc(1, sizeof *b);
   if (b) b->names = calloc((size_t)ndevices, sizeof *b->names);
   if (!b || !b->names) {
     free(b);
-    return err_set(err, SCHED_ENOMEM, "out of memory");
+    return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
   b->base.ops = &host_ops;
   b->ndevices = ndevices;
   for (int i = 0; i < ndevices; i++) snprintf(b->names[i], sizeof b->names[i], "host:%d", i);
   *out = &b->base;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }

@@ -33,13 +33,13 @@ extern char **environ;
 #define MAX_LOG (64u * 1024u)
 
 static const char *compiler(void) {
-  const char *c = getenv("SCHED_CXX");
+  const char *c = getenv("SCHEDRUN_CXX");
   return c && *c ? c : "c++";
 }
 
 /* Runs argv with stdout and stderr into log_path; returns the exit status,
  * or -1 when it could not run or ran out of time. */
-static int run_logged(char *const argv[], const char *log_path, sched_error_t *err) {
+static int run_logged(char *const argv[], const char *log_path, schedrun_error_t *err) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -49,7 +49,7 @@ static int run_logged(char *const argv[], const char *log_path, sched_error_t *e
   int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
-    err_set(err, SCHED_ECOMPILE, "cannot run the C++ compiler '%s': %s", argv[0], strerror(rc));
+    err_set(err, SCHEDRUN_ECOMPILE, "cannot run the C++ compiler '%s': %s", argv[0], strerror(rc));
     return -1;
   }
   uint64_t deadline = now_ns() + COMPILE_TIMEOUT_NS;
@@ -59,13 +59,13 @@ static int run_logged(char *const argv[], const char *log_path, sched_error_t *e
     pid_t w = waitpid(pid, &status, WNOHANG);
     if (w == pid) break;
     if (w < 0 && errno != EINTR) {
-      err_set(err, SCHED_ECOMPILE, "lost the C++ compiler process: %s", strerror(errno));
+      err_set(err, SCHEDRUN_ECOMPILE, "lost the C++ compiler process: %s", strerror(errno));
       return -1;
     }
     if (now_ns() > deadline) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
-      err_set(err, SCHED_ECOMPILE, "the C++ compiler ran for more than %llu s",
+      err_set(err, SCHEDRUN_ECOMPILE, "the C++ compiler ran for more than %llu s",
               COMPILE_TIMEOUT_NS / 1000000000ull);
       return -1;
     }
@@ -75,48 +75,48 @@ static int run_logged(char *const argv[], const char *log_path, sched_error_t *e
     if (wait_ns < 4000000) wait_ns *= 2;
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
-  err_set(err, SCHED_ECOMPILE, "the C++ compiler was killed by signal %d",
+  err_set(err, SCHEDRUN_ECOMPILE, "the C++ compiler was killed by signal %d",
           WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   return -1;
 }
 
-static int host_open(void **ctx, sched_error_t *err) {
+static int host_open(void **ctx, schedrun_error_t *err) {
   (void)err;
   *ctx = NULL;
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 static void host_close(void *ctx) { (void)ctx; }
 
-static int host_identity(void *ctx, char **out, sched_error_t *err) {
+static int host_identity(void *ctx, char **out, schedrun_error_t *err) {
   (void)ctx;
   *out = NULL;
-  char dir[] = "/tmp/sched-cxx-XXXXXX";
-  if (!mkdtemp(dir)) return err_set(err, SCHED_EIO, "cannot create a temporary directory");
+  char dir[] = "/tmp/schedrun-cxx-XXXXXX";
+  if (!mkdtemp(dir)) return err_set(err, SCHEDRUN_EIO, "cannot create a temporary directory");
   char log[64];
   snprintf(log, sizeof log, "%s/version", dir);
   char *argv[] = {(char *)compiler(), "--version", NULL};
   int st = run_logged(argv, log, err);
   char *text = NULL;
   size_t len = 0;
-  sched_error_t e = {0};
-  if (st == 0 && fs_read_file(log, &text, &len, &e) == SCHED_OK) {
+  schedrun_error_t e = {0};
+  if (st == 0 && fs_read_file(log, &text, &len, &e) == SCHEDRUN_OK) {
     size_t nl = strcspn(text, "\n");
     *out = xstrndup(text, nl);
   } else if (st > 0) {
-    err_set(err, SCHED_ECOMPILE, "'%s --version' failed", compiler());
+    err_set(err, SCHEDRUN_ECOMPILE, "'%s --version' failed", compiler());
   }
-  sched_error_clear(&e);
+  schedrun_error_clear(&e);
   free(text);
   unlink(log);
   rmdir(dir);
-  if (!*out) return err && err->code ? err->code : SCHED_ECOMPILE;
-  return SCHED_OK;
+  if (!*out) return err && err->code ? err->code : SCHEDRUN_ECOMPILE;
+  return SCHEDRUN_OK;
 }
 
 /* The compiler's resolved file, size and modification time: when any of them
  * changes, the identity is asked again. */
-static int host_stamp(void *ctx, char **out, sched_error_t *err) {
+static int host_stamp(void *ctx, char **out, schedrun_error_t *err) {
   (void)ctx;
   *out = NULL;
   const char *cxx = compiler();
@@ -137,7 +137,7 @@ static int host_stamp(void *ctx, char **out, sched_error_t *err) {
   struct stat st;
   if (!found || stat(found, &st) != 0) {
     free(found);
-    return err_set(err, SCHED_ECOMPILE, "cannot find the C++ compiler '%s' (set SCHED_CXX)", cxx);
+    return err_set(err, SCHEDRUN_ECOMPILE, "cannot find the C++ compiler '%s' (set SCHEDRUN_CXX)", cxx);
   }
   strbuf sb;
   sb_init(&sb);
@@ -145,7 +145,7 @@ static int host_stamp(void *ctx, char **out, sched_error_t *err) {
           st.st_mtim.tv_nsec, (unsigned long long)st.st_ino);
   free(found);
   *out = sb_take(&sb);
-  return SCHED_OK;
+  return SCHEDRUN_OK;
 }
 
 /* Finds an identifier in C/C++ source, outside comments, strings and
@@ -211,16 +211,16 @@ static void gen_source(strbuf *sb, const gpu_compile_req *r) {
 }
 
 static int host_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, uint8_t **out,
-                        size_t *out_len, char **log, sched_error_t *err) {
+                        size_t *out_len, char **log, schedrun_error_t *err) {
   (void)ctx;
   *log = NULL;
   *out = NULL;
   *out_len = 0;
   static const char *const refused[] = {"__syncthreads", "__shared__", "__syncwarp"};
-  for (size_t i = 0; i < SCHED__ARRAY_LEN(refused); i++) {
+  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(refused); i++) {
     int line = find_ident(r->source, refused[i]);
     if (line)
-      return err_set(err, SCHED_ECOMPILE,
+      return err_set(err, SCHEDRUN_ECOMPILE,
                      "%s:%u: kernel '%s' uses %s, which the host backend cannot run (it runs a "
                      "block's threads one after another, so there is no shared memory or barrier)",
                      r->source_file ? r->source_file : r->name, r->first_line + (uint32_t)line - 1,
@@ -235,9 +235,9 @@ static int host_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir
   sb_addf(&path_src, "%s/%s.cpp", tmp_dir, r->entry);
   sb_addf(&path_so, "%s/%s.so", tmp_dir, r->entry);
   sb_addf(&path_log, "%s/%s.log", tmp_dir, r->entry);
-  int rc = SCHED_OK;
+  int rc = SCHEDRUN_OK;
   if (src.failed || path_src.failed || path_so.failed || path_log.failed) {
-    rc = err_set(err, SCHED_ENOMEM, "out of memory");
+    rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     goto out;
   }
   if ((rc = fs_write_atomic(path_src.data, src.data, src.len, err))) goto out;
@@ -246,17 +246,17 @@ static int host_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir
                   path_src.data, NULL};
   int st = run_logged(argv, path_log.data, err);
   size_t len = 0;
-  sched_error_t e = {0};
-  if (fs_read_file(path_log.data, log, &len, &e) == SCHED_OK && len > MAX_LOG) {
+  schedrun_error_t e = {0};
+  if (fs_read_file(path_log.data, log, &len, &e) == SCHEDRUN_OK && len > MAX_LOG) {
     (*log)[MAX_LOG] = '\0';
   }
-  sched_error_clear(&e);
+  schedrun_error_clear(&e);
   if (st < 0) {
-    rc = err ? err->code : SCHED_ECOMPILE;
+    rc = err ? err->code : SCHEDRUN_ECOMPILE;
     goto out;
   }
   if (st != 0) {
-    rc = err_set(err, SCHED_ECOMPILE, "kernel '%s' does not compile (%s exited with %d)", r->name,
+    rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s' does not compile (%s exited with %d)", r->name,
                  compiler(), st);
     goto out;
   }

@@ -1,8 +1,8 @@
 /* The C++ text put before every kernel the host backend compiles: the CUDA
  * built-ins a grid of CPU loops needs. Kept as a C string so that the library
  * carries it with no file to install. */
-#ifndef SCHED_HOST_PRELUDE_H
-#define SCHED_HOST_PRELUDE_H
+#ifndef SCHEDRUN_HOST_PRELUDE_H
+#define SCHEDRUN_HOST_PRELUDE_H
 
 static const char host_prelude[] =
     "#include <cstdint>\n"
@@ -30,7 +30,7 @@ static const char host_prelude[] =
     "  do { nw = op == 0 ? old + v : op == 1 ? (v < old ? v : old) : (v > old ? v : old); }\n"
     "  while (!__atomic_compare_exchange(p, &old, &nw, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));\n"
     "  return old; }\n"
-    "#define SCHED_INT_ATOMICS(T) \\\n"
+    "#define SCHEDRUN_INT_ATOMICS(T) \\\n"
     "  static inline T atomicAdd(T *p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); } \\\n"
     "  static inline T atomicSub(T *p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); } \\\n"
     "  static inline T atomicAnd(T *p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_RELAXED); } \\\n"
@@ -41,17 +41,17 @@ static const char host_prelude[] =
     "  static inline T atomicMax(T *p, T v) { return __sched_cas_op(p, v, 2); } \\\n"
     "  static inline T atomicCAS(T *p, T c, T v) { \\\n"
     "    __atomic_compare_exchange_n(p, &c, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED); return c; }\n"
-    "SCHED_INT_ATOMICS(int)\n"
-    "SCHED_INT_ATOMICS(unsigned int)\n"
-    "SCHED_INT_ATOMICS(unsigned long long)\n"
+    "SCHEDRUN_INT_ATOMICS(int)\n"
+    "SCHEDRUN_INT_ATOMICS(unsigned int)\n"
+    "SCHEDRUN_INT_ATOMICS(unsigned long long)\n"
     "static inline float atomicAdd(float *p, float v) { return __sched_cas_op(p, v, 0); }\n"
     "static inline double atomicAdd(double *p, double v) { return __sched_cas_op(p, v, 0); }\n"
     "static inline float atomicExch(float *p, float v) { float o; __atomic_exchange(p, &v, &o, __ATOMIC_RELAXED); return o; }\n"
-    "#define SCHED_MINMAX(T) \\\n"
+    "#define SCHEDRUN_MINMAX(T) \\\n"
     "  static inline T min(T a, T b) { return a < b ? a : b; } \\\n"
     "  static inline T max(T a, T b) { return a > b ? a : b; }\n"
-    "SCHED_MINMAX(int) SCHED_MINMAX(unsigned int) SCHED_MINMAX(long long)\n"
-    "SCHED_MINMAX(unsigned long long) SCHED_MINMAX(float) SCHED_MINMAX(double)\n"
+    "SCHEDRUN_MINMAX(int) SCHEDRUN_MINMAX(unsigned int) SCHEDRUN_MINMAX(long long)\n"
+    "SCHEDRUN_MINMAX(unsigned long long) SCHEDRUN_MINMAX(float) SCHEDRUN_MINMAX(double)\n"
     "static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }\n"
     "static inline double rsqrt(double x) { return 1.0 / sqrt(x); }\n"
     "static inline float __fdividef(float a, float b) { return a / b; }\n"

@@ -15,7 +15,7 @@ if ! make build BUILD="$build" >"$log.build" 2>&1; then
   echo "gpu: FAILED to build"
   exit 1
 fi
-export SCHED_CACHE_DIR=${SCHED_CACHE_DIR:-$(mktemp -d)}
+export SCHEDRUN_CACHE_DIR=${SCHEDRUN_CACHE_DIR:-$(mktemp -d)}
 
 say "== GPU tests"
 (cd "$build" && timeout 200 ctest -L gpu --output-on-failure) 2>&1 | tee "$log.tests"

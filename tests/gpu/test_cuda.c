@@ -9,47 +9,47 @@
 
 #include "gpu/backend.h"
 #include "program/program.h"
-#include "sched.h"
+#include "schedrun.h"
 #include "test_util.h"
 
-static sched_t *open_spec(const char *spec) {
-  sched_options_t o;
-  sched_options_init(&o);
+static schedrun_t *open_spec(const char *spec) {
+  schedrun_options_t o;
+  schedrun_options_init(&o);
   o.devices = spec;
-  sched_t *s = NULL;
-  sched_error_t err = {0};
-  if (sched_open(&s, &o, &err)) fail_msg("%s: %s", spec, err.message);
+  schedrun_t *s = NULL;
+  schedrun_error_t err = {0};
+  if (schedrun_open(&s, &o, &err)) fail_msg("%s: %s", spec, err.message);
   return s;
 }
 
-static sched_report_t *run_all(sched_t *s, const char *path, sched_program_t **keep) {
-  sched_error_t err = {0};
-  if (sched_program_load_file(s, path, keep, &err)) fail_msg("%s", err.message);
-  sched_run_options_t o;
-  sched_run_options_init(&o);
+static schedrun_report_t *run_all(schedrun_t *s, const char *path, schedrun_program_t **keep) {
+  schedrun_error_t err = {0};
+  if (schedrun_program_load_file(s, path, keep, &err)) fail_msg("%s", err.message);
+  schedrun_run_options_t o;
+  schedrun_run_options_init(&o);
   o.keep_outputs = 1;
-  sched_report_t *r = NULL;
-  int rc = sched_run(s, *keep, &o, &r, &err);
-  if (rc) fail_msg("%s on %s: %s", path, sched_device_name(s, 0), err.message);
+  schedrun_report_t *r = NULL;
+  int rc = schedrun_run(s, *keep, &o, &r, &err);
+  if (rc) fail_msg("%s on %s: %s", path, schedrun_device_name(s, 0), err.message);
   return r;
 }
 
 static void compare_config(const char *path, void *ctx) {
   (void)ctx;
-  sched_t *host = open_spec("host"), *gpu = open_spec("cuda");
-  sched_program_t *ph, *pg;
-  sched_report_t *rh = run_all(host, path, &ph), *rg = run_all(gpu, path, &pg);
+  schedrun_t *host = open_spec("host"), *gpu = open_spec("cuda");
+  schedrun_program_t *ph, *pg;
+  schedrun_report_t *rh = run_all(host, path, &ph), *rg = run_all(gpu, path, &pg);
   prog_program *model;
-  sched_error_t err = {0};
-  assert_int_equal(prog_load_file(path, &model, &err), SCHED_OK);
-  int runs = sched_report_summary(rh)->runs, jobs = (int)(sched_report_summary(rh)->jobs / (uint32_t)runs);
+  schedrun_error_t err = {0};
+  assert_int_equal(prog_load_file(path, &model, &err), SCHEDRUN_OK);
+  int runs = schedrun_report_summary(rh)->runs, jobs = (int)(schedrun_report_summary(rh)->jobs / (uint32_t)runs);
   size_t compared = 0;
   for (int r = 0; r < runs; r++)
     for (int j = 0; j < jobs; j++)
       for (uint32_t b = 0; b < model->nbuffers; b++) {
         const prog_buffer *buf = &model->buffers[b];
         size_t nh, ng;
-        const void *h = sched_report_output(rh, r, j, buf->name, &nh), *g = sched_report_output(rg, r, j, buf->name, &ng);
+        const void *h = schedrun_report_output(rh, r, j, buf->name, &nh), *g = schedrun_report_output(rg, r, j, buf->name, &ng);
         assert_non_null(h);
         assert_non_null(g);
         assert_int_equal(nh, ng);
@@ -62,14 +62,14 @@ static void compare_config(const char *path, void *ctx) {
           compared++;
         }
       }
-  printf("  %s: %zu elements equal on host and %s\n", path, compared, sched_device_name(gpu, 0));
+  printf("  %s: %zu elements equal on host and %s\n", path, compared, schedrun_device_name(gpu, 0));
   prog_free(model);
-  sched_report_free(&rh);
-  sched_report_free(&rg);
-  sched_program_free(&ph);
-  sched_program_free(&pg);
-  sched_close(&host);
-  sched_close(&gpu);
+  schedrun_report_free(&rh);
+  schedrun_report_free(&rg);
+  schedrun_program_free(&ph);
+  schedrun_program_free(&pg);
+  schedrun_close(&host);
+  schedrun_close(&gpu);
 }
 
 static void test_configs_match_host(void **st) {
@@ -91,36 +91,36 @@ static void test_graph_updates_every_iteration(void **st) {
       "  - loop:\n      trips: 8\n      body:\n"
       "        - launch: {kernel: fill_slice, grid: 2, block: 64,\n"
       "                   args: [{buffer: out, offset: \"$iter * 128\"}, 128, \"($iter + 1) * 1000 + $run\"]}\n";
-  sched_t *s = open_spec("cuda");
-  sched_program_t *p;
-  sched_error_t err = {0};
-  assert_int_equal(sched_program_load_string(s, text, "gpu-loop.yaml", &p, &err), SCHED_OK);
-  sched_run_options_t o;
-  sched_run_options_init(&o);
+  schedrun_t *s = open_spec("cuda");
+  schedrun_program_t *p;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_program_load_string(s, text, "gpu-loop.yaml", &p, &err), SCHEDRUN_OK);
+  schedrun_run_options_t o;
+  schedrun_run_options_init(&o);
   o.keep_outputs = 1;
-  sched_report_t *r;
-  if (sched_run(s, p, &o, &r, &err)) fail_msg("%s", err.message);
+  schedrun_report_t *r;
+  if (schedrun_run(s, p, &o, &r, &err)) fail_msg("%s", err.message);
   for (int run = 0; run < 4; run++) {
-    const float *out = sched_report_output(r, run, 0, "out", NULL);
-    const double *wide = sched_report_output(r, run, 0, "wide", NULL);
+    const float *out = schedrun_report_output(r, run, 0, "out", NULL);
+    const double *wide = schedrun_report_output(r, run, 0, "wide", NULL);
     for (int it = 0; it < 8; it++)
       for (int t = 0; t < 128; t++)
         if (out[it * 128 + t] != (float)((it + 1) * 1000 + run))
           fail_msg("run %d iteration %d: out[%d] = %g", run, it, it * 128 + t, out[it * 128 + t]);
     for (int i = 0; i < 64; i++) assert_true(wide[i] == run + 0.25);
   }
-  assert_int_equal(sched_report_summary(r)->nodes_updated, 2 * 9);
-  sched_report_free(&r);
-  sched_program_free(&p);
-  sched_close(&s);
+  assert_int_equal(schedrun_report_summary(r)->nodes_updated, 2 * 9);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 int main(void) {
   gpu_backend *b = NULL;
-  sched_error_t err = {0};
-  if (gpu_cuda_open(NULL, 0, &b, &err) != SCHED_OK) {
+  schedrun_error_t err = {0};
+  if (gpu_cuda_open(NULL, 0, &b, &err) != SCHEDRUN_OK) {
     printf("skipped: %s\n", err.message);
-    sched_error_clear(&err);
+    schedrun_error_clear(&err);
     return 77;
   }
   printf("CUDA devices: %d (%s, %s)\n", b->ops->device_count(b), b->ops->device_name(b, 0), b->ops->arch(b, 0));

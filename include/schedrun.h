@@ -1,0 +1,264 @@
+/*
+ * schedrun: a GPU work scheduler.
+ *
+ * Kernels are compiled once into a content-addressed cache, programs are
+ * recorded once per execution context into replayable sequences, and jobs are
+ * executed on one device or many. This header is the whole public API: every
+ * public name starts with `schedrun_`. Functions that can fail return a status
+ * (SCHEDRUN_OK or a negative SCHEDRUN_E* code) and, where they take one, fill a
+ * schedrun_error_t with a sentence that says what went wrong and where. The library
+ * never prints and never exits.
+ */
+#ifndef SCHEDRUN_H
+#define SCHEDRUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SCHEDRUN_VERSION_MAJOR 0
+#define SCHEDRUN_VERSION_MINOR 1
+#define SCHEDRUN_VERSION_PATCH 0
+
+/* Public functions are the only symbols the shared library exports; the
+ * library is built with hidden visibility and this marks what is public. */
+#if defined(SCHEDRUN_BUILDING) && defined(__GNUC__)
+#define SCHEDRUN_EXTERN __attribute__((visibility("default")))
+#else
+#define SCHEDRUN_EXTERN
+#endif
+
+/* The library's version as "MAJOR.MINOR.PATCH", as built (the header's
+ * SCHEDRUN_VERSION_* are the version compiled against). */
+SCHEDRUN_EXTERN const char *schedrun_version(void);
+
+/* ---- status codes ---------------------------------------------------- */
+
+enum schedrun_status {
+  SCHEDRUN_OK = 0,
+  SCHEDRUN_EINVAL = -1,    /* a bad API argument */
+  SCHEDRUN_ENOMEM = -2,    /* out of memory */
+  SCHEDRUN_ECONFIG = -3,   /* a config that does not load */
+  SCHEDRUN_ECOMPILE = -4,  /* a kernel that does not compile */
+  SCHEDRUN_EVERIFY = -5,   /* outputs that do not match `expect` */
+  SCHEDRUN_EBACKEND = -6,  /* a device or backend failure */
+  SCHEDRUN_EPROTO = -7,    /* a malformed message */
+  SCHEDRUN_ETIMEOUT = -8,  /* a wait that ran out of time */
+  SCHEDRUN_ECLOSED = -9,   /* the scheduler is closed or closing */
+  SCHEDRUN_EIO = -10,      /* a file that cannot be read or written */
+  SCHEDRUN_EINTERNAL = -11 /* a broken invariant inside schedrun */
+};
+
+/* A short, static name for a status code ("config error", ...). */
+SCHEDRUN_EXTERN const char *schedrun_strerror(int code);
+
+/* Filled by functions that fail. `message` is heap-allocated (one line per
+ * problem); release it with schedrun_error_clear. A zeroed struct is empty. */
+typedef struct schedrun_error {
+  int code;
+  char *message;
+} schedrun_error_t;
+
+SCHEDRUN_EXTERN void schedrun_error_clear(schedrun_error_t *err);
+
+/* ---- the scheduler ----------------------------------------------------- */
+
+typedef struct schedrun_options {
+  const char *devices;   /* "auto" (default), "host", "host:N", "cuda", "all" */
+  const char *cache_dir; /* NULL: $SCHEDRUN_CACHE_DIR, else $XDG_CACHE_HOME/schedrun,
+                            else ~/.cache/schedrun */
+  int no_disk_cache;     /* 1: compile into a private temporary cache */
+  int compile_workers;   /* threads compiling kernels; 0: one per core */
+  int spin_us;           /* how long idle threads poll before sleeping: 0 default
+                            (30 us), negative: never (saves CPU, costs latency) */
+  int record_always;     /* 1: send every job through the record actor, even when
+                            its recording cannot have changed (slower; for diagnosis
+                            and for measuring the fast path) */
+} schedrun_options_t;
+
+SCHEDRUN_EXTERN void schedrun_options_init(schedrun_options_t *opts);
+
+typedef struct schedrun schedrun_t;
+
+/* Starts the actors (scheduler, compile, record, one execute per device). */
+SCHEDRUN_EXTERN int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_error_t *err);
+/* Stops every actor and frees everything; sets *s to NULL. NULL is fine. */
+SCHEDRUN_EXTERN void schedrun_close(schedrun_t **s);
+
+SCHEDRUN_EXTERN int schedrun_device_count(const schedrun_t *s);
+
+/* Whether a compile session (the active compile mode) is open right now, and
+ * how many kernels the in-memory cache knows. */
+SCHEDRUN_EXTERN int schedrun_compile_status(schedrun_t *s, int *active_sessions, int *cache_entries, schedrun_error_t *err);
+/* "host:0", "cuda:1", ...; NULL when i is out of range. */
+SCHEDRUN_EXTERN const char *schedrun_device_name(const schedrun_t *s, int i);
+/* Why "auto" or "all" fell back to host devices (no driver, no GPU), or NULL. */
+SCHEDRUN_EXTERN const char *schedrun_device_fallback(const schedrun_t *s);
+
+/* ---- programs ------------------------------------------------------------ */
+
+typedef struct schedrun_program schedrun_program_t;
+
+/* Loads a config (format: docs/config.md). On failure err->message has one
+ * "file:line:column: message" line per problem and the status is
+ * SCHEDRUN_ECONFIG. */
+SCHEDRUN_EXTERN int schedrun_program_load_file(schedrun_t *s, const char *path, schedrun_program_t **out,
+                            schedrun_error_t *err);
+/* `origin` names the text in error messages (a file name, "<string>"). */
+SCHEDRUN_EXTERN int schedrun_program_load_string(schedrun_t *s, const char *yaml, const char *origin,
+                              schedrun_program_t **out, schedrun_error_t *err);
+/* Gives the program back: returns at once; its submitted jobs still finish,
+ * then everything recorded or allocated for it is released. NULL is fine. */
+SCHEDRUN_EXTERN void schedrun_program_free(schedrun_program_t **p);
+
+SCHEDRUN_EXTERN const char *schedrun_program_name(const schedrun_program_t *p);
+/* The config's `repeat`, `buffer_sets`, `jobs` and `devices`. */
+SCHEDRUN_EXTERN int schedrun_program_repeat(const schedrun_program_t *p);
+SCHEDRUN_EXTERN int schedrun_program_buffer_sets(const schedrun_program_t *p);
+SCHEDRUN_EXTERN int schedrun_program_jobs(const schedrun_program_t *p);
+SCHEDRUN_EXTERN const char *schedrun_program_devices(const schedrun_program_t *p);
+
+/* The recorded state of one execution context {program, device, slot}: its
+ * node count and how many nodes its jobs created, updated in place and
+ * reused, over its life (a job whose recording cannot have changed reuses it
+ * without a RECORD; it counts here too). All zero when nothing was recorded. */
+typedef struct schedrun_counters {
+  uint64_t nodes, created, updated, reused;
+} schedrun_counters_t;
+
+SCHEDRUN_EXTERN int schedrun_record_counters(schedrun_t *s, const schedrun_program_t *p, int device, int slot,
+                          schedrun_counters_t *out, schedrun_error_t *err);
+
+/* ---- jobs ------------------------------------------------------------------ */
+
+/* A submitted job; 0 is never one. */
+typedef uint64_t schedrun_job_t;
+
+/* A buffer's whole contents for one job, instead of its `init`. */
+typedef struct schedrun_input {
+  const char *buffer;
+  const void *data;
+  size_t bytes; /* count * element size */
+} schedrun_input_t;
+
+typedef struct schedrun_job_result schedrun_job_result_t;
+/* Called once per job, from schedrun's completion thread; the callback owns the
+ * result (free it with schedrun_job_result_free) and must not block for long. */
+typedef void (*schedrun_job_callback)(schedrun_job_t job, schedrun_job_result_t *result, void *user);
+
+typedef struct schedrun_job_options {
+  int run;          /* the job's $run; it also picks the buffer set: run % buffer_sets */
+  int job;          /* the job's $job */
+  int device;       /* -1 (default): the scheduler places it; else pinned to that device */
+  int keep_outputs; /* 1: every buffer comes back in the result */
+  const schedrun_input_t *inputs;
+  size_t ninputs;
+  schedrun_job_callback on_complete; /* NULL: collect the result with schedrun_wait* */
+  void *user;
+} schedrun_job_options_t;
+
+SCHEDRUN_EXTERN void schedrun_job_options_init(schedrun_job_options_t *o);
+
+/* Submits one job of program p and returns at once. Every submitted job
+ * completes exactly once: with a result, or with an error status. */
+SCHEDRUN_EXTERN int schedrun_submit(schedrun_t *s, schedrun_program_t *p, const schedrun_job_options_t *o, schedrun_job_t *out,
+                 schedrun_error_t *err);
+/* Waits up to timeout_ms (-1: no limit) for that job and hands over its result.
+ * SCHEDRUN_ETIMEOUT leaves it pending; waiting twice for one job, or for a job
+ * with a callback, is SCHEDRUN_EINVAL. */
+SCHEDRUN_EXTERN int schedrun_wait(schedrun_t *s, schedrun_job_t job, int timeout_ms, schedrun_job_result_t **out, schedrun_error_t *err);
+/* The next completed job not yet waited for (in completion order). */
+SCHEDRUN_EXTERN int schedrun_wait_any(schedrun_t *s, int timeout_ms, schedrun_job_t *job, schedrun_job_result_t **out,
+                   schedrun_error_t *err);
+/* Waits until every submitted job has completed (results stay collectable). */
+SCHEDRUN_EXTERN int schedrun_wait_all(schedrun_t *s, int timeout_ms, schedrun_error_t *err);
+/* Stops taking jobs and drains: jobs not started complete with SCHEDRUN_ECLOSED,
+ * started ones finish. Afterwards schedrun_submit answers SCHEDRUN_ECLOSED. */
+SCHEDRUN_EXTERN int schedrun_shutdown(schedrun_t *s, int timeout_ms, schedrun_error_t *err);
+
+typedef struct schedrun_job_info {
+  int status; /* SCHEDRUN_OK; SCHEDRUN_EVERIFY when outputs did not match; else why it failed */
+  int device;
+  int run, job;
+  int verified; /* 1 when it ran and every expectation held */
+  uint64_t compile_ns, record_ns, execute_ns;
+  uint64_t nodes_created, nodes_updated, nodes_reused;
+} schedrun_job_info_t;
+
+SCHEDRUN_EXTERN const schedrun_job_info_t *schedrun_job_result_info(const schedrun_job_result_t *r);
+/* Why it failed, or which expectation did not hold; "" when it verified. */
+SCHEDRUN_EXTERN const char *schedrun_job_result_error(const schedrun_job_result_t *r);
+/* A buffer's contents after the job: buffers with expectations always, every
+ * buffer with keep_outputs. NULL when absent. */
+SCHEDRUN_EXTERN const void *schedrun_job_result_output(const schedrun_job_result_t *r, const char *buffer, size_t *bytes);
+SCHEDRUN_EXTERN void schedrun_job_result_free(schedrun_job_result_t **r);
+
+/* ---- runs: a whole config, many jobs, one report ------------------------------ */
+
+typedef struct schedrun_run_options {
+  int repeat;       /* 0: the config's */
+  int jobs;         /* 0: the config's */
+  int keep_outputs; /* 1: keep every buffer of every job for schedrun_report_output */
+  int timeout_ms;   /* a bound on the whole run; 0: 10 minutes */
+  /* called from the calling thread now and then while the run goes on */
+  void (*progress)(uint32_t done, uint32_t total, void *user);
+  void *progress_user;
+} schedrun_run_options_t;
+
+SCHEDRUN_EXTERN void schedrun_run_options_init(schedrun_run_options_t *opts);
+
+#define SCHEDRUN_MAX_DEVICES 64
+
+typedef struct schedrun_device_stats {
+  char name[32];
+  uint64_t jobs;
+  uint64_t nodes_created, nodes_updated, nodes_reused;
+  uint64_t busy_ns; /* time spent executing */
+} schedrun_device_stats_t;
+
+typedef struct schedrun_summary {
+  uint32_t runs, jobs, verified, failed;
+  uint64_t compile_ns, record_ns, execute_ns, wall_ns;
+  uint64_t nodes_created, nodes_updated, nodes_reused;
+  uint64_t cache_hits, cache_misses; /* kernel cache, this run */
+  int ndevices;
+  schedrun_device_stats_t devices[SCHEDRUN_MAX_DEVICES];
+} schedrun_summary_t;
+
+typedef struct schedrun_report schedrun_report_t;
+
+/* Runs the program `repeat` times, `jobs` instances each, over `buffer_sets`
+ * buffer sets, and verifies `expect` after every job. Returns SCHEDRUN_OK when
+ * every job verified, SCHEDRUN_EVERIFY when some did not (the report says which),
+ * or another code when the run could not complete (the report, if any, still
+ * holds what did). */
+SCHEDRUN_EXTERN int schedrun_run(schedrun_t *s, schedrun_program_t *p, const schedrun_run_options_t *opts,
+              schedrun_report_t **out, schedrun_error_t *err);
+
+SCHEDRUN_EXTERN const schedrun_summary_t *schedrun_report_summary(const schedrun_report_t *r);
+SCHEDRUN_EXTERN size_t schedrun_report_failure_count(const schedrun_report_t *r);
+/* "run 2, job 0, device host:1: buffer out[17]: expected 3, got 2" */
+SCHEDRUN_EXTERN const char *schedrun_report_failure(const schedrun_report_t *r, size_t i);
+/* The contents of `buffer` after (run, job); needs keep_outputs. NULL when
+ * absent. */
+SCHEDRUN_EXTERN const void *schedrun_report_output(const schedrun_report_t *r, int run, int job,
+                                const char *buffer, size_t *bytes);
+/* The device (index) that ran (run, job), or -1. */
+SCHEDRUN_EXTERN int schedrun_report_device(const schedrun_report_t *r, int run, int job);
+/* What happened to (run, job): SCHEDRUN_OK and *out filled, or SCHEDRUN_EINVAL when
+ * there is no such job in the report. */
+SCHEDRUN_EXTERN int schedrun_report_job(const schedrun_report_t *r, int run, int job, schedrun_job_info_t *out);
+/* The summary as one JSON object. Heap string; free() it. */
+SCHEDRUN_EXTERN char *schedrun_report_json(const schedrun_report_t *r);
+/* Writes a Chrome trace event file (opens in Perfetto): one lane per actor
+ * and per device, with each job's compile, record and execution spans. */
+SCHEDRUN_EXTERN int schedrun_report_write_trace(const schedrun_report_t *r, const char *path, schedrun_error_t *err);
+SCHEDRUN_EXTERN void schedrun_report_free(schedrun_report_t **r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SCHEDRUN_H */

@@ -1,0 +1,225 @@
+/*
+ * libschedrun as a user installs and embeds it: `cmake --install` into a
+ * temporary prefix, then programs built outside the source tree against what
+ * was installed (pkg-config shared and static, a C++17 CMake project), each run
+ * on a shipped config. Also what the installed tree holds and exports.
+ */
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/common.h"
+
+#include "test_util.h"
+
+static char work[256];        /* scratch directory of this test program */
+static char prefix[512];      /* where the build is installed */
+static char config[PATH_MAX]; /* the config every consumer runs */
+
+/* Runs a shell command (printf-style); fails the test with its output unless
+ * it exits with `want`. Returns its standard output (heap). */
+static char *sh_expect(int want, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *sh_expect(int want, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *cmd = NULL;
+  if (vasprintf(&cmd, fmt, ap) < 0) cmd = NULL;
+  va_end(ap);
+  assert_non_null(cmd);
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  char *out = NULL, *err = NULL;
+  int rc = tu_run(argv, &out, &err);
+  if (rc != want) fail_msg("exit %d (wanted %d): %s\n--- stdout\n%s--- stderr\n%s", rc, want, cmd, out, err);
+  free(err);
+  free(cmd);
+  return out;
+}
+#define sh(...) sh_expect(0, __VA_ARGS__)
+
+static int setup(void **st) {
+  (void)st;
+  snprintf(work, sizeof work, "/tmp/schedrun-install-XXXXXX");
+  if (!mkdtemp(work)) return -1;
+  snprintf(prefix, sizeof prefix, "%s/prefix", work);
+  snprintf(config, sizeof config, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
+  free(sh("cmake --install '%s' --prefix '%s' >/dev/null", tu_env("SCHEDRUN_BUILD_DIR"), prefix));
+  return 0;
+}
+
+static int teardown(void **st) {
+  (void)st;
+  fs_remove_tree(work);
+  return 0;
+}
+
+static void expect_file(const char *rel) {
+  char p[PATH_MAX];
+  struct stat sb;
+  snprintf(p, sizeof p, "%s/%s", prefix, rel);
+  if (stat(p, &sb) != 0 || !S_ISREG(sb.st_mode)) fail_msg("not installed: %s", p);
+}
+
+static void test_installed_tree(void **st) {
+  (void)st;
+  expect_file("include/schedrun.h");
+  expect_file("lib/libschedrun.so");
+  expect_file("lib/libschedrun.so.0");
+  expect_file("lib/libschedrun.a");
+  expect_file("lib/pkgconfig/schedrun.pc");
+  expect_file("lib/cmake/schedrun/schedrunConfig.cmake");
+  expect_file("lib/cmake/schedrun/schedrunConfigVersion.cmake");
+  expect_file("lib/cmake/schedrun/schedrunTargets.cmake");
+  expect_file("bin/sched-run");
+  expect_file("share/man/man1/sched-run.1");
+  char p[PATH_MAX];
+  snprintf(p, sizeof p, "%s/include/sched.h", prefix);
+  assert_int_not_equal(access(p, F_OK), 0); /* never shadow the C library's <sched.h> */
+
+  char *so = sh("readelf -d '%s/lib/libschedrun.so' | grep SONAME", prefix);
+  assert_non_null(strstr(so, "[libschedrun.so.0]"));
+  free(so);
+  char *real = sh("readlink -f '%s/lib/libschedrun.so.0'", prefix);
+  char want[64];
+  snprintf(want, sizeof want, "libschedrun.so.%s\n", tu_env("SCHEDRUN_VERSION"));
+  assert_non_null(strstr(real, want));
+  free(real);
+
+  char *man = sh("head -c 200 '%s/share/man/man1/sched-run.1'", prefix);
+  assert_non_null(strstr(man, ".TH SCHED-RUN 1"));
+  free(man);
+}
+
+/* Every line of nm's output names a schedrun_ symbol; returns how many. */
+static int only_public(const char *nm_out, const char *what) {
+  int n = 0;
+  for (const char *line = nm_out; *line;) {
+    const char *end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    char buf[512];
+    snprintf(buf, sizeof buf, "%.*s", (int)len, line);
+    /* "ADDRESS TYPE NAME"; an archive adds "member.o:" headers and blank lines */
+    char *name = strrchr(buf, ' ');
+    if (len > 0 && buf[len - 1] != ':') {
+      if (!name || strncmp(name + 1, "schedrun_", 9) != 0) fail_msg("%s exports '%s'", what, buf);
+      n++;
+    }
+    line = end ? end + 1 : line + len;
+  }
+  return n;
+}
+
+static void test_exports_only_the_api(void **st) {
+  (void)st;
+  char *dyn = sh("nm -D --defined-only '%s/lib/libschedrun.so'", prefix);
+  assert_true(only_public(dyn, "libschedrun.so") >= 40);
+  assert_non_null(strstr(dyn, " schedrun_open\n"));
+  assert_non_null(strstr(dyn, " schedrun_version\n"));
+  free(dyn);
+  char *ar = sh("nm --defined-only --extern-only '%s/lib/libschedrun.a'", prefix);
+  assert_true(only_public(ar, "libschedrun.a") >= 40);
+  free(ar);
+  /* the static library is position-independent: it links into a shared object */
+  free(sh("cd '%s' && printf 'int f(void);\\n' > f.c && %s -shared -fPIC -o libf.so f.c "
+          "-Wl,--whole-archive '%s/lib/libschedrun.a' -Wl,--no-whole-archive",
+          work, tu_env("SCHEDRUN_CC"), prefix));
+}
+
+static void test_pkgconfig_shared(void **st) {
+  (void)st;
+  const char *cc = tu_env("SCHEDRUN_CC");
+  free(sh("cd '%s' && export PKG_CONFIG_PATH='%s/lib/pkgconfig' && "
+          "%s -std=c11 -Wall -Werror -o c_shared '%s/tests/install/consumer.c' "
+          "$(pkg-config --cflags --libs schedrun) -Wl,-rpath,\"$(pkg-config --variable=libdir schedrun)\"",
+          work, prefix, cc, tu_env("SCHEDRUN_SOURCE_DIR")));
+  char *ldd = sh("ldd '%s/c_shared'", work);
+  assert_non_null(strstr(ldd, "libschedrun.so.0 => "));
+  free(ldd);
+  char *out = sh("'%s/c_shared' '%s'", work, config);
+  assert_non_null(strstr(out, "consumer: 3 of 3 jobs verified"));
+  free(out);
+}
+
+static void test_pkgconfig_static(void **st) {
+  (void)st;
+  const char *cc = tu_env("SCHEDRUN_CC");
+  /* -l:libschedrun.a takes the archive where the shared library lies beside it */
+  free(sh("cd '%s' && export PKG_CONFIG_PATH='%s/lib/pkgconfig' && "
+          "%s -std=c11 -Wall -Werror -o c_static '%s/tests/install/consumer.c' "
+          "$(pkg-config --cflags schedrun) $(pkg-config --static --libs schedrun | sed 's/-lschedrun\\b/-l:libschedrun.a/')",
+          work, prefix, cc, tu_env("SCHEDRUN_SOURCE_DIR")));
+  char *ldd = sh("ldd '%s/c_static'", work);
+  assert_null(strstr(ldd, "libschedrun"));
+  free(ldd);
+  char *out = sh("'%s/c_static' '%s'", work, config);
+  assert_non_null(strstr(out, "consumer: 3 of 3 jobs verified"));
+  free(out);
+}
+
+static void test_cmake_package_cxx(void **st) {
+  (void)st;
+  free(sh("cmake -S '%s/tests/install/cxx' -B '%s/cxx' -DCMAKE_PREFIX_PATH='%s' >/dev/null && "
+          "cmake --build '%s/cxx' >/dev/null",
+          tu_env("SCHEDRUN_SOURCE_DIR"), work, prefix, work));
+  const char *names[] = {"consumer_shared", "consumer_static"};
+  for (int i = 0; i < 2; i++) {
+    char *out = sh("'%s/cxx/%s' '%s'", work, names[i], config);
+    assert_non_null(strstr(out, ": 3 of 3 jobs verified"));
+    free(out);
+  }
+  char *ldd = sh("ldd '%s/cxx/consumer_static'", work);
+  assert_null(strstr(ldd, "libschedrun"));
+  free(ldd);
+}
+
+/* The installed header, first or last beside the C library's headers, in C11
+ * and in C++17, with every warning an error. */
+static void test_header_in_any_order(void **st) {
+  (void)st;
+  const char *c_sys = "#include <pthread.h>\n#include <sched.h>\n";
+  const char *cxx_sys = "#include <pthread.h>\n#include <sched.h>\n#include <thread>\n";
+  const char *use = "int main(void) { schedrun_options_t o; schedrun_options_init(&o); "
+                    "cpu_set_t set; CPU_ZERO(&set); sched_yield(); return schedrun_version() ? 0 : 1; }\n";
+  for (int cxx = 0; cxx < 2; cxx++)
+    for (int first = 0; first < 2; first++) {
+      const char *sys = cxx ? cxx_sys : c_sys;
+      char name[32];
+      snprintf(name, sizeof name, "h%d%d.%s", cxx, first, cxx ? "cpp" : "c");
+      char src[1024];
+      snprintf(src, sizeof src, "#define _GNU_SOURCE 1\n%s%s%s%s", first ? "#include <schedrun.h>\n" : "", sys,
+               first ? "" : "#include <schedrun.h>\n", use);
+      char path[PATH_MAX];
+      snprintf(path, sizeof path, "%s/%s", work, name);
+      FILE *f = fopen(path, "w");
+      assert_non_null(f);
+      fputs(src, f);
+      fclose(f);
+      free(sh("%s %s -Wall -Wextra -pedantic -Werror -fsyntax-only -I '%s/include' '%s'", cxx ? "c++" : tu_env("SCHEDRUN_CC"),
+              cxx ? "-std=c++17" : "-std=c11", prefix, path));
+    }
+}
+
+static void test_installed_cli(void **st) {
+  (void)st;
+  char *v = sh("'%s/bin/sched-run' --version", prefix);
+  char want[64];
+  snprintf(want, sizeof want, "sched-run %s\n", tu_env("SCHEDRUN_VERSION"));
+  assert_string_equal(v, want);
+  free(v);
+  char *out = sh("'%s/bin/sched-run' --devices host '%s'", prefix, config);
+  assert_non_null(strstr(out, "saxpy-loop: verified on 1 device"));
+  free(out);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_installed_tree),    cmocka_unit_test(test_exports_only_the_api),
+      cmocka_unit_test(test_pkgconfig_shared),  cmocka_unit_test(test_pkgconfig_static),
+      cmocka_unit_test(test_cmake_package_cxx), cmocka_unit_test(test_header_in_any_order),
+      cmocka_unit_test(test_installed_cli),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
