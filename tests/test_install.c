@@ -202,6 +202,33 @@ static void test_header_in_any_order(void **st) {
     }
 }
 
+/* Built as a subproject: only the libraries and sched-run, prefixed targets
+ * and aliases, no test dependencies, no -Werror for the parent's code. */
+static void test_as_subproject(void **st) {
+  (void)st;
+  free(sh("cmake -S '%s/tests/install/subproject' -B '%s/sub' -DSCHEDRUN_SOURCE_DIR='%s' >/dev/null && "
+          "cmake --build '%s/sub' -j 2 >/dev/null",
+          tu_env("SCHEDRUN_SOURCE_DIR"), work, tu_env("SCHEDRUN_SOURCE_DIR"), work));
+  char *targets = sh("cmake --build '%s/sub' --target help", work);
+  const char *absent[] = {"test_", "_bench", "schedrun_embed", "schedrun_internal", "schedrun_shared_slot"};
+  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(absent); i++)
+    if (strstr(targets, absent[i])) fail_msg("the subproject builds '%s' targets:\n%s", absent[i], targets);
+  assert_non_null(strstr(targets, "... schedrun\n"));
+  assert_non_null(strstr(targets, "... schedrun_static\n"));
+  free(targets);
+  char *cache = sh("grep -E '^(SCHEDRUN_BUILD_TESTS|SCHEDRUN_WERROR|SCHEDRUN_INSTALL):' '%s/sub/CMakeCache.txt'", work);
+  assert_non_null(strstr(cache, "SCHEDRUN_BUILD_TESTS:BOOL=OFF"));
+  assert_non_null(strstr(cache, "SCHEDRUN_WERROR:BOOL=OFF"));
+  assert_non_null(strstr(cache, "SCHEDRUN_INSTALL:BOOL=OFF"));
+  free(cache);
+  const char *apps[] = {"app", "app_static"};
+  for (int i = 0; i < 2; i++) {
+    char *out = sh("'%s/sub/%s' '%s'", work, apps[i], config);
+    assert_non_null(strstr(out, "consumer: 3 of 3 jobs verified"));
+    free(out);
+  }
+}
+
 static void test_installed_cli(void **st) {
   (void)st;
   char *v = sh("'%s/bin/sched-run' --version", prefix);
@@ -219,7 +246,7 @@ int main(void) {
       cmocka_unit_test(test_installed_tree),    cmocka_unit_test(test_exports_only_the_api),
       cmocka_unit_test(test_pkgconfig_shared),  cmocka_unit_test(test_pkgconfig_static),
       cmocka_unit_test(test_cmake_package_cxx), cmocka_unit_test(test_header_in_any_order),
-      cmocka_unit_test(test_installed_cli),
+      cmocka_unit_test(test_as_subproject),     cmocka_unit_test(test_installed_cli),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
