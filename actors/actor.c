@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,7 @@ struct actor {
   void *mailbox;
   peer peers[MAX_PEERS];
   int npeers;
-  uint64_t malformed;
+  _Atomic uint64_t malformed; /* read by other threads (schedrun_get_stats) */
   uint64_t spin_ns;
   /* start handshake */
   pthread_mutex_t lock;
@@ -54,7 +55,7 @@ struct actor {
 
 void *actor_state(const actor_t *a) { return a->state; }
 const char *actor_name(const actor_t *a) { return a->name; }
-uint64_t actor_malformed(const actor_t *a) { return a->malformed; }
+uint64_t actor_malformed(const actor_t *a) { return atomic_load(&((actor_t *)a)->malformed); }
 
 static void *new_socket(void *zctx, int type, schedrun_error_t *err) {
   void *s = zmq_socket(zctx, type);
@@ -232,7 +233,10 @@ static void *actor_main(void *arg) {
   if (rc == SCHEDRUN_OK) {
     for (;;) {
       msg m;
-      if (mbox_recv_spin(a->mailbox, -1, a->spin_ns, &m, &a->malformed, NULL) != SCHEDRUN_OK) break;
+      uint64_t dropped = 0;
+      int got = mbox_recv_spin(a->mailbox, -1, a->spin_ns, &m, &dropped, NULL);
+      if (dropped) atomic_fetch_add(&a->malformed, dropped);
+      if (got != SCHEDRUN_OK) break;
       int what = a->def->handle(a, &m);
       msg_free(&m);
       if (what == ACTOR_STOP) break;
@@ -294,7 +298,7 @@ uint64_t actor_join(actor_t **pa) {
   if (!pa || !*pa) return 0;
   actor_t *a = *pa;
   pthread_join(a->thread, NULL);
-  uint64_t malformed = a->malformed;
+  uint64_t malformed = atomic_load(&a->malformed);
   pthread_mutex_destroy(&a->lock);
   pthread_cond_destroy(&a->cond);
   schedrun_error_clear(&a->start_err);

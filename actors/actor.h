@@ -45,7 +45,7 @@ uint64_t actor_join(actor_t **a);
 void *actor_state(const actor_t *a);
 const char *actor_name(const actor_t *a);
 /* Malformed messages received and dropped so far (they have no reliable
- * sender to answer). From the actor's own thread. */
+ * sender to answer). Safe from any thread while the actor lives. */
 uint64_t actor_malformed(const actor_t *a);
 
 /* Encodes m and sends it to the actor named `to`. From the actor's own

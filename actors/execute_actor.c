@@ -71,7 +71,23 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
     rc = src ? be->ops->copy_htod(be, s->device, x->bindings.v[b], src, bytes, &err)
              : be->ops->mem_zero(be, s->device, x->bindings.v[b], bytes, &err);
   }
-  if (rc == SCHEDRUN_OK) rc = be->ops->seq_launch((gpu_seq *)(uintptr_t)x->sequence, &err);
+  gpu_failure f = {GPU_NO_TAG, false};
+  if (rc == SCHEDRUN_OK && x->deadline && now_ns() >= x->deadline)
+    rc = err_set(&err, SCHEDRUN_ETIMEOUT, "job %llu (run %u, job %u) reached its deadline before it started on %s",
+                 (unsigned long long)m->job, x->run, x->job_index, be->ops->device_name(be, s->device));
+  else if (rc == SCHEDRUN_OK) {
+    rc = be->ops->seq_launch((gpu_seq *)(uintptr_t)x->sequence, x->deadline, &f, &err);
+    if (rc) {
+      /* name the step that was running, and the job */
+      char what[512];
+      if (f.tag != GPU_NO_TAG) prog_describe_command(p, f.tag, what, sizeof what);
+      else snprintf(what, sizeof what, "'%s'", p->name);
+      schedrun_error_t named = {0};
+      err_set(&named, rc, "%s, in %s, job %llu (run %u, job %u)", err.message ? err.message : "launch failed", what,
+              (unsigned long long)m->job, x->run, x->job_index);
+      err_move(&err, &named);
+    }
+  }
   if (rc == SCHEDRUN_OK) {
     uint32_t n = 0;
     for (uint32_t b = 0; b < p->nbuffers; b++) n += wanted(p, b, x->keep);
@@ -97,7 +113,10 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
   out->exec_ns = now_ns() - t0;
   if (rc) {
     /* the scheduler completes the job with the error */
-    const char *steps[] = {"leave the device idle for the next job"};
+    char lost[64];
+    snprintf(lost, sizeof lost, "mark %s lost: later jobs go to the other devices",
+             be->ops->device_name(be, s->device));
+    const char *steps[] = {f.lost ? lost : "leave the device idle for the next job"};
     actor_send_error(self, m->from, m->job, rc, err.message ? err.message : "execute failed", steps, 1);
   } else {
     /* the answer goes straight to the client, one hop sooner; the scheduler

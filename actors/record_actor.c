@@ -377,6 +377,7 @@ static int walk_steps(walk *w, const prog_step *steps, uint32_t n, int depth, ui
 static void to_gpu_node(const node_list *l, const rec_node *r, gpu_node *g) {
   memset(g, 0, sizeof *g);
   g->kind = (gpu_node_kind)r->kind;
+  g->tag = r->key.command; /* a failure names the program's step */
   switch (r->kind) {
   case GN_LAUNCH:
     g->u.launch.fn = r->u.launch.fn;

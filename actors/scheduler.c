@@ -40,7 +40,8 @@ typedef struct job {
   msg_counts counts;
   uint32_t hits, misses;
   uint64_t sequence;
-  struct job *next; /* in a wait queue */
+  uint64_t deadline; /* CLOCK_MONOTONIC ns; 0: none */
+  struct job *next;  /* in a wait queue */
 } job;
 
 typedef struct job_queue {
@@ -334,6 +335,7 @@ static void start_execute(actor_t *self, scheduler_state *s, slot_state *ss, job
   e->t_submit = j->t_submit;
   e->t_compile = j->t_compile;
   e->t_record = j->t_record;
+  e->deadline = j->deadline;
   int rc = p ? SCHEDRUN_OK : SCHEDRUN_EINTERNAL;
   if (rc == SCHEDRUN_OK) {
     x.body.execute.bindings.v = malloc((p->nbuffers ? p->nbuffers : 1) * sizeof(uint64_t));
@@ -367,6 +369,15 @@ static void dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slo
   job *j;
   while ((j = ss->queue.head) && !ss->recording) {
     const prog_program *p = core_program(s->core, j->program);
+    if (j->deadline && now_ns() >= j->deadline) {
+      q_pop(&ss->queue);
+      char why[160];
+      snprintf(why, sizeof why, "job %llu (run %u, job %u) reached its deadline while it waited for %s",
+               (unsigned long long)j->id, j->run, j->job_index,
+               s->core->backend->ops->device_name(s->core->backend, j->device));
+      complete(self, s, j, SCHEDRUN_ETIMEOUT, why, NULL);
+      continue;
+    }
     if (p && needs_record(s, p, ss, j)) {
       if (ss->inflight) return;
       q_pop(&ss->queue);
@@ -385,10 +396,12 @@ static void dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slo
  * job's slot is preferred while it is at most one job busier: warm recorded
  * state is worth a little imbalance, not an idle device. */
 static int pick_device(scheduler_state *s, prog_state *ps, const job *j) {
-  if (j->pin >= 0) return j->pin;
-  int least = 0, warm = -1;
+  gpu_backend *be = s->core->backend;
+  if (j->pin >= 0) return be->ops->device_lost(be, j->pin) ? -1 : j->pin;
+  int least = -1, warm = -1;
   for (int d = 0; d < s->core->ndevices; d++) {
-    if (s->load[d] < s->load[least]) least = d;
+    if (be->ops->device_lost(be, d)) continue; /* lost devices take no more jobs */
+    if (least < 0 || s->load[d] < s->load[least]) least = d;
     slot_key sk = {(uint32_t)d, j->slot};
     if (hmap_get(&ps->slots, &sk) && (warm < 0 || s->load[d] < s->load[warm])) warm = d;
   }
@@ -399,6 +412,15 @@ static int pick_device(scheduler_state *s, prog_state *ps, const job *j) {
 static void place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) {
   const prog_program *p = core_program(s->core, j->program);
   j->device = pick_device(s, ps, j);
+  if (j->device < 0) {
+    gpu_backend *be = s->core->backend;
+    int d = j->pin >= 0 ? j->pin : 0;
+    char why[640];
+    snprintf(why, sizeof why, "%s: %s", j->pin >= 0 ? "the job's device is lost" : "every device is lost",
+             be->ops->device_lost(be, d) ? be->ops->device_lost(be, d) : "?");
+    complete(self, s, j, SCHEDRUN_ELOST, why, NULL);
+    return;
+  }
   s->load[j->device]++;
   j->state = JOB_PLACED_WAITING;
   slot_key sk = {(uint32_t)j->device, j->slot};
@@ -470,6 +492,7 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   j->job_index = sb->job_index;
   j->slot = sb->slot;
   j->keep = sb->keep;
+  j->deadline = sb->deadline;
   j->device = -1;
   j->t_submit = now_ns();
   j->inputs = sb->inputs;
@@ -546,6 +569,47 @@ static void handle_compiled(actor_t *self, scheduler_state *s, msg *m) {
   release_waiting(self, s, ps);
 }
 
+/* A device was lost: the jobs waiting in its slots' queues go to the other
+ * devices (or fail, when they are pinned to it or none is left). */
+static void replace_jobs_of(actor_t *self, scheduler_state *s, int device) {
+  size_t n = 0, cap = 0;
+  job **moving = NULL;
+  size_t pos = 0;
+  void *v;
+  while (hmap_next(&s->progs, &pos, NULL, &v)) {
+    prog_state *ps = v;
+    size_t spos = 0;
+    const void *k;
+    void *sv;
+    while (hmap_next(&ps->slots, &spos, &k, &sv)) {
+      if (((const slot_key *)k)->device != (uint32_t)device) continue;
+      job *j;
+      while ((j = q_pop(&((slot_state *)sv)->queue))) {
+        if (n == cap) {
+          cap = cap ? 2 * cap : 16;
+          job **m = realloc(moving, cap * sizeof *m);
+          if (!m) {
+            complete(self, s, j, SCHEDRUN_ENOMEM, "out of memory", NULL);
+            cap = n;
+            continue;
+          }
+          moving = m;
+        }
+        moving[n++] = j;
+      }
+    }
+  }
+  /* placed after the walk: placing adds slots to the maps walked above */
+  for (size_t i = 0; i < n; i++) {
+    job *j = moving[i];
+    if (s->load[device]) s->load[device]--;
+    prog_state *ps = prog_get(s, j->program, false);
+    if (ps) place(self, s, ps, j);
+    else complete(self, s, j, SCHEDRUN_EINTERNAL, "the job's program is gone", NULL);
+  }
+  free(moving);
+}
+
 static void handle_error(actor_t *self, scheduler_state *s, msg *m) {
   const msg_error *e = &m->body.error;
   job *j = hmap_get(&s->jobs, &m->job);
@@ -562,7 +626,10 @@ static void handle_error(actor_t *self, scheduler_state *s, msg *m) {
       while ((w = q_pop(&ps->waiting))) complete(self, s, w, e->code, text.data, NULL);
     }
   } else {
+    int device = j->device;
     complete(self, s, j, e->code, text.data, NULL);
+    gpu_backend *be = s->core->backend;
+    if (device >= 0 && be->ops->device_lost(be, device)) replace_jobs_of(self, s, device);
   }
   sb_free(&text);
 }

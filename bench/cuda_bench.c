@@ -85,7 +85,7 @@ int main(void) {
       if (b->ops->launch(b, 0, &n, i == N - 1, &err)) die("launch", &err);
     }
     double t1 = now_us();
-    if (b->ops->seq_launch(s, &err)) die("seq_launch", &err);
+    if (b->ops->seq_launch(s, 0, NULL, &err)) die("seq_launch", &err);
     double t2 = now_us();
     for (int i = 0; i < N; i++) {
       int32_t v = (i + r + 1) % 64;

@@ -33,7 +33,7 @@ typedef void (*tramp)(const uint32_t *, const uint32_t *, const uint64_t *);
 static void backend_bench(void) {
   schedrun_error_t err = {0};
   gpu_backend *b;
-  if (gpu_host_open(1, &b, &err)) die("host", &err);
+  if (gpu_host_open(1, NULL, &b, &err)) die("host", &err);
   prog_type params[] = {PT_PTR, PT_I32};
   gpu_compile_req req = {"tiny", "tiny",
                          "extern \"C\" __global__ void tiny(float *p, int i) { if (threadIdx.x == 0) p[i] += 1.0f; }\n",
@@ -81,7 +81,7 @@ static void backend_bench(void) {
     for (int r = 0; r < REPS; r++)
       for (int i = 0; i < N; i++) ((tramp)fn)(one, one, args[i]);
     uint64_t t1 = bench_ns();
-    for (int r = 0; r < REPS; r++) b->ops->seq_launch(s, &err);
+    for (int r = 0; r < REPS; r++) b->ops->seq_launch(s, 0, NULL, &err);
     uint64_t t2 = bench_ns();
     prog_env env = {{0}};
     for (int r = 0; r < REPS; r++)

@@ -19,6 +19,11 @@ const char *schedrun_strerror(int code) {
   case SCHEDRUN_ECLOSED: return "scheduler closed";
   case SCHEDRUN_EIO: return "i/o error";
   case SCHEDRUN_EINTERNAL: return "internal error";
+  case SCHEDRUN_EALREADY: return "taken by another waiter";
+  case SCHEDRUN_EDEADLK: return "would wait for its own thread";
+  case SCHEDRUN_EAGAIN: return "too many jobs in flight";
+  case SCHEDRUN_EFAULT: return "kernel fault";
+  case SCHEDRUN_ELOST: return "device lost";
   default: return "unknown error";
   }
 }

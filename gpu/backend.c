@@ -16,14 +16,15 @@ static int host_count(const char *spec, schedrun_error_t *err) {
 /* "auto": every GPU, else one host device. "all": every GPU, else one host
  * device per core. "cuda", "cuda:I,J": those GPUs or an error. "host",
  * "host:N": host devices. */
-int gpu_backend_open(const char *devices, gpu_backend **out, char **why_fallback, schedrun_error_t *err) {
+int gpu_backend_open(const char *devices, const gpu_open_opts *o, gpu_backend **out, char **why_fallback,
+                     schedrun_error_t *err) {
   *out = NULL;
   if (why_fallback) *why_fallback = NULL;
   const char *spec = devices ? devices : "auto";
-  if (!strcmp(spec, "host")) return gpu_host_open(1, out, err);
+  if (!strcmp(spec, "host")) return gpu_host_open(1, o, out, err);
   if (!strncmp(spec, "host:", 5)) {
     int n = host_count(spec, err);
-    return n < 0 ? n : gpu_host_open(n, out, err);
+    return n < 0 ? n : gpu_host_open(n, o, out, err);
   }
   if (!strcmp(spec, "auto") || !strcmp(spec, "all")) {
     schedrun_error_t why = {0};
@@ -32,7 +33,7 @@ int gpu_backend_open(const char *devices, gpu_backend **out, char **why_fallback
     schedrun_error_clear(&why);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int n = !strcmp(spec, "all") ? (int)(cores < 1 ? 1 : cores > SCHEDRUN_MAX_DEVICES ? SCHEDRUN_MAX_DEVICES : cores) : 1;
-    return gpu_host_open(n, out, err);
+    return gpu_host_open(n, o, out, err);
   }
   if (!strcmp(spec, "cuda")) return gpu_cuda_open(NULL, 0, out, err);
   if (!strncmp(spec, "cuda:", 5)) {

@@ -29,6 +29,7 @@ typedef enum { GN_LAUNCH, GN_COPY, GN_FILL, GN_WHILE } gpu_node_kind;
  * representation in the low bytes, a pointer as its device address. */
 typedef struct gpu_node {
   gpu_node_kind kind;
+  uint32_t tag; /* the caller's label (the program's command), reported on failure */
   union {
     struct {
       gpu_function fn;
@@ -50,6 +51,13 @@ typedef struct gpu_node {
     } loop;
   } u;
 } gpu_node;
+
+/* What a failed launch leaves beside its error sentence. */
+typedef struct gpu_failure {
+  uint32_t tag; /* the tag of the node that was running, or GPU_NO_TAG */
+  bool lost;    /* the device is lost: nothing more runs on it */
+} gpu_failure;
+#define GPU_NO_TAG 0xffffffffu
 
 typedef struct gpu_ops {
   const char *name;
@@ -90,23 +98,40 @@ typedef struct gpu_ops {
   /* Makes a built sequence ready to launch (instantiates a CUDA graph, trims
    * the host arrays); called once after the last seq_add. */
   int (*seq_finalize)(gpu_seq *s, schedrun_error_t *err);
-  /* Runs the sequence on its device and waits for it to finish. */
-  int (*seq_launch)(gpu_seq *s, schedrun_error_t *err);
+  /* Runs the sequence on its device and waits for it to finish, until
+   * deadline_ns (CLOCK_MONOTONIC; 0: none). Past the deadline, or when a kernel
+   * faults, the device is lost (f says so, with the running node's tag). */
+  int (*seq_launch)(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err);
   void (*seq_destroy)(gpu_seq *s);
+
+  /* Why device dev was lost (a fault, a deadline), or NULL. Any thread. */
+  const char *(*device_lost)(const gpu_backend *b, int dev);
+  /* Gives up on whatever the devices are running, from any thread: launches
+   * in flight fail at once and their devices are lost (used at close). */
+  void (*abandon)(gpu_backend *b);
 } gpu_ops;
 
 struct gpu_backend {
   const gpu_ops *ops;
 };
 
+/* How to open a backend. */
+typedef struct gpu_open_opts {
+  const char *cache_dir; /* where the host devices' worker program is kept */
+  uint64_t spin_ns;      /* how long a waiting side polls before it sleeps */
+} gpu_open_opts;
+
 /* Opens the backend a device spec asks for ("auto", "host", "host:N", ...).
  * `why_fallback` (may be NULL) receives the reason when "auto" fell back to
  * the host. */
-int gpu_backend_open(const char *devices, gpu_backend **out, char **why_fallback,
+int gpu_backend_open(const char *devices, const gpu_open_opts *o, gpu_backend **out, char **why_fallback,
                      schedrun_error_t *err);
 void gpu_backend_close(gpu_backend **b);
 
-int gpu_host_open(int ndevices, gpu_backend **out, schedrun_error_t *err);
+/* Host devices: each a worker process running the kernels (gpu/host/). */
+int gpu_host_open(int ndevices, const gpu_open_opts *o, gpu_backend **out, schedrun_error_t *err);
+/* Builds (once, into the cache) the host devices' worker program. */
+int host_worker_program(const char *cache_dir, char **path, schedrun_error_t *err);
 /* The CUDA devices listed in which[0..nwhich) (all when nwhich is 0). */
 int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_error_t *err);
 

@@ -49,7 +49,12 @@ enum schedrun_status {
   SCHEDRUN_ETIMEOUT = -8,  /* a wait that ran out of time */
   SCHEDRUN_ECLOSED = -9,   /* the scheduler is closed or closing */
   SCHEDRUN_EIO = -10,      /* a file that cannot be read or written */
-  SCHEDRUN_EINTERNAL = -11 /* a broken invariant inside schedrun */
+  SCHEDRUN_EINTERNAL = -11, /* a broken invariant inside schedrun */
+  SCHEDRUN_EALREADY = -12,  /* the job's result went to another waiting thread */
+  SCHEDRUN_EDEADLK = -13,   /* the call would wait for the thread it runs on (a callback) */
+  SCHEDRUN_EAGAIN = -14,    /* no room: max_inflight jobs are in flight */
+  SCHEDRUN_EFAULT = -15,    /* a kernel faulted or ended its device's process */
+  SCHEDRUN_ELOST = -16      /* the device was lost to an earlier fault or deadline */
 };
 
 /* A short, static name for a status code ("config error", ...). */
@@ -74,6 +79,9 @@ typedef struct schedrun_options {
   int compile_workers;   /* threads compiling kernels; 0: one per core */
   int spin_us;           /* how long idle threads poll before sleeping: 0 default
                             (30 us), negative: never (saves CPU, costs latency) */
+  int max_inflight;      /* back-pressure: jobs submitted and not yet handed over (by a
+                            wait or a callback) at once; 0: 65536. Past it
+                            schedrun_submit waits for room (see submit_timeout_ms) */
   int record_always;     /* 1: send every job through the record actor, even when
                             its recording cannot have changed (slower; for diagnosis
                             and for measuring the fast path) */
@@ -83,16 +91,48 @@ SCHEDRUN_EXTERN void schedrun_options_init(schedrun_options_t *opts);
 
 typedef struct schedrun schedrun_t;
 
+/*
+ * Threads. Every function may be called from any thread, concurrently, and
+ * from inside a completion callback. Callbacks run on the scheduler's
+ * completion thread, which is also the thread that delivers results: there a
+ * wait with a timeout other than 0, schedrun_run, schedrun_shutdown and
+ * schedrun_close answer SCHEDRUN_EDEADLK at once instead of waiting for
+ * themselves, and schedrun_submit answers SCHEDRUN_EAGAIN instead of waiting
+ * for room. Any number of threads may wait for one job (schedrun_wait,
+ * schedrun_wait_any, in any mix): exactly one of them gets its result, and the
+ * others get SCHEDRUN_EALREADY as soon as it is taken.
+ */
+
 /* Starts the actors (scheduler, compile, record, one execute per device). */
 SCHEDRUN_EXTERN int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_error_t *err);
-/* Stops every actor and frees everything; sets *s to NULL. NULL is fine. */
-SCHEDRUN_EXTERN void schedrun_close(schedrun_t **s);
+/* Shuts down (as schedrun_shutdown), stops every actor and frees everything;
+ * sets *s to NULL. It returns within about 2 seconds whatever a compiler or a
+ * kernel is doing: running compiles are stopped and devices still busy are
+ * abandoned. SCHEDRUN_EDEADLK, leaving *s as it was, from a completion
+ * callback. NULL is fine. */
+SCHEDRUN_EXTERN int schedrun_close(schedrun_t **s);
 
 SCHEDRUN_EXTERN int schedrun_device_count(const schedrun_t *s);
 
 /* Whether a compile session (the active compile mode) is open right now, and
  * how many kernels the in-memory cache knows. */
 SCHEDRUN_EXTERN int schedrun_compile_status(schedrun_t *s, int *active_sessions, int *cache_entries, schedrun_error_t *err);
+/* The library's own counters. messages_dropped counts messages that could not
+ * be decoded, on every actor's mailbox and the client's; a job whose message
+ * was dropped still completes, with an error naming the cause. */
+typedef struct schedrun_stats {
+  uint64_t submitted, completed;
+  uint64_t in_flight; /* submitted, not yet complete */
+  uint64_t held;      /* submitted, result not yet handed over (max_inflight counts these) */
+  uint64_t messages_dropped;
+  int devices_lost;
+} schedrun_stats_t;
+
+SCHEDRUN_EXTERN int schedrun_get_stats(schedrun_t *s, schedrun_stats_t *out, schedrun_error_t *err);
+/* Why device i was lost (a kernel fault, a job past its deadline), or NULL
+ * while it works. Jobs placed later go to the other devices; jobs pinned to a
+ * lost device fail with SCHEDRUN_ELOST and this reason. */
+SCHEDRUN_EXTERN const char *schedrun_device_lost(const schedrun_t *s, int i);
 /* "host:0", "cuda:1", ...; NULL when i is out of range. */
 SCHEDRUN_EXTERN const char *schedrun_device_name(const schedrun_t *s, int i);
 /* Why "auto" or "all" fell back to host devices (no driver, no GPU), or NULL. */
@@ -156,27 +196,38 @@ typedef struct schedrun_job_options {
   int keep_outputs; /* 1: every buffer comes back in the result */
   const schedrun_input_t *inputs;
   size_t ninputs;
+  int timeout_ms;   /* a deadline from submission: a job still waiting or running then
+                       completes with SCHEDRUN_ETIMEOUT naming what it was doing, and a
+                       device stuck in it is lost; 0: none */
+  int submit_timeout_ms; /* how long schedrun_submit may wait for room under
+                            max_inflight: -1 (the default) without limit, 0 not at
+                            all (SCHEDRUN_EAGAIN at once) */
   schedrun_job_callback on_complete; /* NULL: collect the result with schedrun_wait* */
   void *user;
 } schedrun_job_options_t;
 
 SCHEDRUN_EXTERN void schedrun_job_options_init(schedrun_job_options_t *o);
 
-/* Submits one job of program p and returns at once. Every submitted job
- * completes exactly once: with a result, or with an error status. */
+/* Submits one job of program p and returns at once (or, with max_inflight jobs
+ * in flight, once there is room: see submit_timeout_ms; SCHEDRUN_EAGAIN when
+ * none came). Every submitted job completes exactly once: with a result, or
+ * with an error status. */
 SCHEDRUN_EXTERN int schedrun_submit(schedrun_t *s, schedrun_program_t *p, const schedrun_job_options_t *o, schedrun_job_t *out,
                  schedrun_error_t *err);
-/* Waits up to timeout_ms (-1: no limit) for that job and hands over its result.
- * SCHEDRUN_ETIMEOUT leaves it pending; waiting twice for one job, or for a job
- * with a callback, is SCHEDRUN_EINVAL. */
+/* Waits up to timeout_ms (-1: no limit, 0: only look) for that job and hands
+ * over its result. SCHEDRUN_ETIMEOUT leaves it pending. SCHEDRUN_EALREADY: another
+ * thread took it meanwhile. A job already handed over, or one with a callback,
+ * is SCHEDRUN_EINVAL. */
 SCHEDRUN_EXTERN int schedrun_wait(schedrun_t *s, schedrun_job_t job, int timeout_ms, schedrun_job_result_t **out, schedrun_error_t *err);
 /* The next completed job not yet waited for (in completion order). */
 SCHEDRUN_EXTERN int schedrun_wait_any(schedrun_t *s, int timeout_ms, schedrun_job_t *job, schedrun_job_result_t **out,
                    schedrun_error_t *err);
 /* Waits until every submitted job has completed (results stay collectable). */
 SCHEDRUN_EXTERN int schedrun_wait_all(schedrun_t *s, int timeout_ms, schedrun_error_t *err);
-/* Stops taking jobs and drains: jobs not started complete with SCHEDRUN_ECLOSED,
- * started ones finish. Afterwards schedrun_submit answers SCHEDRUN_ECLOSED. */
+/* Stops taking jobs and drains: running compiles are stopped first (the compile
+ * session is torn down, its compiler processes killed), then jobs not started
+ * complete with SCHEDRUN_ECLOSED and started ones finish. Afterwards
+ * schedrun_submit and every query answer SCHEDRUN_ECLOSED at once. */
 SCHEDRUN_EXTERN int schedrun_shutdown(schedrun_t *s, int timeout_ms, schedrun_error_t *err);
 
 typedef struct schedrun_job_info {
@@ -202,7 +253,12 @@ typedef struct schedrun_run_options {
   int repeat;       /* 0: the config's */
   int jobs;         /* 0: the config's */
   int keep_outputs; /* 1: keep every buffer of every job for schedrun_report_output */
-  int timeout_ms;   /* a bound on the whole run; 0: 10 minutes */
+  int timeout_ms;   /* a bound on the whole run; 0: 10 minutes. Jobs still running
+                       then complete with SCHEDRUN_ETIMEOUT (their devices are lost) */
+  int job_timeout_ms; /* each job's own deadline (schedrun_job_options_t.timeout_ms); 0: none.
+                         A schedrun_shutdown from another thread ends the run early: jobs
+                         not started complete with SCHEDRUN_ECLOSED, started ones finish,
+                         and the report holds what finished */
   /* called from the calling thread now and then while the run goes on */
   void (*progress)(uint32_t done, uint32_t total, void *user);
   void *progress_user;

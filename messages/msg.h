@@ -85,6 +85,7 @@ typedef struct msg_submit {
   int32_t device; /* -1: the scheduler places it */
   uint32_t keep;  /* 1: read back every buffer */
   msg_outputs inputs; /* contents for some buffers, instead of their init */
+  uint64_t deadline;  /* CLOCK_MONOTONIC ns by which the job must complete; 0: none */
 } msg_submit;
 
 typedef struct msg_compile {
@@ -129,6 +130,7 @@ typedef struct msg_execute {
   msg_counts counts;
   uint32_t cache_hits, cache_misses;
   uint64_t t_submit, t_compile, t_record;
+  uint64_t deadline; /* the job's (msg_submit.deadline): the device is given until then */
 } msg_execute;
 
 typedef struct msg_executed {

@@ -58,7 +58,8 @@ SCHEMA(stat_s, msg_stat, F(msg_stat, name, FK_STR), F(msg_stat, value, FK_I64));
 
 SCHEMA(submit_s, msg_submit, F(msg_submit, program, FK_U64), F(msg_submit, run, FK_U32),
        F(msg_submit, job_index, FK_U32), F(msg_submit, slot, FK_U32),
-       F(msg_submit, device, FK_I32), F(msg_submit, keep, FK_U32), FA(msg_submit, inputs, output_s));
+       F(msg_submit, device, FK_I32), F(msg_submit, keep, FK_U32), FA(msg_submit, inputs, output_s),
+       F(msg_submit, deadline, FK_U64));
 SCHEMA(compile_s, msg_compile, F(msg_compile, program, FK_U64), F(msg_compile, target, FK_STR),
        F(msg_compile, arch, FK_STR), FA(msg_compile, kernels, kernel_s));
 SCHEMA(compiled_s, msg_compiled, F(msg_compiled, program, FK_U64),
@@ -79,7 +80,7 @@ SCHEMA(execute_s, msg_execute, F(msg_execute, program, FK_U64), F(msg_execute, d
        FN(msg_execute, counts.created, "created", FK_U32), FN(msg_execute, counts.updated, "updated", FK_U32),
        FN(msg_execute, counts.reused, "reused", FK_U32), F(msg_execute, cache_hits, FK_U32),
        F(msg_execute, cache_misses, FK_U32), F(msg_execute, t_submit, FK_U64), F(msg_execute, t_compile, FK_U64),
-       F(msg_execute, t_record, FK_U64));
+       F(msg_execute, t_record, FK_U64), F(msg_execute, deadline, FK_U64));
 SCHEMA(executed_s, msg_executed, F(msg_executed, program, FK_U64),
        F(msg_executed, device, FK_U32), FA(msg_executed, outputs, output_s),
        F(msg_executed, exec_start, FK_U64), F(msg_executed, exec_ns, FK_U64));

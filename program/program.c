@@ -1,4 +1,5 @@
 /* The program model: types and release. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,4 +79,30 @@ void prog_free(prog_program *p) {
   free(p->path);
   free(p->devices);
   free(p);
+}
+
+static const prog_step *find_command(const prog_step *steps, uint32_t n, uint32_t cmd) {
+  for (uint32_t i = 0; i < n; i++) {
+    const prog_step *st = &steps[i];
+    if (st->command == cmd) return st;
+    if (st->kind == ST_LOOP || st->kind == ST_WHILE) {
+      const prog_step *in = find_command(st->u.loop.body, st->u.loop.nbody, cmd);
+      if (in) return in;
+    }
+  }
+  return NULL;
+}
+
+void prog_describe_command(const prog_program *p, uint32_t cmd, char *out, size_t n) {
+  const prog_step *st = p ? find_command(p->steps, p->nsteps, cmd) : NULL;
+  if (!st) {
+    snprintf(out, n, "a step of '%s'", p ? p->name : "?");
+    return;
+  }
+  if (st->kind == ST_LAUNCH)
+    snprintf(out, n, "kernel '%s' (%s:%d:%d)", p->kernels[st->u.launch.kernel].name, p->path, st->loc.line,
+             st->loc.col);
+  else
+    snprintf(out, n, "the %s step at %s:%d:%d", st->kind == ST_COPY ? "copy" : st->kind == ST_FILL ? "fill" : "loop",
+             p->path, st->loc.line, st->loc.col);
 }

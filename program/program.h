@@ -168,6 +168,9 @@ int prog_load_string(const char *text, size_t len, const char *origin, prog_prog
 void prog_free(prog_program *p);
 
 int prog_find_buffer(const prog_program *p, const char *name);
+/* "kernel 'k' (file:line:col)" or "the copy step at file:line:col": what
+ * step `cmd` (its pre-order command index) is, for error messages. */
+void prog_describe_command(const prog_program *p, uint32_t cmd, char *out, size_t n);
 
 /* Checks one buffer's contents against the program's expectations for it.
  * Returns true when they hold; else appends "buffer NAME[i]: expected E, got A"

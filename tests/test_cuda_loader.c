@@ -14,7 +14,7 @@ static void expect_open_fails(const char *lib, const char *spec, const char *nee
   else unsetenv("SCHEDRUN_CUDA_LIBRARY");
   gpu_backend *b = NULL;
   schedrun_error_t err = {0};
-  int rc = gpu_backend_open(spec, &b, NULL, &err);
+  int rc = gpu_backend_open(spec, tu_gpu_opts(), &b, NULL, &err);
   if (rc == SCHEDRUN_OK) {
     /* a machine with a GPU: the loader works, nothing to check here */
     gpu_backend_close(&b);
@@ -47,7 +47,7 @@ static void test_auto_falls_back(void **st) {
     gpu_backend *b = NULL;
     char *why = NULL;
     schedrun_error_t err = {0};
-    assert_int_equal(gpu_backend_open(all ? "all" : "auto", &b, &why, &err), SCHEDRUN_OK);
+    assert_int_equal(gpu_backend_open(all ? "all" : "auto", tu_gpu_opts(), &b, &why, &err), SCHEDRUN_OK);
     assert_string_equal(b->ops->name, "host");
     assert_non_null(why);
     assert_non_null(strstr(why, "no CUDA driver"));

@@ -61,7 +61,7 @@ static void test_launch_and_sequence(void **st) {
   (void)st;
   gpu_backend *b;
   schedrun_error_t err = {0};
-  assert_int_equal(gpu_host_open(2, &b, &err), SCHEDRUN_OK);
+  assert_int_equal(gpu_host_open(2, tu_gpu_opts(), &b, &err), SCHEDRUN_OK);
   assert_int_equal(b->ops->device_count(b), 2);
   assert_string_equal(b->ops->device_name(b, 1), "host:1");
 
@@ -162,7 +162,7 @@ static void test_launch_and_sequence(void **st) {
   assert_int_equal(b->ops->seq_add(nodes[5].u.loop.body, &body, &bidx, &err), SCHEDRUN_OK);
 
   for (int rep = 0; rep < 3; rep++) {
-    assert_int_equal(b->ops->seq_launch(s, &err), SCHEDRUN_OK);
+    assert_int_equal(b->ops->seq_launch(s, 0, NULL, &err), SCHEDRUN_OK);
     float hy[N], hy2[N];
     assert_int_equal(b->ops->copy_dtoh(b, 0, hy, y, sizeof hy, &err), SCHEDRUN_OK);
     assert_int_equal(b->ops->copy_dtoh(b, 0, hy2, y2, sizeof hy2, &err), SCHEDRUN_OK);
@@ -276,11 +276,11 @@ static void test_identity_and_params(void **st) {
   assert_int_equal(gpu_params_parse("f16", t, 8), -1);
   assert_int_equal(gpu_params_parse("i32,i32,i32", t, 2), -1);
   gpu_backend *b;
-  assert_int_equal(gpu_backend_open("host:0", &b, NULL, &err), SCHEDRUN_EINVAL);
+  assert_int_equal(gpu_backend_open("host:0", tu_gpu_opts(), &b, NULL, &err), SCHEDRUN_EINVAL);
   schedrun_error_clear(&err);
-  assert_int_equal(gpu_backend_open("tpu", &b, NULL, &err), SCHEDRUN_EINVAL);
+  assert_int_equal(gpu_backend_open("tpu", tu_gpu_opts(), &b, NULL, &err), SCHEDRUN_EINVAL);
   schedrun_error_clear(&err);
-  assert_int_equal(gpu_backend_open("host:3", &b, NULL, &err), SCHEDRUN_OK);
+  assert_int_equal(gpu_backend_open("host:3", tu_gpu_opts(), &b, NULL, &err), SCHEDRUN_OK);
   assert_int_equal(b->ops->device_count(b), 3);
   gpu_backend_close(&b);
 }

@@ -152,7 +152,7 @@ static void test_ten_thousand_jobs(void **st) {
   assert_int_equal(schedrun_wait_any(s, 10, &id, &r, &err), SCHEDRUN_EINVAL);
   schedrun_error_clear(&err);
   assert_int_equal(schedrun_wait(s, T.ids[1], 10, &r, &err), SCHEDRUN_EINVAL);
-  assert_non_null(strstr(err.message, "already waited"));
+  assert_non_null(strstr(err.message, "already handed over"));
   schedrun_error_clear(&err);
   schedrun_program_free(&p);
   schedrun_close(&s);

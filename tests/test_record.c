@@ -52,7 +52,7 @@ typedef struct rig {
 static void rig_up(rig *r) {
   memset(r, 0, sizeof *r);
   schedrun_error_t err = {0};
-  assert_int_equal(gpu_host_open(2, &r->core.backend, &err), SCHEDRUN_OK);
+  assert_int_equal(gpu_host_open(2, tu_gpu_opts(), &r->core.backend, &err), SCHEDRUN_OK);
   r->core.ndevices = 2;
   r->core.zctx = zmq_ctx_new();
   pthread_mutex_init(&r->core.reg_lock, NULL);
@@ -138,7 +138,7 @@ static void run_and_check(rig *r, const msg *rec, int dev, uint64_t out, uint64_
   schedrun_error_t err = {0};
   b->ops->mem_zero(b, dev, out, 512 * 4, &err);
   if (other_out) b->ops->mem_zero(b, dev, other_out, 512 * 4, &err);
-  assert_int_equal(b->ops->seq_launch((gpu_seq *)(uintptr_t)rec->body.recorded.sequence, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->seq_launch((gpu_seq *)(uintptr_t)rec->body.recorded.sequence, 0, NULL, &err), SCHEDRUN_OK);
   float h[512];
   b->ops->copy_dtoh(b, dev, h, out, sizeof h, &err);
   for (int it = 0; it < 8; it++)

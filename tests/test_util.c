@@ -1,3 +1,4 @@
+#include "gpu/backend.h"
 #include "test_util.h"
 
 #include <dirent.h>
@@ -96,4 +97,11 @@ int tu_for_each_config(void (*fn)(const char *path, void *ctx), void *ctx) {
   }
   closedir(d);
   return n;
+}
+
+const struct gpu_open_opts *tu_gpu_opts(void) {
+  static gpu_open_opts o;
+  o.cache_dir = getenv("SCHEDRUN_CACHE_DIR");
+  o.spin_ns = 30000;
+  return &o;
 }

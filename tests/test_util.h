@@ -18,6 +18,10 @@ int tu_run(char *const argv[], char **out, char **err);
 const char *tu_env(const char *name);
 /* Calls fn with the path of every *.yaml in $SCHEDRUN_CONFIGS; returns how many. */
 int tu_for_each_config(void (*fn)(const char *path, void *ctx), void *ctx);
+/* Backend options for tests: the suite's shared cache ($SCHEDRUN_CACHE_DIR),
+ * so that the host devices' worker program is built once. */
+struct gpu_open_opts;
+const struct gpu_open_opts *tu_gpu_opts(void);
 /* Counts occurrences of needle in hay. */
 int tu_count(const char *hay, const char *needle);
 

@@ -18,9 +18,12 @@
  */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu/backend.h"
 #include "gpu/cuda/cuda_backend.h"
@@ -32,6 +35,7 @@
   X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                \
   X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD)           \
   X(cuMemcpyDtoH) X(cuMemsetD8) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
+  X(cuStreamQuery)                                                                                     \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuGraphCreate)      \
   X(cuGraphDestroy) X(cuGraphAddKernelNode) X(cuGraphAddMemcpyNode) X(cuGraphAddMemsetNode)           \
   X(cuGraphInstantiate) X(cuGraphExecDestroy) X(cuGraphLaunch) X(cuGraphExecKernelNodeSetParams)      \
@@ -50,6 +54,9 @@ typedef struct cu_device {
   CUstream stream;
   char name[16];
   char arch[16];
+  _Atomic bool lost;
+  pthread_mutex_t lost_lock;
+  char lost_why[256]; /* written once, under lost_lock, before `lost` is set */
 } cu_device;
 
 typedef struct cuda_backend {
@@ -57,6 +64,7 @@ typedef struct cuda_backend {
   cu_api api;
   int ndevices;
   cu_device *devs;
+  _Atomic bool abandoned;
 } cuda_backend;
 
 struct gpu_module {
@@ -587,15 +595,71 @@ static int run_segments(gpu_seq *s, schedrun_error_t *err) {
   return SCHEDRUN_OK;
 }
 
-static int c_seq_launch(gpu_seq *s, schedrun_error_t *err) {
+static void set_lost(cu_device *d, const char *why) {
+  pthread_mutex_lock(&d->lost_lock);
+  if (!atomic_load(&d->lost)) {
+    snprintf(d->lost_why, sizeof d->lost_why, "%s: %s", d->name, why);
+    atomic_store(&d->lost, true);
+  }
+  pthread_mutex_unlock(&d->lost_lock);
+}
+
+/* Waits for the device's stream by polling, so that a deadline or a close can
+ * end the wait: a kernel cannot be stopped, so its device is then lost. */
+static int wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
+  cu_api *a = &b->api;
+  long nap = 2000;
+  for (;;) {
+    CUresult r = a->cuStreamQuery(d->stream);
+    if (r == CUDA_SUCCESS) return SCHEDRUN_OK;
+    if (r != CUDA_ERROR_NOT_READY) {
+      /* errors from a kernel (an illegal address, a trap) are sticky: the
+       * context is unusable from now on */
+      const char *name = NULL;
+      a->cuGetErrorName(r, &name);
+      char why[160];
+      snprintf(why, sizeof why, "a kernel failed with %s; the context is unusable", name ? name : "an error");
+      set_lost(d, why);
+      f->lost = true;
+      return err_set(err, SCHEDRUN_EFAULT, "%s", d->lost_why);
+    }
+    if (atomic_load(&b->abandoned) || (deadline_ns && now_ns() >= deadline_ns)) {
+      set_lost(d, atomic_load(&b->abandoned) ? "abandoned while busy when the scheduler closed"
+                                             : "a job ran past its deadline");
+      f->lost = true;
+      return err_set(err, atomic_load(&b->abandoned) ? SCHEDRUN_ELOST : SCHEDRUN_ETIMEOUT,
+                     "%s: the job ran past its deadline (the device is lost)", d->name);
+    }
+    struct timespec ts = {0, nap};
+    nanosleep(&ts, NULL);
+    if (nap < 1000000) nap *= 2;
+  }
+}
+
+static int c_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
   cuda_backend *b = s->b;
-  if (!s->finalized) return err_set(err, SCHEDRUN_EINTERNAL, "%s: launch before finalize", b->devs[s->dev].name);
+  cu_device *d = &b->devs[s->dev];
+  gpu_failure ignored;
+  if (!f) f = &ignored;
+  f->tag = GPU_NO_TAG;
+  f->lost = false;
+  if (atomic_load(&d->lost)) {
+    f->lost = true;
+    return err_set(err, SCHEDRUN_ELOST, "%s is lost: %s", d->name, d->lost_why);
+  }
+  if (!s->finalized) return err_set(err, SCHEDRUN_EINTERNAL, "%s: launch before finalize", d->name);
   int rc = use(b, s->dev, err);
   if (rc == SCHEDRUN_OK) rc = run_segments(s, err);
-  if (rc == SCHEDRUN_OK)
-    CU_CHECK(&b->api, b->api.cuStreamSynchronize(b->devs[s->dev].stream), b->devs[s->dev].name, err);
+  if (rc == SCHEDRUN_OK) rc = wait_stream(b, d, deadline_ns, f, err);
   return rc;
 }
+
+static const char *c_device_lost(const gpu_backend *g, int dev) {
+  const cu_device *d = &cb(g)->devs[dev];
+  return atomic_load(&((cu_device *)d)->lost) ? d->lost_why : NULL;
+}
+
+static void c_abandon(gpu_backend *g) { atomic_store(&cb(g)->abandoned, true); }
 
 static const gpu_ops cuda_ops = {
     .name = "cuda",
@@ -619,6 +683,8 @@ static const gpu_ops cuda_ops = {
     .seq_finalize = c_seq_finalize,
     .seq_launch = c_seq_launch,
     .seq_destroy = c_seq_destroy,
+    .device_lost = c_device_lost,
+    .abandon = c_abandon,
 };
 
 int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_error_t *err) {
@@ -641,6 +707,7 @@ int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_erro
   for (int i = 0; i < n; i++) {
     int ord = nwhich > 0 ? which[i] : i;
     cu_device *d = &b->devs[i];
+    pthread_mutex_init(&d->lost_lock, NULL);
     snprintf(d->name, sizeof d->name, "cuda:%d", ord);
     if (ord < 0 || ord >= count) {
       rc = err_set(err, SCHEDRUN_EINVAL, "devices: there is no cuda:%d (the driver sees %d)", ord, count);

@@ -1,84 +1,100 @@
 /*
- * The host backend: runs CUDA C kernels on the CPU.
+ * The host backend: runs CUDA C kernels on the CPU, each device in a worker
+ * process of its own (gpu/host/host_device.c), the way a GPU runs kernels
+ * apart from the program that launches them.
  *
- * A device is a name; device memory is ordinary aligned memory whose address
- * is the device address. Modules are shared objects built by host_compile.c;
- * each exports one trampoline per kernel that runs the whole grid as loops
- * over blocks and threads. A sequence is an array of prepared nodes with the
- * launch arguments packed in one array beside them, so replay is a loop over
- * nodes and an indirect call per launch, with nothing to allocate or look up.
+ * Why processes: a kernel is user code with raw pointers. On a GPU a wild
+ * write, a division by zero or a trap stays on the device: the launch fails,
+ * the context is lost, the program lives on. In-process, the same kernel could
+ * corrupt the library's heap, kill the process with a signal, or call exit()
+ * and make a run look successful. A worker process contains all of that: the
+ * library sees the worker end, names the fault and the kernel, and loses the
+ * device; other devices keep running. A kernel that never returns is ended
+ * the same way, when its job's deadline passes.
+ *
+ * Device memory is the device's arena, mapped by both processes, so buffers
+ * are read and written by the library directly, with no copy through the
+ * worker. Modules are shared objects built by host_compile.c, loaded by the
+ * worker; each exports one launcher per kernel that runs the grid as loops
+ * over blocks and threads. A sequence is an array of prepared 48-byte nodes
+ * with the launch arguments in one array beside them, both in the arena:
+ * built and updated in place by the library, replayed by the worker as a loop
+ * over nodes with one indirect call per launch.
  */
-#include <dlfcn.h>
-#include <errno.h>
-#include <sys/mman.h>
-#include <unistd.h>
+#define _GNU_SOURCE 1
+#include <assert.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu/backend.h"
+#include "gpu/host/host_device.h"
 
-#define HOST_ALIGN 256
-
-typedef void (*host_tramp)(const uint32_t *grid, const uint32_t *block, const uint64_t *args);
+#define MODULE_TIMEOUT_NS (60ull * 1000000000ull)
+#define PUNCH_BYTES (64u << 10) /* freed blocks this large give their pages back */
 
 typedef struct host_backend {
   gpu_backend base;
   int ndevices;
-  char (*names)[16];
+  host_device *devs;
 } host_backend;
 
 struct gpu_module {
-  void *dl;
-  int fd; /* kept open while loaded: dlopen knows modules by path name, and a
-             reused descriptor number would name another module */
+  host_device *d;
+  uint64_t handle; /* the worker's */
 };
-
-/* One node: 64 bytes plus its argument slots in the sequence's arg array. */
-typedef struct host_node {
-  uint8_t kind;
-  uint32_t nargs;
-  uint32_t arg0; /* first slot in seq->args */
-  union {
-    struct {
-      host_tramp fn;
-      uint32_t grid[3], block[3];
-    } launch;
-    struct {
-      uint64_t dst, src, bytes;
-    } copy;
-    struct {
-      uint64_t dst, count, pattern;
-      uint32_t elem_size;
-    } fill;
-    struct {
-      uint64_t flag;
-      uint32_t max_trips;
-      gpu_seq *body;
-    } loop;
-  } u;
-} host_node;
 
 struct gpu_seq {
   host_backend *b;
   int dev;
-  host_node *nodes;
-  uint32_t n, cap;
-  uint64_t *args;
-  uint32_t nargs, args_cap;
+  uint64_t hdr;        /* device address of its hw_seq */
+  uint64_t nodes_addr; /* hw_node[cap], 0 while empty */
+  uint64_t args_addr;  /* uint64_t[args_cap], 0 while empty */
+  uint32_t n, cap, nargs, args_cap;
+  gpu_seq **bodies; /* the while loops' bodies, owned */
+  uint32_t nbodies, bodies_cap;
 };
 
 static host_backend *hb(const gpu_backend *b) { return (host_backend *)b; }
+static host_device *dev_of(const gpu_backend *b, int dev) { return &hb(b)->devs[dev]; }
+
+/* ---- device memory ---- */
+
+static int dev_alloc(host_device *d, uint64_t bytes, uint64_t *addr) {
+  uint64_t off;
+  if (host_arena_alloc(&d->alloc, bytes ? bytes : 1, &off)) return -1;
+  *addr = d->wbase + off;
+  return 0;
+}
+
+static void dev_free(host_device *d, uint64_t addr) {
+  if (!addr) return;
+  uint64_t off = addr - d->wbase, len = host_arena_free(&d->alloc, off);
+  if (len >= PUNCH_BYTES) fallocate(d->arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
+}
+
+/* Moves an arena array to a block of new_bytes, keeping the first keep bytes. */
+static int dev_realloc(host_device *d, uint64_t *addr, uint64_t keep, uint64_t new_bytes) {
+  uint64_t fresh;
+  if (dev_alloc(d, new_bytes, &fresh)) return -1;
+  if (*addr && keep) memcpy(host_device_ptr(d, fresh), host_device_ptr(d, *addr), keep);
+  dev_free(d, *addr);
+  *addr = fresh;
+  return 0;
+}
 
 static void h_destroy(gpu_backend *b) {
-  free(hb(b)->names);
+  for (int i = 0; i < hb(b)->ndevices; i++) host_device_stop(&hb(b)->devs[i]);
+  free(hb(b)->devs);
   free(b);
 }
 
 static int h_device_count(const gpu_backend *b) { return hb(b)->ndevices; }
 
 static const char *h_device_name(const gpu_backend *b, int dev) {
-  return dev >= 0 && dev < hb(b)->ndevices ? hb(b)->names[dev] : NULL;
+  return dev >= 0 && dev < hb(b)->ndevices ? hb(b)->devs[dev].name : NULL;
 }
 
 static const char *h_target(const gpu_backend *b, int dev) {
@@ -99,87 +115,68 @@ static const char *h_arch(const gpu_backend *b, int dev) {
 #endif
 }
 
-static int h_mem_alloc(gpu_backend *b, int dev, uint64_t bytes, uint64_t *addr,
-                       schedrun_error_t *err) {
-  (void)b;
-  uint64_t rounded = (bytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
-  void *p = rounded ? aligned_alloc(HOST_ALIGN, rounded) : NULL;
-  if (!p)
-    return err_set(err, SCHEDRUN_ENOMEM, "host:%d: cannot allocate %llu bytes", dev,
-                   (unsigned long long)bytes);
-  *addr = (uint64_t)(uintptr_t)p;
+static int h_mem_alloc(gpu_backend *b, int dev, uint64_t bytes, uint64_t *addr, schedrun_error_t *err) {
+  host_device *d = dev_of(b, dev);
+  if (dev_alloc(d, bytes, addr))
+    return err_set(err, SCHEDRUN_ENOMEM, "%s: cannot allocate %llu bytes (%llu of %llu in use)", d->name,
+                   (unsigned long long)bytes, (unsigned long long)d->alloc.in_use, (unsigned long long)d->size);
   return SCHEDRUN_OK;
 }
 
-static void h_mem_free(gpu_backend *b, int dev, uint64_t addr) {
-  (void)b;
-  (void)dev;
-  free((void *)(uintptr_t)addr);
+static void h_mem_free(gpu_backend *b, int dev, uint64_t addr) { dev_free(dev_of(b, dev), addr); }
+
+/* The library's pointer to [addr, addr + n) of a device, which must lie in a
+ * block of its arena. */
+static void *dev_range(host_device *d, uint64_t addr, uint64_t n) {
+  (void)n;
+  assert(addr >= d->wbase + HW_CTL_BYTES && addr - d->wbase + n <= d->size);
+  return host_device_ptr(d, addr);
 }
 
 static int h_mem_zero(gpu_backend *b, int dev, uint64_t addr, uint64_t n, schedrun_error_t *err) {
-  (void)b;
-  (void)dev;
   (void)err;
-  if (n) memset((void *)(uintptr_t)addr, 0, n);
+  if (n) memset(dev_range(dev_of(b, dev), addr, n), 0, n);
   return SCHEDRUN_OK;
 }
 
-static int h_copy_htod(gpu_backend *b, int dev, uint64_t dst, const void *src, uint64_t n,
-                       schedrun_error_t *err) {
-  (void)b;
-  (void)dev;
+static int h_copy_htod(gpu_backend *b, int dev, uint64_t dst, const void *src, uint64_t n, schedrun_error_t *err) {
   (void)err;
-  if (n) memcpy((void *)(uintptr_t)dst, src, n);
+  if (n) memcpy(dev_range(dev_of(b, dev), dst, n), src, n);
   return SCHEDRUN_OK;
 }
 
-static int h_copy_dtoh(gpu_backend *b, int dev, void *dst, uint64_t src, uint64_t n,
-                       schedrun_error_t *err) {
-  (void)b;
-  (void)dev;
+static int h_copy_dtoh(gpu_backend *b, int dev, void *dst, uint64_t src, uint64_t n, schedrun_error_t *err) {
   (void)err;
-  if (n) memcpy(dst, (const void *)(uintptr_t)src, n);
+  if (n) memcpy(dst, dev_range(dev_of(b, dev), src, n), n);
   return SCHEDRUN_OK;
 }
 
-/* The image is a shared object in memory: dlopen needs a file, so it goes
- * into an anonymous memory file, opened through /proc/self/fd. */
+/* ---- modules, loaded by the worker ---- */
+
 static int h_module_load(gpu_backend *b, int dev, const void *image, size_t len, gpu_module **out,
                          schedrun_error_t *err) {
-  (void)b;
   *out = NULL;
+  host_device *d = dev_of(b, dev);
   gpu_module *m = calloc(1, sizeof *m);
-  if (!m) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-  int fd = memfd_create("schedrun-module", MFD_CLOEXEC);
-  if (fd < 0) {
+  uint64_t staged = 0;
+  if (!m || dev_alloc(d, len, &staged)) {
     free(m);
-    return err_set(err, SCHEDRUN_EBACKEND, "host:%d: memfd_create: %s", dev, strerror(errno));
+    return err_set(err, SCHEDRUN_ENOMEM, "%s: no room to stage a module of %zu bytes", d->name, len);
   }
-  const char *p = image;
-  size_t left = len;
-  while (left) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int e = errno;
-      close(fd);
-      free(m);
-      return err_set(err, SCHEDRUN_EBACKEND, "host:%d: cannot stage a module: %s", dev, strerror(e));
-    }
-    p += w;
-    left -= (size_t)w;
-  }
-  char path[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-  m->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  m->fd = fd;
-  if (!m->dl) {
-    const char *why = dlerror();
-    close(fd);
+  memcpy(host_device_ptr(d, staged), image, len);
+  gpu_failure f;
+  pthread_mutex_lock(&d->lock);
+  d->ctl->a[0] = staged;
+  d->ctl->a[1] = len;
+  int rc = host_device_request(d, HW_OP_LOAD, now_ns() + MODULE_TIMEOUT_NS, &f, err);
+  m->handle = d->ctl->a[0];
+  pthread_mutex_unlock(&d->lock);
+  dev_free(d, staged);
+  if (rc) {
     free(m);
-    return err_set(err, SCHEDRUN_EBACKEND, "host:%d: cannot load module: %s", dev, why ? why : "?");
+    return rc;
   }
+  m->d = d;
   *out = m;
   return SCHEDRUN_OK;
 }
@@ -187,25 +184,42 @@ static int h_module_load(gpu_backend *b, int dev, const void *image, size_t len,
 static void h_module_unload(gpu_backend *b, gpu_module *m) {
   (void)b;
   if (!m) return;
-  dlclose(m->dl);
-  close(m->fd);
+  host_device *d = m->d;
+  gpu_failure f;
+  pthread_mutex_lock(&d->lock);
+  d->ctl->a[0] = m->handle;
+  /* a lost device has no worker to ask; its modules went with it */
+  if (!atomic_load(&d->lost)) host_device_request(d, HW_OP_UNLOAD, now_ns() + MODULE_TIMEOUT_NS, &f, NULL);
+  pthread_mutex_unlock(&d->lock);
   free(m);
 }
 
 static int h_module_function(gpu_backend *b, gpu_module *m, const char *entry, gpu_function *out,
                              schedrun_error_t *err) {
   (void)b;
-  char sym[256];
-  snprintf(sym, sizeof sym, "__sched_launch_%s", entry);
-  void *f = dlsym(m->dl, sym);
-  if (!f) return err_set(err, SCHEDRUN_EBACKEND, "module has no kernel entry '%s'", entry);
-  *out = f;
+  host_device *d = m->d;
+  gpu_failure f;
+  pthread_mutex_lock(&d->lock);
+  d->ctl->a[0] = m->handle;
+  snprintf(d->ctl->text, HW_TEXT, "__sched_launch_%s", entry);
+  int rc = host_device_request(d, HW_OP_SYM, now_ns() + MODULE_TIMEOUT_NS, &f, NULL);
+  *out = (gpu_function)(uintptr_t)d->ctl->a[0];
+  pthread_mutex_unlock(&d->lock);
+  if (rc == SCHEDRUN_EBACKEND) return err_set(err, SCHEDRUN_EBACKEND, "module has no kernel entry '%s'", entry);
+  if (rc) return err_set(err, rc, "%s: cannot look up kernel entry '%s'", d->name, entry);
   return SCHEDRUN_OK;
 }
 
+/* ---- sequences, in the arena ---- */
+
 static int h_seq_create(gpu_backend *b, int dev, gpu_seq **out, schedrun_error_t *err) {
+  host_device *d = dev_of(b, dev);
   gpu_seq *s = calloc(1, sizeof *s);
-  if (!s) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  if (!s || dev_alloc(d, sizeof(hw_seq), &s->hdr)) {
+    free(s);
+    return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  }
+  memset(host_device_ptr(d, s->hdr), 0, sizeof(hw_seq));
   s->b = hb(b);
   s->dev = dev;
   *out = s;
@@ -214,16 +228,25 @@ static int h_seq_create(gpu_backend *b, int dev, gpu_seq **out, schedrun_error_t
 
 static void h_seq_destroy(gpu_seq *s);
 
-static int set_node(gpu_seq *s, host_node *hn, const gpu_node *n, bool fresh, schedrun_error_t *err) {
+/* Publishes the arrays' addresses and count to the worker's header. */
+static void sync_hdr(gpu_seq *s) {
+  host_device *d = &s->b->devs[s->dev];
+  hw_seq *h = host_device_ptr(d, s->hdr);
+  h->nodes = s->nodes_addr;
+  h->args = s->args_addr;
+  h->n = s->n;
+}
+
+static int set_node(gpu_seq *s, hw_node *hn, gpu_node *n, bool fresh, schedrun_error_t *err) {
+  host_device *d = &s->b->devs[s->dev];
   switch (n->kind) {
   case GN_LAUNCH:
     if (fresh) {
       if (s->nargs + n->u.launch.nargs > s->args_cap) {
         uint32_t cap = s->args_cap ? s->args_cap : 16;
         while (cap < s->nargs + n->u.launch.nargs) cap *= 2;
-        uint64_t *a = realloc(s->args, cap * sizeof *a);
-        if (!a) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-        s->args = a;
+        if (dev_realloc(d, &s->args_addr, s->nargs * sizeof(uint64_t), cap * sizeof(uint64_t)))
+          return err_set(err, SCHEDRUN_ENOMEM, "%s: out of device memory for a sequence", d->name);
         s->args_cap = cap;
       }
       hn->arg0 = s->nargs;
@@ -232,10 +255,11 @@ static int set_node(gpu_seq *s, host_node *hn, const gpu_node *n, bool fresh, sc
     } else if (hn->nargs != n->u.launch.nargs) {
       return err_set(err, SCHEDRUN_EINTERNAL, "update changes a launch's argument count");
     }
-    hn->u.launch.fn = (host_tramp)n->u.launch.fn;
+    hn->u.launch.fn = (uint64_t)(uintptr_t)n->u.launch.fn;
     memcpy(hn->u.launch.grid, n->u.launch.grid, sizeof hn->u.launch.grid);
     memcpy(hn->u.launch.block, n->u.launch.block, sizeof hn->u.launch.block);
-    if (hn->nargs) memcpy(s->args + hn->arg0, n->u.launch.args, hn->nargs * sizeof(uint64_t));
+    if (hn->nargs)
+      memcpy((uint64_t *)host_device_ptr(d, s->args_addr) + hn->arg0, n->u.launch.args, hn->nargs * sizeof(uint64_t));
     break;
   case GN_COPY:
     hn->u.copy.dst = n->u.copy.dst;
@@ -254,135 +278,125 @@ static int set_node(gpu_seq *s, host_node *hn, const gpu_node *n, bool fresh, sc
     hn->u.loop.flag = n->u.loop.flag;
     hn->u.loop.max_trips = n->u.loop.max_trips;
     if (fresh) {
-      int rc = h_seq_create(&s->b->base, s->dev, &hn->u.loop.body, err);
+      if (s->nbodies == s->bodies_cap) {
+        uint32_t cap = s->bodies_cap ? 2 * s->bodies_cap : 4;
+        gpu_seq **bs = realloc(s->bodies, cap * sizeof *bs);
+        if (!bs) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+        s->bodies = bs;
+        s->bodies_cap = cap;
+      }
+      gpu_seq *body;
+      int rc = h_seq_create(&s->b->base, s->dev, &body, err);
       if (rc) return rc;
+      s->bodies[s->nbodies++] = body;
+      n->u.loop.body = body;
+      hn->u.loop.body = body->hdr;
     }
     break;
   default:
     return err_set(err, SCHEDRUN_EINTERNAL, "unknown node kind %d", (int)n->kind);
   }
   hn->kind = (uint8_t)n->kind;
+  hn->tag = n->tag;
   return SCHEDRUN_OK;
 }
 
 static int h_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err) {
+  host_device *d = &s->b->devs[s->dev];
   if (s->n == s->cap) {
     uint32_t cap = s->cap ? s->cap * 2 : 16;
-    host_node *p = realloc(s->nodes, cap * sizeof *p);
-    if (!p) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-    s->nodes = p;
+    if (dev_realloc(d, &s->nodes_addr, s->n * sizeof(hw_node), cap * sizeof(hw_node)))
+      return err_set(err, SCHEDRUN_ENOMEM, "%s: out of device memory for a sequence", d->name);
     s->cap = cap;
   }
-  host_node *hn = &s->nodes[s->n];
+  hw_node *hn = (hw_node *)host_device_ptr(d, s->nodes_addr) + s->n;
   memset(hn, 0, sizeof *hn);
   int rc = set_node(s, hn, n, true, err);
   if (rc) return rc;
-  if (n->kind == GN_WHILE) n->u.loop.body = hn->u.loop.body;
   *index = s->n++;
+  sync_hdr(s);
   return SCHEDRUN_OK;
 }
 
 static int h_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_t *err) {
-  if (index >= s->n || s->nodes[index].kind != n->kind)
+  host_device *d = &s->b->devs[s->dev];
+  hw_node *hn = index < s->n ? (hw_node *)host_device_ptr(d, s->nodes_addr) + index : NULL;
+  if (!hn || hn->kind != n->kind)
     return err_set(err, SCHEDRUN_EINTERNAL, "update of node %u does not match the sequence", index);
-  return set_node(s, &s->nodes[index], n, false, err);
-}
-
-static void run_fill(const host_node *n) {
-  uint64_t c = n->u.fill.count;
-  switch (n->u.fill.elem_size) {
-  case 1: memset((void *)(uintptr_t)n->u.fill.dst, (int)(n->u.fill.pattern & 0xff), c); break;
-  case 4: {
-    uint32_t v = (uint32_t)n->u.fill.pattern, *d = (uint32_t *)(uintptr_t)n->u.fill.dst;
-    for (uint64_t i = 0; i < c; i++) d[i] = v;
-    break;
-  }
-  default: {
-    uint64_t v = n->u.fill.pattern, *d = (uint64_t *)(uintptr_t)n->u.fill.dst;
-    for (uint64_t i = 0; i < c; i++) d[i] = v;
-  }
-  }
-}
-
-static void run_seq(const gpu_seq *s) {
-  const host_node *n = s->nodes, *end = s->nodes + s->n;
-  const uint64_t *args = s->args;
-  for (; n < end; n++) {
-    switch (n->kind) {
-    case GN_LAUNCH: n->u.launch.fn(n->u.launch.grid, n->u.launch.block, args + n->arg0); break;
-    case GN_COPY:
-      memmove((void *)(uintptr_t)n->u.copy.dst, (const void *)(uintptr_t)n->u.copy.src,
-              n->u.copy.bytes);
-      break;
-    case GN_FILL: run_fill(n); break;
-    case GN_WHILE: {
-      const volatile int32_t *flag = (const int32_t *)(uintptr_t)n->u.loop.flag;
-      for (uint32_t t = 0; t < n->u.loop.max_trips && *flag != 0; t++) run_seq(n->u.loop.body);
-      break;
-    }
-    }
-  }
+  gpu_node copy = *n; /* set_node writes the body of a fresh while node only */
+  return set_node(s, hn, &copy, false, err);
 }
 
 static int h_seq_finalize(gpu_seq *s, schedrun_error_t *err) {
-  (void)err;
+  host_device *d = &s->b->devs[s->dev];
   /* give back what doubling reserved: a recording lives long */
-  if (s->n && s->n < s->cap) {
-    host_node *p = realloc(s->nodes, s->n * sizeof *p);
-    if (p) {
-      s->nodes = p;
-      s->cap = s->n;
-    }
-  }
-  if (s->nargs && s->nargs < s->args_cap) {
-    uint64_t *a = realloc(s->args, s->nargs * sizeof *a);
-    if (a) {
-      s->args = a;
-      s->args_cap = s->nargs;
-    }
-  }
-  for (uint32_t i = 0; i < s->n; i++)
-    if (s->nodes[i].kind == GN_WHILE) h_seq_finalize(s->nodes[i].u.loop.body, err);
+  if (s->n && s->n < s->cap && dev_realloc(d, &s->nodes_addr, s->n * sizeof(hw_node), s->n * sizeof(hw_node)) == 0)
+    s->cap = s->n;
+  if (s->nargs && s->nargs < s->args_cap &&
+      dev_realloc(d, &s->args_addr, s->nargs * sizeof(uint64_t), s->nargs * sizeof(uint64_t)) == 0)
+    s->args_cap = s->nargs;
+  sync_hdr(s);
+  for (uint32_t i = 0; i < s->nbodies; i++) h_seq_finalize(s->bodies[i], err);
   return SCHEDRUN_OK;
 }
 
 static int h_launch(gpu_backend *b, int dev, const gpu_node *n, bool wait, schedrun_error_t *err) {
-  (void)b;
-  (void)wait; /* the host runs everything before returning */
-  switch (n->kind) {
-  case GN_LAUNCH:
-    ((host_tramp)n->u.launch.fn)(n->u.launch.grid, n->u.launch.block, n->u.launch.args);
-    return SCHEDRUN_OK;
-  case GN_COPY:
-    memmove((void *)(uintptr_t)n->u.copy.dst, (const void *)(uintptr_t)n->u.copy.src, n->u.copy.bytes);
-    return SCHEDRUN_OK;
-  case GN_FILL: {
-    host_node hn = {.kind = GN_FILL};
-    hn.u.fill.dst = n->u.fill.dst;
-    hn.u.fill.count = n->u.fill.count;
-    hn.u.fill.pattern = n->u.fill.pattern;
-    hn.u.fill.elem_size = n->u.fill.elem_size;
-    run_fill(&hn);
-    return SCHEDRUN_OK;
+  (void)wait; /* the device runs it before answering */
+  host_device *d = dev_of(b, dev);
+  if (n->kind == GN_WHILE)
+    return err_set(err, SCHEDRUN_EINVAL, "%s: a %s node cannot run on its own", d->name, "while");
+  uint32_t nargs = n->kind == GN_LAUNCH ? n->u.launch.nargs : 0;
+  uint64_t at;
+  if (dev_alloc(d, sizeof(hw_node) + nargs * sizeof(uint64_t), &at))
+    return err_set(err, SCHEDRUN_ENOMEM, "%s: out of device memory", d->name);
+  gpu_seq scratch = {.b = hb(b), .dev = dev, .args_addr = at + sizeof(hw_node), .args_cap = nargs};
+  hw_node *hn = host_device_ptr(d, at);
+  memset(hn, 0, sizeof *hn);
+  gpu_node copy = *n;
+  int rc = set_node(&scratch, hn, &copy, true, err);
+  gpu_failure f;
+  if (rc == SCHEDRUN_OK) {
+    hn->arg0 = 0;
+    pthread_mutex_lock(&d->lock);
+    d->ctl->a[0] = at;
+    d->ctl->a[1] = at + sizeof(hw_node);
+    rc = host_device_request(d, HW_OP_RUN_NODE, 0, &f, err);
+    pthread_mutex_unlock(&d->lock);
   }
-  default:
-    return err_set(err, SCHEDRUN_EINVAL, "host:%d: a %s node cannot run on its own", dev, "while");
-  }
+  dev_free(d, at);
+  return rc;
 }
 
-static int h_seq_launch(gpu_seq *s, schedrun_error_t *err) {
-  (void)err;
-  run_seq(s);
-  return SCHEDRUN_OK;
+static int h_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
+  host_device *d = &s->b->devs[s->dev];
+  gpu_failure ignored;
+  if (!f) f = &ignored;
+  pthread_mutex_lock(&d->lock);
+  d->ctl->a[0] = s->hdr;
+  int rc = host_device_request(d, HW_OP_RUN_SEQ, deadline_ns, f, err);
+  pthread_mutex_unlock(&d->lock);
+  return rc;
 }
 
 static void h_seq_destroy(gpu_seq *s) {
   if (!s) return;
-  for (uint32_t i = 0; i < s->n; i++)
-    if (s->nodes[i].kind == GN_WHILE) h_seq_destroy(s->nodes[i].u.loop.body);
-  free(s->nodes);
-  free(s->args);
+  host_device *d = &s->b->devs[s->dev];
+  for (uint32_t i = 0; i < s->nbodies; i++) h_seq_destroy(s->bodies[i]);
+  free(s->bodies);
+  dev_free(d, s->nodes_addr);
+  dev_free(d, s->args_addr);
+  dev_free(d, s->hdr);
   free(s);
+}
+
+static const char *h_device_lost(const gpu_backend *b, int dev) {
+  host_device *d = dev_of(b, dev);
+  return atomic_load(&d->lost) ? d->lost_why : NULL;
+}
+
+static void h_abandon(gpu_backend *b) {
+  for (int i = 0; i < hb(b)->ndevices; i++)
+    host_device_abandon(&hb(b)->devs[i], "abandoned while busy when the scheduler closed");
 }
 
 static const gpu_ops host_ops = {
@@ -407,22 +421,39 @@ static const gpu_ops host_ops = {
     .seq_finalize = h_seq_finalize,
     .seq_launch = h_seq_launch,
     .seq_destroy = h_seq_destroy,
+    .device_lost = h_device_lost,
+    .abandon = h_abandon,
 };
 
-int gpu_host_open(int ndevices, gpu_backend **out, schedrun_error_t *err) {
+int gpu_host_open(int ndevices, const gpu_open_opts *o, gpu_backend **out, schedrun_error_t *err) {
   *out = NULL;
   if (ndevices < 1 || ndevices > SCHEDRUN_MAX_DEVICES)
-    return err_set(err, SCHEDRUN_EINVAL, "host backend: %d devices (1 to %d)", ndevices,
-                   SCHEDRUN_MAX_DEVICES);
-  host_backend *b = calloc(1, sizeof *b);
-  if (b) b->names = calloc((size_t)ndevices, sizeof *b->names);
-  if (!b || !b->names) {
-    free(b);
-    return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    return err_set(err, SCHEDRUN_EINVAL, "host backend: %d devices (1 to %d)", ndevices, SCHEDRUN_MAX_DEVICES);
+  /* without a cache, the worker program is built in a private directory and
+   * removed once the workers run */
+  char tmp[] = "/tmp/schedrun-worker-XXXXXX";
+  const char *cache = o && o->cache_dir ? o->cache_dir : NULL;
+  if (!cache) {
+    if (!mkdtemp(tmp)) return err_set(err, SCHEDRUN_EIO, "cannot create a directory in /tmp");
+    cache = tmp;
   }
-  b->base.ops = &host_ops;
-  b->ndevices = ndevices;
-  for (int i = 0; i < ndevices; i++) snprintf(b->names[i], sizeof b->names[i], "host:%d", i);
+  char *worker = NULL;
+  int rc = host_worker_program(cache, &worker, err);
+  host_backend *b = rc ? NULL : calloc(1, sizeof *b);
+  if (b) b->devs = calloc((size_t)ndevices, sizeof *b->devs);
+  if (!rc && (!b || !b->devs)) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  if (!rc) {
+    b->base.ops = &host_ops;
+    for (; b->ndevices < ndevices && !rc; b->ndevices++)
+      rc = host_device_start(&b->devs[b->ndevices], b->ndevices, worker, o ? o->spin_ns : 0, err);
+    if (rc) b->ndevices--; /* that one cleaned up after itself */
+  }
+  free(worker);
+  if (cache == tmp) fs_remove_tree(tmp);
+  if (rc) {
+    if (b) h_destroy(&b->base);
+    return rc;
+  }
   *out = &b->base;
   return SCHEDRUN_OK;
 }

@@ -281,3 +281,87 @@ const gpu_compile_target gpu_host_target = {
     .stamp = host_stamp,
     .compile = host_compile,
 };
+
+/* ---- the worker program of host devices ---- */
+
+/* gpu/host/host_worker_abi.h and gpu/host/host_worker.c, as text (generated). */
+extern const char host_worker_abi_text[];
+extern const char host_worker_text[];
+
+int host_worker_program(const char *cache_dir, char **path, schedrun_error_t *err) {
+  *path = NULL;
+  strbuf src, log, dir, out;
+  sb_init(&src);
+  sb_init(&log);
+  sb_init(&dir);
+  sb_init(&out);
+  char *stamp = NULL, *tmp = NULL, *text = NULL;
+  int rc = host_stamp(NULL, &stamp, err);
+  if (rc) goto done;
+  sb_adds(&src, "#define _GNU_SOURCE 1\n");
+  sb_adds(&src, host_worker_abi_text);
+  sb_adds(&src, "#line 1 \"gpu/host/host_worker.c\"\n");
+  sb_adds(&src, host_worker_text);
+  hash_ctx *h = hash_new();
+  char key[65];
+  if (!h || src.failed) {
+    rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    goto done;
+  }
+  hash_add_str(h, "schedrun host worker v1");
+  hash_add_str(h, stamp);
+  hash_add_field(h, src.data, src.len);
+  hash_final_hex(h, key);
+  sb_addf(&dir, "%s/host-worker", cache_dir);
+  sb_addf(&out, "%s/%s", dir.data, key);
+  if (dir.failed || out.failed) {
+    rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    goto done;
+  }
+  if (access(out.data, X_OK) == 0) goto found;
+  if ((rc = fs_mkdir_p(dir.data, err))) goto done;
+  sb_addf(&log, "%s/.build-XXXXXX", dir.data);
+  tmp = sb_take(&log);
+  if (!tmp || !mkdtemp(tmp)) {
+    rc = err_set(err, SCHEDRUN_EIO, "cannot create a build directory in %s: %s", dir.data, strerror(errno));
+    goto done;
+  }
+  char f_src[4200], f_bin[4200], f_log[4200];
+  snprintf(f_src, sizeof f_src, "%s/worker.c", tmp);
+  snprintf(f_bin, sizeof f_bin, "%s/worker", tmp);
+  snprintf(f_log, sizeof f_log, "%s/log", tmp);
+  if ((rc = fs_write_atomic(f_src, src.data, src.len, err))) goto done;
+  char *argv[] = {(char *)compiler(), "-x", "c", "-std=gnu11", "-O2", "-o", f_bin, f_src, "-ldl", NULL};
+  int st = run_logged(argv, f_log, err);
+  if (st != 0) {
+    size_t len = 0;
+    schedrun_error_t e = {0};
+    fs_read_file(f_log, &text, &len, &e);
+    schedrun_error_clear(&e);
+    if (st > 0)
+      rc = err_set(err, SCHEDRUN_EBACKEND, "cannot build the host devices' worker program with '%s' (exit %d):\n%s",
+                   compiler(), st, text ? text : "");
+    else
+      rc = err && err->code ? err->code : SCHEDRUN_EBACKEND;
+    goto done;
+  }
+  /* published by rename: another process building the same program at the
+   * same time publishes the same bytes */
+  if (rename(f_bin, out.data) != 0) {
+    rc = err_set(err, SCHEDRUN_EIO, "cannot publish %s: %s", out.data, strerror(errno));
+    goto done;
+  }
+found:
+  *path = sb_take(&out);
+  if (!*path) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+done:
+  if (tmp) fs_remove_tree(tmp);
+  free(tmp);
+  free(text);
+  free(stamp);
+  sb_free(&src);
+  sb_free(&log);
+  sb_free(&dir);
+  sb_free(&out);
+  return rc;
+}

@@ -1,0 +1,268 @@
+/* See host_device.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gpu/host/host_device.h"
+
+extern char **environ;
+
+#define ARENA_BYTES (1ull << 36) /* address space; pages are taken as they are touched */
+#define START_TIMEOUT_NS (10ull * 1000000000ull)
+#define SLEEP_SLICE_NS 20000000L /* how often a sleeping request looks at the worker */
+
+_Static_assert(sizeof(hw_ctl) <= HW_CTL_BYTES, "the control block fits its page");
+_Static_assert(sizeof(hw_node) == 48, "a recorded node is 48 bytes");
+
+static void futex_wait(uint32_t *word, uint32_t seen, long timeout_ns) {
+  struct timespec ts = {timeout_ns / 1000000000L, timeout_ns % 1000000000L};
+  syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
+static void futex_wake(uint32_t *word) { syscall(SYS_futex, word, FUTEX_WAKE, 1, NULL, NULL, 0); }
+
+/* Records why the device is lost, once; later reasons are dropped. */
+static void set_lost(host_device *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_lost(host_device *d, const char *fmt, ...) {
+  if (atomic_load(&d->lost)) return;
+  va_list ap;
+  char why[sizeof d->lost_why];
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&d->lock_why);
+  if (!atomic_load(&d->lost)) {
+    memcpy(d->lost_why, why, sizeof why);
+    atomic_store(&d->lost, true);
+  }
+  pthread_mutex_unlock(&d->lock_why);
+}
+
+static const char *sig_name(int sig) {
+  switch (sig) {
+  case SIGSEGV: return "SIGSEGV";
+  case SIGBUS: return "SIGBUS";
+  case SIGFPE: return "SIGFPE";
+  case SIGILL: return "SIGILL";
+  case SIGABRT: return "SIGABRT";
+  case SIGTRAP: return "SIGTRAP";
+  case SIGSYS: return "SIGSYS";
+  case SIGKILL: return "SIGKILL";
+  case SIGTERM: return "SIGTERM";
+  default: return "a signal";
+  }
+}
+
+/* What the worker's fault handler left, as words. */
+static void describe_fault(const hw_ctl *c, char *out, size_t n) {
+  int sig = c->fault_signo;
+  const char *what = sig == SIGSEGV   ? "invalid memory access"
+                     : sig == SIGBUS  ? "bus error"
+                     : sig == SIGFPE  ? (c->fault_code == FPE_INTDIV ? "integer division by zero" : "arithmetic exception")
+                     : sig == SIGILL  ? "illegal instruction"
+                     : sig == SIGABRT ? "abort()"
+                     : sig == SIGTRAP ? "trap"
+                                      : "fatal signal";
+  if (sig == SIGSEGV || sig == SIGBUS)
+    snprintf(out, n, "%s (%s at address 0x%llx)", what, sig_name(sig), (unsigned long long)c->fault_addr);
+  else
+    snprintf(out, n, "%s (%s)", what, sig_name(sig));
+}
+
+static pid_t reap(host_device *d, int *status) {
+  pid_t pid = atomic_exchange(&d->pid, 0);
+  *status = 0;
+  if (pid <= 0) return 0;
+  while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
+  }
+  return pid;
+}
+
+/* The worker has ended: say how, and lose the device. */
+static int died(host_device *d, gpu_failure *f, schedrun_error_t *err) {
+  int status;
+  reap(d, &status);
+  f->tag = __atomic_load_n(&d->ctl->running_tag, __ATOMIC_RELAXED);
+  f->lost = true;
+  char how[256];
+  int code = SCHEDRUN_EFAULT;
+  if (d->ctl->fault_signo) describe_fault(d->ctl, how, sizeof how);
+  else if (WIFEXITED(status))
+    snprintf(how, sizeof how, "the device's process ended with exit status %d (a kernel may not end it)",
+             WEXITSTATUS(status));
+  else if (WIFSIGNALED(status))
+    snprintf(how, sizeof how, "the device's process was killed by %s", sig_name(WTERMSIG(status)));
+  else
+    snprintf(how, sizeof how, "the device's process ended");
+  if (atomic_load(&d->lost)) code = SCHEDRUN_ELOST; /* abandoned: that reason stands */
+  set_lost(d, "%s: %s", d->name, how);
+  return err_set(err, code, "%s", d->lost_why);
+}
+
+static int timed_out(host_device *d, gpu_failure *f, schedrun_error_t *err) {
+  pid_t pid = atomic_load(&d->pid);
+  if (pid > 0) kill(pid, SIGKILL);
+  int status;
+  reap(d, &status);
+  f->tag = __atomic_load_n(&d->ctl->running_tag, __ATOMIC_RELAXED);
+  f->lost = true;
+  set_lost(d, "%s: a job ran past its deadline; the device's process was killed", d->name);
+  return err_set(err, SCHEDRUN_ETIMEOUT, "%s: the job ran past its deadline (the device is lost)", d->name);
+}
+
+static bool worker_ended(const host_device *d) {
+  struct pollfd p = {.fd = d->life_fd, .events = POLLIN};
+  return poll(&p, 1, 0) > 0; /* POLLHUP (or EOF): nobody holds the write end */
+}
+
+int host_device_request(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
+  f->tag = HW_NO_TAG;
+  f->lost = false;
+  if (atomic_load(&d->lost) || atomic_load(&d->pid) == 0) {
+    f->lost = true;
+    return err_set(err, SCHEDRUN_ELOST, "%s is lost: %s", d->name, atomic_load(&d->lost) ? d->lost_why : "no worker");
+  }
+  hw_ctl *c = d->ctl;
+  c->op = op;
+  c->status = 0; /* ctl->text may carry the request's argument (a symbol) */
+  uint32_t r = c->req + 1;
+  __atomic_store_n(&c->req, r, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&c->worker_sleeping, __ATOMIC_SEQ_CST)) futex_wake(&c->req);
+  uint64_t t0 = now_ns();
+  while (__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) != r) {
+    uint64_t now = now_ns();
+    if (now - t0 < d->spin_ns) {
+      sched_yield();
+      continue;
+    }
+    long slice = SLEEP_SLICE_NS;
+    if (deadline_ns && deadline_ns > now && (long)(deadline_ns - now) < slice) slice = (long)(deadline_ns - now);
+    __atomic_store_n(&c->library_sleeping, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&c->done, __ATOMIC_SEQ_CST) != r && slice > 0) futex_wait(&c->done, r - 1, slice);
+    __atomic_store_n(&c->library_sleeping, 0, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) == r) break;
+    if (worker_ended(d)) return died(d, f, err);
+    if (deadline_ns && now_ns() >= deadline_ns) return timed_out(d, f, err);
+  }
+  if (c->status != 0) {
+    c->text[HW_TEXT - 1] = '\0';
+    return err_set(err, SCHEDRUN_EBACKEND, "%s: %s", d->name, c->text);
+  }
+  return SCHEDRUN_OK;
+}
+
+static int spawn(host_device *d, const char *worker, schedrun_error_t *err) {
+  int life[2];
+  if (pipe2(life, O_CLOEXEC) != 0) return err_set(err, SCHEDRUN_EBACKEND, "%s: pipe: %s", d->name, strerror(errno));
+  char size[32], library[32], spin[32];
+  snprintf(size, sizeof size, "%llu", (unsigned long long)d->size);
+  snprintf(library, sizeof library, "%d", (int)getpid());
+  snprintf(spin, sizeof spin, "%llu", (unsigned long long)d->spin_ns);
+  char *argv[] = {(char *)worker, size, library, spin, NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  /* both descriptors are >= 10 (F_DUPFD_CLOEXEC), so dup2 gives fresh
+   * inheritable copies at 3 and 4 */
+  posix_spawn_file_actions_adddup2(&fa, d->arena_fd, 3);
+  posix_spawn_file_actions_adddup2(&fa, life[1], 4);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawnattr_t at;
+  posix_spawnattr_init(&at);
+  sigset_t none, faults;
+  sigemptyset(&none);
+  sigemptyset(&faults);
+  const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS, SIGPIPE, SIGINT, SIGTERM, SIGHUP};
+  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(sigs); i++) sigaddset(&faults, sigs[i]);
+  posix_spawnattr_setsigmask(&at, &none);
+  posix_spawnattr_setsigdefault(&at, &faults);
+  /* its own process group: a terminal's ^C is the library user's to handle,
+   * and must not take the devices away in the middle of it */
+  posix_spawnattr_setpgroup(&at, 0);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  pid_t pid;
+  int rc = posix_spawn(&pid, worker, &fa, &at, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  close(life[1]);
+  if (rc != 0) {
+    close(life[0]);
+    return err_set(err, SCHEDRUN_EBACKEND, "%s: cannot start its worker process %s: %s", d->name, worker, strerror(rc));
+  }
+  d->life_fd = fcntl(life[0], F_DUPFD_CLOEXEC, 10);
+  close(life[0]);
+  atomic_store(&d->pid, pid);
+  return SCHEDRUN_OK;
+}
+
+int host_device_start(host_device *d, int index, const char *worker, uint64_t spin_ns, schedrun_error_t *err) {
+  memset(d, 0, sizeof *d);
+  d->index = index;
+  snprintf(d->name, sizeof d->name, "host:%d", index);
+  pthread_mutex_init(&d->lock, NULL);
+  pthread_mutex_init(&d->lock_why, NULL);
+  d->arena_fd = d->life_fd = -1;
+  d->spin_ns = spin_ns;
+  d->base = MAP_FAILED;
+  int fd = memfd_create("schedrun-device", MFD_CLOEXEC);
+  if (fd >= 0) {
+    d->arena_fd = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    close(fd);
+  }
+  for (d->size = ARENA_BYTES; d->arena_fd >= 0 && d->size >= (1ull << 30); d->size /= 4) {
+    if (ftruncate(d->arena_fd, (off_t)d->size) != 0) continue;
+    d->base = mmap(NULL, d->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, d->arena_fd, 0);
+    if (d->base != MAP_FAILED) break;
+  }
+  if (d->base == MAP_FAILED) {
+    int e = errno;
+    host_device_stop(d);
+    return err_set(err, SCHEDRUN_EBACKEND, "%s: cannot map device memory: %s", d->name, strerror(e));
+  }
+  d->ctl = (hw_ctl *)d->base;
+  d->ctl->abi = HW_ABI_VERSION;
+  int rc = host_arena_init(&d->alloc, HW_CTL_BYTES, d->size) ? err_set(err, SCHEDRUN_ENOMEM, "out of memory")
+                                                                 : spawn(d, worker, err);
+  gpu_failure f;
+  if (rc == SCHEDRUN_OK) {
+    pthread_mutex_lock(&d->lock);
+    rc = host_device_request(d, HW_OP_HELLO, now_ns() + START_TIMEOUT_NS, &f, err);
+    d->wbase = d->ctl->a[0];
+    pthread_mutex_unlock(&d->lock);
+    if (rc) err_append(err, rc, "%s: its worker process did not start (%s)", d->name, worker);
+  }
+  if (rc) host_device_stop(d);
+  return rc;
+}
+
+void host_device_abandon(host_device *d, const char *why) {
+  set_lost(d, "%s: %s", d->name, why);
+  pid_t pid = atomic_load(&d->pid);
+  if (pid > 0) kill(pid, SIGKILL); /* a request in flight sees the worker end */
+}
+
+void host_device_stop(host_device *d) {
+  pid_t pid = atomic_load(&d->pid);
+  if (pid > 0) kill(pid, SIGKILL);
+  int status;
+  reap(d, &status);
+  if (d->life_fd >= 0) close(d->life_fd);
+  if (d->base != MAP_FAILED && d->base) munmap(d->base, d->size);
+  if (d->arena_fd >= 0) close(d->arena_fd);
+  host_arena_destroy(&d->alloc);
+  pthread_mutex_destroy(&d->lock);
+  pthread_mutex_destroy(&d->lock_why);
+  d->base = MAP_FAILED;
+  d->arena_fd = d->life_fd = -1;
+}

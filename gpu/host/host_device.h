@@ -1,0 +1,59 @@
+/*
+ * One host device: its worker process and its memory arena.
+ *
+ * The library side of gpu/host/host_worker_abi.h. A request is posted in the
+ * control block and waited for with a deadline; when the worker dies (a
+ * kernel faulted, aborted or called exit) or the deadline passes (the worker
+ * is killed), the device is lost for good, with a sentence saying why and the
+ * tag of the node that was running. Device memory stays readable after that:
+ * it is the library's mapping of the arena.
+ */
+#ifndef SCHEDRUN_HOST_DEVICE_H
+#define SCHEDRUN_HOST_DEVICE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "gpu/backend.h"
+#include "gpu/host/host_arena.h"
+#include "gpu/host/host_worker_abi.h"
+
+typedef struct host_device {
+  int index;
+  char name[16];
+  pthread_mutex_t lock; /* one request at a time */
+  int arena_fd;
+  uint8_t *base;      /* the library's mapping */
+  uint64_t wbase;     /* the worker's mapping: device addresses */
+  uint64_t size;
+  hw_ctl *ctl;
+  host_arena alloc;
+  _Atomic pid_t pid;  /* 0 when there is no live worker */
+  int life_fd;        /* closes (POLLHUP) when the worker ends */
+  _Atomic bool lost;
+  pthread_mutex_t lock_why;
+  char lost_why[512]; /* written once, under lock_why, before `lost` is set */
+  uint64_t spin_ns;
+} host_device;
+
+/* Maps an arena and starts the worker program `worker` for it. */
+int host_device_start(host_device *d, int index, const char *worker, uint64_t spin_ns, schedrun_error_t *err);
+/* Kills the worker (if any) and unmaps everything. */
+void host_device_stop(host_device *d);
+/* Kills the worker from any thread: a request in flight fails with the
+ * device lost, and so does every later one. */
+void host_device_abandon(host_device *d, const char *why);
+
+/* Posts one request (ctl->op and ctl->a[] filled by the caller under d->lock)
+ * and waits for its answer until deadline_ns (0: no deadline). Called with
+ * d->lock held. */
+int host_device_request(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err);
+
+/* The library's pointer to device address addr (which must lie in the arena). */
+static inline void *host_device_ptr(const host_device *d, uint64_t addr) {
+  return d->base + (addr - d->wbase);
+}
+
+#endif

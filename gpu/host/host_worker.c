@@ -1,0 +1,200 @@
+/*
+ * The worker process of one host device: it loads kernel modules and runs
+ * recorded sequences, so that a kernel that faults, aborts, calls exit() or
+ * never returns takes down this process and not the program that uses
+ * schedrun. The library builds this file at run time with the host compiler
+ * (with "#define _GNU_SOURCE 1" and the text of gpu/host/host_worker_abi.h put
+ * in front of it) and caches the program beside the kernels.
+ *
+ *   worker ARENA_SIZE LIBRARY_PID SPIN_NS
+ *
+ * fd 3 is the device's memory arena, fd 4 the write end of a pipe that only
+ * this process holds: the library sees it close when this process ends,
+ * however that happens. Requests arrive through the control block at the
+ * arena's start (see the ABI header). A fault signal is recorded in the
+ * control block (signal, code, address, and the tag of the node that was
+ * running) and then kills the process as it would have.
+ */
+#include <dlfcn.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static hw_ctl *ctl;
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void futex_wait(uint32_t *word, uint32_t seen, long timeout_ns) {
+  struct timespec ts = {timeout_ns / 1000000000L, timeout_ns % 1000000000L};
+  syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
+static void futex_wake(uint32_t *word) { syscall(SYS_futex, word, FUTEX_WAKE, 1, NULL, NULL, 0); }
+
+static void on_fault(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
+  ctl->fault_signo = sig;
+  ctl->fault_code = si->si_code;
+  ctl->fault_addr = (uint64_t)(uintptr_t)si->si_addr;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  /* the handler was reset to the default: dying is what the signal meant */
+  raise(sig);
+}
+
+static void catch_faults(void) {
+  static char stack[1 << 16];
+  stack_t ss = {.ss_sp = stack, .ss_size = sizeof stack, .ss_flags = 0};
+  sigaltstack(&ss, NULL);
+  const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND | SA_NODEFER;
+    sigaction(sigs[i], &sa, NULL);
+  }
+}
+
+static void fill(const hw_node *n) {
+  uint64_t c = n->u.fill.count;
+  if (n->u.fill.elem_size == 1) {
+    memset((void *)(uintptr_t)n->u.fill.dst, (int)(n->u.fill.pattern & 0xff), c);
+  } else if (n->u.fill.elem_size == 4) {
+    uint32_t v = (uint32_t)n->u.fill.pattern, *d = (uint32_t *)(uintptr_t)n->u.fill.dst;
+    for (uint64_t i = 0; i < c; i++) d[i] = v;
+  } else {
+    uint64_t v = n->u.fill.pattern, *d = (uint64_t *)(uintptr_t)n->u.fill.dst;
+    for (uint64_t i = 0; i < c; i++) d[i] = v;
+  }
+}
+
+static void run_node(const hw_node *n, const uint64_t *args);
+
+static void run_seq(const hw_seq *s) {
+  const hw_node *n = (const hw_node *)(uintptr_t)s->nodes, *end = n + s->n;
+  const uint64_t *args = (const uint64_t *)(uintptr_t)s->args;
+  for (; n < end; n++) run_node(n, args + n->arg0);
+}
+
+static void run_node(const hw_node *n, const uint64_t *args) {
+  __atomic_store_n(&ctl->running_tag, n->tag, __ATOMIC_RELAXED);
+  switch (n->kind) {
+  case HW_LAUNCH: ((hw_launcher)(uintptr_t)n->u.launch.fn)(n->u.launch.grid, n->u.launch.block, args); break;
+  case HW_COPY:
+    memmove((void *)(uintptr_t)n->u.copy.dst, (const void *)(uintptr_t)n->u.copy.src, n->u.copy.bytes);
+    break;
+  case HW_FILL: fill(n); break;
+  case HW_WHILE: {
+    const volatile int32_t *flag = (const volatile int32_t *)(uintptr_t)n->u.loop.flag;
+    const hw_seq *body = (const hw_seq *)(uintptr_t)n->u.loop.body;
+    for (uint32_t t = 0; t < n->u.loop.max_trips && *flag != 0; t++) run_seq(body);
+    break;
+  }
+  default: break;
+  }
+}
+
+typedef struct module {
+  void *dl;
+  int fd; /* kept open while loaded: dlopen knows modules by path name */
+} module;
+
+static int load(uint64_t image, uint64_t len) {
+  module *m = calloc(1, sizeof *m);
+  int fd = m ? memfd_create("schedrun-module", MFD_CLOEXEC) : -1;
+  const char *p = (const char *)(uintptr_t)image;
+  while (fd >= 0 && len) {
+    ssize_t w = write(fd, p, len);
+    if (w <= 0) break;
+    p += w;
+    len -= (uint64_t)w;
+  }
+  if (!m || fd < 0 || len) {
+    snprintf(ctl->text, HW_TEXT, "cannot stage a module in the worker");
+    if (fd >= 0) close(fd);
+    free(m);
+    return -1;
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  m->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!m->dl) {
+    const char *why = dlerror();
+    snprintf(ctl->text, HW_TEXT, "cannot load module: %s", why ? why : "?");
+    close(fd);
+    free(m);
+    return -1;
+  }
+  m->fd = fd;
+  ctl->a[0] = (uint64_t)(uintptr_t)m;
+  return 0;
+}
+
+static int handle(uint32_t op, uint64_t arena) {
+  switch (op) {
+  case HW_OP_HELLO: ctl->a[0] = arena; return 0;
+  case HW_OP_LOAD: return load(ctl->a[0], ctl->a[1]);
+  case HW_OP_SYM: {
+    module *m = (module *)(uintptr_t)ctl->a[0];
+    ctl->text[HW_TEXT - 1] = '\0';
+    void *f = dlsym(m->dl, ctl->text);
+    if (!f) return -1;
+    ctl->a[0] = (uint64_t)(uintptr_t)f;
+    return 0;
+  }
+  case HW_OP_UNLOAD: {
+    module *m = (module *)(uintptr_t)ctl->a[0];
+    dlclose(m->dl);
+    close(m->fd);
+    free(m);
+    return 0;
+  }
+  case HW_OP_RUN_SEQ: run_seq((const hw_seq *)(uintptr_t)ctl->a[0]); break;
+  case HW_OP_RUN_NODE: run_node((const hw_node *)(uintptr_t)ctl->a[0], (const uint64_t *)(uintptr_t)ctl->a[1]); break;
+  case HW_OP_EXIT: _exit(0);
+  default: snprintf(ctl->text, HW_TEXT, "unknown request %u", op); return -1;
+  }
+  __atomic_store_n(&ctl->running_tag, HW_NO_TAG, __ATOMIC_RELAXED);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 4) return 2;
+  uint64_t size = strtoull(argv[1], NULL, 10), spin_ns = strtoull(argv[3], NULL, 10);
+  pid_t library = (pid_t)strtol(argv[2], NULL, 10);
+  void *arena = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, 3, 0);
+  if (arena == MAP_FAILED) return 3;
+  ctl = (hw_ctl *)arena;
+  if (ctl->abi != HW_ABI_VERSION) return 4;
+  catch_faults();
+  uint32_t seen = __atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE);
+  for (;;) {
+    uint32_t r;
+    uint64_t t0 = now_ns();
+    while ((r = __atomic_load_n(&ctl->req, __ATOMIC_ACQUIRE)) == seen) {
+      if (now_ns() - t0 < spin_ns) {
+        sched_yield();
+        continue;
+      }
+      __atomic_store_n(&ctl->worker_sleeping, 1, __ATOMIC_SEQ_CST);
+      if (__atomic_load_n(&ctl->req, __ATOMIC_SEQ_CST) == seen) futex_wait(&ctl->req, seen, 250000000L);
+      __atomic_store_n(&ctl->worker_sleeping, 0, __ATOMIC_SEQ_CST);
+      if (getppid() != library) _exit(0); /* the library's process is gone */
+    }
+    seen = r;
+    ctl->status = handle(ctl->op, (uint64_t)(uintptr_t)arena);
+    __atomic_store_n(&ctl->done, r, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&ctl->library_sleeping, __ATOMIC_SEQ_CST)) futex_wake(&ctl->done);
+  }
+}

@@ -1,0 +1,95 @@
+/*
+ * What a host device's worker process and the library share: the layout of
+ * the control block and of recorded nodes in the device's memory arena.
+ *
+ * Every host device is a worker process. Its memory is an arena (a memory
+ * file) mapped by the library and by the worker; device addresses are the
+ * worker's addresses, and the library reaches the same bytes through its own
+ * mapping at the same offset. The control block sits at the arena's start:
+ * the library posts one request at a time (bumping `req`), the worker answers
+ * (setting `done` to it); both spin briefly, then sleep on the word with a
+ * futex. Recorded sequences live in the arena too, so the library builds and
+ * updates them in place and the worker replays them without a copy.
+ *
+ * This header is compiled into the library and, as text, into the worker
+ * program (gpu/host/host_worker.c), which the library builds at run time with
+ * the host compiler: it must stay plain C with no other includes than
+ * <stdint.h>.
+ */
+#ifndef SCHEDRUN_HOST_WORKER_ABI_H
+#define SCHEDRUN_HOST_WORKER_ABI_H
+
+#include <stdint.h>
+
+#define HW_ABI_VERSION 1
+#define HW_CTL_BYTES 4096 /* the control block's share of the arena's start */
+#define HW_TEXT 1024
+#define HW_NO_TAG 0xffffffffu
+
+/* Requests. Addresses are device (worker) addresses. */
+enum {
+  HW_OP_HELLO = 1, /* -> a[0]: the arena's address in the worker */
+  HW_OP_LOAD,      /* a[0], a[1]: a module image in the arena -> a[0]: handle */
+  HW_OP_SYM,       /* a[0]: handle, text: symbol -> a[0]: its address */
+  HW_OP_UNLOAD,    /* a[0]: handle */
+  HW_OP_RUN_SEQ,   /* a[0]: a hw_seq */
+  HW_OP_RUN_NODE,  /* a[0]: one hw_node, a[1]: its argument slots */
+  HW_OP_EXIT
+};
+
+/* Node kinds: the values of gpu_node_kind. */
+enum { HW_LAUNCH = 0, HW_COPY = 1, HW_FILL = 2, HW_WHILE = 3 };
+
+typedef struct hw_ctl {
+  uint32_t abi;
+  uint32_t req;  /* futex word: the library bumps it to post a request */
+  uint32_t done; /* futex word: the worker sets it to `req` when answered */
+  uint32_t worker_sleeping, library_sleeping;
+  uint32_t op;
+  int32_t status; /* 0, or -1 with text */
+  uint32_t running_tag; /* the tag of the node running now, HW_NO_TAG between nodes */
+  uint64_t a[4];
+  /* written by the worker's fault handler just before it dies */
+  int32_t fault_signo, fault_code;
+  uint64_t fault_addr;
+  char text[HW_TEXT];
+} hw_ctl;
+
+/* A recorded node: 64 bytes; a launch's argument slots are in its sequence's
+ * argument array from arg0. */
+typedef struct hw_node {
+  uint8_t kind;
+  uint8_t pad[3];
+  uint32_t tag; /* the caller's: which command of its program this node is */
+  uint32_t nargs, arg0;
+  union {
+    struct {
+      uint64_t fn; /* the kernel's launcher in the worker */
+      uint32_t grid[3], block[3];
+    } launch;
+    struct {
+      uint64_t dst, src, bytes;
+    } copy;
+    struct {
+      uint64_t dst, count, pattern;
+      uint32_t elem_size;
+    } fill;
+    struct {
+      uint64_t flag; /* an i32: the body repeats while it is non-zero */
+      uint64_t body; /* a hw_seq */
+      uint32_t max_trips;
+    } loop;
+  } u;
+} hw_node;
+
+/* A sequence: its nodes and argument slots, all in the arena. */
+typedef struct hw_seq {
+  uint64_t nodes; /* hw_node[n] */
+  uint64_t args;  /* uint64_t[] */
+  uint32_t n, pad;
+} hw_seq;
+
+/* The launcher each kernel module exports per kernel ("__sched_launch_<entry>"). */
+typedef void (*hw_launcher)(const uint32_t *grid, const uint32_t *block, const uint64_t *args);
+
+#endif

@@ -1,0 +1,109 @@
+/*
+ * What the public API's files share: the scheduler handle and the client
+ * side's bookkeeping. Private to lib/.
+ *
+ * A schedrun_t holds the shared core, the actors, and the client's mailboxes:
+ * an inbox every actor can answer to ("client"), read by the completion
+ * thread; an outbox to the scheduler; and a control inbox ("client.ctl") that
+ * a thread asking an actor for its status reads itself, so queries work from
+ * any thread, the completion thread included.
+ *
+ * Jobs: a pending_job lives from submit until its result is handed over (to a
+ * waiter or a callback). `waiters` counts the threads waiting on it by id; the
+ * one that takes the result marks it taken and the last waiter to leave frees
+ * it, so a job is handed over exactly once however many threads wait.
+ */
+#ifndef SCHEDRUN_LIB_API_H
+#define SCHEDRUN_LIB_API_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "actors/actor.h"
+#include "actors/core.h"
+#include "lib/result.h"
+
+#define ACTOR_CONTROL "client.ctl"
+#define CLOSE_TIMEOUT_MS 120000
+#define DRAIN_TIMEOUT_MS 5000
+#define QUERY_TIMEOUT_MS 10000
+#define DEFAULT_MAX_INFLIGHT 65536
+
+struct schedrun_program {
+  schedrun_t *s; /* the scheduler it is registered with, or NULL */
+  uint64_t id;
+  prog_program *p;
+  struct schedrun_program *next; /* in s->programs */
+};
+
+typedef struct pending_job {
+  schedrun_job_t id;
+  const prog_program *prog; /* registered, so alive until the job completes */
+  bool keep, hidden;        /* hidden: a schedrun_run job, not for schedrun_wait_any */
+  bool taken;               /* its result was handed over; freed when waiters is 0 */
+  uint32_t waiters;         /* threads in schedrun_wait for this job */
+  schedrun_job_callback cb;
+  void *user;
+  schedrun_job_result_t *result; /* set on completion, unless cb */
+  struct pending_job *next_done;
+} pending_job;
+
+struct schedrun {
+  schedrun_core core;
+  actor_t *scheduler, *compile, *record;
+  actor_t *execute[SCHEDRUN_MAX_DEVICES];
+  scheduler_state *scheduler_st;
+  compile_state *compile_st;
+  record_state *record_st;
+  execute_state *execute_st[SCHEDRUN_MAX_DEVICES];
+  /* the outbox to the scheduler, used under send_lock */
+  void *outbox;
+  pthread_mutex_t send_lock;
+  /* the completion thread owns the inbox and files what arrives */
+  void *inbox;
+  pthread_t completer;
+  bool completer_running;
+  /* under lock: jobs, completions, control replies */
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  hmap jobs; /* id -> pending_job* until handed over */
+  pending_job *done_head, *done_tail;
+  size_t incomplete; /* submitted, not yet complete */
+  size_t max_inflight;
+  _Atomic uint64_t completions; /* bumped on every completion, for spinning waiters */
+  uint64_t submitted, completed;
+  uint64_t next_id; /* jobs and control requests share the id space */
+  uint64_t next_program;
+  bool closing, closed;
+  /* the shutdown's TERM, answered through the inbox after every COMPLETE */
+  uint64_t term_id;
+  msg term_reply;
+  bool term_ready;
+  /* status queries: one at a time, each reading ctl_inbox itself */
+  pthread_mutex_t ctl_lock;
+  void *ctl_inbox;
+  _Atomic uint64_t malformed; /* client side: dropped on the inbox or ctl_inbox */
+  uint64_t dropped_by_joined; /* under lock: what actors joined early had dropped */
+  /* released programs whose last COMPLETEs have not been read yet */
+  prog_program **doomed;
+  uint64_t *doomed_ids;
+  size_t ndoomed, doomed_cap;
+  schedrun_program_t *programs;
+  char *temp_cache; /* removed at close */
+  char *fallback;   /* why auto/all runs on the host */
+  uint64_t spin_ns; /* how long waiting threads poll before they sleep */
+};
+
+/* Whether the calling thread is s's completion thread (where callbacks run).
+ * Takes no lock; the answer cannot change under the caller. */
+bool api_on_completer(schedrun_t *s);
+/* A CLOCK_REALTIME deadline timeout_ms from now, for pthread_cond_timedwait. */
+struct timespec api_deadline_in(int timeout_ms);
+/* Registers program h with s on its first job (under s->lock). */
+int api_attach(schedrun_t *s, schedrun_program_t *h, schedrun_error_t *err);
+/* Submits a job; `hidden` ones (schedrun_run's) are not for schedrun_wait_any. */
+int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, bool hidden,
+               schedrun_job_t *out, schedrun_error_t *err);
+
+#endif

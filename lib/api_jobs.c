@@ -1,0 +1,261 @@
+/*
+ * Jobs through the public API: submit (bounded by max_inflight), and the
+ * waits. A job's result is handed over exactly once: to its callback, or to
+ * the one waiter that takes it; other threads waiting on it get
+ * SCHEDRUN_EALREADY. Waits from the completion thread (a callback) that would
+ * need that thread to make progress answer SCHEDRUN_EDEADLK instead.
+ */
+#include <assert.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/api.h"
+
+void schedrun_job_options_init(schedrun_job_options_t *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->device = -1;
+  o->submit_timeout_ms = -1;
+}
+
+/* Waits for the next completion or hand-over: first a short spin without the
+ * lock (a job's answer is often microseconds away, and waking a sleeping
+ * thread costs more), then on the condition variable. Called and returns with
+ * the lock held; false when the deadline passed. */
+static bool wait_completion(schedrun_t *s, const struct timespec *deadline, bool forever) {
+  uint64_t seen = atomic_load(&s->completions);
+  pthread_mutex_unlock(&s->lock);
+  uint64_t t0 = now_ns();
+  while (atomic_load(&s->completions) == seen && now_ns() - t0 < s->spin_ns) sched_yield();
+  pthread_mutex_lock(&s->lock);
+  if (atomic_load(&s->completions) != seen) return true;
+  if (forever) return pthread_cond_wait(&s->cond, &s->lock) == 0;
+  return pthread_cond_timedwait(&s->cond, &s->lock, deadline) == 0;
+}
+
+/* Builds the SUBMIT for one job; checks what can be checked without the lock. */
+static int build_submit(const prog_program *p, const schedrun_job_options_t *o, msg *m, schedrun_error_t *err) {
+  msg_init(m, MSG_SUBMIT, 0, ACTOR_CLIENT);
+  m->body.submit = (msg_submit){0, (uint32_t)o->run, (uint32_t)o->job, (uint32_t)(o->run % p->buffer_sets),
+                                o->device, o->keep_outputs ? 1u : 0u, {NULL, 0}, 0};
+  if (o->timeout_ms > 0) m->body.submit.deadline = now_ns() + (uint64_t)o->timeout_ms * 1000000ull;
+  if (o->ninputs) {
+    m->body.submit.inputs.v = calloc(o->ninputs, sizeof(msg_output));
+    if (!m->body.submit.inputs.v) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  }
+  for (size_t i = 0; i < o->ninputs; i++) {
+    const schedrun_input_t *in = &o->inputs[i];
+    int b = in->buffer ? prog_find_buffer(p, in->buffer) : -1;
+    if (b < 0)
+      return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit: input %zu names no buffer of '%s' (%s)", i, p->name,
+                     in->buffer ? in->buffer : "NULL");
+    uint64_t want = p->buffers[b].count * prog_type_size(p->buffers[b].type);
+    if (in->bytes != want || !in->data)
+      return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit: input for buffer '%s' has %zu bytes; it holds %llu",
+                     in->buffer, in->bytes, (unsigned long long)want);
+    msg_output *mo = &m->body.submit.inputs.v[m->body.submit.inputs.n++];
+    mo->buffer = (uint32_t)b;
+    mo->data.data = malloc(in->bytes ? in->bytes : 1);
+    if (!mo->data.data) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    memcpy(mo->data.data, in->data, in->bytes);
+    mo->data.len = in->bytes;
+  }
+  return SCHEDRUN_OK;
+}
+
+/* Waits (lock held) until fewer than max_inflight jobs are held, as the job
+ * options allow; the completion thread never waits for itself. */
+static int wait_for_room(schedrun_t *s, const schedrun_job_options_t *o, schedrun_error_t *err) {
+  if (s->jobs.count < s->max_inflight) return SCHEDRUN_OK;
+  int timeout = api_on_completer(s) ? 0 : o->submit_timeout_ms;
+  struct timespec ts = api_deadline_in(timeout < 0 ? 0 : timeout);
+  while (s->jobs.count >= s->max_inflight && !s->closing) {
+    if (timeout == 0 || (timeout > 0 && pthread_cond_timedwait(&s->cond, &s->lock, &ts) != 0 &&
+                         s->jobs.count >= s->max_inflight))
+      return err_set(err, SCHEDRUN_EAGAIN,
+                     "schedrun_submit: %zu jobs are in flight (max_inflight)%s; wait for some, or raise it",
+                     s->jobs.count, timeout == 0 ? "" : " for the whole submit_timeout_ms");
+    if (timeout < 0) pthread_cond_wait(&s->cond, &s->lock);
+  }
+  return SCHEDRUN_OK;
+}
+
+int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, bool hidden, schedrun_job_t *out,
+               schedrun_error_t *err) {
+  const prog_program *p = h->p;
+  if (o->run < 0 || o->job < 0 || o->timeout_ms < 0)
+    return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit: run, job and timeout_ms must be >= 0");
+  if (o->device < -1 || o->device >= s->core.ndevices)
+    return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit: no device %d (there are %d)", o->device, s->core.ndevices);
+  if (o->ninputs && !o->inputs) return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit: inputs is NULL");
+  msg m;
+  int rc = build_submit(p, o, &m, err);
+  pending_job *pj = rc ? NULL : calloc(1, sizeof *pj);
+  if (rc || !pj) {
+    msg_free(&m);
+    return rc ? rc : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  }
+  pthread_mutex_lock(&s->lock);
+  rc = wait_for_room(s, o, err);
+  if (rc == SCHEDRUN_OK && s->closing) rc = err_set(err, SCHEDRUN_ECLOSED, "schedrun_submit: the scheduler is shut down");
+  if (rc == SCHEDRUN_OK) rc = api_attach(s, h, err);
+  if (rc == SCHEDRUN_OK) {
+    pj->id = ++s->next_id;
+    pj->prog = p;
+    pj->keep = o->keep_outputs != 0;
+    pj->hidden = hidden;
+    pj->cb = o->on_complete;
+    pj->user = o->user;
+    if (hmap_put(&s->jobs, &pj->id, pj) != 0) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    else {
+      s->incomplete++;
+      s->submitted++;
+    }
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (rc) {
+    free(pj);
+    msg_free(&m);
+    return rc;
+  }
+  schedrun_job_t id = pj->id; /* pj may complete (and go) as soon as it is sent */
+  m.job = id;
+  m.body.submit.program = h->id;
+  pthread_mutex_lock(&s->send_lock);
+  rc = mbox_send(s->outbox, &m, err);
+  pthread_mutex_unlock(&s->send_lock);
+  msg_free(&m);
+  if (rc) {
+    pthread_mutex_lock(&s->lock);
+    hmap_remove(&s->jobs, &id);
+    s->incomplete--;
+    s->submitted--;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+    free(pj);
+    return rc;
+  }
+  *out = id;
+  return SCHEDRUN_OK;
+}
+
+int schedrun_submit(schedrun_t *s, schedrun_program_t *p, const schedrun_job_options_t *o, schedrun_job_t *out,
+                    schedrun_error_t *err) {
+  if (out) *out = 0;
+  if (!s || !p || !out)
+    return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit: %s is NULL", !s ? "the scheduler" : !p ? "the program" : "out");
+  schedrun_job_options_t d;
+  schedrun_job_options_init(&d);
+  return api_submit(s, p, o ? o : &d, false, out, err);
+}
+
+/* Hands pj's result over (under lock): the job is forgotten; pj itself goes
+ * when no other thread is still waiting on it. */
+static schedrun_job_result_t *take(schedrun_t *s, pending_job *pj) {
+  assert(pj->result && !pj->taken);
+  schedrun_job_result_t *r = pj->result;
+  pj->result = NULL;
+  pj->taken = true;
+  hmap_remove(&s->jobs, &pj->id);
+  /* unlink from the done list */
+  pending_job **pp = &s->done_head, *prev = NULL;
+  while (*pp && *pp != pj) {
+    prev = *pp;
+    pp = &(*pp)->next_done;
+  }
+  if (*pp) {
+    *pp = pj->next_done;
+    if (s->done_tail == pj) s->done_tail = prev;
+  }
+  if (pj->waiters == 0) free(pj);
+  /* other waiters of pj leave with EALREADY; submitters may have room */
+  atomic_fetch_add(&s->completions, 1);
+  pthread_cond_broadcast(&s->cond);
+  return r;
+}
+
+static int deadlock(schedrun_error_t *err, const char *fn) {
+  return err_set(err, SCHEDRUN_EDEADLK,
+                 "%s: called with a timeout from a completion callback, whose thread delivers the completions it "
+                 "would wait for; use timeout 0 there, or wait from another thread",
+                 fn);
+}
+
+int schedrun_wait(schedrun_t *s, schedrun_job_t job, int timeout_ms, schedrun_job_result_t **out, schedrun_error_t *err) {
+  if (out) *out = NULL;
+  if (!s || !out) return err_set(err, SCHEDRUN_EINVAL, "schedrun_wait: %s is NULL", !s ? "the scheduler" : "out");
+  if (timeout_ms != 0 && api_on_completer(s)) return deadlock(err, "schedrun_wait");
+  pthread_mutex_lock(&s->lock);
+  pending_job *pj = hmap_get(&s->jobs, &job);
+  int rc = SCHEDRUN_OK;
+  if (!pj) {
+    rc = job == 0 || job > s->next_id
+             ? err_set(err, SCHEDRUN_EINVAL, "schedrun_wait: no job %llu", (unsigned long long)job)
+             : err_set(err, SCHEDRUN_EINVAL, "schedrun_wait: job %llu was already handed over", (unsigned long long)job);
+  } else if (pj->cb) {
+    rc = err_set(err, SCHEDRUN_EINVAL, "schedrun_wait: job %llu reports to its callback", (unsigned long long)job);
+  } else {
+    struct timespec ts = api_deadline_in(timeout_ms < 0 ? 0 : timeout_ms);
+    pj->waiters++;
+    while (!pj->result && !pj->taken && rc == SCHEDRUN_OK) {
+      if (timeout_ms == 0 || (!wait_completion(s, &ts, timeout_ms < 0) && !pj->result && !pj->taken))
+        rc = err_set(err, SCHEDRUN_ETIMEOUT, "schedrun_wait: job %llu not done within %d ms", (unsigned long long)job,
+                     timeout_ms);
+    }
+    pj->waiters--;
+    if (pj->taken) {
+      rc = err_set(err, SCHEDRUN_EALREADY, "schedrun_wait: job %llu was handed to another waiting thread",
+                   (unsigned long long)job);
+      if (pj->waiters == 0) free(pj);
+    } else if (rc == SCHEDRUN_OK) {
+      *out = take(s, pj);
+    }
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+int schedrun_wait_any(schedrun_t *s, int timeout_ms, schedrun_job_t *job, schedrun_job_result_t **out,
+                      schedrun_error_t *err) {
+  if (out) *out = NULL;
+  if (job) *job = 0;
+  if (!s || !out) return err_set(err, SCHEDRUN_EINVAL, "schedrun_wait_any: %s is NULL", !s ? "the scheduler" : "out");
+  if (timeout_ms != 0 && api_on_completer(s)) return deadlock(err, "schedrun_wait_any");
+  pthread_mutex_lock(&s->lock);
+  struct timespec ts = api_deadline_in(timeout_ms < 0 ? 0 : timeout_ms);
+  int rc = SCHEDRUN_OK;
+  while (!s->done_head && rc == SCHEDRUN_OK) {
+    bool any_waitable = false;
+    size_t pos = 0;
+    void *v;
+    while (!any_waitable && hmap_next(&s->jobs, &pos, NULL, &v))
+      any_waitable = !((pending_job *)v)->cb && !((pending_job *)v)->hidden;
+    if (!any_waitable) rc = err_set(err, SCHEDRUN_EINVAL, "schedrun_wait_any: no job to wait for");
+    else if (timeout_ms == 0 || (!wait_completion(s, &ts, timeout_ms < 0) && !s->done_head))
+      rc = err_set(err, SCHEDRUN_ETIMEOUT, "schedrun_wait_any: nothing completed within %d ms", timeout_ms);
+  }
+  if (rc == SCHEDRUN_OK) {
+    pending_job *pj = s->done_head;
+    if (job) *job = pj->id;
+    *out = take(s, pj);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+int schedrun_wait_all(schedrun_t *s, int timeout_ms, schedrun_error_t *err) {
+  if (!s) return err_set(err, SCHEDRUN_EINVAL, "schedrun_wait_all: the scheduler is NULL");
+  pthread_mutex_lock(&s->lock);
+  int rc = SCHEDRUN_OK;
+  if (s->incomplete && timeout_ms != 0 && api_on_completer(s)) rc = deadlock(err, "schedrun_wait_all");
+  struct timespec ts = api_deadline_in(timeout_ms < 0 ? 0 : timeout_ms);
+  while (s->incomplete && rc == SCHEDRUN_OK) {
+    if (timeout_ms < 0) pthread_cond_wait(&s->cond, &s->lock);
+    else if (timeout_ms == 0 || (pthread_cond_timedwait(&s->cond, &s->lock, &ts) != 0 && s->incomplete))
+      rc = err_set(err, SCHEDRUN_ETIMEOUT, "schedrun_wait_all: %zu jobs still running after %d ms", s->incomplete,
+                   timeout_ms);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}

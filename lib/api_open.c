@@ -1,0 +1,431 @@
+/*
+ * The scheduler's life: open (actors and the completion thread), shutdown
+ * (drain), close (stop everything, free everything), and the completion thread
+ * that turns COMPLETE messages into results for waiters and callbacks.
+ *
+ * Close is bounded: it asks for a drain, and when the drain does not finish in
+ * time (a kernel that never returns, a device that hangs) the backend abandons
+ * the busy devices, so that the execute actors can be stopped and joined.
+ */
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "lib/api.h"
+
+#define CLOSE_DRAIN_MS 1500
+
+void schedrun_options_init(schedrun_options_t *o) {
+  if (o) memset(o, 0, sizeof *o);
+}
+
+#define SCHEDRUN__STR2(x) #x
+#define SCHEDRUN__STR(x) SCHEDRUN__STR2(x)
+const char *schedrun_version(void) {
+  return SCHEDRUN__STR(SCHEDRUN_VERSION_MAJOR) "." SCHEDRUN__STR(SCHEDRUN_VERSION_MINOR) "." SCHEDRUN__STR(
+      SCHEDRUN_VERSION_PATCH);
+}
+
+int schedrun_device_count(const schedrun_t *s) { return s ? s->core.ndevices : 0; }
+
+const char *schedrun_device_fallback(const schedrun_t *s) { return s ? s->fallback : NULL; }
+
+const char *schedrun_device_name(const schedrun_t *s, int i) {
+  if (!s || i < 0 || i >= s->core.ndevices) return NULL;
+  return s->core.backend->ops->device_name(s->core.backend, i);
+}
+
+bool api_on_completer(schedrun_t *s) {
+  /* completer_running only changes on the completion thread's own exit path
+   * (it is joined first), so the completion thread always sees it set */
+  return s->completer_running && pthread_equal(pthread_self(), s->completer);
+}
+
+struct timespec api_deadline_in(int timeout_ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += timeout_ms / 1000;
+  ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
+static char *default_cache_dir(void) {
+  const char *env = getenv("SCHEDRUN_CACHE_DIR");
+  if (env && *env) return xstrdup(env);
+  strbuf sb;
+  sb_init(&sb);
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (xdg && *xdg) sb_addf(&sb, "%s/schedrun", xdg);
+  else if (home && *home) sb_addf(&sb, "%s/.cache/schedrun", home);
+  else sb_adds(&sb, "/tmp/schedrun-cache");
+  return sb.failed ? (sb_free(&sb), NULL) : sb_take(&sb);
+}
+
+static void stop_actor(schedrun_t *s, actor_t **a, const char *name) {
+  if (!*a) return;
+  void *sock = mbox_connect(s->core.zctx, name, NULL);
+  msg t;
+  msg_init(&t, MSG_TERM, 0, ACTOR_CLIENT);
+  if (sock) mbox_send(sock, &t, NULL);
+  msg_free(&t);
+  mbox_close(sock);
+  actor_join(a);
+}
+
+/* ---- the completion thread ---- */
+
+/* Frees released programs that no pending job refers to any more. Called by
+ * the completion thread, with the lock held. */
+static void free_doomed(schedrun_t *s) {
+  for (size_t i = 0; i < s->ndoomed;) {
+    bool used = false;
+    size_t pos = 0;
+    void *v;
+    while (!used && hmap_next(&s->jobs, &pos, NULL, &v))
+      used = ((pending_job *)v)->prog == s->doomed[i] && !((pending_job *)v)->result;
+    if (used) {
+      i++;
+      continue;
+    }
+    pthread_mutex_lock(&s->core.reg_lock);
+    hmap_remove(&s->core.programs, &s->doomed_ids[i]);
+    pthread_mutex_unlock(&s->core.reg_lock);
+    prog_free(s->doomed[i]);
+    s->doomed[i] = s->doomed[s->ndoomed - 1];
+    s->doomed_ids[i] = s->doomed_ids[s->ndoomed - 1];
+    s->ndoomed--;
+  }
+}
+
+/* The actors have dropped what they held for a program: free it once no
+ * COMPLETE still on its way needs it (one may come by another pipe). */
+static void released(schedrun_t *s, uint64_t id) {
+  pthread_mutex_lock(&s->core.reg_lock);
+  prog_program *p = hmap_get(&s->core.programs, &id);
+  pthread_mutex_unlock(&s->core.reg_lock);
+  if (!p) return;
+  pthread_mutex_lock(&s->lock);
+  if (s->ndoomed == s->doomed_cap) {
+    size_t cap = s->doomed_cap ? 2 * s->doomed_cap : 8;
+    prog_program **d = realloc(s->doomed, cap * sizeof *d);
+    if (d) s->doomed = d;
+    uint64_t *di = realloc(s->doomed_ids, cap * sizeof *di);
+    if (di) s->doomed_ids = di;
+    if (d && di) s->doomed_cap = cap;
+  }
+  if (s->ndoomed < s->doomed_cap) {
+    s->doomed[s->ndoomed] = p;
+    s->doomed_ids[s->ndoomed++] = id;
+  } /* else it stays registered and is freed at close */
+  free_doomed(s);
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* A COMPLETE: the job's result goes to its callback, or is filed for a waiter. */
+static void completed(schedrun_t *s, msg *m) {
+  pthread_mutex_lock(&s->lock);
+  pending_job *pj = hmap_get(&s->jobs, &m->job);
+  pthread_mutex_unlock(&s->lock);
+  if (!pj || pj->result) return; /* not ours, or a duplicate: a job completes once */
+  /* verification runs here, outside the lock */
+  schedrun_job_result_t *r = result_from_complete(m->job, &m->body.complete, pj->prog, pj->keep);
+  pthread_mutex_lock(&s->lock);
+  if (pj->cb) {
+    hmap_remove(&s->jobs, &pj->id);
+    pthread_mutex_unlock(&s->lock);
+    pj->cb(pj->id, r, pj->user);
+    free(pj);
+    /* complete only once its callback has returned: wait_all means it */
+    pthread_mutex_lock(&s->lock);
+  } else {
+    pj->result = r;
+    if (!pj->hidden) {
+      if (s->done_tail) s->done_tail->next_done = pj;
+      else s->done_head = pj;
+      s->done_tail = pj;
+    }
+  }
+  assert(s->incomplete > 0);
+  s->incomplete--;
+  s->completed++;
+  atomic_fetch_add(&s->completions, 1);
+  if (s->ndoomed) free_doomed(s);
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+}
+
+static void *completer_main(void *arg) {
+  schedrun_t *s = arg;
+  bool terminating = false;
+  for (;;) {
+    if (terminating) {
+      /* after TERM every COMPLETE has been sent; some may still be in
+       * another pipe: drain them, then stop */
+      pthread_mutex_lock(&s->lock);
+      bool left = s->incomplete > 0;
+      pthread_mutex_unlock(&s->lock);
+      if (!left) break;
+    }
+    msg m;
+    uint64_t dropped = 0;
+    int rc = mbox_recv_spin(s->inbox, terminating ? DRAIN_TIMEOUT_MS : -1, s->spin_ns, &m, &dropped, NULL);
+    if (dropped) atomic_fetch_add(&s->malformed, dropped);
+    if (rc != SCHEDRUN_OK) break;
+    if (m.type == MSG_COMPLETE) {
+      completed(s, &m);
+    } else if (m.type == MSG_RELEASE && !strcmp(m.from, ACTOR_SCHEDULER)) {
+      released(s, m.body.release.program);
+    } else if (m.type == MSG_TERM) {
+      pthread_mutex_lock(&s->lock);
+      if (s->term_id && m.job == s->term_id && !s->term_ready) {
+        s->term_reply = m;
+        memset(&m, 0, sizeof m);
+        s->term_ready = true;
+        pthread_cond_broadcast(&s->cond);
+      }
+      pthread_mutex_unlock(&s->lock);
+      terminating = true;
+    }
+    msg_free(&m);
+  }
+  return NULL;
+}
+
+static void stop_completer(schedrun_t *s) {
+  if (!s->completer_running) return;
+  /* nothing answers any more: wake the completion thread with a TERM */
+  void *sock = mbox_connect(s->core.zctx, ACTOR_CLIENT, NULL);
+  msg t;
+  msg_init(&t, MSG_TERM, 0, ACTOR_CLIENT);
+  if (sock) mbox_send(sock, &t, NULL);
+  msg_free(&t);
+  mbox_close(sock);
+  pthread_join(s->completer, NULL);
+  s->completer_running = false;
+}
+
+static void teardown(schedrun_t *s) {
+  stop_actor(s, &s->scheduler, ACTOR_SCHEDULER);
+  stop_actor(s, &s->compile, ACTOR_COMPILE);
+  stop_actor(s, &s->record, ACTOR_RECORD);
+  for (int d = 0; d < s->core.ndevices; d++) {
+    char name[32];
+    snprintf(name, sizeof name, ACTOR_EXECUTE_FMT, d);
+    stop_actor(s, &s->execute[d], name);
+  }
+  stop_completer(s);
+  scheduler_state_free(s->scheduler_st);
+  compile_state_free(s->compile_st);
+  record_state_free(s->record_st);
+  for (int d = 0; d < s->core.ndevices; d++) execute_state_free(s->execute_st[d]);
+  mbox_close(s->inbox);
+  mbox_close(s->ctl_inbox);
+  mbox_close(s->outbox);
+  msg_free(&s->term_reply);
+  if (s->core.zctx) zmq_ctx_term(s->core.zctx);
+  size_t pos = 0;
+  void *v;
+  while (hmap_next(&s->jobs, &pos, NULL, &v)) {
+    schedrun_job_result_free(&((pending_job *)v)->result);
+    free(v);
+  }
+  hmap_destroy(&s->jobs);
+  /* programs still registered: hand them back to their handles, or free the
+   * ones whose handle is gone */
+  for (schedrun_program_t *h = s->programs; h; h = h->next) {
+    hmap_remove(&s->core.programs, &h->id);
+    h->s = NULL;
+  }
+  pos = 0;
+  while (hmap_next(&s->core.programs, &pos, NULL, &v)) prog_free(v);
+  hmap_destroy(&s->core.programs);
+  free(s->doomed);
+  free(s->doomed_ids);
+  pthread_mutex_destroy(&s->core.reg_lock);
+  pthread_mutex_destroy(&s->lock);
+  pthread_mutex_destroy(&s->send_lock);
+  pthread_mutex_destroy(&s->ctl_lock);
+  pthread_cond_destroy(&s->cond);
+  gpu_backend_close(&s->core.backend);
+  if (s->temp_cache) fs_remove_tree(s->temp_cache);
+  free(s->temp_cache);
+  free(s->fallback);
+  free(s->core.cache_dir);
+  free(s);
+}
+
+int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_error_t *err) {
+  if (!out) return err_set(err, SCHEDRUN_EINVAL, "schedrun_open: out is NULL");
+  *out = NULL;
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  if (opts) o = *opts;
+  if (o.compile_workers < 0 || o.max_inflight < 0)
+    return err_set(err, SCHEDRUN_EINVAL, "schedrun_open: %s must be >= 0",
+                   o.compile_workers < 0 ? "compile_workers" : "max_inflight");
+  schedrun_t *s = calloc(1, sizeof *s);
+  if (!s) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_mutex_init(&s->send_lock, NULL);
+  pthread_mutex_init(&s->ctl_lock, NULL);
+  pthread_cond_init(&s->cond, NULL);
+  pthread_mutex_init(&s->core.reg_lock, NULL);
+  hmap_init(&s->core.programs, sizeof(uint64_t));
+  hmap_init(&s->jobs, sizeof(uint64_t));
+  s->max_inflight = o.max_inflight ? (size_t)o.max_inflight : DEFAULT_MAX_INFLIGHT;
+  int rc = SCHEDRUN_OK;
+  if (o.no_disk_cache) {
+    char tmpl[] = "/tmp/schedrun-cache-XXXXXX";
+    if (!mkdtemp(tmpl)) {
+      rc = err_set(err, SCHEDRUN_EIO, "cannot create a temporary cache directory in /tmp");
+      goto fail;
+    }
+    s->temp_cache = xstrdup(tmpl);
+    s->core.cache_dir = xstrdup(tmpl);
+  } else {
+    s->core.cache_dir = o.cache_dir ? xstrdup(o.cache_dir) : default_cache_dir();
+  }
+  if (!s->core.cache_dir) {
+    rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    goto fail;
+  }
+  if ((rc = fs_mkdir_p(s->core.cache_dir, err))) goto fail;
+  s->spin_ns = o.spin_us < 0 ? 0 : o.spin_us == 0 ? ACTOR_SPIN_NS : (uint64_t)o.spin_us * 1000u;
+  gpu_open_opts go = {s->core.cache_dir, s->spin_ns};
+  if ((rc = gpu_backend_open(o.devices, &go, &s->core.backend, &s->fallback, err))) goto fail;
+  s->core.ndevices = s->core.backend->ops->device_count(s->core.backend);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  s->core.compile_workers = o.compile_workers ? o.compile_workers : (int)(cores > 0 ? cores : 1);
+  s->core.record_always = o.record_always != 0;
+  s->core.zctx = zmq_ctx_new();
+  if (!s->core.zctx) {
+    rc = err_set(err, SCHEDRUN_EINTERNAL, "zmq_ctx_new failed");
+    goto fail;
+  }
+  /* every endpoint is inproc, which needs no I/O thread */
+  zmq_ctx_set(s->core.zctx, ZMQ_IO_THREADS, 0);
+  s->inbox = mbox_bind(s->core.zctx, ACTOR_CLIENT, err);
+  s->ctl_inbox = s->inbox ? mbox_bind(s->core.zctx, ACTOR_CONTROL, err) : NULL;
+  if (!s->inbox || !s->ctl_inbox) {
+    rc = SCHEDRUN_EINTERNAL;
+    goto fail;
+  }
+  s->compile_st = compile_state_new(&s->core);
+  s->record_st = record_state_new(&s->core);
+  s->scheduler_st = scheduler_state_new(&s->core);
+  if (!s->compile_st || !s->record_st || !s->scheduler_st) {
+    rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    goto fail;
+  }
+  if ((rc = actor_start_spin(s->core.zctx, &compile_actor_def, ACTOR_COMPILE, s->compile_st, s->spin_ns, &s->compile, err)))
+    goto fail;
+  if ((rc = actor_start_spin(s->core.zctx, &record_actor_def, ACTOR_RECORD, s->record_st, s->spin_ns, &s->record, err)))
+    goto fail;
+  for (int d = 0; d < s->core.ndevices; d++) {
+    char name[32];
+    snprintf(name, sizeof name, ACTOR_EXECUTE_FMT, d);
+    s->execute_st[d] = execute_state_new(&s->core, d);
+    if (!s->execute_st[d]) {
+      rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+      goto fail;
+    }
+    if ((rc = actor_start_spin(s->core.zctx, &execute_actor_def, name, s->execute_st[d], s->spin_ns, &s->execute[d], err)))
+      goto fail;
+  }
+  if ((rc = actor_start_spin(s->core.zctx, &scheduler_actor_def, ACTOR_SCHEDULER, s->scheduler_st, s->spin_ns, &s->scheduler, err)))
+    goto fail;
+  s->outbox = mbox_connect(s->core.zctx, ACTOR_SCHEDULER, err);
+  if (!s->outbox) {
+    rc = SCHEDRUN_EINTERNAL;
+    goto fail;
+  }
+  if (pthread_create(&s->completer, NULL, completer_main, s) != 0) {
+    rc = err_set(err, SCHEDRUN_EINTERNAL, "cannot start the completion thread");
+    goto fail;
+  }
+  s->completer_running = true;
+  *out = s;
+  return SCHEDRUN_OK;
+fail:
+  if (s->core.backend) s->core.backend->ops->abandon(s->core.backend);
+  teardown(s);
+  return rc ? rc : SCHEDRUN_EINTERNAL;
+}
+
+int schedrun_shutdown(schedrun_t *s, int timeout_ms, schedrun_error_t *err) {
+  if (!s) return err_set(err, SCHEDRUN_EINVAL, "schedrun_shutdown: the scheduler is NULL");
+  if (api_on_completer(s))
+    return err_set(err, SCHEDRUN_EDEADLK, "schedrun_shutdown: called from a completion callback, whose "
+                                          "thread the drain waits for; shut down from another thread");
+  pthread_mutex_lock(&s->lock);
+  bool already = s->closing;
+  s->closing = true;
+  uint64_t id = already ? 0 : ++s->next_id;
+  if (!already) {
+    s->term_id = id;
+    s->term_ready = false;
+  }
+  pthread_cond_broadcast(&s->cond); /* submitters waiting for room give up */
+  pthread_mutex_unlock(&s->lock);
+  if (already) {
+    pthread_mutex_lock(&s->lock);
+    bool done = s->closed;
+    pthread_mutex_unlock(&s->lock);
+    return done ? SCHEDRUN_OK : err_set(err, SCHEDRUN_ECLOSED, "the scheduler is already shutting down");
+  }
+  /* the scheduler stops running compiles first, completes jobs not started,
+   * lets started ones finish, and then answers TERM, after every COMPLETE
+   * (they share one pipe, in order) */
+  msg t;
+  msg_init(&t, MSG_TERM, id, ACTOR_CLIENT);
+  pthread_mutex_lock(&s->send_lock);
+  int rc = mbox_send(s->outbox, &t, err);
+  pthread_mutex_unlock(&s->send_lock);
+  msg_free(&t);
+  if (rc) return rc;
+  int limit = timeout_ms < 0 ? CLOSE_TIMEOUT_MS : timeout_ms;
+  struct timespec ts = api_deadline_in(limit);
+  pthread_mutex_lock(&s->lock);
+  while (!s->term_ready && rc == SCHEDRUN_OK)
+    if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) != 0 && !s->term_ready)
+      rc = err_set(err, SCHEDRUN_ETIMEOUT, "schedrun_shutdown: jobs still running after %d ms", limit);
+  pthread_mutex_unlock(&s->lock);
+  if (rc) return rc;
+  /* the scheduler has answered and stops; schedrun_get_stats reads the
+   * actors under the lock, and keeps its count of dropped messages */
+  pthread_mutex_lock(&s->lock);
+  actor_t *sched = s->scheduler;
+  s->scheduler = NULL;
+  s->dropped_by_joined += actor_malformed(sched);
+  pthread_mutex_unlock(&s->lock);
+  actor_join(&sched);
+  pthread_join(s->completer, NULL); /* it stopped at the TERM */
+  s->completer_running = false;
+  pthread_mutex_lock(&s->lock);
+  s->closed = true;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  return SCHEDRUN_OK;
+}
+
+int schedrun_close(schedrun_t **ps) {
+  if (!ps || !*ps) return SCHEDRUN_OK;
+  schedrun_t *s = *ps;
+  if (api_on_completer(s)) return SCHEDRUN_EDEADLK;
+  if (schedrun_shutdown(s, CLOSE_DRAIN_MS, NULL) != SCHEDRUN_OK) {
+    /* jobs still running: abandon their devices (their workers are killed,
+     * a GPU context is reset), so that the execute actors can stop */
+    s->core.backend->ops->abandon(s->core.backend);
+  }
+  teardown(s);
+  *ps = NULL;
+  return SCHEDRUN_OK;
+}

@@ -1,0 +1,90 @@
+/*
+ * Programs through the public API: loading a config (file or text), joining a
+ * scheduler on the first job, and giving a program back once its jobs are done.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/api.h"
+
+static int wrap_program(prog_program *p, schedrun_program_t **out, schedrun_error_t *err) {
+  schedrun_program_t *h = calloc(1, sizeof *h);
+  if (!h) {
+    prog_free(p);
+    return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  }
+  h->p = p;
+  *out = h;
+  return SCHEDRUN_OK;
+}
+
+int schedrun_program_load_file(schedrun_t *s, const char *path, schedrun_program_t **out, schedrun_error_t *err) {
+  (void)s;
+  if (!out || !path) return err_set(err, SCHEDRUN_EINVAL, "schedrun_program_load_file: %s is NULL", out ? "path" : "out");
+  *out = NULL;
+  prog_program *p;
+  int rc = prog_load_file(path, &p, err);
+  return rc ? rc : wrap_program(p, out, err);
+}
+
+int schedrun_program_load_string(schedrun_t *s, const char *yaml, const char *origin, schedrun_program_t **out,
+                                 schedrun_error_t *err) {
+  (void)s;
+  if (!out || !yaml) return err_set(err, SCHEDRUN_EINVAL, "schedrun_program_load_string: %s is NULL", out ? "yaml" : "out");
+  *out = NULL;
+  prog_program *p;
+  int rc = prog_load_string(yaml, strlen(yaml), origin ? origin : "<string>", &p, err);
+  return rc ? rc : wrap_program(p, out, err);
+}
+
+int api_attach(schedrun_t *s, schedrun_program_t *h, schedrun_error_t *err) {
+  if (h->s == s) return SCHEDRUN_OK;
+  if (h->s) return err_set(err, SCHEDRUN_EINVAL, "program '%s' belongs to another scheduler", h->p->name);
+  pthread_mutex_lock(&s->core.reg_lock);
+  h->id = ++s->next_program;
+  int rc = hmap_put(&s->core.programs, &h->id, h->p);
+  pthread_mutex_unlock(&s->core.reg_lock);
+  if (rc) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  h->s = s;
+  h->next = s->programs;
+  s->programs = h;
+  return SCHEDRUN_OK;
+}
+
+void schedrun_program_free(schedrun_program_t **ph) {
+  if (!ph || !*ph) return;
+  schedrun_program_t *h = *ph;
+  schedrun_t *s = h->s;
+  *ph = NULL;
+  if (!s) {
+    prog_free(h->p);
+    free(h);
+    return;
+  }
+  pthread_mutex_lock(&s->lock);
+  for (schedrun_program_t **pp = &s->programs; *pp; pp = &(*pp)->next)
+    if (*pp == h) {
+      *pp = h->next;
+      break;
+    }
+  bool closed = s->closed;
+  pthread_mutex_unlock(&s->lock);
+  /* ask the actors to drop what they hold for it once its jobs are done; the
+   * completion thread frees it when they answer (or the scheduler's close) */
+  if (!closed) {
+    msg r;
+    msg_init(&r, MSG_RELEASE, 0, ACTOR_CLIENT);
+    r.body.release.program = h->id;
+    pthread_mutex_lock(&s->send_lock);
+    mbox_send(s->outbox, &r, NULL);
+    pthread_mutex_unlock(&s->send_lock);
+    msg_free(&r);
+  }
+  free(h);
+}
+
+const char *schedrun_program_name(const schedrun_program_t *p) { return p ? p->p->name : NULL; }
+int schedrun_program_repeat(const schedrun_program_t *p) { return p ? p->p->repeat : 0; }
+int schedrun_program_buffer_sets(const schedrun_program_t *p) { return p ? p->p->buffer_sets : 0; }
+int schedrun_program_jobs(const schedrun_program_t *p) { return p ? p->p->jobs : 0; }
+const char *schedrun_program_devices(const schedrun_program_t *p) { return p ? p->p->devices : NULL; }
