@@ -203,6 +203,44 @@ int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg *m, uint64_
   }
 }
 
+int actor_send_error(actor_t *self, const char *to, uint64_t job, int code, const char *text,
+                     const char *const *teardown, size_t nteardown) {
+  msg m;
+  msg_init(&m, MSG_ERROR, job, actor_name(self));
+  msg_error *e = &m.body.error;
+  e->code = code;
+  e->origin = xstrdup(actor_name(self));
+  e->job = job;
+  e->text = xstrdup(text ? text : "");
+  e->teardown.v = calloc(nteardown ? nteardown : 1, sizeof(char *));
+  for (size_t i = 0; e->teardown.v && i < nteardown; i++) e->teardown.v[e->teardown.n++] = xstrdup(teardown[i]);
+  int rc = actor_send(self, to, &m);
+  msg_free(&m);
+  return rc;
+}
+
+/* A message for a job could not be sent: the job still completes, with the
+ * cause. A COMPLETE goes again without its outputs; a request the actor made
+ * comes back to it as an ERROR (the scheduler then completes the job); a reply
+ * goes to its recipient as an ERROR. */
+static void undeliverable(actor_t *self, const char *to, const msg *m, int code, const char *why) {
+  atomic_fetch_add(&self->malformed, 1);
+  if (m->type == MSG_COMPLETE) {
+    msg c;
+    msg_init(&c, MSG_COMPLETE, m->job, self->name);
+    c.body.complete = m->body.complete;
+    memset(&c.body.complete.outputs, 0, sizeof c.body.complete.outputs);
+    c.body.complete.status = code;
+    c.body.complete.text = (char *)why;
+    actor_send(self, to, &c);
+    c.body.complete.text = NULL;
+    msg_free(&c);
+    return;
+  }
+  bool request = m->type == MSG_COMPILE || m->type == MSG_RECORD || m->type == MSG_EXECUTE || m->type == MSG_SUBMIT;
+  actor_send_error(self, request ? self->name : to, m->job, code, why, NULL, 0);
+}
+
 int actor_send(actor_t *self, const char *to, const msg *m) {
   peer *p = NULL;
   for (int i = 0; i < self->npeers; i++)
@@ -215,7 +253,11 @@ int actor_send(actor_t *self, const char *to, const msg *m) {
     snprintf(p->name, sizeof p->name, "%s", to);
     p->sock = s;
   }
-  return mbox_send(p->sock, m, NULL);
+  schedrun_error_t err = {0};
+  int rc = mbox_send(p->sock, m, &err);
+  if (rc && m->job && m->type != MSG_ERROR) undeliverable(self, to, m, rc, err.message ? err.message : "send failed");
+  schedrun_error_clear(&err);
+  return rc;
 }
 
 static void *actor_main(void *arg) {

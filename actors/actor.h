@@ -52,6 +52,10 @@ uint64_t actor_malformed(const actor_t *a);
  * thread only (the sockets are the actor's). m stays the caller's. */
 int actor_send(actor_t *self, const char *to, const msg *m);
 
+/* Sends ERROR for `job` to `to`, with the teardown steps that have already run. */
+int actor_send_error(actor_t *self, const char *to, uint64_t job, int code, const char *text,
+                     const char *const *teardown, size_t nteardown);
+
 /* ---- mailboxes outside actors (the library's client side) ---- */
 
 void *mbox_bind(void *zctx, const char *name, schedrun_error_t *err);    /* PULL */

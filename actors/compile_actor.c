@@ -21,6 +21,11 @@
  * failure, evict the failed keys from memory and disk. Failed futures keep no
  * log or buffer alive once reported. The next COMPILE starts clean.
  *
+ * CANCEL (the scheduler shutting down) tears every session down the same way:
+ * compiles not started are dropped, running ones are stopped (their compiler
+ * processes killed) and drained as they come back, the mode is reset, and only
+ * then does each session's ERROR (SCHEDRUN_ECLOSED, with those steps) leave.
+ *
  * Workers are plain threads of this actor: they take futures from a locked
  * queue, compile into a private temporary directory, publish the artifact by
  * rename, and post a COMPILED (one module; from "compile.worker") to this
@@ -28,6 +33,7 @@
  * and read after it.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +64,7 @@ typedef struct future {
   char *name, *entry, *source, *source_file, *where, *arch;
   prog_type params[64];
   uint32_t nparams, first_line;
+  _Atomic int cancel; /* set by the actor: the worker kills the compiler */
   /* the result: written by a worker, read by the actor after its message */
   int rc;
   char *error, *log;
@@ -75,6 +82,8 @@ typedef struct session {
   char (*keys)[65];
   bool *failed;
   size_t n, pending, failures, drained;
+  bool cancelled;          /* torn down by CANCEL: answered with ECLOSED */
+  size_t stopped, dropped; /* its compiles killed while running, or never started */
   strbuf report;
   uint32_t hits, misses;
 } session;
@@ -147,7 +156,8 @@ static void run_future(compile_state *s, future *f, int worker) {
   if (rc == SCHEDRUN_OK) rc = fs_mkdir_p(adir, &err);
   if (rc == SCHEDRUN_OK && !mkdtemp(tmp)) rc = err_set(&err, SCHEDRUN_EIO, "cannot create a directory under %s", tdir);
   if (rc == SCHEDRUN_OK) {
-    gpu_compile_req req = {f->name, f->entry, f->source, f->source_file, f->first_line, f->params, f->nparams, f->arch};
+    gpu_compile_req req = {f->name,   f->entry,   f->source, f->source_file, f->first_line,
+                           f->params, f->nparams, f->arch,   &f->cancel};
     uint8_t *img = NULL;
     size_t len = 0;
     rc = f->target->compile(f->tctx, &req, tmp, &img, &len, &f->log, &err);
@@ -227,6 +237,10 @@ static int compile_start(actor_t *self, schedrun_error_t *err) {
 
 static void compile_stop(actor_t *self) {
   compile_state *s = actor_state(self);
+  /* compiles still running are stopped, so that joining the pool is quick */
+  size_t pos = 0;
+  void *v;
+  while (hmap_next(&s->inflight, &pos, NULL, &v)) atomic_store(&((future *)v)->cancel, 1);
   pthread_mutex_lock(&s->lock);
   s->stopping = true;
   pthread_cond_broadcast(&s->cond);
@@ -414,6 +428,22 @@ static void evict(compile_state *s, const gpu_compile_target *t, const char *key
 
 static void finish_session(actor_t *self, compile_state *s, session *ss) {
   msg m;
+  if (ss->cancelled) {
+    /* teardown, in order, before the error leaves */
+    hmap_remove(&s->sessions, &ss->id); /* 1. reset the active compile mode */
+    const gpu_compile_target *t = gpu_compile_target_find(ss->target);
+    for (size_t i = 0; i < ss->n; i++)
+      if (ss->failed[i] && t) evict(s, t, ss->keys[i]); /* nothing half-written stays */
+    char step2[96], step3[96];
+    snprintf(step2, sizeof step2, "stop %zu running compiles (their compiler processes killed) and drain them",
+             ss->stopped);
+    snprintf(step3, sizeof step3, "drop %zu compiles not started", ss->dropped);
+    const char *steps[] = {"reset the active compile mode", step2, step3};
+    actor_send_error(self, ss->reply_to, ss->id, SCHEDRUN_ECLOSED,
+                     "the scheduler shut down while the program's kernels compiled", steps, 3);
+    session_free(ss);
+    return;
+  }
   if (ss->failures == 0) {
     msg_init(&m, MSG_COMPILED, ss->id, ACTOR_COMPILE);
     m.body.compiled.program = ss->program;
@@ -571,16 +601,44 @@ static void handle_worker_done(actor_t *self, compile_state *s, msg *m) {
   for (size_t w = 0; w < f->nwaiters; w++) {
     session *ss = hmap_get(&s->sessions, &f->waiters[w].session);
     if (!ss) continue;
+    if (ss->cancelled) ss->stopped++;
     resolve(ss, f->waiters[w].index, path, f->rc ? (f->error ? f->error : "compile failed") : NULL, f->log, f->where);
     if (ss->pending == 0) finish_session(self, s, ss);
   }
   future_free(f); /* its log and buffers go with it */
 }
 
+/* Shutdown: every session is torn down (see the top of the file). */
+static void handle_cancel(actor_t *self, compile_state *s) {
+  pthread_mutex_lock(&s->lock);
+  future *queued = s->qhead; /* not started: dropped */
+  s->qhead = s->qtail = NULL;
+  pthread_mutex_unlock(&s->lock);
+  size_t pos = 0;
+  void *v;
+  while (hmap_next(&s->sessions, &pos, NULL, &v)) ((session *)v)->cancelled = true;
+  pos = 0;
+  while (hmap_next(&s->inflight, &pos, NULL, &v)) atomic_store(&((future *)v)->cancel, 1); /* running: stopped */
+  /* sessions whose last future goes now finish; the map changes, so no walk */
+  for (future *f = queued, *next; f; f = next) {
+    next = f->next;
+    hmap_remove(&s->inflight, f->key);
+    for (size_t w = 0; w < f->nwaiters; w++) {
+      session *ss = hmap_get(&s->sessions, &f->waiters[w].session);
+      if (!ss) continue;
+      ss->dropped++;
+      resolve(ss, f->waiters[w].index, NULL, "stopped before it started", NULL, f->where);
+      if (ss->pending == 0) finish_session(self, s, ss);
+    }
+    future_free(f);
+  }
+}
+
 static int compile_handle(actor_t *self, msg *m) {
   compile_state *s = actor_state(self);
   switch (m->type) {
   case MSG_COMPILE: handle_compile(self, s, m); return ACTOR_CONTINUE;
+  case MSG_CANCEL: handle_cancel(self, s); return ACTOR_CONTINUE;
   case MSG_COMPILED:
     if (!strcmp(m->from, WORKER_FROM)) handle_worker_done(self, s, m);
     return ACTOR_CONTINUE;

@@ -59,8 +59,5 @@ void execute_state_free(execute_state *s);
 scheduler_state *scheduler_state_new(schedrun_core *core);
 void scheduler_state_free(scheduler_state *s);
 
-/* Sends ERROR for `job` to `to`, with teardown steps that have already run. */
-int actor_send_error(struct actor *self, const char *to, uint64_t job, int code,
-                     const char *text, const char *const *teardown, size_t nteardown);
 
 #endif

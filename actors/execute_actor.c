@@ -12,6 +12,10 @@
 #include "actors/actor.h"
 #include "actors/core.h"
 
+_Static_assert(PROG_MAX_BUFFER_BYTES + (1u << 20) <= MSG_MAX_BYTES,
+              "a job's buffers fit one message (EXECUTE in, COMPLETE out)");
+_Static_assert(PROG_MAX_SOURCE_BYTES <= MSG_MAX_STRING, "a kernel's source fits one string of a message");
+
 struct execute_state {
   schedrun_core *core;
   int device;

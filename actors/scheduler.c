@@ -559,6 +559,12 @@ static void handle_compiled(actor_t *self, scheduler_state *s, msg *m) {
   ps->modules = m->body.compiled.modules;
   memset(&m->body.compiled.modules, 0, sizeof m->body.compiled.modules);
   ps->compile = COMPILE_READY;
+  if (s->closing) {
+    /* finished before the CANCEL reached it: the jobs still do not start */
+    job *w;
+    while ((w = q_pop(&ps->waiting))) complete(self, s, w, SCHEDRUN_ECLOSED, "the scheduler shut down before the job started", NULL);
+    return;
+  }
   /* the compile is charged to the job that asked for it, once */
   job *trigger = hmap_get(&s->jobs, &m->job);
   if (trigger) {
@@ -617,6 +623,8 @@ static void handle_error(actor_t *self, scheduler_state *s, msg *m) {
   strbuf text;
   sb_init(&text);
   sb_adds(&text, e->text ? e->text : "");
+  /* the client learns what was torn down before the error reached it */
+  for (size_t i = 0; i < e->teardown.n; i++) sb_addf(&text, "%s%s", i ? "; " : "\nteardown: ", e->teardown.v[i]);
   if (j->state == JOB_COMPILING) {
     /* the compile of this job's program failed: every job waiting for it fails */
     prog_state *ps = prog_get(s, j->program, false);
@@ -729,23 +737,32 @@ static int scheduler_handle(actor_t *self, msg *m) {
     s->closing = true;
     snprintf(s->close_to, sizeof s->close_to, "%s", m->from);
     s->close_job = m->job;
-    /* fail what has not started; what is recording or executing finishes */
+    /* fail what is placed but not started; what is recording or executing
+     * finishes. Jobs waiting for a compile complete when the compile actor
+     * has torn its sessions down (ERROR, ECLOSED): teardown first. */
     size_t pos = 0;
     void *v;
     job **pending = calloc(s->jobs.count + 1, sizeof *pending);
     size_t n = 0;
-    while (pending && hmap_next(&s->jobs, &pos, NULL, &v))
-      if (((job *)v)->state == JOB_COMPILING || ((job *)v)->state == JOB_PLACED_WAITING) pending[n++] = v;
+    bool compiling = false;
+    while (pending && hmap_next(&s->jobs, &pos, NULL, &v)) {
+      if (((job *)v)->state == JOB_PLACED_WAITING) pending[n++] = v;
+      if (((job *)v)->state == JOB_COMPILING) compiling = true;
+    }
     pos = 0;
     while (hmap_next(&s->progs, &pos, NULL, &v)) {
-      prog_state *ps = v;
-      ps->waiting.head = ps->waiting.tail = NULL;
       size_t sp = 0;
       void *sv;
-      while (hmap_next(&ps->slots, &sp, NULL, &sv)) ((slot_state *)sv)->queue = (job_queue){0};
+      while (hmap_next(&((prog_state *)v)->slots, &sp, NULL, &sv)) ((slot_state *)sv)->queue = (job_queue){0};
     }
     for (size_t i = 0; i < n; i++) complete(self, s, pending[i], SCHEDRUN_ECLOSED, "the scheduler shut down before the job started", NULL);
     free(pending);
+    if (compiling) {
+      msg c;
+      msg_init(&c, MSG_CANCEL, 0, ACTOR_SCHEDULER);
+      actor_send(self, ACTOR_COMPILE, &c);
+      msg_free(&c);
+    }
     break;
   }
   case MSG_STATUS: {

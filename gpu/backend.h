@@ -11,6 +11,7 @@
 #ifndef SCHEDRUN_GPU_BACKEND_H
 #define SCHEDRUN_GPU_BACKEND_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -144,6 +145,7 @@ typedef struct gpu_compile_req {
   const prog_type *params;
   uint32_t nparams;
   const char *arch;
+  const _Atomic int *cancel; /* set non-zero (any thread): stop, killing the compiler; may be NULL */
 } gpu_compile_req;
 
 typedef struct gpu_compile_target {

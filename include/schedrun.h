@@ -219,7 +219,9 @@ SCHEDRUN_EXTERN int schedrun_submit(schedrun_t *s, schedrun_program_t *p, const 
  * thread took it meanwhile. A job already handed over, or one with a callback,
  * is SCHEDRUN_EINVAL. */
 SCHEDRUN_EXTERN int schedrun_wait(schedrun_t *s, schedrun_job_t job, int timeout_ms, schedrun_job_result_t **out, schedrun_error_t *err);
-/* The next completed job not yet waited for (in completion order). */
+/* The next completed job not yet handed over (in completion order).
+ * SCHEDRUN_EINVAL when no job is left that it could wait for (every one was
+ * handed over, or reports to a callback). */
 SCHEDRUN_EXTERN int schedrun_wait_any(schedrun_t *s, int timeout_ms, schedrun_job_t *job, schedrun_job_result_t **out,
                    schedrun_error_t *err);
 /* Waits until every submitted job has completed (results stay collectable). */

@@ -11,7 +11,7 @@
 
 static int closed(schedrun_t *s, const char *fn, schedrun_error_t *err) {
   pthread_mutex_lock(&s->lock);
-  bool c = s->closing;
+  bool c = s->closed; /* while a shutdown drains, the actors still answer */
   pthread_mutex_unlock(&s->lock);
   return c ? err_set(err, SCHEDRUN_ECLOSED, "%s: the scheduler is shut down", fn) : SCHEDRUN_OK;
 }

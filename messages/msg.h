@@ -39,6 +39,7 @@ typedef enum msg_type {
   MSG_STATUS,
   MSG_TERM,
   MSG_RELEASE,
+  MSG_CANCEL,
   MSG__END
 } msg_type;
 
@@ -165,6 +166,9 @@ typedef struct msg_error {
 
 typedef struct msg_status { msg_stats items; } msg_status;
 typedef struct msg_release { uint64_t program; } msg_release;
+/* Stop the compiles under way (shutdown): every active session is torn down
+ * and answered with ERROR; program 0 means every program. */
+typedef struct msg_cancel { uint64_t program; } msg_cancel;
 
 typedef struct msg {
   uint32_t v;
@@ -183,6 +187,7 @@ typedef struct msg {
     msg_error error;
     msg_status status;
     msg_release release;
+    msg_cancel cancel;
   } body;
 } msg;
 

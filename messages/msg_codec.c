@@ -100,12 +100,14 @@ SCHEMA(error_s, msg_error, F(msg_error, code, FK_I32), F(msg_error, origin, FK_S
 SCHEMA(status_s, msg_status, FA(msg_status, items, stat_s));
 static const schema term_s = {"msg_term", 0, 0, NULL};
 SCHEMA(release_s, msg_release, F(msg_release, program, FK_U64));
+SCHEMA(cancel_s, msg_cancel, F(msg_cancel, program, FK_U64));
 
 static const schema *const body_schema[MSG__END] = {
     [MSG_SUBMIT] = &submit_s,     [MSG_COMPILE] = &compile_s,   [MSG_COMPILED] = &compiled_s,
     [MSG_RECORD] = &record_s,     [MSG_RECORDED] = &recorded_s, [MSG_EXECUTE] = &execute_s,
     [MSG_EXECUTED] = &executed_s, [MSG_COMPLETE] = &complete_s, [MSG_ERROR] = &error_s,
     [MSG_STATUS] = &status_s,     [MSG_TERM] = &term_s,         [MSG_RELEASE] = &release_s,
+    [MSG_CANCEL] = &cancel_s,
 };
 
 
@@ -152,8 +154,24 @@ static void pack_key(msgpack_packer *pk, const field *f) {
   msgpack_pack_str_body(pk, f->wire, f->wire_len);
 }
 
+/* The encoder's output: grows from a small start (msgpack-c's own buffer
+ * starts at 8 KiB, far more than a typical message). It refuses what the
+ * decoder would refuse, so that a message that cannot arrive is never sent. */
+typedef struct outbuf {
+  char *data;
+  size_t len, cap;
+  bool failed;
+  const char *too_big; /* which limit was passed */
+} outbuf;
+
+static void over(msgpack_packer *pk, const char *what) {
+  outbuf *o = pk->data;
+  if (!o->too_big) o->too_big = what;
+}
+
 static void pack_str(msgpack_packer *pk, const char *s) {
   size_t n = s ? strlen(s) : 0;
+  if (n > MSG_MAX_STRING) over(pk, "a string is over 16 MiB");
   msgpack_pack_str(pk, n);
   msgpack_pack_str_body(pk, s ? s : "", n);
 }
@@ -178,18 +196,21 @@ static void pack_struct(msgpack_packer *pk, const schema *s, const void *base) {
     }
     case FK_U64S: {
       const msg_u64s *a = p;
+      if (a->n > MSG_MAX_ARRAY) over(pk, "an array is over its limit");
       msgpack_pack_array(pk, a->n);
       for (size_t k = 0; k < a->n; k++) msgpack_pack_uint64(pk, a->v[k]);
       break;
     }
     case FK_STRS: {
       const msg_strs *a = p;
+      if (a->n > MSG_MAX_ARRAY) over(pk, "an array is over its limit");
       msgpack_pack_array(pk, a->n);
       for (size_t k = 0; k < a->n; k++) pack_str(pk, a->v[k]);
       break;
     }
     case FK_ARR: {
       const any_arr *a = p;
+      if (a->n > MSG_MAX_ARRAY) over(pk, "an array is over its limit");
       msgpack_pack_array(pk, a->n);
       for (size_t k = 0; k < a->n; k++)
         pack_struct(pk, f->sub, (const char *)a->v + k * f->sub->size);
@@ -199,17 +220,14 @@ static void pack_struct(msgpack_packer *pk, const schema *s, const void *base) {
   }
 }
 
-/* The encoder's output: grows from a small start (msgpack-c's own buffer
- * starts at 8 KiB, far more than a typical message). */
-typedef struct outbuf {
-  char *data;
-  size_t len, cap;
-  bool failed;
-} outbuf;
-
 static int outbuf_write(void *data, const char *buf, size_t len) {
   outbuf *o = data;
   if (o->failed) return -1;
+  if (o->len + len > MSG_MAX_BYTES) {
+    o->too_big = "the message is over 1 GiB";
+    o->failed = true;
+    return -1;
+  }
   if (o->len + len > o->cap) {
     size_t cap = o->cap ? o->cap : 256;
     while (cap < o->len + len) cap *= 2;
@@ -231,7 +249,7 @@ int msg_encode(const msg *m, uint8_t **out, size_t *len, schedrun_error_t *err) 
   *len = 0;
   if (m->type <= 0 || m->type >= MSG__END)
     return err_set(err, SCHEDRUN_EINVAL, "cannot encode a message of unknown type %d", m->type);
-  outbuf ob = {NULL, 0, 0, false};
+  outbuf ob = {NULL, 0, 0, false, NULL};
   msgpack_packer pk;
   msgpack_packer_init(&pk, &ob, outbuf_write);
   msgpack_pack_map(&pk, 5);
@@ -245,6 +263,11 @@ int msg_encode(const msg *m, uint8_t **out, size_t *len, schedrun_error_t *err) 
   pack_str(&pk, m->from);
   pack_str(&pk, "body");
   pack_struct(&pk, body_schema[m->type], &m->body);
+  if (ob.too_big) {
+    free(ob.data);
+    return err_set(err, SCHEDRUN_EPROTO, "%s for job %llu cannot be sent: %s", msg_type_name(m->type),
+                   (unsigned long long)m->job, ob.too_big);
+  }
   if (ob.failed || !ob.data) {
     free(ob.data);
     return err_set(err, SCHEDRUN_ENOMEM, "out of memory encoding %s", msg_type_name(m->type));

@@ -24,6 +24,7 @@ typedef struct ld {
   prog_program *p;
   uint32_t next_command;
   bool loop_is_while[PROG_MAX_DEPTH];
+  uint64_t buffer_bytes; /* all buffers so far */
 } ld;
 
 typedef yaml_node_t node;
@@ -234,6 +235,9 @@ static void load_kernels(ld *l, node *n) {
     if (f[1] && f[2]) problem(l, f[2], "kernel '%s' has both source and file; give one", name);
     else if (f[1]) {
       if (is_scalar(l, f[1], "source")) {
+        if (f[1]->data.scalar.length > PROG_MAX_SOURCE_BYTES)
+          problem(l, f[1], "kernel '%s' has %zu bytes of source; at most %u MiB", name, f[1]->data.scalar.length,
+                  PROG_MAX_SOURCE_BYTES >> 20);
         kr->source = xstrdup(sval(f[1]));
         kr->source_file = xstrdup(l->file);
         bool block = f[1]->data.scalar.style == YAML_LITERAL_SCALAR_STYLE ||
@@ -249,6 +253,8 @@ static void load_kernels(ld *l, node *n) {
         schedrun_error_t e = {0};
         if (!path || fs_read_file(path, &data, &len, &e) != SCHEDRUN_OK) {
           problem(l, f[2], "cannot read kernel file '%s': %s", rel, e.message ? e.message : "");
+        } else if (len > PROG_MAX_SOURCE_BYTES) {
+          problem(l, f[2], "kernel file '%s' has %zu bytes; at most %u MiB", rel, len, PROG_MAX_SOURCE_BYTES >> 20);
         } else if (memchr(data, '\0', len)) {
           problem(l, f[2], "kernel file '%s' is not text", rel);
         } else {
@@ -406,6 +412,16 @@ static void load_buffers(ld *l, node *n) {
       ok = false;
     }
     b->count = (uint64_t)c;
+    if (ok) {
+      uint64_t bytes = b->count * prog_type_size(b->type);
+      l->buffer_bytes += bytes;
+      if (l->buffer_bytes > PROG_MAX_BUFFER_BYTES) {
+        problem(l, f[1], "buffer '%s' brings the program's buffers to %llu bytes; at most %llu MiB in all (a job's "
+                         "buffers travel in one message)",
+                b->name, (unsigned long long)l->buffer_bytes, PROG_MAX_BUFFER_BYTES >> 20);
+        ok = false;
+      }
+    }
     if (ok && f[2]) load_init(l, f[2], b);
   }
 }
@@ -882,7 +898,14 @@ static void load_doc(ld *l, node *root) {
   if (f[3] && read_int(l, f[3], "repeat", 1, 1000000, &v)) p->repeat = (int)v;
   if (f[4] && read_int(l, f[4], "buffer_sets", 1, 64, &v)) p->buffer_sets = (int)v;
   if (f[5] && read_int(l, f[5], "jobs", 1, 1000000, &v)) p->jobs = (int)v;
-  if (f[6]) load_kernels(l, f[6]);
+  if (f[6]) {
+    load_kernels(l, f[6]);
+    uint64_t sources = 0;
+    for (uint32_t i = 0; i < p->nkernels; i++) sources += p->kernels[i].source ? strlen(p->kernels[i].source) : 0;
+    if (sources > PROG_MAX_SOURCES_BYTES)
+      problem(l, f[6], "the kernels have %llu bytes of source in all; at most %u MiB", (unsigned long long)sources,
+              PROG_MAX_SOURCES_BYTES >> 20);
+  }
   if (f[7]) load_buffers(l, f[7]);
   if (!f[8]) problem(l, root, "program is missing (a list of steps)");
   else {

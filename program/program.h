@@ -18,6 +18,12 @@
 
 #define PROG_MAX_DEPTH 8          /* loop nesting */
 #define PROG_MAX_NODES (1u << 22) /* recorded nodes after unrolling */
+/* A job's inputs and outputs travel in one message (at most 1 GiB): all of a
+ * program's buffers together stay under it, with room for the rest. */
+#define PROG_MAX_BUFFER_BYTES (1023ull << 20)
+/* Kernel sources travel in one COMPILE message. */
+#define PROG_MAX_SOURCE_BYTES (8u << 20)
+#define PROG_MAX_SOURCES_BYTES (256u << 20)
 
 typedef enum prog_type { PT_I32, PT_U32, PT_I64, PT_U64, PT_F32, PT_F64, PT_PTR, PT_U8 } prog_type;
 

@@ -301,12 +301,41 @@ static void test_damaged_configs(void **st) {
   free(text);
 }
 
+/* What cannot travel in one message is refused at load, with its place. */
+static void test_message_limits(void **st) {
+  (void)st;
+  /* a 1.2 GB output buffer */
+  expect_problem("version: 1\n"
+                 "buffers:\n"
+                 "  out: {type: f32, count: 300000000}\n"
+                 "program: []\n"
+                 "expect:\n"
+                 "  out: {sum: 0}\n",
+                 "t.yaml:3:27: ", "buffer 'out' brings the program's buffers to 1200000000 bytes; at most 1023 MiB");
+  /* two that fit alone but not together: the second is named */
+  expect_problem("version: 1\n"
+                 "buffers:\n"
+                 "  a: {type: u8, count: 600000000}\n"
+                 "  b: {type: u8, count: 600000000}\n"
+                 "program: []\n",
+                 "t.yaml:4:24: ", "buffer 'b' brings");
+  /* a kernel source over 8 MiB */
+  size_t big = (8u << 20) + 10;
+  char *yaml = malloc(big + 200);
+  assert_non_null(yaml);
+  int n = sprintf(yaml, "version: 1\nkernels:\n  k:\n    params: []\n    source: \"");
+  memset(yaml + n, 'x', big);
+  strcpy(yaml + n + big, "\"\nprogram: []\n");
+  expect_problem(yaml, "t.yaml:5:13: ", "kernel 'k' has 8388618 bytes of source; at most 8 MiB");
+  free(yaml);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_damaged_configs),
       cmocka_unit_test(test_config_md_example), cmocka_unit_test(test_five_mistakes),
       cmocka_unit_test(test_single_problems),   cmocka_unit_test(test_files_and_inits),
-      cmocka_unit_test(test_nested_and_while_ok),
+      cmocka_unit_test(test_nested_and_while_ok), cmocka_unit_test(test_message_limits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -213,6 +213,14 @@ static void test_complete_error_status_term_release(void **st) {
   assert_true(o.body.release.program == 42);
   msg_free(&m);
   msg_free(&o);
+
+  msg_init(&m, MSG_CANCEL, 0, "scheduler");
+  m.body.cancel.program = 7;
+  roundtrip(&m, &o);
+  assert_true(o.body.cancel.program == 7);
+  assert_string_equal(msg_type_name(MSG_CANCEL), "CANCEL");
+  msg_free(&m);
+  msg_free(&o);
 }
 
 /* ---- malformed input ---- */
@@ -239,6 +247,56 @@ static uint8_t *sample(size_t *len) {
   uint8_t *b = enc(&m, len);
   msg_free(&m);
   return b;
+}
+
+/* The encoder refuses what the decoder would refuse, naming the job: a
+ * message that cannot arrive is never sent. */
+static void test_encoder_limits(void **st) {
+  (void)st;
+  msg m;
+  uint8_t *buf;
+  size_t len;
+  schedrun_error_t err = {0};
+  msg_init(&m, MSG_COMPLETE, 77, "execute.0");
+  m.body.complete.text = malloc(MSG_MAX_STRING + 2);
+  assert_non_null(m.body.complete.text);
+  memset(m.body.complete.text, 'x', MSG_MAX_STRING + 1);
+  m.body.complete.text[MSG_MAX_STRING + 1] = '\0';
+  assert_int_equal(msg_encode(&m, &buf, &len, &err), SCHEDRUN_EPROTO);
+  assert_non_null(strstr(err.message, "COMPLETE for job 77 cannot be sent: a string is over 16 MiB"));
+  schedrun_error_clear(&err);
+  m.body.complete.text[MSG_MAX_STRING] = '\0'; /* exactly at the limit: fine, and it decodes */
+  assert_int_equal(msg_encode(&m, &buf, &len, &err), SCHEDRUN_OK);
+  msg o;
+  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_OK);
+  assert_int_equal(strlen(o.body.complete.text), MSG_MAX_STRING);
+  msg_free(&o);
+  free(buf);
+  msg_free(&m);
+
+  msg_init(&m, MSG_RECORD, 5, "scheduler");
+  m.body.record.bindings.n = MSG_MAX_ARRAY + 1;
+  m.body.record.bindings.v = calloc(m.body.record.bindings.n, sizeof(uint64_t));
+  assert_non_null(m.body.record.bindings.v);
+  assert_int_equal(msg_encode(&m, &buf, &len, &err), SCHEDRUN_EPROTO);
+  assert_non_null(strstr(err.message, "RECORD for job 5 cannot be sent: an array is over its limit"));
+  schedrun_error_clear(&err);
+  msg_free(&m);
+
+  /* over 1 GiB in all */
+  msg_init(&m, MSG_EXECUTED, 9, "execute.0");
+  m.body.executed.outputs.v = calloc(2, sizeof(msg_output));
+  assert_non_null(m.body.executed.outputs.v);
+  m.body.executed.outputs.n = 2;
+  for (int i = 0; i < 2; i++) {
+    m.body.executed.outputs.v[i].data.len = 600u << 20;
+    m.body.executed.outputs.v[i].data.data = calloc(1, 600u << 20);
+    assert_non_null(m.body.executed.outputs.v[i].data.data);
+  }
+  assert_int_equal(msg_encode(&m, &buf, &len, &err), SCHEDRUN_EPROTO);
+  assert_non_null(strstr(err.message, "EXECUTED for job 9 cannot be sent: the message is over 1 GiB"));
+  schedrun_error_clear(&err);
+  msg_free(&m);
 }
 
 static void test_truncated_everywhere(void **st) {
@@ -435,6 +493,7 @@ int main(void) {
       cmocka_unit_test(test_compile_and_compiled),
       cmocka_unit_test(test_record_family),
       cmocka_unit_test(test_complete_error_status_term_release),
+      cmocka_unit_test(test_encoder_limits),
       cmocka_unit_test(test_truncated_everywhere),
       cmocka_unit_test(test_bad_structure),
       cmocka_unit_test(test_fields),

@@ -38,16 +38,24 @@ static const char *compiler(void) {
 }
 
 /* Runs argv with stdout and stderr into log_path; returns the exit status,
- * or -1 when it could not run or ran out of time. */
-static int run_logged(char *const argv[], const char *log_path, schedrun_error_t *err) {
+ * or -1 when it could not run, ran out of time or was cancelled (*cancel set:
+ * the compiler is killed at once). */
+static int run_logged(char *const argv[], const char *log_path, const _Atomic int *cancel, schedrun_error_t *err) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  /* a process group of its own: a stopped or timed-out compile is ended with
+   * everything it started (cc1plus, as, ld) */
+  posix_spawnattr_t at;
+  posix_spawnattr_init(&at);
+  posix_spawnattr_setpgroup(&at, 0);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
   pid_t pid;
-  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  int rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
   if (rc != 0) {
     err_set(err, SCHEDRUN_ECOMPILE, "cannot run the C++ compiler '%s': %s", argv[0], strerror(rc));
     return -1;
@@ -62,8 +70,14 @@ static int run_logged(char *const argv[], const char *log_path, schedrun_error_t
       err_set(err, SCHEDRUN_ECOMPILE, "lost the C++ compiler process: %s", strerror(errno));
       return -1;
     }
+    if (cancel && atomic_load(cancel)) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      err_set(err, SCHEDRUN_ECLOSED, "the compile was stopped (its compiler process was killed)");
+      return -1;
+    }
     if (now_ns() > deadline) {
-      kill(pid, SIGKILL);
+      kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
       err_set(err, SCHEDRUN_ECOMPILE, "the C++ compiler ran for more than %llu s",
               COMPILE_TIMEOUT_NS / 1000000000ull);
@@ -96,7 +110,7 @@ static int host_identity(void *ctx, char **out, schedrun_error_t *err) {
   char log[64];
   snprintf(log, sizeof log, "%s/version", dir);
   char *argv[] = {(char *)compiler(), "--version", NULL};
-  int st = run_logged(argv, log, err);
+  int st = run_logged(argv, log, NULL, err);
   char *text = NULL;
   size_t len = 0;
   schedrun_error_t e = {0};
@@ -244,7 +258,7 @@ static int host_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir
   char *argv[] = {(char *)compiler(), "-std=c++17", "-O2", "-fPIC", "-shared",
                   "-fvisibility=hidden", "-fno-exceptions", "-fno-rtti", "-o", path_so.data,
                   path_src.data, NULL};
-  int st = run_logged(argv, path_log.data, err);
+  int st = run_logged(argv, path_log.data, r->cancel, err);
   size_t len = 0;
   schedrun_error_t e = {0};
   if (fs_read_file(path_log.data, log, &len, &e) == SCHEDRUN_OK && len > MAX_LOG) {
@@ -332,7 +346,7 @@ int host_worker_program(const char *cache_dir, char **path, schedrun_error_t *er
   snprintf(f_log, sizeof f_log, "%s/log", tmp);
   if ((rc = fs_write_atomic(f_src, src.data, src.len, err))) goto done;
   char *argv[] = {(char *)compiler(), "-x", "c", "-std=gnu11", "-O2", "-o", f_bin, f_src, "-ldl", NULL};
-  int st = run_logged(argv, f_log, err);
+  int st = run_logged(argv, f_log, NULL, err);
   if (st != 0) {
     size_t len = 0;
     schedrun_error_t e = {0};

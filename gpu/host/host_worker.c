@@ -44,10 +44,9 @@ static void futex_wake(uint32_t *word) { syscall(SYS_futex, word, FUTEX_WAKE, 1,
 
 static void on_fault(int sig, siginfo_t *si, void *uc) {
   (void)uc;
-  ctl->fault_signo = sig;
   ctl->fault_code = si->si_code;
   ctl->fault_addr = (uint64_t)(uintptr_t)si->si_addr;
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  __atomic_store_n(&ctl->fault_signo, sig, __ATOMIC_SEQ_CST); /* last: the library reads it first */
   /* the handler was reset to the default: dying is what the signal meant */
   raise(sig);
 }

@@ -1,0 +1,174 @@
+/*
+ * Kernels that misbehave are contained the way a GPU contains them: a far
+ * out-of-bounds write, a null pointer, a division by zero, abort() and exit(0)
+ * each fail their own job, naming the kernel, its place in the config, the job,
+ * the device and the fault, while a job on the other device verifies; the
+ * faulting device is lost and later jobs go elsewhere. A kernel that never
+ * returns is ended by its job's deadline, and close still returns at once.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+
+#include "test_util.h"
+
+/* Job 0 misbehaves (mode 0), job 1 fills out with 7 (mode 1). `body` is the
+ * misbehaviour, a statement of CUDA C. */
+static char *config(const char *body) {
+  char *y = NULL;
+  int n = asprintf(&y,
+                   "version: 1\n"
+                   "name: faults\n"
+                   "kernels:\n"
+                   "  k:\n"
+                   "    params: [ptr, i32]\n"
+                   "    source: |\n"
+                   "      extern \"C\" void abort(void);\n"
+                   "      extern \"C\" void exit(int);\n"
+                   "      extern \"C\" __global__ void k(float *out, int mode) {\n"
+                   "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                   "        if (mode == 0 && i == 0) { %s }\n"
+                   "        if (i < 64) out[i] = 7.0f;\n"
+                   "      }\n"
+                   "buffers:\n"
+                   "  out: {type: f32, count: 64}\n"
+                   "program:\n"
+                   "  - launch: {kernel: k, grid: 1, block: 64, args: [out, \"$job\"]}\n"
+                   "expect:\n"
+                   "  out: {sum: 448}\n",
+                   body);
+  assert_true(n > 0);
+  return y;
+}
+
+#define STEP_AT "faults.yaml:17:5" /* where the launch step is in config() */
+
+typedef struct outcome {
+  int status;
+  char text[1024];
+} outcome;
+
+/* Runs job 0 on host:0 and job 1 on host:1; returns job 0's outcome after
+ * checking that job 1 verified and that only host:0 was lost. */
+static outcome run_pair(const char *body, int timeout_ms) {
+  char *yaml = config(body);
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "host:2";
+  schedrun_t *s = NULL;
+  schedrun_program_t *p = NULL;
+  schedrun_error_t err = {0};
+  if (schedrun_open(&s, &o, &err) || schedrun_program_load_string(s, yaml, "faults.yaml", &p, &err))
+    fail_msg("%s", err.message);
+  free(yaml);
+  schedrun_job_t id[2];
+  for (int j = 0; j < 2; j++) {
+    schedrun_job_options_t jo;
+    schedrun_job_options_init(&jo);
+    jo.job = j;
+    jo.device = j;
+    jo.timeout_ms = j == 0 ? timeout_ms : 0;
+    assert_int_equal(schedrun_submit(s, p, &jo, &id[j], &err), SCHEDRUN_OK);
+  }
+  outcome out = {0};
+  for (int j = 1; j >= 0; j--) {
+    schedrun_job_result_t *r;
+    assert_int_equal(schedrun_wait(s, id[j], 30000, &r, &err), SCHEDRUN_OK);
+    const schedrun_job_info_t *info = schedrun_job_result_info(r);
+    if (j == 1) {
+      if (info->status != SCHEDRUN_OK || !info->verified || info->device != 1)
+        fail_msg("the job on host:1 did not verify: %s", schedrun_job_result_error(r));
+    } else {
+      out.status = info->status;
+      snprintf(out.text, sizeof out.text, "%s", schedrun_job_result_error(r));
+      assert_int_equal(info->device, 0);
+    }
+    schedrun_job_result_free(&r);
+  }
+  assert_non_null(schedrun_device_lost(s, 0));
+  assert_null(schedrun_device_lost(s, 1));
+  /* a later job goes to the device that still works, and verifies */
+  schedrun_job_options_t jo;
+  schedrun_job_options_init(&jo);
+  jo.job = 1;
+  schedrun_job_t later;
+  schedrun_job_result_t *r;
+  assert_int_equal(schedrun_submit(s, p, &jo, &later, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait(s, later, 30000, &r, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_job_result_info(r)->device, 1);
+  assert_true(schedrun_job_result_info(r)->verified);
+  schedrun_job_result_free(&r);
+  /* one pinned to the lost device fails at once with its reason */
+  jo.device = 0;
+  assert_int_equal(schedrun_submit(s, p, &jo, &later, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait(s, later, 30000, &r, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_job_result_info(r)->status, SCHEDRUN_ELOST);
+  assert_non_null(strstr(schedrun_job_result_error(r), "host:0"));
+  schedrun_job_result_free(&r);
+  schedrun_stats_t st;
+  assert_int_equal(schedrun_get_stats(s, &st, &err), SCHEDRUN_OK);
+  assert_int_equal(st.devices_lost, 1);
+  schedrun_program_free(&p);
+  uint64_t t0 = now_ns();
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+  assert_true(now_ns() - t0 < 2000000000ull);
+  return out;
+}
+
+static void expect_named(const outcome *o, int status, const char *fault) {
+  if (o->status != status || !strstr(o->text, "kernel 'k' (" STEP_AT ")") || !strstr(o->text, "host:0") ||
+      !strstr(o->text, "run 0, job 0") || !strstr(o->text, fault))
+    fail_msg("status %d (wanted %d), text: %s\n(wanted the kernel, " STEP_AT ", host:0, the job and '%s')",
+             o->status, status, o->text, fault);
+}
+
+static void test_out_of_bounds_write(void **st) {
+  (void)st;
+  outcome o = run_pair("out[1L << 40] = 1.0f;", 0);
+  expect_named(&o, SCHEDRUN_EFAULT, "invalid memory access (SIGSEGV at address 0x");
+}
+
+static void test_null_pointer(void **st) {
+  (void)st;
+  outcome o = run_pair("*(volatile float *)0 = 1.0f;", 0);
+  expect_named(&o, SCHEDRUN_EFAULT, "SIGSEGV at address 0x0)");
+}
+
+static void test_division_by_zero(void **st) {
+  (void)st;
+  outcome o = run_pair("volatile int a = 1, z = 0; out[1] = (float)(a / z);", 0);
+  expect_named(&o, SCHEDRUN_EFAULT, "integer division by zero (SIGFPE)");
+}
+
+static void test_abort(void **st) {
+  (void)st;
+  outcome o = run_pair("abort();", 0);
+  expect_named(&o, SCHEDRUN_EFAULT, "abort() (SIGABRT)");
+}
+
+static void test_exit_cannot_fake_success(void **st) {
+  (void)st;
+  outcome o = run_pair("exit(0);", 0);
+  expect_named(&o, SCHEDRUN_EFAULT, "ended with exit status 0");
+}
+
+static void test_kernel_that_never_returns(void **st) {
+  (void)st;
+  uint64_t t0 = now_ns();
+  outcome o = run_pair("volatile int spin = 1; while (spin) {}", 2000);
+  uint64_t took = now_ns() - t0;
+  expect_named(&o, SCHEDRUN_ETIMEOUT, "past its deadline");
+  /* ended at its deadline, not at some later limit */
+  assert_true(took >= 2000000000ull && took < 15000000000ull);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_out_of_bounds_write), cmocka_unit_test(test_null_pointer),
+      cmocka_unit_test(test_division_by_zero),    cmocka_unit_test(test_abort),
+      cmocka_unit_test(test_exit_cannot_fake_success), cmocka_unit_test(test_kernel_that_never_returns),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
