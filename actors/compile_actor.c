@@ -149,7 +149,7 @@ typedef struct worker_arg {
 static void run_future(compile_state *s, future *f, int worker) {
   schedrun_error_t err = {0};
   char tmp[1024];
-  snprintf(tmp, sizeof tmp, "%s/tmp/w%d-XXXXXX", s->core->cache_dir, worker);
+  snprintf(tmp, sizeof tmp, "%s/tmp/p%ld-w%d-XXXXXX", s->core->cache_dir, (long)getpid(), worker);
   char *tdir = fs_dirname(tmp), *adir = fs_dirname(f->path);
   int rc = tdir && adir ? SCHEDRUN_OK : err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
   if (rc == SCHEDRUN_OK) rc = fs_mkdir_p(tdir, &err);

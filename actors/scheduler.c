@@ -24,6 +24,7 @@
 #include "actors/exec_ctx_key.h"
 
 #define MAX_SLOTS 64
+#define EXECUTE_AHEAD 4 /* EXECUTEs out per execution context */
 
 enum { JOB_COMPILING, JOB_PLACED_WAITING, JOB_RECORDING, JOB_EXECUTING };
 
@@ -384,6 +385,9 @@ static void dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slo
       start_record(self, s, ps, ss, j);
       return;
     }
+    /* a few EXECUTEs ahead keep the device busy; the rest wait here, where a
+     * shutdown or a deadline can still reach them */
+    if (ss->inflight >= EXECUTE_AHEAD) return;
     q_pop(&ss->queue);
     j->counts = (msg_counts){0, 0, ss->nodes}; /* reused as it is, without asking */
     ss->fast_reuses += ss->nodes;

@@ -5,9 +5,10 @@
  *   latency: one such job submitted and waited for, median and p99;
  *   chain: one job of 100 tiny launches (a recorded sequence), run many
  *          times; cost per kernel.
- * With 1 and with 2 host devices, and in three modes measured in this one
- * run: as shipped, without the receive spin, and also without the reuse
- * fast path. Prints key=value lines.
+ * With 1 and with 2 host devices, and in four modes measured in this one
+ * run: as shipped, without the receive spin, also without the reuse fast
+ * path, and as shipped but with the kernels in this process (host_in_process:
+ * what containing faults in worker processes costs). Prints key=value lines.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,9 +39,10 @@ static const char chain_program[] =
     "expect:\n  p: {values: [100]}\n";
 
 /* mode 0: as shipped; 1: without the receive spin; 2: also without the
- * reuse fast path (every job RECORDed), i.e. the pipeline as first built */
+ * reuse fast path (every job RECORDed), i.e. the pipeline as first built;
+ * 3: as shipped, kernels in this process (no fault containment) */
 static int mode;
-static const char *mode_name[] = {"", "nospin_", "plain_"};
+static const char *mode_name[] = {"", "nospin_", "plain_", "inprocess_"};
 
 static schedrun_t *open_host(int n) {
   char spec[16];
@@ -48,8 +50,9 @@ static schedrun_t *open_host(int n) {
   schedrun_options_t o;
   schedrun_options_init(&o);
   o.devices = spec;
-  o.spin_us = mode >= 1 ? -1 : 0;
-  o.record_always = mode >= 2;
+  o.spin_us = mode == 1 || mode == 2 ? -1 : 0;
+  o.record_always = mode == 2;
+  o.host_in_process = mode == 3;
   schedrun_t *s;
   schedrun_error_t err = {0};
   if (schedrun_open(&s, &o, &err)) die("open", &err);
@@ -165,8 +168,8 @@ static void chain(int devices, int n) {
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 100000;
   if (n < 100) n = 100;
-  for (mode = 0; mode < 3; mode++) {
-    int jobs = mode ? n / 5 : n; /* the slower pipelines get fewer jobs */
+  for (mode = 0; mode < 4; mode++) {
+    int jobs = mode == 1 || mode == 2 ? n / 5 : n; /* the slower pipelines get fewer jobs */
     for (int d = 1; d <= 2; d++) {
       throughput(d, jobs);
       latency(d, 1000);

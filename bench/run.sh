@@ -126,6 +126,29 @@ sp_tp=$(get starpu_throughput_tasks_per_s "$S"); sp_lat=$(get starpu_latency_med
     echo "| chain, per kernel, $d device(s) | $a ns | $b ns | $c ns | $(ratio "$a" "$c")x cheaper |"
   done
   echo
+  echo "## What containing kernel faults costs (same run)"
+  echo
+  echo "Host devices run kernels in a worker process each, so that a kernel that"
+  echo "faults, aborts, calls exit() or never returns ends that process and not the"
+  echo "program (docs/design.md). \\`host_in_process\\` runs them in the program instead:"
+  echo "the same code without the process hop. Both as shipped otherwise, in this one"
+  echo "run of \\`jobs_bench\\`."
+  echo
+  echo "| figure | in-process (no containment) | worker processes (shipped) | cost of containment |"
+  echo "|---|---|---|---|"
+  for d in 1 2; do
+    a=$(get inprocess_throughput_${d}dev_jobs_per_s "$J"); c=$(get throughput_${d}dev_jobs_per_s "$J")
+    echo "| single-launch throughput, $d device(s) | $a jobs/s | $c jobs/s | $(ratio "$c" "$a")x the rate |"
+  done
+  for d in 1 2; do
+    a=$(get inprocess_latency_${d}dev_median_us "$J"); c=$(get latency_${d}dev_median_us "$J")
+    echo "| median latency, $d device(s) | $a us | $c us | $(ratio "$c" "$a")x as long |"
+  done
+  for d in 1 2; do
+    a=$(get inprocess_chain_${d}dev_ns_per_kernel "$J"); c=$(get chain_${d}dev_ns_per_kernel "$J")
+    echo "| chain of 100, per kernel, $d device(s) | $a ns | $c ns | $(ratio "$c" "$a")x as much |"
+  done
+  echo
   echo "Changes that cannot be switched off at run time, measured before and after on"
   echo "this machine with \`build/jobs_bench 20000\` (single-launch throughput, 1 / 2 devices):"
   echo

@@ -3,15 +3,17 @@
  *
  * Exit status: 0 every run verified; 1 a verification failed; 2 a bad config
  * or bad usage; 3 a kernel did not compile; 4 any other failure (device,
- * timeout).
+ * timeout); 128 + the signal when SIGINT, SIGTERM or SIGHUP stopped it.
  */
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "interrupt.h"
 #include "schedrun.h"
 
 enum { EXIT_VERIFIED = 0, EXIT_MISMATCH = 1, EXIT_USAGE = 2, EXIT_COMPILE = 3, EXIT_OTHER = 4 };
@@ -32,12 +34,16 @@ static void usage(FILE *f) {
           "  -s, --stats      print per-device counters (always, with several devices)\n"
           "  --json           print the summary as one JSON object\n"
           "  --trace FILE     write a Chrome trace event file (opens in Perfetto)\n"
+          "  --timeout SECS   bound on the whole run (default 600); jobs still running\n"
+          "                   then fail naming what they ran, and their devices are lost\n"
           "  -q, --quiet      print only errors\n"
           "  -h, --help       this text\n"
           "  -V, --version    the version\n"
           "\n"
           "exit status: 0 verified, 1 verification failed, 2 bad config or usage,\n"
-          "3 kernel compile error, 4 other failure\n");
+          "3 kernel compile error, 4 other failure; 130, 143, 129 when SIGINT, SIGTERM or\n"
+          "SIGHUP stopped it (the summary, --json and --trace hold what finished;\n"
+          "a second signal ends it at once)\n");
 }
 
 static int positive(const char *opt, const char *v, int *out) {
@@ -84,11 +90,16 @@ int main(int argc, char **argv) {
       {"stats", no_argument, NULL, 's'},         {"quiet", no_argument, NULL, 'q'},
       {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
       {"json", no_argument, NULL, 'J'},          {"trace", required_argument, NULL, 'T'},
-      {NULL, 0, NULL, 0}};
+      {"timeout", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
   const char *devices = NULL;
   const char *trace = NULL;
-  int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, json = 0, c;
+  int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, json = 0, timeout_s = 600, c;
   opterr = 0;
+  /* before any thread starts: they all inherit the blocked signals */
+  if (interrupt_start() != 0) {
+    fprintf(stderr, "sched-run: cannot set up signal handling\n");
+    return EXIT_OTHER;
+  }
   while ((c = getopt_long(argc, argv, "hqsV", longopts, NULL)) != -1) {
     switch (c) {
     case 'd': devices = optarg; break;
@@ -99,6 +110,13 @@ int main(int argc, char **argv) {
     case 'q': quiet = 1; break;
     case 'J': json = 1; break;
     case 'T': trace = optarg; break;
+    case 't':
+      if (positive("--timeout", optarg, &timeout_s)) return EXIT_USAGE;
+      if (timeout_s > INT_MAX / 1000) {
+        fprintf(stderr, "sched-run: --timeout is at most %d seconds\n", INT_MAX / 1000);
+        return EXIT_USAGE;
+      }
+      break;
     case 'h': usage(stdout); return 0;
     case 'V': printf("sched-run %s\n", schedrun_version()); return 0;
     default:
@@ -133,10 +151,12 @@ int main(int argc, char **argv) {
     schedrun_program_free(&prog);
     return rc == SCHEDRUN_EINVAL ? EXIT_USAGE : EXIT_OTHER;
   }
+  interrupt_watch(s);
   schedrun_run_options_t ro;
   schedrun_run_options_init(&ro);
   ro.repeat = repeat;
   ro.jobs = jobs;
+  ro.timeout_ms = timeout_s * 1000;
   progress pg = {{0, 0}, 0};
   clock_gettime(CLOCK_MONOTONIC, &pg.start);
   if (!quiet && !json && isatty(STDERR_FILENO)) {
@@ -148,7 +168,12 @@ int main(int argc, char **argv) {
   if (pg.shown) fprintf(stderr, "\r%60s\r", "");
   const schedrun_summary_t *sum = schedrun_report_summary(rep);
   int status = EXIT_VERIFIED;
-  if (rc == SCHEDRUN_ECOMPILE) {
+  int sig = interrupt_signal();
+  if (sig) {
+    fprintf(stderr, "sched-run: interrupted by %s: %u of %u jobs finished and verified\n", interrupt_name(sig),
+            sum ? sum->verified : 0, sum ? sum->jobs : 0);
+    status = 128 + sig;
+  } else if (rc == SCHEDRUN_ECOMPILE) {
     fprintf(stderr, "sched-run: %s: kernel compile error\n%s\n", path, err.message);
     status = EXIT_COMPILE;
   } else if (rc == SCHEDRUN_EVERIFY) {
@@ -173,11 +198,12 @@ int main(int argc, char **argv) {
   }
   if (json && rep) {
     char *j = schedrun_report_json(rep);
-    if (j) printf("%s\n", j);
+    if (j && sig && j[0] == '{') printf("{\"interrupted\": \"%s\", %s\n", interrupt_name(sig), j + 1);
+    else if (j) printf("%s\n", j);
     free(j);
   } else if (sum && !quiet && status != EXIT_COMPILE) {
     printf("%s: %s on %d device%s (%s%s)\n", schedrun_program_name(prog),
-           status == EXIT_VERIFIED ? "verified" : "NOT verified", sum->ndevices,
+           sig ? "INTERRUPTED" : status == EXIT_VERIFIED ? "verified" : "NOT verified", sum->ndevices,
            sum->ndevices == 1 ? "" : "s", sum->devices[0].name, sum->ndevices > 1 ? ", ..." : "");
     if (schedrun_device_fallback(s)) printf("  host devices: %s\n", schedrun_device_fallback(s));
     printf("  runs %u, %u jobs in all: %u verified, %u failed\n", sum->runs, sum->jobs, sum->verified, sum->failed);
@@ -199,6 +225,7 @@ int main(int argc, char **argv) {
   schedrun_error_clear(&err);
   schedrun_report_free(&rep);
   schedrun_program_free(&prog);
-  schedrun_close(&s);
+  interrupt_watch(NULL); /* waits for a shutdown the signal thread started */
+  schedrun_close(&s);    /* removes the --no-cache directory */
   return status;
 }

@@ -59,6 +59,11 @@ char *fs_dirname(const char *path);
 /* `rel` resolved against the directory of `base_file` (rel if absolute). */
 char *fs_join_rel(const char *base_file, const char *rel);
 int fs_remove_tree(const char *path);
+/* Creates a private directory dir/<prefix><pid>-XXXXXX in buf: 0, or -1 with
+ * errno. The pid lets fs_sweep_dead find what a dead process left. */
+int fs_temp_dir(char *buf, size_t size, const char *dir, const char *prefix);
+/* Removes dir's entries named <prefix><pid>-... whose process no longer exists. */
+void fs_sweep_dead(const char *dir, const char *prefix);
 
 /* ---- time ---- */
 uint64_t now_ns(void);

@@ -1,7 +1,9 @@
 /* Files and clocks. Writes that others may read at the same time go through a
  * temporary file and a rename, so no reader ever sees half a file. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,6 +125,32 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 }
 
 int fs_remove_tree(const char *path) { return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+int fs_temp_dir(char *buf, size_t size, const char *dir, const char *prefix) {
+  int n = snprintf(buf, size, "%s/%s%ld-XXXXXX", dir, prefix, (long)getpid());
+  if (n < 0 || (size_t)n >= size) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  return mkdtemp(buf) ? 0 : -1;
+}
+
+void fs_sweep_dead(const char *dir, const char *prefix) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  size_t plen = strlen(prefix);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, prefix, plen) != 0) continue;
+    char *end;
+    long pid = strtol(e->d_name + plen, &end, 10);
+    if (end == e->d_name + plen || *end != '-' || pid <= 0) continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path) fs_remove_tree(path);
+  }
+  closedir(d);
+}
 
 uint64_t now_ns(void) {
   struct timespec ts;

@@ -120,6 +120,7 @@ struct gpu_backend {
 typedef struct gpu_open_opts {
   const char *cache_dir; /* where the host devices' worker program is kept */
   uint64_t spin_ns;      /* how long a waiting side polls before it sleeps */
+  bool host_in_process;  /* host devices run kernels in this process (no containment) */
 } gpu_open_opts;
 
 /* Opens the backend a device spec asks for ("auto", "host", "host:N", ...).

@@ -82,6 +82,10 @@ typedef struct schedrun_options {
   int max_inflight;      /* back-pressure: jobs submitted and not yet handed over (by a
                             wait or a callback) at once; 0: 65536. Past it
                             schedrun_submit waits for room (see submit_timeout_ms) */
+  int host_in_process;   /* 1: host devices run kernels in this process instead of one
+                            worker process each: a process hop less per job, but a
+                            kernel that faults or calls exit() ends the program, and a
+                            deadline cannot stop a kernel that never returns */
   int record_always;     /* 1: send every job through the record actor, even when
                             its recording cannot have changed (slower; for diagnosis
                             and for measuring the fast path) */

@@ -69,6 +69,19 @@ static char *default_cache_dir(void) {
   return sb.failed ? (sb_free(&sb), NULL) : sb_take(&sb);
 }
 
+/* Temporary directories of processes that died before they could remove
+ * them (killed, crashed): each name carries its process's id. */
+static void sweep_dead_processes(const char *cache_dir) {
+  fs_sweep_dead("/tmp", "schedrun-cache-");
+  fs_sweep_dead("/tmp", "schedrun-worker-");
+  fs_sweep_dead("/tmp", "schedrun-cxx-");
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s/tmp", cache_dir);
+  fs_sweep_dead(dir, "p");
+  snprintf(dir, sizeof dir, "%s/host-worker", cache_dir);
+  fs_sweep_dead(dir, ".build-");
+}
+
 static void stop_actor(schedrun_t *s, actor_t **a, const char *name) {
   if (!*a) return;
   void *sock = mbox_connect(s->core.zctx, name, NULL);
@@ -283,8 +296,8 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   s->max_inflight = o.max_inflight ? (size_t)o.max_inflight : DEFAULT_MAX_INFLIGHT;
   int rc = SCHEDRUN_OK;
   if (o.no_disk_cache) {
-    char tmpl[] = "/tmp/schedrun-cache-XXXXXX";
-    if (!mkdtemp(tmpl)) {
+    char tmpl[256];
+    if (fs_temp_dir(tmpl, sizeof tmpl, "/tmp", "schedrun-cache-") != 0) {
       rc = err_set(err, SCHEDRUN_EIO, "cannot create a temporary cache directory in /tmp");
       goto fail;
     }
@@ -298,8 +311,9 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
     goto fail;
   }
   if ((rc = fs_mkdir_p(s->core.cache_dir, err))) goto fail;
+  sweep_dead_processes(s->core.cache_dir);
   s->spin_ns = o.spin_us < 0 ? 0 : o.spin_us == 0 ? ACTOR_SPIN_NS : (uint64_t)o.spin_us * 1000u;
-  gpu_open_opts go = {s->core.cache_dir, s->spin_ns};
+  gpu_open_opts go = {s->core.cache_dir, s->spin_ns, o.host_in_process != 0};
   if ((rc = gpu_backend_open(o.devices, &go, &s->core.backend, &s->fallback, err))) goto fail;
   s->core.ndevices = s->core.backend->ops->device_count(s->core.backend);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -1,8 +1,15 @@
 /* sched-run as a user meets it: exit statuses and what it prints, for every
  * shipped config and for each kind of bad input. Also runs examples/embed. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -232,12 +239,143 @@ static void test_embed_example(void **st) {
   free(err);
 }
 
+/* ---- signals ---- */
+
+extern char **environ;
+
+static const char long_run_yaml[] = "version: 1\n"
+                                    "name: long-run\n"
+                                    "devices: host\n"
+                                    "kernels:\n"
+                                    "  busy:\n"
+                                    "    params: [ptr]\n"
+                                    "    source: |\n"
+                                    "      extern \"C\" __global__ void busy(int *out) {\n"
+                                    "        volatile long i = 0;\n"
+                                    "        while (i < 2000000) i = i + 1;\n"
+                                    "        out[0] = 1;\n"
+                                    "      }\n"
+                                    "buffers:\n"
+                                    "  out: {type: i32, count: 1}\n"
+                                    "program:\n"
+                                    "  - launch: {kernel: busy, grid: 1, block: 1, args: [out]}\n"
+                                    "expect:\n"
+                                    "  out: {values: [1]}\n";
+
+/* Entries of /tmp whose name starts with prefix<pid>-. */
+static int leftovers(const char *prefix, pid_t pid) {
+  char want[128];
+  snprintf(want, sizeof want, "%s%ld-", prefix, (long)pid);
+  int n = 0;
+  DIR *d = opendir("/tmp");
+  struct dirent *e;
+  while (d && (e = readdir(d))) n += strncmp(e->d_name, want, strlen(want)) == 0;
+  if (d) closedir(d);
+  return n;
+}
+
+/* Starts sched-run on the long config, signals it once the run is under
+ * way, and checks what it leaves: exit 128 + sig, the summary marked, the
+ * trace and the JSON, and no temporary files. */
+static void interrupt_with(int sig, int want_status, const char *name) {
+  const char *cfg = tu_write_temp(3, "long.yaml", long_run_yaml);
+  char trace[512], out[512], errf[512];
+  char *dir = fs_dirname(cfg);
+  snprintf(trace, sizeof trace, "%s/trace-%d.json", dir, sig);
+  snprintf(out, sizeof out, "%s/out-%d", dir, sig);
+  snprintf(errf, sizeof errf, "%s/err-%d", dir, sig);
+  free(dir);
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--no-cache", "--repeat", "100000", "--json", "--trace",
+                  trace, (char *)cfg, NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, errf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid;
+  assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  usleep(2500000); /* compiled (no cache) and running by now */
+  uint64_t t0 = now_ns();
+  kill(pid, sig);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (now_ns() - t0 > 20000000000ull) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      fail_msg("sched-run did not exit within 20 s of %s", name);
+    }
+    usleep(10000);
+  }
+  char *o = NULL, *e = NULL;
+  size_t len;
+  schedrun_error_t err = {0};
+  assert_int_equal(fs_read_file(out, &o, &len, &err), SCHEDRUN_OK);
+  assert_int_equal(fs_read_file(errf, &e, &len, &err), SCHEDRUN_OK);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != want_status)
+    fail_msg("%s: status %d (wanted exit %d)\n%s%s", name, status, want_status, o, e);
+  char msg[64];
+  snprintf(msg, sizeof msg, "interrupted by %s", name);
+  assert_non_null(strstr(e, msg));
+  /* the JSON summary says so, and parses */
+  json_object *j = json_tokener_parse(o);
+  if (!j) fail_msg("stdout is not JSON: %s", o);
+  json_object *v;
+  assert_true(json_object_object_get_ex(j, "interrupted", &v));
+  assert_string_equal(json_object_get_string(v), name);
+  json_object_put(j);
+  /* the trace holds what finished and parses */
+  char *t = NULL;
+  assert_int_equal(fs_read_file(trace, &t, &len, &err), SCHEDRUN_OK);
+  json_object *tj = json_tokener_parse(t);
+  if (!tj) fail_msg("the trace is not JSON (%zu bytes)", len);
+  json_object_put(tj);
+  /* and nothing temporary is left */
+  assert_int_equal(leftovers("schedrun-cache-", pid), 0);
+  assert_int_equal(leftovers("schedrun-worker-", pid), 0);
+  free(t);
+  free(o);
+  free(e);
+}
+
+static void test_signals_stop_cleanly(void **st) {
+  (void)st;
+  interrupt_with(SIGINT, 130, "SIGINT");
+  interrupt_with(SIGTERM, 143, "SIGTERM");
+  interrupt_with(SIGHUP, 129, "SIGHUP");
+}
+
+/* What a killed process left in /tmp is swept by the next one. */
+static void test_dead_process_temp_dirs_swept(void **st) {
+  (void)st;
+  pid_t dead;
+  char *argv[] = {"true", NULL};
+  assert_int_equal(posix_spawnp(&dead, "true", NULL, NULL, argv, environ), 0);
+  waitpid(dead, NULL, 0); /* its pid now names no process */
+  char path[256];
+  snprintf(path, sizeof path, "/tmp/schedrun-cache-%ld-left", (long)dead);
+  assert_int_equal(mkdir(path, 0700), 0);
+  char file[300];
+  snprintf(file, sizeof file, "%s/partial", path);
+  FILE *f = fopen(file, "w");
+  assert_non_null(f);
+  fclose(f);
+  char cfg[512];
+  snprintf(cfg, sizeof cfg, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
+  char *o, *e;
+  assert_int_equal(run_cli("-q", cfg, NULL, &o, &e), 0);
+  free(o);
+  free(e);
+  struct stat sb;
+  assert_int_not_equal(stat(path, &sb), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_config_verifies), cmocka_unit_test(test_five_mistakes_exit_2),
       cmocka_unit_test(test_compile_error_exit_3),  cmocka_unit_test(test_wrong_expect_exit_1),
       cmocka_unit_test(test_usage),                 cmocka_unit_test(test_embed_example),
-      cmocka_unit_test(test_demo_json_and_trace),
+      cmocka_unit_test(test_demo_json_and_trace),   cmocka_unit_test(test_signals_stop_cleanly),
+      cmocka_unit_test(test_dead_process_temp_dirs_swept),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

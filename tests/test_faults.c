@@ -164,11 +164,42 @@ static void test_kernel_that_never_returns(void **st) {
   assert_true(took >= 2000000000ull && took < 15000000000ull);
 }
 
+/* Without containment (host_in_process) the same program runs, and verifies,
+ * with the kernels in this process. */
+static void test_in_process_devices_run(void **st) {
+  (void)st;
+  char *yaml = config("/* behaves */");
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "host:2";
+  o.host_in_process = 1;
+  schedrun_t *s = NULL;
+  schedrun_program_t *p = NULL;
+  schedrun_report_t *r = NULL;
+  schedrun_error_t err = {0};
+  if (schedrun_open(&s, &o, &err) || schedrun_program_load_string(s, yaml, "faults.yaml", &p, &err))
+    fail_msg("%s", err.message);
+  free(yaml);
+  schedrun_run_options_t ro;
+  schedrun_run_options_init(&ro);
+  ro.repeat = 3;
+  ro.jobs = 4;
+  if (schedrun_run(s, p, &ro, &r, &err)) fail_msg("%s", err.message);
+  const schedrun_summary_t *sum = schedrun_report_summary(r);
+  assert_int_equal(sum->jobs, 12);
+  assert_int_equal(sum->verified, 12);
+  assert_null(schedrun_device_lost(s, 0));
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_out_of_bounds_write), cmocka_unit_test(test_null_pointer),
       cmocka_unit_test(test_division_by_zero),    cmocka_unit_test(test_abort),
       cmocka_unit_test(test_exit_cannot_fake_success), cmocka_unit_test(test_kernel_that_never_returns),
+      cmocka_unit_test(test_in_process_devices_run),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -431,14 +431,14 @@ int gpu_host_open(int ndevices, const gpu_open_opts *o, gpu_backend **out, sched
     return err_set(err, SCHEDRUN_EINVAL, "host backend: %d devices (1 to %d)", ndevices, SCHEDRUN_MAX_DEVICES);
   /* without a cache, the worker program is built in a private directory and
    * removed once the workers run */
-  char tmp[] = "/tmp/schedrun-worker-XXXXXX";
+  char tmp[256] = "";
   const char *cache = o && o->cache_dir ? o->cache_dir : NULL;
-  if (!cache) {
-    if (!mkdtemp(tmp)) return err_set(err, SCHEDRUN_EIO, "cannot create a directory in /tmp");
+  if (!cache && !(o && o->host_in_process)) {
+    if (fs_temp_dir(tmp, sizeof tmp, "/tmp", "schedrun-worker-") != 0) return err_set(err, SCHEDRUN_EIO, "cannot create a directory in /tmp");
     cache = tmp;
   }
   char *worker = NULL;
-  int rc = host_worker_program(cache, &worker, err);
+  int rc = o && o->host_in_process ? SCHEDRUN_OK : host_worker_program(cache, &worker, err);
   host_backend *b = rc ? NULL : calloc(1, sizeof *b);
   if (b) b->devs = calloc((size_t)ndevices, sizeof *b->devs);
   if (!rc && (!b || !b->devs)) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");

@@ -105,9 +105,9 @@ static void host_close(void *ctx) { (void)ctx; }
 static int host_identity(void *ctx, char **out, schedrun_error_t *err) {
   (void)ctx;
   *out = NULL;
-  char dir[] = "/tmp/schedrun-cxx-XXXXXX";
-  if (!mkdtemp(dir)) return err_set(err, SCHEDRUN_EIO, "cannot create a temporary directory");
-  char log[64];
+  char dir[256];
+  if (fs_temp_dir(dir, sizeof dir, "/tmp", "schedrun-cxx-") != 0) return err_set(err, SCHEDRUN_EIO, "cannot create a temporary directory");
+  char log[320];
   snprintf(log, sizeof log, "%s/version", dir);
   char *argv[] = {(char *)compiler(), "--version", NULL};
   int st = run_logged(argv, log, NULL, err);
@@ -334,7 +334,7 @@ int host_worker_program(const char *cache_dir, char **path, schedrun_error_t *er
   }
   if (access(out.data, X_OK) == 0) goto found;
   if ((rc = fs_mkdir_p(dir.data, err))) goto done;
-  sb_addf(&log, "%s/.build-XXXXXX", dir.data);
+  sb_addf(&log, "%s/.build-%ld-XXXXXX", dir.data, (long)getpid());
   tmp = sb_take(&log);
   if (!tmp || !mkdtemp(tmp)) {
     rc = err_set(err, SCHEDRUN_EIO, "cannot create a build directory in %s: %s", dir.data, strerror(errno));

@@ -127,9 +127,20 @@ static bool worker_ended(const host_device *d) {
   return poll(&p, 1, 0) > 0; /* POLLHUP (or EOF): nobody holds the write end */
 }
 
+int hw_handle(hw_ctl *ctl, uint32_t op, uint64_t arena); /* gpu/host/host_inprocess.c */
+
 int host_device_request(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
   f->tag = HW_NO_TAG;
   f->lost = false;
+  if (d->in_process) {
+    d->ctl->op = op;
+    d->ctl->status = hw_handle(d->ctl, op, (uint64_t)(uintptr_t)d->base);
+    if (d->ctl->status != 0) {
+      d->ctl->text[HW_TEXT - 1] = '\0';
+      return err_set(err, SCHEDRUN_EBACKEND, "%s: %s", d->name, d->ctl->text);
+    }
+    return SCHEDRUN_OK;
+  }
   if (atomic_load(&d->lost) || atomic_load(&d->pid) == 0) {
     f->lost = true;
     return err_set(err, SCHEDRUN_ELOST, "%s is lost: %s", d->name, atomic_load(&d->lost) ? d->lost_why : "no worker");
@@ -232,8 +243,10 @@ int host_device_start(host_device *d, int index, const char *worker, uint64_t sp
   }
   d->ctl = (hw_ctl *)d->base;
   d->ctl->abi = HW_ABI_VERSION;
+  d->in_process = worker == NULL;
   int rc = host_arena_init(&d->alloc, HW_CTL_BYTES, d->size) ? err_set(err, SCHEDRUN_ENOMEM, "out of memory")
-                                                                 : spawn(d, worker, err);
+           : d->in_process                                    ? SCHEDRUN_OK
+                                                              : spawn(d, worker, err);
   gpu_failure f;
   if (rc == SCHEDRUN_OK) {
     pthread_mutex_lock(&d->lock);

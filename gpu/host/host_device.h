@@ -36,9 +36,11 @@ typedef struct host_device {
   pthread_mutex_t lock_why;
   char lost_why[512]; /* written once, under lock_why, before `lost` is set */
   uint64_t spin_ns;
+  bool in_process; /* no worker: requests run on the calling thread */
 } host_device;
 
-/* Maps an arena and starts the worker program `worker` for it. */
+/* Maps an arena and starts the worker program `worker` for it; with worker
+ * NULL the device runs its requests in this process (host_in_process). */
 int host_device_start(host_device *d, int index, const char *worker, uint64_t spin_ns, schedrun_error_t *err);
 /* Kills the worker (if any) and unmaps everything. */
 void host_device_stop(host_device *d);

@@ -27,9 +27,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static hw_ctl *ctl;
+#ifndef HW_IN_PROCESS
+static hw_ctl *fault_ctl; /* where the fault handler writes; this process has one device */
 
-static uint64_t now_ns(void) {
+static uint64_t hw_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -44,9 +45,9 @@ static void futex_wake(uint32_t *word) { syscall(SYS_futex, word, FUTEX_WAKE, 1,
 
 static void on_fault(int sig, siginfo_t *si, void *uc) {
   (void)uc;
-  ctl->fault_code = si->si_code;
-  ctl->fault_addr = (uint64_t)(uintptr_t)si->si_addr;
-  __atomic_store_n(&ctl->fault_signo, sig, __ATOMIC_SEQ_CST); /* last: the library reads it first */
+  fault_ctl->fault_code = si->si_code;
+  fault_ctl->fault_addr = (uint64_t)(uintptr_t)si->si_addr;
+  __atomic_store_n(&fault_ctl->fault_signo, sig, __ATOMIC_SEQ_CST); /* last: the library reads it first */
   /* the handler was reset to the default: dying is what the signal meant */
   raise(sig);
 }
@@ -64,6 +65,7 @@ static void catch_faults(void) {
     sigaction(sigs[i], &sa, NULL);
   }
 }
+#endif /* HW_IN_PROCESS */
 
 static void fill(const hw_node *n) {
   uint64_t c = n->u.fill.count;
@@ -78,15 +80,15 @@ static void fill(const hw_node *n) {
   }
 }
 
-static void run_node(const hw_node *n, const uint64_t *args);
+static void run_node(hw_ctl *ctl, const hw_node *n, const uint64_t *args);
 
-static void run_seq(const hw_seq *s) {
+static void run_seq(hw_ctl *ctl, const hw_seq *s) {
   const hw_node *n = (const hw_node *)(uintptr_t)s->nodes, *end = n + s->n;
   const uint64_t *args = (const uint64_t *)(uintptr_t)s->args;
-  for (; n < end; n++) run_node(n, args + n->arg0);
+  for (; n < end; n++) run_node(ctl, n, args + n->arg0);
 }
 
-static void run_node(const hw_node *n, const uint64_t *args) {
+static void run_node(hw_ctl *ctl, const hw_node *n, const uint64_t *args) {
   __atomic_store_n(&ctl->running_tag, n->tag, __ATOMIC_RELAXED);
   switch (n->kind) {
   case HW_LAUNCH: ((hw_launcher)(uintptr_t)n->u.launch.fn)(n->u.launch.grid, n->u.launch.block, args); break;
@@ -97,7 +99,7 @@ static void run_node(const hw_node *n, const uint64_t *args) {
   case HW_WHILE: {
     const volatile int32_t *flag = (const volatile int32_t *)(uintptr_t)n->u.loop.flag;
     const hw_seq *body = (const hw_seq *)(uintptr_t)n->u.loop.body;
-    for (uint32_t t = 0; t < n->u.loop.max_trips && *flag != 0; t++) run_seq(body);
+    for (uint32_t t = 0; t < n->u.loop.max_trips && *flag != 0; t++) run_seq(ctl, body);
     break;
   }
   default: break;
@@ -109,7 +111,7 @@ typedef struct module {
   int fd; /* kept open while loaded: dlopen knows modules by path name */
 } module;
 
-static int load(uint64_t image, uint64_t len) {
+static int load(hw_ctl *ctl, uint64_t image, uint64_t len) {
   module *m = calloc(1, sizeof *m);
   int fd = m ? memfd_create("schedrun-module", MFD_CLOEXEC) : -1;
   const char *p = (const char *)(uintptr_t)image;
@@ -140,10 +142,16 @@ static int load(uint64_t image, uint64_t len) {
   return 0;
 }
 
-static int handle(uint32_t op, uint64_t arena) {
+/* Answers one request; the worker's loop and, in-process, the library call it. */
+#ifdef HW_IN_PROCESS
+int hw_handle(hw_ctl *ctl, uint32_t op, uint64_t arena);
+#else
+static
+#endif
+int hw_handle(hw_ctl *ctl, uint32_t op, uint64_t arena) {
   switch (op) {
   case HW_OP_HELLO: ctl->a[0] = arena; return 0;
-  case HW_OP_LOAD: return load(ctl->a[0], ctl->a[1]);
+  case HW_OP_LOAD: return load(ctl, ctl->a[0], ctl->a[1]);
   case HW_OP_SYM: {
     module *m = (module *)(uintptr_t)ctl->a[0];
     ctl->text[HW_TEXT - 1] = '\0';
@@ -159,30 +167,34 @@ static int handle(uint32_t op, uint64_t arena) {
     free(m);
     return 0;
   }
-  case HW_OP_RUN_SEQ: run_seq((const hw_seq *)(uintptr_t)ctl->a[0]); break;
-  case HW_OP_RUN_NODE: run_node((const hw_node *)(uintptr_t)ctl->a[0], (const uint64_t *)(uintptr_t)ctl->a[1]); break;
+  case HW_OP_RUN_SEQ: run_seq(ctl, (const hw_seq *)(uintptr_t)ctl->a[0]); break;
+  case HW_OP_RUN_NODE: run_node(ctl, (const hw_node *)(uintptr_t)ctl->a[0], (const uint64_t *)(uintptr_t)ctl->a[1]); break;
+#ifndef HW_IN_PROCESS
   case HW_OP_EXIT: _exit(0);
+#endif
   default: snprintf(ctl->text, HW_TEXT, "unknown request %u", op); return -1;
   }
   __atomic_store_n(&ctl->running_tag, HW_NO_TAG, __ATOMIC_RELAXED);
   return 0;
 }
 
+#ifndef HW_IN_PROCESS
 int main(int argc, char **argv) {
   if (argc != 4) return 2;
   uint64_t size = strtoull(argv[1], NULL, 10), spin_ns = strtoull(argv[3], NULL, 10);
   pid_t library = (pid_t)strtol(argv[2], NULL, 10);
   void *arena = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, 3, 0);
   if (arena == MAP_FAILED) return 3;
-  ctl = (hw_ctl *)arena;
+  hw_ctl *ctl = (hw_ctl *)arena;
+  fault_ctl = ctl;
   if (ctl->abi != HW_ABI_VERSION) return 4;
   catch_faults();
   uint32_t seen = __atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE);
   for (;;) {
     uint32_t r;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = hw_now_ns();
     while ((r = __atomic_load_n(&ctl->req, __ATOMIC_ACQUIRE)) == seen) {
-      if (now_ns() - t0 < spin_ns) {
+      if (hw_now_ns() - t0 < spin_ns) {
         sched_yield();
         continue;
       }
@@ -192,8 +204,9 @@ int main(int argc, char **argv) {
       if (getppid() != library) _exit(0); /* the library's process is gone */
     }
     seen = r;
-    ctl->status = handle(ctl->op, (uint64_t)(uintptr_t)arena);
+    ctl->status = hw_handle(ctl, ctl->op, (uint64_t)(uintptr_t)arena);
     __atomic_store_n(&ctl->done, r, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&ctl->library_sleeping, __ATOMIC_SEQ_CST)) futex_wake(&ctl->done);
   }
 }
+#endif /* HW_IN_PROCESS */
