@@ -26,11 +26,8 @@
  * processes killed) and drained as they come back, the mode is reset, and only
  * then does each session's ERROR (SCHEDRUN_ECLOSED, with those steps) leave.
  *
- * Workers are plain threads of this actor: they take futures from a locked
- * queue, compile into a private temporary directory, publish the artifact by
- * rename, and post a COMPILED (one module; from "compile.worker") to this
- * actor's mailbox. The future's result fields are written before that message
- * and read after it.
+ * The workers that run futures are compile_pool.c; the state both files
+ * share is compile_state.h.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -39,93 +36,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "actors/actor.h"
-#include "actors/core.h"
+#include "actors/compile_state.h"
 #include "common/artifact.h"
 
-#define WORKER_FROM "compile.worker"
-#define MAX_TARGETS 4
-
-typedef struct cache_entry {
-  char *path;
-} cache_entry;
-
-typedef struct waiter {
-  uint64_t session;
-  uint32_t index;
-} waiter;
-
-typedef struct future {
-  char key[65];
-  char *path; /* where the artifact goes */
-  const gpu_compile_target *target;
-  void *tctx;
-  /* the request, owned */
-  char *name, *entry, *source, *source_file, *where, *arch;
-  prog_type params[64];
-  uint32_t nparams, first_line;
-  _Atomic int cancel; /* set by the actor: the worker kills the compiler */
-  /* the result: written by a worker, read by the actor after its message */
-  int rc;
-  char *error, *log;
-  /* sessions waiting on it */
-  waiter *waiters;
-  size_t nwaiters, cap;
-  struct future *next; /* in the pool queue */
-} future;
-
-typedef struct session {
-  uint64_t id, program;
-  char reply_to[32];
-  char *target;
-  msg_modules modules; /* one per kernel, filled as they resolve */
-  char (*keys)[65];
-  bool *failed;
-  size_t n, pending, failures, drained;
-  bool cancelled;          /* torn down by CANCEL: answered with ECLOSED */
-  size_t stopped, dropped; /* its compiles killed while running, or never started */
-  strbuf report;
-  uint32_t hits, misses;
-} session;
-
-typedef struct target_slot {
-  const gpu_compile_target *target;
-  void *ctx;
-  char *identity;
-} target_slot;
-
-struct compile_state {
-  schedrun_core *core;
-  hmap cache;    /* key -> cache_entry* */
-  hmap inflight; /* key -> future* */
-  hmap sessions; /* id -> session*: the active compile modes */
-  target_slot targets[MAX_TARGETS];
-  /* the pool */
-  int nworkers;
-  pthread_t *workers;
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  future *qhead, *qtail;
-  bool stopping;
-  uint64_t compiles; /* futures run, over the actor's life */
-};
-
-/* ---- futures ---- */
-
-static void future_free(future *f) {
-  if (!f) return;
-  free(f->path);
-  free(f->name);
-  free(f->entry);
-  free(f->source);
-  free(f->source_file);
-  free(f->where);
-  free(f->arch);
-  free(f->error);
-  free(f->log);
-  free(f->waiters);
-  free(f);
-}
+/* ---- state ---- */
 
 static int future_wait_on(future *f, uint64_t session_id, uint32_t index) {
   if (f->nwaiters == f->cap) {
@@ -138,118 +52,6 @@ static int future_wait_on(future *f, uint64_t session_id, uint32_t index) {
   f->waiters[f->nwaiters++] = (waiter){session_id, index};
   return 0;
 }
-
-/* ---- the pool ---- */
-
-typedef struct worker_arg {
-  compile_state *s;
-  int index;
-} worker_arg;
-
-static void run_future(compile_state *s, future *f, int worker) {
-  schedrun_error_t err = {0};
-  char tmp[1024];
-  snprintf(tmp, sizeof tmp, "%s/tmp/p%ld-w%d-XXXXXX", s->core->cache_dir, (long)getpid(), worker);
-  char *tdir = fs_dirname(tmp), *adir = fs_dirname(f->path);
-  int rc = tdir && adir ? SCHEDRUN_OK : err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
-  if (rc == SCHEDRUN_OK) rc = fs_mkdir_p(tdir, &err);
-  if (rc == SCHEDRUN_OK) rc = fs_mkdir_p(adir, &err);
-  if (rc == SCHEDRUN_OK && !mkdtemp(tmp)) rc = err_set(&err, SCHEDRUN_EIO, "cannot create a directory under %s", tdir);
-  if (rc == SCHEDRUN_OK) {
-    gpu_compile_req req = {f->name,   f->entry,   f->source, f->source_file, f->first_line,
-                           f->params, f->nparams, f->arch,   &f->cancel};
-    uint8_t *img = NULL;
-    size_t len = 0;
-    rc = f->target->compile(f->tctx, &req, tmp, &img, &len, &f->log, &err);
-    if (rc == SCHEDRUN_OK) rc = artifact_write(f->path, f->key, img, len, &err);
-    free(img);
-    fs_remove_tree(tmp);
-  }
-  free(tdir);
-  free(adir);
-  f->rc = rc;
-  if (rc) f->error = xstrdup(err.message ? err.message : schedrun_strerror(rc));
-  schedrun_error_clear(&err);
-}
-
-static void *worker_main(void *arg) {
-  worker_arg *wa = arg;
-  compile_state *s = wa->s;
-  int index = wa->index;
-  free(wa);
-  void *out = mbox_connect(s->core->zctx, ACTOR_COMPILE, NULL);
-  for (;;) {
-    pthread_mutex_lock(&s->lock);
-    while (!s->qhead && !s->stopping) pthread_cond_wait(&s->cond, &s->lock);
-    /* on stop, queued futures are dropped (the state frees them) */
-    future *f = s->stopping ? NULL : s->qhead;
-    if (f) {
-      s->qhead = f->next;
-      if (!s->qhead) s->qtail = NULL;
-    }
-    pthread_mutex_unlock(&s->lock);
-    if (!f) break;
-    run_future(s, f, index);
-    msg m;
-    msg_init(&m, MSG_COMPILED, 0, WORKER_FROM);
-    m.body.compiled.target = xstrdup(f->target->name);
-    m.body.compiled.modules.v = calloc(1, sizeof(msg_module));
-    if (m.body.compiled.modules.v) {
-      m.body.compiled.modules.v[0].key = xstrdup(f->key);
-      m.body.compiled.modules.v[0].name = xstrdup(f->name);
-      m.body.compiled.modules.v[0].path = xstrdup(f->path);
-      m.body.compiled.modules.n = 1;
-    }
-    if (out) mbox_send(out, &m, NULL);
-    msg_free(&m);
-  }
-  mbox_close(out);
-  return NULL;
-}
-
-static void pool_push(compile_state *s, future *f) {
-  f->next = NULL;
-  pthread_mutex_lock(&s->lock);
-  if (s->qtail) s->qtail->next = f;
-  else s->qhead = f;
-  s->qtail = f;
-  s->compiles++;
-  pthread_cond_signal(&s->cond);
-  pthread_mutex_unlock(&s->lock);
-}
-
-static int compile_start(actor_t *self, schedrun_error_t *err) {
-  compile_state *s = actor_state(self);
-  s->workers = calloc((size_t)s->nworkers, sizeof *s->workers);
-  if (!s->workers) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-  for (int i = 0; i < s->nworkers; i++) {
-    worker_arg *wa = malloc(sizeof *wa);
-    if (!wa) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-    *wa = (worker_arg){s, i};
-    if (pthread_create(&s->workers[i], NULL, worker_main, wa) != 0) {
-      free(wa);
-      s->nworkers = i;
-      return err_set(err, SCHEDRUN_EINTERNAL, "cannot start compile worker %d", i);
-    }
-  }
-  return SCHEDRUN_OK;
-}
-
-static void compile_stop(actor_t *self) {
-  compile_state *s = actor_state(self);
-  /* compiles still running are stopped, so that joining the pool is quick */
-  size_t pos = 0;
-  void *v;
-  while (hmap_next(&s->inflight, &pos, NULL, &v)) atomic_store(&((future *)v)->cancel, 1);
-  pthread_mutex_lock(&s->lock);
-  s->stopping = true;
-  pthread_cond_broadcast(&s->cond);
-  pthread_mutex_unlock(&s->lock);
-  for (int i = 0; i < s->nworkers; i++) pthread_join(s->workers[i], NULL);
-  s->nworkers = 0;
-}
-
-/* ---- state ---- */
 
 compile_state *compile_state_new(schedrun_core *core) {
   compile_state *s = calloc(1, sizeof *s);
@@ -289,7 +91,7 @@ void compile_state_free(compile_state *s) {
   }
   hmap_destroy(&s->cache);
   pos = 0;
-  while (hmap_next(&s->inflight, &pos, NULL, &v)) future_free(v);
+  while (hmap_next(&s->inflight, &pos, NULL, &v)) compile_future_free(v);
   hmap_destroy(&s->inflight);
   pos = 0;
   while (hmap_next(&s->sessions, &pos, NULL, &v)) session_free(v);
@@ -568,17 +370,17 @@ static void handle_compile(actor_t *self, compile_state *s, msg *m) {
         f->first_line = k->first_line;
       }
       if (!f || !f->path || !f->source || hmap_put(&s->inflight, f->key, f) != 0) {
-        future_free(f);
+        compile_future_free(f);
         resolve(ss, (uint32_t)i, NULL, "out of memory", NULL, k->where);
         continue;
       }
       if (future_wait_on(f, ss->id, (uint32_t)i) != 0) {
         resolve(ss, (uint32_t)i, NULL, "out of memory", NULL, k->where);
         hmap_remove(&s->inflight, f->key);
-        future_free(f);
+        compile_future_free(f);
         continue;
       }
-      pool_push(s, f);
+      compile_pool_push(s, f);
     } else if (future_wait_on(f, ss->id, (uint32_t)i) != 0) {
       resolve(ss, (uint32_t)i, NULL, "out of memory", NULL, k->where);
     }
@@ -605,7 +407,7 @@ static void handle_worker_done(actor_t *self, compile_state *s, msg *m) {
     resolve(ss, f->waiters[w].index, path, f->rc ? (f->error ? f->error : "compile failed") : NULL, f->log, f->where);
     if (ss->pending == 0) finish_session(self, s, ss);
   }
-  future_free(f); /* its log and buffers go with it */
+  compile_future_free(f); /* its log and buffers go with it */
 }
 
 /* Shutdown: every session is torn down (see the top of the file). */
@@ -630,7 +432,7 @@ static void handle_cancel(actor_t *self, compile_state *s) {
       resolve(ss, f->waiters[w].index, NULL, "stopped before it started", NULL, f->where);
       if (ss->pending == 0) finish_session(self, s, ss);
     }
-    future_free(f);
+    compile_future_free(f);
   }
 }
 
@@ -667,4 +469,4 @@ static int compile_handle(actor_t *self, msg *m) {
   }
 }
 
-const actor_def compile_actor_def = {compile_start, compile_handle, compile_stop};
+const actor_def compile_actor_def = {compile_pool_start, compile_handle, compile_pool_stop};

@@ -1,0 +1,93 @@
+/*
+ * The compile actor's state, shared by compile_actor.c (sessions, the cache,
+ * the messages) and compile_pool.c (the worker threads that run futures).
+ * Private to actors/.
+ */
+#ifndef SCHEDRUN_COMPILE_STATE_H
+#define SCHEDRUN_COMPILE_STATE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "actors/actor.h"
+#include "actors/core.h"
+
+#define WORKER_FROM "compile.worker"
+#define MAX_TARGETS 4
+
+typedef struct cache_entry {
+  char *path;
+} cache_entry;
+
+typedef struct waiter {
+  uint64_t session;
+  uint32_t index;
+} waiter;
+
+typedef struct future {
+  char key[65];
+  char *path; /* where the artifact goes */
+  const gpu_compile_target *target;
+  void *tctx;
+  /* the request, owned */
+  char *name, *entry, *source, *source_file, *where, *arch;
+  prog_type params[64];
+  uint32_t nparams, first_line;
+  _Atomic int cancel; /* set by the actor: the worker kills the compiler */
+  /* the result: written by a worker, read by the actor after its message */
+  int rc;
+  char *error, *log;
+  /* sessions waiting on it */
+  waiter *waiters;
+  size_t nwaiters, cap;
+  struct future *next; /* in the pool queue */
+} future;
+
+typedef struct session {
+  uint64_t id, program;
+  char reply_to[32];
+  char *target;
+  msg_modules modules; /* one per kernel, filled as they resolve */
+  char (*keys)[65];
+  bool *failed;
+  size_t n, pending, failures, drained;
+  bool cancelled;          /* torn down by CANCEL: answered with ECLOSED */
+  size_t stopped, dropped; /* its compiles killed while running, or never started */
+  strbuf report;
+  uint32_t hits, misses;
+} session;
+
+typedef struct target_slot {
+  const gpu_compile_target *target;
+  void *ctx;
+  char *identity;
+} target_slot;
+
+struct compile_state {
+  schedrun_core *core;
+  hmap cache;    /* key -> cache_entry* */
+  hmap inflight; /* key -> future* */
+  hmap sessions; /* id -> session*: the active compile modes */
+  target_slot targets[MAX_TARGETS];
+  /* the pool */
+  int nworkers;
+  pthread_t *workers;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  future *qhead, *qtail;
+  bool stopping;
+  uint64_t compiles; /* futures run, over the actor's life */
+};
+
+/* ---- compile_pool.c ---- */
+
+void compile_future_free(future *f);
+/* Queues a future for the workers. */
+void compile_pool_push(compile_state *s, future *f);
+/* The actor's start and stop hooks: the worker threads. Stopping sets the
+ * cancel flag of running futures, so joining the pool is quick. */
+int compile_pool_start(actor_t *self, schedrun_error_t *err);
+void compile_pool_stop(actor_t *self);
+
+#endif

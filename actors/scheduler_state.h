@@ -1,0 +1,112 @@
+/*
+ * The scheduler actor's state, shared by its two files: scheduler.c (the
+ * message handlers) and scheduler_dispatch.c (queues, completion, placement
+ * and dispatch). Private to actors/.
+ */
+#ifndef SCHEDRUN_SCHEDULER_STATE_H
+#define SCHEDRUN_SCHEDULER_STATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "actors/actor.h"
+#include "actors/core.h"
+
+#define MAX_SLOTS 64
+#define EXECUTE_AHEAD 4 /* EXECUTEs out per execution context */
+
+enum { JOB_COMPILING, JOB_PLACED_WAITING, JOB_RECORDING, JOB_EXECUTING };
+
+typedef struct job {
+  uint64_t id, program;
+  uint32_t run, job_index, slot, keep;
+  int32_t device; /* -1 until placed */
+  int32_t pin;    /* the device asked for, or -1 */
+  int state;
+  char client[32];
+  uint64_t t_submit, t_phase, compile_ns, record_ns, execute_ns;
+  uint64_t t_compile, t_record, t_execute; /* phase starts, for traces */
+  msg_outputs inputs; /* the submitter's buffer contents, until EXECUTE */
+  msg_counts counts;
+  uint32_t hits, misses;
+  uint64_t sequence;
+  uint64_t deadline; /* CLOCK_MONOTONIC ns; 0: none */
+  struct job *next;  /* in a wait queue */
+} job;
+
+typedef struct job_queue {
+  job *head, *tail;
+} job_queue;
+
+/* One execution context {program, device, slot}: its buffers, what its
+ * recording was made for, and the jobs waiting for it. Jobs of one slot run
+ * on one device, whose execute actor takes them one at a time, so they never
+ * overlap; what must not happen is a RECORD while EXECUTEs are out, since it
+ * may update the sequence they replay. */
+typedef struct slot_state {
+  uint64_t *bindings; /* one device address per buffer; NULL until allocated */
+  bool recording;     /* a RECORD is out */
+  uint32_t inflight;  /* EXECUTEs out */
+  bool recorded;      /* the record actor holds a recording made for: */
+  uint32_t last_job, last_run;
+  uint64_t sequence;
+  uint32_t nodes;
+  uint64_t fast_reuses; /* nodes reused without a RECORD, over the slot's life */
+  job_queue queue;
+} slot_state;
+
+enum { COMPILE_NONE, COMPILE_PENDING, COMPILE_READY };
+
+typedef struct prog_state {
+  uint64_t id;
+  int compile;
+  msg_modules modules;
+  job_queue waiting; /* for the compile */
+  hmap slots;        /* {device, slot} -> slot_state* */
+  uint32_t jobs;     /* not yet complete */
+  char release_to[32];
+  uint64_t release_job;
+  bool releasing, release_sent;
+} prog_state;
+
+typedef struct slot_key {
+  uint32_t device, slot;
+} slot_key;
+
+struct scheduler_state {
+  schedrun_core *core;
+  hmap jobs;  /* id -> job* */
+  hmap progs; /* id -> prog_state* */
+  uint32_t *load;
+  size_t active; /* recording or executing */
+  bool closing;
+  char close_to[32];
+  uint64_t close_job;
+};
+
+/* ---- scheduler_dispatch.c ---- */
+
+void scheduler_free_outputs(msg_outputs *o);
+void scheduler_job_free(job *j);
+void scheduler_free_modules(msg_modules *mods);
+void scheduler_prog_state_free(scheduler_state *s, prog_state *ps);
+void scheduler_q_push(job_queue *q, job *j);
+job *scheduler_q_pop(job_queue *q);
+/* The program's state, created on first use when `create`. */
+prog_state *scheduler_prog_get(scheduler_state *s, uint64_t id, bool create);
+/* Sends COMPLETE for j (taking outputs, if any) and forgets the job. */
+void scheduler_complete(actor_t *self, scheduler_state *s, job *j, int status, const char *text,
+                        msg_outputs *outputs);
+/* Forgets a finished job: its slot, the device's load, the program's count. */
+void scheduler_retire(actor_t *self, scheduler_state *s, job *j);
+/* Puts j on a device (or fails it when none is left) and queues it there. */
+void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j);
+/* Starts what can start in an execution context: a RECORD, or EXECUTEs. */
+void scheduler_dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss);
+void scheduler_start_execute(actor_t *self, scheduler_state *s, slot_state *ss, job *j);
+/* A device was lost: its queued jobs go elsewhere (or fail). */
+void scheduler_replace_jobs_of(actor_t *self, scheduler_state *s, int device);
+void scheduler_reply_simple(actor_t *self, const char *to, int type, uint64_t job_id, uint64_t program);
+void scheduler_finish_release(actor_t *self, scheduler_state *s, prog_state *ps);
+
+#endif
