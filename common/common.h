@@ -54,6 +54,13 @@ int fs_mkdir_p(const char *path, schedrun_error_t *err);
 /* Writes through a temporary file in the same directory, then renames it
  * into place: readers see the old file or the new one, never a part. */
 int fs_write_atomic(const char *path, const void *data, size_t len, schedrun_error_t *err);
+/* Writes a file the user named (a trace, a report): "-" is standard output;
+ * an existing device or FIFO is written in place; a symbolic link is followed
+ * (the link stays); a directory is refused; otherwise written atomically. */
+int fs_write_output(const char *path, const void *data, size_t len, schedrun_error_t *err);
+/* Reads a file the user gave (a config, a kernel, an init): regular files
+ * only, at most max_bytes, every failure named with its cause. */
+int fs_read_input(const char *path, uint64_t max_bytes, char **data, size_t *len, schedrun_error_t *err);
 /* The directory part of a path ("." when none), heap-allocated. */
 char *fs_dirname(const char *path);
 /* `rel` resolved against the directory of `base_file` (rel if absolute). */

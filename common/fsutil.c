@@ -23,12 +23,12 @@ int fs_read_file(const char *path, char **data, size_t *len, schedrun_error_t *e
   sb_init(&sb);
   char buf[65536];
   size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) sb_add(&sb, buf, n);
-  int bad = ferror(f);
+  while (!sb.failed && (n = fread(buf, 1, sizeof buf, f)) > 0) sb_add(&sb, buf, n);
+  int bad = ferror(f) ? errno : 0;
   fclose(f);
   if (bad) {
     sb_free(&sb);
-    return err_set(err, SCHEDRUN_EIO, "%s: read failed", path);
+    return err_set(err, SCHEDRUN_EIO, "%s: read failed: %s", path, strerror(bad));
   }
   if (sb.failed) {
     sb_free(&sb);
@@ -92,6 +92,89 @@ int fs_write_atomic(const char *path, const void *data, size_t len, schedrun_err
     return err_set(err, SCHEDRUN_EIO, "%s: cannot publish: %s", path, strerror(e));
   }
   sb_free(&tmp);
+  return SCHEDRUN_OK;
+}
+
+static int write_all(int fd, const void *data, size_t len, const char *what, schedrun_error_t *err) {
+  const char *p = data;
+  while (len > 0) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return err_set(err, SCHEDRUN_EIO, "%s: write failed: %s", what, strerror(w < 0 ? errno : EIO));
+    p += w;
+    len -= (size_t)w;
+  }
+  return SCHEDRUN_OK;
+}
+
+int fs_write_output(const char *path, const void *data, size_t len, schedrun_error_t *err) {
+  if (!strcmp(path, "-")) return write_all(STDOUT_FILENO, data, len, "standard output", err);
+  struct stat st, lst;
+  bool link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
+  if (stat(path, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return err_set(err, SCHEDRUN_EIO, "%s: is a directory", path);
+    if (!S_ISREG(st.st_mode)) {
+      /* a device, a FIFO, /dev/stdout: written in place, never replaced */
+      int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+      if (fd < 0) return err_set(err, SCHEDRUN_EIO, "%s: cannot open: %s", path, strerror(errno));
+      int rc = write_all(fd, data, len, path, err);
+      close(fd);
+      return rc;
+    }
+    if (link) {
+      /* the link stays; its target is what gets written */
+      char *target = realpath(path, NULL);
+      if (!target) return err_set(err, SCHEDRUN_EIO, "%s: cannot resolve the link: %s", path, strerror(errno));
+      int rc = fs_write_atomic(target, data, len, err);
+      free(target);
+      return rc;
+    }
+  } else if (link) {
+    /* a dangling link: create what it names */
+    char to[4096];
+    ssize_t n = readlink(path, to, sizeof to - 1);
+    if (n < 0) return err_set(err, SCHEDRUN_EIO, "%s: cannot read the link: %s", path, strerror(errno));
+    to[n] = '\0';
+    char *target = fs_join_rel(path, to);
+    int rc = target ? fs_write_atomic(target, data, len, err) : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    free(target);
+    return rc;
+  }
+  return fs_write_atomic(path, data, len, err);
+}
+
+int fs_read_input(const char *path, uint64_t max_bytes, char **data, size_t *len, schedrun_error_t *err) {
+  *data = NULL;
+  *len = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return err_set(err, SCHEDRUN_EIO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  int rc = SCHEDRUN_OK;
+  if (fstat(fd, &st) != 0) rc = err_set(err, SCHEDRUN_EIO, "%s: cannot stat: %s", path, strerror(errno));
+  else if (S_ISDIR(st.st_mode)) rc = err_set(err, SCHEDRUN_EIO, "%s: is a directory", path);
+  else if (!S_ISREG(st.st_mode))
+    rc = err_set(err, SCHEDRUN_EIO, "%s: is not a regular file (a device, a FIFO or a socket)", path);
+  else if ((uint64_t)st.st_size > max_bytes)
+    rc = err_set(err, SCHEDRUN_EIO, "%s: has %llu bytes; at most %llu", path, (unsigned long long)st.st_size,
+                 (unsigned long long)max_bytes);
+  char *buf = rc ? NULL : malloc((size_t)st.st_size + 1);
+  if (!rc && !buf) rc = err_set(err, SCHEDRUN_ENOMEM, "%s: out of memory for %llu bytes", path, (unsigned long long)st.st_size);
+  size_t got = 0;
+  while (!rc && got < (size_t)st.st_size) {
+    ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) rc = err_set(err, SCHEDRUN_EIO, "%s: read failed: %s", path, strerror(errno));
+    else if (r == 0) break; /* it shrank meanwhile: what is there */
+    else got += (size_t)r;
+  }
+  close(fd);
+  if (rc) {
+    free(buf);
+    return rc;
+  }
+  buf[got] = '\0';
+  *data = buf;
+  *len = got;
   return SCHEDRUN_OK;
 }
 

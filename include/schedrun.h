@@ -79,9 +79,10 @@ typedef struct schedrun_options {
   int compile_workers;   /* threads compiling kernels; 0: one per core */
   int spin_us;           /* how long idle threads poll before sleeping: 0 default
                             (30 us), negative: never (saves CPU, costs latency) */
-  int max_inflight;      /* back-pressure: jobs submitted and not yet handed over (by a
-                            wait or a callback) at once; 0: 65536. Past it
-                            schedrun_submit waits for room (see submit_timeout_ms) */
+  int max_inflight;      /* back-pressure: jobs submitted and not yet complete at once;
+                            0: 65536. Past it schedrun_submit waits for room (see
+                            submit_timeout_ms). Completions make room by themselves;
+                            results not yet collected are the caller's to take */
   int host_in_process;   /* 1: host devices run kernels in this process instead of one
                             worker process each: a process hop less per job, but a
                             kernel that faults or calls exit() ends the program, and a
@@ -126,8 +127,8 @@ SCHEDRUN_EXTERN int schedrun_compile_status(schedrun_t *s, int *active_sessions,
  * was dropped still completes, with an error naming the cause. */
 typedef struct schedrun_stats {
   uint64_t submitted, completed;
-  uint64_t in_flight; /* submitted, not yet complete */
-  uint64_t held;      /* submitted, result not yet handed over (max_inflight counts these) */
+  uint64_t in_flight; /* submitted, not yet complete (max_inflight bounds it) */
+  uint64_t held;      /* submitted, result not yet handed over */
   uint64_t messages_dropped;
   int devices_lost;
 } schedrun_stats_t;

@@ -64,18 +64,19 @@ static int build_submit(const prog_program *p, const schedrun_job_options_t *o, 
   return SCHEDRUN_OK;
 }
 
-/* Waits (lock held) until fewer than max_inflight jobs are held, as the job
- * options allow; the completion thread never waits for itself. */
+/* Waits (lock held) until fewer than max_inflight jobs are in flight (not
+ * yet complete), as the job options allow. Completions make room without the
+ * caller's help, so a thread that submits many jobs before it collects any
+ * cannot wait for itself; only the completion thread could, so it never waits. */
 static int wait_for_room(schedrun_t *s, const schedrun_job_options_t *o, schedrun_error_t *err) {
-  if (s->jobs.count < s->max_inflight) return SCHEDRUN_OK;
+  if (s->incomplete < s->max_inflight) return SCHEDRUN_OK;
   int timeout = api_on_completer(s) ? 0 : o->submit_timeout_ms;
   struct timespec ts = api_deadline_in(timeout < 0 ? 0 : timeout);
-  while (s->jobs.count >= s->max_inflight && !s->closing) {
+  while (s->incomplete >= s->max_inflight && !s->closing) {
     if (timeout == 0 || (timeout > 0 && pthread_cond_timedwait(&s->cond, &s->lock, &ts) != 0 &&
-                         s->jobs.count >= s->max_inflight))
-      return err_set(err, SCHEDRUN_EAGAIN,
-                     "schedrun_submit: %zu jobs are in flight (max_inflight)%s; wait for some, or raise it",
-                     s->jobs.count, timeout == 0 ? "" : " for the whole submit_timeout_ms");
+                         s->incomplete >= s->max_inflight))
+      return err_set(err, SCHEDRUN_EAGAIN, "schedrun_submit: %zu jobs are in flight (max_inflight)%s", s->incomplete,
+                     timeout == 0 ? "" : " for the whole submit_timeout_ms");
     if (timeout < 0) pthread_cond_wait(&s->cond, &s->lock);
   }
   return SCHEDRUN_OK;

@@ -290,7 +290,7 @@ int schedrun_report_write_trace(const schedrun_report_t *r, const char *path, sc
     sb_free(&sb);
     return err_set(err, SCHEDRUN_ENOMEM, "out of memory writing the trace");
   }
-  int rc = fs_write_atomic(path, sb.data, sb.len, err);
+  int rc = fs_write_output(path, sb.data, sb.len, err);
   sb_free(&sb);
   return rc;
 }

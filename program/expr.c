@@ -25,7 +25,7 @@ typedef struct parser {
   prog_expr_op ops[EXPR_MAX_OPS];
   uint32_t n;
   int stack_depth, max_stack;
-  uint32_t depth_used;
+  uint32_t depth_used, iters_used;
   bool constant;
   char *why;
   size_t why_len;
@@ -111,6 +111,7 @@ static void parse_primary(parser *ps, int nest) {
     }
     if (op.var < PROG_MAX_DEPTH && (uint32_t)op.var + 1 > ps->depth_used)
       ps->depth_used = (uint32_t)op.var + 1;
+    if (op.var < PROG_MAX_DEPTH) ps->iters_used |= 1u << op.var;
     ps->constant = false;
     ps->p = q;
     emit(ps, op);
@@ -200,6 +201,7 @@ const char *prog_expr_parse(const char *text, int depth, prog_expr *out, char *w
   out->n = ps->n;
   out->constant = ps->constant;
   out->depth_used = ps->depth_used;
+  out->iters_used = ps->iters_used;
   free(ps);
   return NULL;
 }
@@ -231,20 +233,29 @@ const char *prog_expr_eval(const prog_expr *e, const prog_env *env, prog_value *
     case EXO_NUM: st[sp++] = op->num; break;
     case EXO_VAR: st[sp++] = (prog_value){.is_int = true, .i = env->v[op->var]}; break;
     case EXO_NEG:
-      if (st[sp - 1].is_int) st[sp - 1].i = -st[sp - 1].i;
-      else st[sp - 1].f = -st[sp - 1].f;
+      if (st[sp - 1].is_int) {
+        if (st[sp - 1].i == INT64_MIN) return "integer overflow in unary -";
+        st[sp - 1].i = -st[sp - 1].i;
+      } else {
+        st[sp - 1].f = -st[sp - 1].f;
+      }
       break;
     default: {
       prog_value b = st[--sp], a = st[sp - 1], r;
       if (a.is_int && b.is_int) {
         r.is_int = true;
         r.f = 0;
-        /* wrap like unsigned arithmetic instead of overflowing */
-        uint64_t ua = (uint64_t)a.i, ub = (uint64_t)b.i;
+        /* checked 64-bit arithmetic: an overflow is an error, never a wrap */
         switch (op->op) {
-        case EXO_ADD: r.i = (int64_t)(ua + ub); break;
-        case EXO_SUB: r.i = (int64_t)(ua - ub); break;
-        case EXO_MUL: r.i = (int64_t)(ua * ub); break;
+        case EXO_ADD:
+          if (__builtin_add_overflow(a.i, b.i, &r.i)) return "integer overflow in +";
+          break;
+        case EXO_SUB:
+          if (__builtin_sub_overflow(a.i, b.i, &r.i)) return "integer overflow in -";
+          break;
+        case EXO_MUL:
+          if (__builtin_mul_overflow(a.i, b.i, &r.i)) return "integer overflow in *";
+          break;
         case EXO_DIV:
         case EXO_MOD:
           if (b.i == 0) return "division by zero";

@@ -13,6 +13,7 @@
 #include <yaml.h>
 
 #include "program/program.h"
+#include "program/yaml_depth.h"
 
 #define MAX_PROBLEMS 100
 
@@ -213,6 +214,9 @@ static void load_kernels(ld *l, node *n) {
     if (!f[0]) problem(l, v, "kernel '%s' has no params (a list of types)", name);
     else if (f[0]->type != YAML_SEQUENCE_NODE)
       problem(l, f[0], "params of kernel '%s' must be a list of types", name);
+    else if (f[0]->data.sequence.items.top - f[0]->data.sequence.items.start > PROG_MAX_PARAMS)
+      problem(l, f[0], "kernel '%s' has %zu params; at most %d", name,
+              (size_t)(f[0]->data.sequence.items.top - f[0]->data.sequence.items.start), PROG_MAX_PARAMS);
     else {
       size_t np = (size_t)(f[0]->data.sequence.items.top - f[0]->data.sequence.items.start);
       kr->params = calloc(np ? np : 1, sizeof(prog_type));
@@ -251,7 +255,7 @@ static void load_kernels(ld *l, node *n) {
         char *data = NULL;
         size_t len = 0;
         schedrun_error_t e = {0};
-        if (!path || fs_read_file(path, &data, &len, &e) != SCHEDRUN_OK) {
+        if (!path || fs_read_input(path, PROG_MAX_SOURCE_BYTES, &data, &len, &e) != SCHEDRUN_OK) {
           problem(l, f[2], "cannot read kernel file '%s': %s", rel, e.message ? e.message : "");
         } else if (len > PROG_MAX_SOURCE_BYTES) {
           problem(l, f[2], "kernel file '%s' has %zu bytes; at most %u MiB", rel, len, PROG_MAX_SOURCE_BYTES >> 20);
@@ -282,6 +286,9 @@ static void load_kernels(ld *l, node *n) {
             (c != kr->entry && *c >= '0' && *c <= '9')))
         ident = false;
     if (!ident) problem(l, f[3] ? f[3] : k, "entry '%s' is not a C function name", kr->entry);
+    else if (strlen(kr->entry) > PROG_MAX_ENTRY)
+      problem(l, f[3] ? f[3] : k, "entry of kernel '%s' has %zu characters; at most %d", name, strlen(kr->entry),
+              PROG_MAX_ENTRY);
   }
 }
 
@@ -307,7 +314,7 @@ static void load_init(ld *l, node *n, prog_buffer *b) {
     char *data = NULL;
     size_t len = 0;
     schedrun_error_t e = {0};
-    if (!path || fs_read_file(path, &data, &len, &e) != SCHEDRUN_OK)
+    if (!path || fs_read_input(path, PROG_MAX_BUFFER_BYTES, &data, &len, &e) != SCHEDRUN_OK)
       problem(l, f[3], "cannot read init file '%s': %s", rel, e.message ? e.message : "");
     else if (len != b->count * es)
       problem(l, f[3], "init file '%s' has %zu bytes; buffer '%s' needs %llu", rel, len, b->name,
@@ -437,13 +444,27 @@ static bool parse_expr_node(ld *l, node *n, int depth, const char *what, prog_ex
     return false;
   }
   l->p->uses |= prog_expr_uses(out);
+  /* only the iterations it reads: a trips loop inside a while body may use
+   * its own $iter */
   for (uint32_t d = 0; d < out->depth_used; d++)
-    if (l->loop_is_while[d]) {
+    if ((out->iters_used & (1u << d)) && l->loop_is_while[d]) {
       problem(l, n, "%s uses the iteration of a while loop, which is not known when the loop is "
                     "recorded", what);
       prog_expr_free(out);
       return false;
     }
+  if (out->constant) {
+    /* a constant is computed now: its overflow or division by zero is the
+     * config's error, with its place */
+    prog_value v;
+    prog_env env = {{0}};
+    const char *wrong = prog_expr_eval(out, &env, &v);
+    if (wrong) {
+      problem(l, n, "%s: %s in '%s'", what, wrong, sval(n));
+      prog_expr_free(out);
+      return false;
+    }
+  }
   return true;
 }
 
@@ -505,11 +526,20 @@ static uint64_t load_launch(ld *l, node *n, int depth, prog_step *st) {
   }
   st->u.launch.kernel = kidx < 0 ? 0 : (uint32_t)kidx;
   if (!f[1]) problem(l, n, "launch needs a grid");
-  else read_dims(l, f[1], "grid", st->u.launch.grid);
+  else if (read_dims(l, f[1], "grid", st->u.launch.grid)) {
+    const uint32_t *g = st->u.launch.grid;
+    if (g[0] > INT32_MAX || g[1] > 65535 || g[2] > 65535)
+      problem(l, f[1], "grid [%u, %u, %u]: x is at most 2147483647, y and z at most 65535 (CUDA's limits)", g[0], g[1],
+              g[2]);
+  }
   if (!f[2]) problem(l, n, "launch needs a block");
   else if (read_dims(l, f[2], "block", st->u.launch.block)) {
-    uint64_t t = (uint64_t)st->u.launch.block[0] * st->u.launch.block[1] * st->u.launch.block[2];
+    const uint32_t *b = st->u.launch.block;
+    uint64_t t = (uint64_t)b[0] * b[1] * b[2];
     if (t > 1024) problem(l, f[2], "block has %llu threads; at most 1024", (unsigned long long)t);
+    else if (b[0] > 1024 || b[1] > 1024 || b[2] > 64)
+      problem(l, f[2], "block [%u, %u, %u]: x and y are at most 1024 and z at most 64 (CUDA's limits)", b[0], b[1],
+              b[2]);
   }
   if (!f[3]) {
     problem(l, n, "launch needs args");
@@ -830,7 +860,7 @@ static void load_expect(ld *l, node *n) {
         size_t len = 0;
         schedrun_error_t er = {0};
         size_t es = prog_type_size(buf->type);
-        if (!path || fs_read_file(path, &data, &len, &er) != SCHEDRUN_OK)
+        if (!path || fs_read_input(path, PROG_MAX_BUFFER_BYTES, &data, &len, &er) != SCHEDRUN_OK)
           problem(l, fk, "cannot read expect file '%s': %s", rel, er.message ? er.message : "");
         else if (len != buf->count * es)
           problem(l, fk, "expect file '%s' has %zu bytes; buffer '%s' holds %llu", rel, len, buf->name,
@@ -934,6 +964,13 @@ int prog_load_string(const char *text, size_t len, const char *origin, prog_prog
   if (!l.p) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   l.p->path = xstrdup(l.file);
 
+  size_t dl, dc;
+  if (prog_yaml_depth_check(text, len, PROG_MAX_YAML_DEPTH, &dl, &dc) != 0) {
+    err_set(err, SCHEDRUN_ECONFIG, "%s:%zu:%zu: collections nest more than %d deep", l.file, dl, dc,
+            PROG_MAX_YAML_DEPTH);
+    prog_free(l.p);
+    return SCHEDRUN_ECONFIG;
+  }
   yaml_parser_t parser;
   yaml_parser_initialize(&parser);
   yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
@@ -972,7 +1009,7 @@ int prog_load_file(const char *path, prog_program **out, schedrun_error_t *err) 
   char *data;
   size_t len;
   schedrun_error_t e = {0};
-  if (fs_read_file(path, &data, &len, &e) != SCHEDRUN_OK) {
+  if (fs_read_input(path, PROG_MAX_CONFIG_BYTES, &data, &len, &e) != SCHEDRUN_OK) {
     err_set(err, SCHEDRUN_ECONFIG, "%s", e.message);
     schedrun_error_clear(&e);
     return SCHEDRUN_ECONFIG;

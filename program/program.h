@@ -24,6 +24,10 @@
 /* Kernel sources travel in one COMPILE message. */
 #define PROG_MAX_SOURCE_BYTES (8u << 20)
 #define PROG_MAX_SOURCES_BYTES (256u << 20)
+#define PROG_MAX_PARAMS 64 /* a kernel's parameters */
+#define PROG_MAX_ENTRY 128 /* characters of a kernel's entry name */
+/* A config file: its inline sources, and room for the rest. */
+#define PROG_MAX_CONFIG_BYTES (PROG_MAX_SOURCES_BYTES + (64u << 20))
 
 typedef enum prog_type { PT_I32, PT_U32, PT_I64, PT_U64, PT_F32, PT_F64, PT_PTR, PT_U8 } prog_type;
 
@@ -56,6 +60,7 @@ typedef struct prog_expr {
   uint32_t n;
   bool constant;     /* no variables */
   uint32_t depth_used; /* deepest $iterK used + 1, 0 when none */
+  uint32_t iters_used; /* bit K: $iterK (or $iter at depth K) is used */
 } prog_expr;
 
 typedef struct prog_env {

@@ -243,8 +243,9 @@ static void outer_cb(schedrun_job_t job, schedrun_job_result_t *r, void *user) {
   jo.user = c;
   c->submit_rc = schedrun_submit(c->s, c->p, &jo, &c->submitted, &err);
   schedrun_error_clear(&err);
-  /* max_inflight is 2 here: the other job and the one just submitted are
-   * held, so there is no room, and a callback may not wait for some */
+  /* max_inflight is 2 here: this callback's job (complete once the callback
+   * returns) and the one just submitted are in flight, so there is no room,
+   * and a callback may not wait for some */
   schedrun_job_t extra;
   c->submit_full_rc = schedrun_submit(c->s, c->p, &jo, &extra, &err);
   schedrun_error_clear(&err);
@@ -263,8 +264,13 @@ static void test_every_call_from_a_callback(void **st) {
   schedrun_t *s = open_host(1, 2);
   from_cb c = {.s = s, .p = load(s, tiny_yaml), .spare = load(s, tiny_yaml)};
   schedrun_error_t err = {0};
-  /* a job that stays held (nobody waits for it) */
+  /* a job that completes and stays held (nobody waits for it yet) */
   assert_int_equal(schedrun_submit(s, c.p, NULL, &c.other, &err), SCHEDRUN_OK);
+  schedrun_stats_t sts;
+  do {
+    usleep(1000);
+    assert_int_equal(schedrun_get_stats(s, &sts, &err), SCHEDRUN_OK);
+  } while (sts.in_flight > 0);
   schedrun_job_options_t jo;
   schedrun_job_options_init(&jo);
   jo.on_complete = outer_cb;
@@ -351,7 +357,7 @@ static void test_a_million_submissions_bounded(void **st) {
     if (i % 4096 == 0) {
       schedrun_stats_t sts;
       assert_int_equal(schedrun_get_stats(s, &sts, NULL), SCHEDRUN_OK);
-      assert_true(sts.held <= 1024);
+      assert_true(sts.in_flight <= 1024);
     }
   }
   assert_int_equal(schedrun_wait_all(s, 120000, &err), SCHEDRUN_OK);
@@ -368,11 +374,34 @@ static void test_a_million_submissions_bounded(void **st) {
   schedrun_close(&s);
 }
 
+/* One thread submits far more jobs than max_inflight before it collects any:
+ * completions make room, so it never waits for itself. */
+static void test_submit_past_the_bound_then_collect(void **st) {
+  (void)st;
+  schedrun_t *s = open_host(1, 8);
+  schedrun_program_t *p = load(s, tiny_yaml);
+  schedrun_error_t err = {0};
+  for (int i = 0; i < 500; i++) {
+    schedrun_job_t id;
+    assert_int_equal(schedrun_submit(s, p, NULL, &id, &err), SCHEDRUN_OK);
+  }
+  for (int i = 0; i < 500; i++) {
+    schedrun_job_t id;
+    schedrun_job_result_t *r;
+    assert_int_equal(schedrun_wait_any(s, 30000, &id, &r, &err), SCHEDRUN_OK);
+    assert_true(schedrun_job_result_info(r)->verified);
+    schedrun_job_result_free(&r);
+  }
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_many_waiters_one_job),
       cmocka_unit_test(test_every_call_from_a_callback),
       cmocka_unit_test(test_a_million_submissions_bounded),
+      cmocka_unit_test(test_submit_past_the_bound_then_collect),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,80 @@
+/* See yaml_depth.h. */
+#include <stdbool.h>
+
+#include "program/yaml_depth.h"
+
+/* Whether the line from `p` (its first non-blank character) to the end
+ * introduces a block scalar: it ends, after a "-" or ":", with "|" or ">"
+ * and optional chomping or indentation indicators. */
+static int opens_block_scalar(const char *p, const char *end) {
+  const char *e = p;
+  while (e < end && *e != '\n') e++;
+  /* drop a trailing comment and blanks */
+  for (const char *c = p; c < e; c++)
+    if (*c == '#' && (c == p || c[-1] == ' ' || c[-1] == '\t')) {
+      e = c;
+      break;
+    }
+  while (e > p && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) e--;
+  while (e > p && (e[-1] == '-' || e[-1] == '+' || (e[-1] >= '0' && e[-1] <= '9'))) e--;
+  if (e == p || (e[-1] != '|' && e[-1] != '>')) return 0;
+  const char *before = e - 1;
+  while (before > p && (before[-1] == ' ' || before[-1] == '\t')) before--;
+  return before == p ? 0 : (before[-1] == ':' || before[-1] == '-');
+}
+
+int prog_yaml_depth_check(const char *text, size_t len, int max_depth, size_t *line, size_t *col) {
+  const char *p = text, *end = text + len;
+  int depth = 0;
+  long block_parent = -1; /* indentation of the line that opened a block scalar */
+  size_t ln = 1;
+  while (p < end) {
+    /* at the start of a line: its indentation */
+    const char *start = p;
+    long indent = 0;
+    while (p < end && *p == ' ') p++, indent++;
+    bool blank = p >= end || *p == '\n' || *p == '\r';
+    if (block_parent >= 0) {
+      if (blank || indent > block_parent) {
+        while (p < end && *p != '\n') p++;
+        if (p < end) p++;
+        ln++;
+        continue;
+      }
+      block_parent = -1;
+    }
+    if (depth == 0 && !blank && opens_block_scalar(p, end)) block_parent = indent;
+    while (p < end && *p != '\n') {
+      char c = *p;
+      if (c == '#' && (p == start || p[-1] == ' ' || p[-1] == '\t')) {
+        while (p < end && *p != '\n') p++;
+        break;
+      }
+      if (c == '"' || c == '\'') {
+        /* a quoted scalar, possibly over several lines */
+        p++;
+        while (p < end && *p != c) {
+          if (c == '"' && *p == '\\' && p + 1 < end) p++;
+          else if (c == '\'' && *p == '\'' && p + 1 < end && p[1] == '\'') p++;
+          if (*p == '\n') ln++, start = p + 1;
+          p++;
+        }
+        if (p < end) p++;
+        continue;
+      }
+      if (c == '[' || c == '{') {
+        if (++depth > max_depth) {
+          *line = ln;
+          *col = (size_t)(p - start) + 1;
+          return -1;
+        }
+      } else if ((c == ']' || c == '}') && depth > 0) {
+        depth--;
+      }
+      p++;
+    }
+    if (p < end) p++;
+    ln++;
+  }
+  return 0;
+}
