@@ -21,7 +21,7 @@ CUDA_INCLUDE_DIRS = $(sort /usr/local/cuda/include $(realpath /usr/local/cuda/in
 DEB_PACKAGES = build-essential g++ clang binutils cmake pkg-config libzmq3-dev libmsgpack-dev \
                libyaml-dev libcmocka-dev libssl-dev libjson-c-dev
 
-.PHONY: all deps build run test test-plain test-asan test-tsan test-portable test-build-types bench clean
+.PHONY: all deps build run test test-plain test-asan test-tsan test-portable test-build-types bench fuzz clean
 
 all: build
 
@@ -48,8 +48,10 @@ run: build
 test-plain: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# ASan+UBSan with clang, which also builds the libFuzzer targets (ctest label
+# fuzz: each corpus replayed, then a short bounded run).
 test-asan: deps
-	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DSCHEDRUN_SANITIZE=address $(OWN_FLAGS)
+	CC=clang cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DSCHEDRUN_SANITIZE=address -DSCHEDRUN_FUZZ=ON $(OWN_FLAGS)
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 	cd $(BUILD_ASAN) && ctest --output-on-failure -j $(JOBS)
 
@@ -86,6 +88,19 @@ bench: build
 	  $(CC) -O2 -o $(BUILD)/starpu_bench bench/peers/starpu_bench.c $$(pkg-config --cflags --libs starpu-1.3); \
 	fi
 	./bench/run.sh $(BUILD)
+
+# The fuzzers for longer: FUZZ_SECONDS each (default 300), new inputs kept in
+# the build tree; the last lines of each run give executions and exec/s.
+FUZZ_SECONDS ?= 300
+fuzz: deps
+	CC=clang cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DSCHEDRUN_SANITIZE=address -DSCHEDRUN_FUZZ=ON $(OWN_FLAGS)
+	cmake --build $(BUILD_ASAN) -j $(JOBS) --target fuzz_codec fuzz_loader fuzz_expr
+	for t in codec loader expr; do \
+	  mkdir -p $(BUILD_ASAN)/tests/fuzz-work/$$t; \
+	  ./$(BUILD_ASAN)/tests/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	    -print_final_stats=1 $(BUILD_ASAN)/tests/fuzz-work/$$t tests/fuzz/corpus/$$t 2>&1 | \
+	    grep -E '^(stat::number_of_executed_units|stat::average_exec_per_sec|==[0-9]+==ERROR|SUMMARY)' | sed "s/^/$$t: /"; \
+	done
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_PORTABLE) build-Debug build-Release build-MinSizeRel

@@ -238,7 +238,10 @@ static void undeliverable(actor_t *self, const char *to, const msg *m, int code,
     return;
   }
   bool request = m->type == MSG_COMPILE || m->type == MSG_RECORD || m->type == MSG_EXECUTE || m->type == MSG_SUBMIT;
-  actor_send_error(self, request ? self->name : to, m->job, code, why, NULL, 0);
+  char step[96];
+  snprintf(step, sizeof step, "drop the %s that could not be sent", msg_type_name(m->type));
+  const char *steps[] = {step};
+  actor_send_error(self, request ? self->name : to, m->job, code, why, steps, 1);
 }
 
 int actor_send(actor_t *self, const char *to, const msg *m) {

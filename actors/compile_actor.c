@@ -153,6 +153,29 @@ static target_slot *target_of(compile_state *s, const gpu_compile_target *t, sch
       t->close(ctx);
       return NULL;
     }
+    /* the recipe (options, generated wrapper) is part of every key */
+    char *recipe = NULL;
+    if (t->recipe(ctx, &recipe, err) != SCHEDRUN_OK) {
+      free(id);
+      t->close(ctx);
+      return NULL;
+    }
+    hash_ctx *h = hash_new();
+    char rk[65] = "";
+    if (h) {
+      hash_add_str(h, recipe);
+      hash_final_hex(h, rk);
+    }
+    free(recipe);
+    char *with = NULL;
+    if (asprintf(&with, "%s\nrecipe %s", id, rk) < 0) with = NULL;
+    free(id);
+    if (!with) {
+      t->close(ctx);
+      err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+      return NULL;
+    }
+    id = with;
     *ts = (target_slot){t, ctx, id};
     return ts;
   }
@@ -199,7 +222,14 @@ static const char *remember(compile_state *s, const char *key, char *path) {
  * kernel is compiled again). Returns the artifact path or NULL. */
 static const char *cache_lookup(compile_state *s, const gpu_compile_target *t, const char *key) {
   cache_entry *e = hmap_get(&s->cache, key);
-  if (e) return e->path;
+  /* the directory may have been emptied under us: a memory hit whose file
+   * is gone is a miss, and the kernel compiles again */
+  if (e && access(e->path, R_OK) == 0) return e->path;
+  if (e) {
+    hmap_remove(&s->cache, key);
+    free(e->path);
+    free(e);
+  }
   char *path = artifact_path(s, t, key);
   if (!path) return NULL;
   uint8_t *img;
@@ -274,7 +304,8 @@ static void finish_session(actor_t *self, compile_state *s, session *ss) {
   snprintf(step2, sizeof step2, "drain %zu compiles still pending after the first failure", ss->drained);
   snprintf(step3, sizeof step3, "evict %zu failed cache entries", evicted);
   const char *steps[] = {"reset the active compile mode", step2, step3};
-  actor_send_error(self, ss->reply_to, ss->id, SCHEDRUN_ECOMPILE, ss->report.data ? ss->report.data : "", steps, 3);
+  actor_send_error(self, ss->reply_to, ss->id, ss->code ? ss->code : SCHEDRUN_ECOMPILE,
+                   ss->report.data ? ss->report.data : "", steps, 3);
   session_free(ss);
 }
 
@@ -295,19 +326,30 @@ static void resolve(session *ss, uint32_t i, const char *path, const char *error
   ss->pending--;
 }
 
+/* A kernel that could not even be queued: the session fails as out of memory. */
+static void resolve_oom(session *ss, uint32_t i, const char *where) {
+  ss->code = SCHEDRUN_ENOMEM;
+  resolve(ss, i, NULL, "out of memory", NULL, where);
+}
+
 static void handle_compile(actor_t *self, compile_state *s, msg *m) {
   const msg_compile *c = &m->body.compile;
   schedrun_error_t err = {0};
   const gpu_compile_target *t = gpu_compile_target_find(c->target);
   target_slot *ts = t ? target_of(s, t, &err) : NULL;
   if (!ts || hmap_get(&s->sessions, &m->job)) {
-    const char *steps[] = {"reset the active compile mode"};
+    /* no session is opened: the active compile mode stays as it was */
+    const char *steps[] = {"open no compile session: the active compile mode is unchanged"};
     strbuf why;
     sb_init(&why);
+    int code = SCHEDRUN_EBACKEND; /* no kernel was compiled: not a compile error */
     if (!t) sb_addf(&why, "unknown compile target '%s'", c->target);
     else if (!ts) sb_addf(&why, "compile target '%s': %s", c->target, err.message ? err.message : "unavailable");
-    else sb_addf(&why, "a compile session %llu is already active", (unsigned long long)m->job);
-    actor_send_error(self, m->from, m->job, SCHEDRUN_ECOMPILE, why.data, steps, 1);
+    else {
+      sb_addf(&why, "a compile session for job %llu is already active", (unsigned long long)m->job);
+      code = SCHEDRUN_EPROTO;
+    }
+    actor_send_error(self, m->from, m->job, code, why.data, steps, 1);
     sb_free(&why);
     schedrun_error_clear(&err);
     return;
@@ -323,7 +365,8 @@ static void handle_compile(actor_t *self, compile_state *s, msg *m) {
   }
   if (!ss || !ss->modules.v || !ss->keys || !ss->failed || !ss->target || hmap_put(&s->sessions, &m->job, ss) != 0) {
     session_free(ss);
-    actor_send_error(self, m->from, m->job, SCHEDRUN_ENOMEM, "out of memory", NULL, 0);
+    const char *steps[] = {"open no compile session: the active compile mode is unchanged"};
+    actor_send_error(self, m->from, m->job, SCHEDRUN_ENOMEM, "out of memory", steps, 1);
     return;
   }
   ss->id = m->job;
@@ -371,18 +414,18 @@ static void handle_compile(actor_t *self, compile_state *s, msg *m) {
       }
       if (!f || !f->path || !f->source || hmap_put(&s->inflight, f->key, f) != 0) {
         compile_future_free(f);
-        resolve(ss, (uint32_t)i, NULL, "out of memory", NULL, k->where);
+        resolve_oom(ss, (uint32_t)i, k->where);
         continue;
       }
       if (future_wait_on(f, ss->id, (uint32_t)i) != 0) {
-        resolve(ss, (uint32_t)i, NULL, "out of memory", NULL, k->where);
+        resolve_oom(ss, (uint32_t)i, k->where);
         hmap_remove(&s->inflight, f->key);
         compile_future_free(f);
         continue;
       }
       compile_pool_push(s, f);
     } else if (future_wait_on(f, ss->id, (uint32_t)i) != 0) {
-      resolve(ss, (uint32_t)i, NULL, "out of memory", NULL, k->where);
+      resolve_oom(ss, (uint32_t)i, k->where);
     }
   }
   if (ss->pending == 0) finish_session(self, s, ss);
@@ -404,6 +447,7 @@ static void handle_worker_done(actor_t *self, compile_state *s, msg *m) {
     session *ss = hmap_get(&s->sessions, &f->waiters[w].session);
     if (!ss) continue;
     if (ss->cancelled) ss->stopped++;
+    if (f->rc && f->rc != SCHEDRUN_ECOMPILE && !ss->code) ss->code = f->rc; /* the cache, the disk: not the kernel */
     resolve(ss, f->waiters[w].index, path, f->rc ? (f->error ? f->error : "compile failed") : NULL, f->log, f->where);
     if (ss->pending == 0) finish_session(self, s, ss);
   }

@@ -6,6 +6,7 @@
  * message and read by the actor after it. A future whose cancel flag is set
  * has its compiler killed (see compile_actor.c, CANCEL).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,13 +42,14 @@ typedef struct worker_arg {
 
 static void run_future(compile_state *s, future *f, int worker) {
   schedrun_error_t err = {0};
-  char tmp[1024];
-  snprintf(tmp, sizeof tmp, "%s/tmp/p%ld-w%d-XXXXXX", s->core->cache_dir, (long)getpid(), worker);
-  char *tdir = fs_dirname(tmp), *adir = fs_dirname(f->path);
+  char *tmp = NULL;
+  if (asprintf(&tmp, "%s/tmp/p%ld-w%d-XXXXXX", s->core->cache_dir, (long)getpid(), worker) < 0) tmp = NULL;
+  char *tdir = tmp ? fs_dirname(tmp) : NULL, *adir = fs_dirname(f->path);
   int rc = tdir && adir ? SCHEDRUN_OK : err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
   if (rc == SCHEDRUN_OK) rc = fs_mkdir_p(tdir, &err);
   if (rc == SCHEDRUN_OK) rc = fs_mkdir_p(adir, &err);
-  if (rc == SCHEDRUN_OK && !mkdtemp(tmp)) rc = err_set(&err, SCHEDRUN_EIO, "cannot create a directory under %s", tdir);
+  if (rc == SCHEDRUN_OK && !mkdtemp(tmp))
+    rc = err_set(&err, SCHEDRUN_EIO, "the kernel cache: cannot create a directory under %s: %s", tdir, strerror(errno));
   if (rc == SCHEDRUN_OK) {
     gpu_compile_req req = {f->name,   f->entry,   f->source, f->source_file, f->first_line,
                            f->params, f->nparams, f->arch,   &f->cancel};
@@ -60,6 +62,7 @@ static void run_future(compile_state *s, future *f, int worker) {
   }
   free(tdir);
   free(adir);
+  free(tmp);
   f->rc = rc;
   if (rc) f->error = xstrdup(err.message ? err.message : schedrun_strerror(rc));
   schedrun_error_clear(&err);

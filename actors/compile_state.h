@@ -52,6 +52,7 @@ typedef struct session {
   char (*keys)[65];
   bool *failed;
   size_t n, pending, failures, drained;
+  int code; /* SCHEDRUN_ECOMPILE, unless a failure was of another kind (the cache, the disk) */
   bool cancelled;          /* torn down by CANCEL: answered with ECLOSED */
   size_t stopped, dropped; /* its compiles killed while running, or never started */
   strbuf report;

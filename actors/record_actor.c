@@ -560,6 +560,7 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
   sb_init(&why);
   gpu_function *fns = NULL;
   int rc = SCHEDRUN_OK;
+  bool dropped = false; /* a half-updated recording was destroyed */
   if (!p) rc = err_set(&err, SCHEDRUN_EPROTO, "RECORD names unknown program %llu", (unsigned long long)r->program);
   else if (r->device >= (uint32_t)s->core->ndevices)
     rc = err_set(&err, SCHEDRUN_EPROTO, "RECORD names device %u of %d", r->device, s->core->ndevices);
@@ -592,6 +593,7 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
         hmap_remove(&s->seqs, &key);
         rec_seq_destroy(s, q);
         q = NULL;
+        dropped = true;
       }
     } else {
       rec_seq *fresh = NULL;
@@ -616,7 +618,9 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
   /* the scratch list is kept for the next RECORD, unless it grew large */
   if (s->want.cap > WANT_KEEP_NODES) nl_free(&s->want);
   if (rc) {
-    const char *steps[] = {"keep the previous recording of this execution context unchanged"};
+    const char *steps[] = {dropped ? "drop the half-updated recording of this execution context: the next job records "
+                                     "it afresh"
+                                   : "keep the previous recording of this execution context unchanged"};
     actor_send_error(self, m->from, m->job, rc, err.message ? err.message : "record failed", steps, 1);
     schedrun_error_clear(&err);
     return;

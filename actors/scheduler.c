@@ -231,7 +231,8 @@ static void handle_release(actor_t *self, scheduler_state *s, msg *m) {
   }
   if (!ps) ps = scheduler_prog_get(s, id, true); /* nothing ran: the record actor is asked anyway */
   if (!ps) {
-    actor_send_error(self, m->from, m->job, SCHEDRUN_ENOMEM, "out of memory", NULL, 0);
+    const char *steps[] = {"release nothing: the program's state is as it was"};
+    actor_send_error(self, m->from, m->job, SCHEDRUN_ENOMEM, "out of memory", steps, 1);
     return;
   }
   if (ps->releasing) return; /* asked twice: one answer */

@@ -3,12 +3,16 @@
  *   1. 1000 tiny launches on the host backend: called directly (the kernel's
  *      own cost), replayed from a recorded sequence, and run eagerly (each
  *      launch's arguments evaluated and packed, then launched on its own):
- *      ns per launch, and the dispatch cost of replay beside the kernel.
+ *      ns per launch, and the dispatch cost of replay beside the kernel. Once
+ *      with the kernels in this process (where a direct call is possible) and
+ *      once in the device's worker process (replay and eager only: one
+ *      request per sequence, one per eager launch).
  *   2. Recording that 1000-launch program through the record actor: create
  *      vs update in place (every node's scalar changed) vs reuse.
  *   3. Memory per recorded node, from the allocator's counters.
  */
 #include <malloc.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +25,8 @@
 
 #define N 1000
 
+static double md_in_process; /* the direct cost measured in-process, for the worker's dispatch */
+
 
 
 static void die(const char *what, schedrun_error_t *err) {
@@ -30,10 +36,11 @@ static void die(const char *what, schedrun_error_t *err) {
 
 typedef void (*tramp)(const uint32_t *, const uint32_t *, const uint64_t *);
 
-static void backend_bench(void) {
+static void backend_bench(bool in_process) {
   schedrun_error_t err = {0};
   gpu_backend *b;
-  if (gpu_host_open(1, NULL, &b, &err)) die("host", &err);
+  gpu_open_opts o = {NULL, 30000, in_process};
+  if (gpu_host_open(1, &o, &b, &err)) die("host", &err);
   prog_type params[] = {PT_PTR, PT_I32};
   gpu_compile_req req = {"tiny", "tiny",
                          "extern \"C\" __global__ void tiny(float *p, int i) { if (threadIdx.x == 0) p[i] += 1.0f; }\n",
@@ -78,7 +85,7 @@ static void backend_bench(void) {
   double direct[BATCHES], replay[BATCHES], eager[BATCHES];
   for (int bt = 0; bt < BATCHES; bt++) {
     uint64_t t0 = bench_ns();
-    for (int r = 0; r < REPS; r++)
+    for (int r = 0; in_process && r < REPS; r++) /* the function lives in this process */
       for (int i = 0; i < N; i++) ((tramp)fn)(one, one, args[i]);
     uint64_t t1 = bench_ns();
     for (int r = 0; r < REPS; r++) b->ops->seq_launch(s, 0, NULL, &err);
@@ -106,15 +113,24 @@ static void backend_bench(void) {
     replay[bt] = (double)(t2 - t1) / (REPS * N);
     eager[bt] = (double)(t3 - t2) / (REPS * N);
   }
+  /* every launch ran, every time: element k was incremented once per launch
+   * i with i % 64 == k, per repetition of each way of running */
   float h[64];
   b->ops->copy_dtoh(b, 0, h, buf, sizeof h, &err);
-  double want = (double)BATCHES * 3 * REPS * (N / 64 + (0 < N % 64));
-  (void)want;
-  for (int i = 0; i < 64; i++)
-    if (h[i] == 0) die("the kernel did not run", NULL);
+  for (int k = 0; k < 64; k++) {
+    double want = (double)BATCHES * (in_process ? 3 : 2) * REPS * (N / 64 + (k < N % 64));
+    if (h[k] != (float)want) {
+      fprintf(stderr, "element %d is %.0f, expected %.0f\n", k, h[k], want);
+      die("the launches did not all run", NULL);
+    }
+  }
   double md = bench_median(direct, BATCHES), mr = bench_median(replay, BATCHES), me = bench_median(eager, BATCHES);
-  printf("direct_ns=%.2f\nreplay_ns=%.2f\neager_ns=%.2f\ndispatch_ns=%.2f\neager_over_replay=%.2f\n", md, mr, me,
-         mr - md, me / mr);
+  if (in_process) md_in_process = md;
+  if (in_process)
+    printf("direct_ns=%.2f\nreplay_ns=%.2f\neager_ns=%.2f\ndispatch_ns=%.2f\neager_over_replay=%.2f\n", md, mr, me,
+           mr - md, me / mr);
+  else
+    printf("worker_replay_ns=%.2f\nworker_eager_ns=%.2f\nworker_dispatch_ns=%.2f\n", mr, me, mr - md_in_process);
   prog_expr_free(&e);
   b->ops->seq_destroy(s);
   b->ops->module_unload(b, m);
@@ -202,7 +218,8 @@ static void record_bench(void) {
 int main(void) {
   /* one malloc arena, so the allocator's counters see every thread */
   mallopt(M_ARENA_MAX, 1);
-  backend_bench();
+  backend_bench(true);
+  backend_bench(false);
   record_bench();
   return 0;
 }

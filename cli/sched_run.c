@@ -181,8 +181,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n && i < 20; i++) fprintf(stderr, "sched-run: mismatch: %s\n", schedrun_report_failure(rep, i));
     if (n > 20) fprintf(stderr, "sched-run: ... %zu mismatches in all\n", n);
     status = EXIT_MISMATCH;
-  } else if (rc == SCHEDRUN_ECONFIG) {
-    fprintf(stderr, "%s\n", err.message);
+  } else if (rc == SCHEDRUN_ECONFIG || rc == SCHEDRUN_EINVAL) {
+    /* a config, or options, asking for what cannot run */
+    fprintf(stderr, "%s%s\n", rc == SCHEDRUN_EINVAL ? "sched-run: " : "", err.message);
     status = EXIT_USAGE;
   } else if (rc != SCHEDRUN_OK) {
     fprintf(stderr, "sched-run: %s: %s\n", schedrun_strerror(rc), err.message ? err.message : "");

@@ -80,3 +80,15 @@ int gpu_params_parse(const char *text, prog_type *out, int max) {
     p += len + 1;
   }
 }
+
+static const prog_type sample_params[] = {PT_PTR, PT_F32};
+const gpu_compile_req gpu_recipe_sample = {
+    .name = "sample",
+    .entry = "sample",
+    .source = "extern \"C\" __global__ void sample(int *p, float v) { p[threadIdx.x] = (int)v; }\n",
+    .source_file = "recipe",
+    .first_line = 1,
+    .params = sample_params,
+    .nparams = 2,
+    .arch = "",
+};

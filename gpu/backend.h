@@ -161,11 +161,19 @@ typedef struct gpu_compile_target {
   /* A cheap fingerprint of the compiler (its file, size and time) under which
    * a slow identity() may be remembered on disk; NULL when identity() is cheap. */
   int (*stamp)(void *ctx, char **out, schedrun_error_t *err);
+  /* Everything besides the compiler and the request that shapes an artifact:
+   * the options, and the generated wrapper (prelude, trampolines) applied to
+   * a fixed sample kernel. Part of every cache key, so that a change to any
+   * of it never reuses an old artifact. Heap text. */
+  int (*recipe)(void *ctx, char **out, schedrun_error_t *err);
   /* Compiles req into *out (malloc'ed bytes: the artifact). *log gets the
    * compiler's messages (may be NULL). tmp_dir is private to this call. */
   int (*compile)(void *ctx, const gpu_compile_req *req, const char *tmp_dir, uint8_t **out,
                  size_t *out_len, char **log, schedrun_error_t *err);
 } gpu_compile_target;
+
+/* The sample kernel every recipe applies its wrapper to. */
+extern const gpu_compile_req gpu_recipe_sample;
 
 extern const gpu_compile_target gpu_host_target;
 extern const gpu_compile_target gpu_cuda_target;

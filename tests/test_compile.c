@@ -440,6 +440,135 @@ static void test_nvrtc_cubins(void **st) {
   assert_int_equal(gpu_cubin_arch((const uint8_t *)"nope", 4), -1);
 }
 
+/* ---- through the API ---- */
+
+static const char one_kernel_yaml[] = "version: 1\n"
+                                      "kernels:\n"
+                                      "  k:\n"
+                                      "    params: [ptr]\n"
+                                      "    source: |\n"
+                                      "      extern \"C\" __global__ void k(int *o) { o[0] = %d; }\n"
+                                      "buffers:\n"
+                                      "  o: {type: i32, count: 1}\n"
+                                      "program:\n"
+                                      "  - launch: {kernel: k, grid: 1, block: 1, args: [o]}\n"
+                                      "expect:\n"
+                                      "  o: {values: [%d]}\n";
+
+static schedrun_t *open_cached(const char *dir) {
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "host";
+  o.cache_dir = dir;
+  schedrun_t *s = NULL;
+  schedrun_error_t err = {0};
+  if (schedrun_open(&s, &o, &err)) fail_msg("%s", err.message);
+  return s;
+}
+
+static int run_value(schedrun_t *s, int v, schedrun_error_t *err) {
+  char yaml[1024];
+  snprintf(yaml, sizeof yaml, one_kernel_yaml, v, v);
+  schedrun_program_t *p = NULL;
+  schedrun_report_t *r = NULL;
+  int rc = schedrun_program_load_string(s, yaml, "k.yaml", &p, err);
+  if (rc == SCHEDRUN_OK) rc = schedrun_run(s, p, NULL, &r, err);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  return rc;
+}
+
+/* The cache directory emptied under a living scheduler: the kernel it knew
+ * compiles again instead of failing with "cannot open". */
+static void test_cache_dir_removed_while_running(void **st) {
+  (void)st;
+  char dir[] = "/tmp/schedrun-gone-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  schedrun_t *s = open_cached(dir);
+  schedrun_error_t err = {0};
+  if (run_value(s, 41, &err)) fail_msg("%s", err.message);
+  fs_remove_tree(dir);
+  if (run_value(s, 41, &err)) fail_msg("after the cache was removed: %s", err.message);
+  assert_true(count_artifacts(dir, "host") >= 1); /* compiled again, into a fresh directory */
+  schedrun_close(&s);
+  fs_remove_tree(dir);
+}
+
+/* A cache that cannot hold artifacts is the disk's failure, not the
+ * kernel's: SCHEDRUN_EIO naming the path and the cause. */
+static void test_cache_failure_is_not_a_compile_error(void **st) {
+  (void)st;
+  char dir[] = "/tmp/schedrun-badcache-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char tmp[256];
+  snprintf(tmp, sizeof tmp, "%s/tmp", dir);
+  FILE *f = fopen(tmp, "w"); /* where compiles get their directories: a file */
+  assert_non_null(f);
+  fclose(f);
+  schedrun_t *s = open_cached(dir);
+  schedrun_error_t err = {0};
+  int rc = run_value(s, (int)(now_ns() % 100000) + 7, &err);
+  if (rc != SCHEDRUN_EIO || !strstr(err.message, dir) || !strstr(err.message, "Not a directory"))
+    fail_msg("status %d: %s", rc, err.message ? err.message : "");
+  schedrun_error_clear(&err);
+  schedrun_close(&s);
+  fs_remove_tree(dir);
+}
+
+typedef struct seen_failure {
+  schedrun_t *s;
+  int status, active_at_completion, status_rc;
+  char text[4096];
+} seen_failure;
+
+static void on_failed(schedrun_job_t job, schedrun_job_result_t *r, void *user) {
+  (void)job;
+  seen_failure *sf = user;
+  sf->status = schedrun_job_result_info(r)->status;
+  snprintf(sf->text, sizeof sf->text, "%s", schedrun_job_result_error(r));
+  sf->status_rc = schedrun_compile_status(sf->s, &sf->active_at_completion, NULL, NULL);
+  schedrun_job_result_free(&r);
+}
+
+/* The teardown runs before the error leaves: when the failed compile's job
+ * completes, the mode is already reset, and the error lists what ran. */
+static void test_teardown_before_the_error_arrives(void **st) {
+  (void)st;
+  char dir[] = "/tmp/schedrun-order-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  schedrun_t *s = open_cached(dir);
+  seen_failure sf = {.s = s, .status = 1};
+  schedrun_program_t *p = NULL;
+  schedrun_error_t err = {0};
+  const char *bad = "version: 1\n"
+                    "kernels:\n"
+                    "  k:\n"
+                    "    params: [ptr]\n"
+                    "    source: |\n"
+                    "      extern \"C\" __global__ void k(int *o) { o[0] = nope; }\n"
+                    "buffers:\n"
+                    "  o: {type: i32, count: 1}\n"
+                    "program:\n"
+                    "  - launch: {kernel: k, grid: 1, block: 1, args: [o]}\n";
+  if (schedrun_program_load_string(s, bad, "bad.yaml", &p, &err)) fail_msg("%s", err.message);
+  schedrun_job_options_t jo;
+  schedrun_job_options_init(&jo);
+  jo.on_complete = on_failed;
+  jo.user = &sf;
+  schedrun_job_t id;
+  assert_int_equal(schedrun_submit(s, p, &jo, &id, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait_all(s, 60000, &err), SCHEDRUN_OK);
+  assert_int_equal(sf.status, SCHEDRUN_ECOMPILE);
+  assert_int_equal(sf.status_rc, SCHEDRUN_OK);
+  assert_int_equal(sf.active_at_completion, 0);
+  if (!strstr(sf.text, "teardown: reset the active compile mode; drain 0 compiles") ||
+      !strstr(sf.text, "evict 1 failed cache entries"))
+    fail_msg("the error does not carry its teardown: %s", sf.text);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+  fs_remove_tree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_failure_resets_mode_then_next_compiles),
@@ -448,6 +577,9 @@ int main(void) {
       cmocka_unit_test(test_corrupt_entries_rebuilt),
       cmocka_unit_test(test_two_processes_one_cache),
       cmocka_unit_test(test_nvrtc_cubins),
+      cmocka_unit_test(test_cache_dir_removed_while_running),
+      cmocka_unit_test(test_cache_failure_is_not_a_compile_error),
+      cmocka_unit_test(test_teardown_before_the_error_arrives),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,9 +5,9 @@
  * and a failed RECORD that leaves the recording intact. Then the issue's loop
  * through the whole API: 8 unrolled iterations, 2 buffer sets, 4 runs.
  *
- * This file is also built against a deliberately broken record actor that
- * keeps one state per command (SCHEDRUN_RECORD_SHARED_SLOT); ctest expects that
- * build to fail, which proves these checks see stale per-iteration state. */
+ * test_shared_slot.c runs the same loop (record_loop.h) against a deliberately
+ * broken record actor that keeps one state per command, and expects exactly
+ * the stale data this test would catch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +16,7 @@
 #include "actors/actor.h"
 #include "actors/core.h"
 #include "common/artifact.h"
+#include "record_loop.h"
 #include "test_util.h"
 
 static const char program_yaml[] =
@@ -248,44 +249,14 @@ static void test_create_reuse_update_per_key(void **st) {
   rig_down(&r);
 }
 
-#define LOOP_PROGRAM                                                                                     \
-  "version: 1\nrepeat: 4\nbuffer_sets: 2\n"                                                              \
-  "kernels:\n  fill_slice:\n    params: [ptr, i32, f32]\n    source: |\n"                              \
-  "      extern \"C\" __global__ void fill_slice(float *p, int n, float v) {\n"                          \
-  "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n        if (i < n) p[i] = v;\n      }\n"     \
-  "buffers:\n  out: {type: f32, count: 1024}\n"                                                          \
-  "program:\n  - loop:\n      trips: 8\n      body:\n"                                                  \
-  "        - launch: {kernel: fill_slice, grid: 2, block: 64,\n"                                         \
-  "                   args: [{buffer: out, offset: \"$iter * 128\"}, 128, \"($iter + 1) * 1000 + $run\"]}\n"
-
 static void test_loop_every_slice_every_run(void **st) {
   (void)st;
-  schedrun_options_t o;
-  schedrun_options_init(&o);
-  o.devices = "host:1";
-  schedrun_t *s;
+  schedrun_t *s = NULL;
+  schedrun_program_t *p = NULL;
   schedrun_error_t err = {0};
-  assert_int_equal(schedrun_open(&s, &o, &err), SCHEDRUN_OK);
-  schedrun_program_t *p;
-  assert_int_equal(schedrun_program_load_string(s, LOOP_PROGRAM, "loop.yaml", &p, &err), SCHEDRUN_OK);
-  schedrun_run_options_t ro;
-  schedrun_run_options_init(&ro);
-  ro.keep_outputs = 1;
-  schedrun_report_t *r;
-  if (schedrun_run(s, p, &ro, &r, &err)) fail_msg("%s", err.message);
-  for (int run = 0; run < 4; run++) {
-    size_t bytes;
-    const float *out = schedrun_report_output(r, run, 0, "out", &bytes);
-    assert_non_null(out);
-    assert_int_equal(bytes, 4096);
-    for (int it = 0; it < 8; it++)
-      for (int t = 0; t < 128; t++) {
-        float want = (float)((it + 1) * 1000 + run);
-        if (out[it * 128 + t] != want)
-          fail_msg("run %d (buffer set %d), iteration %d: out[%d] = %g, expected %g", run, run % 2, it, it * 128 + t,
-                   out[it * 128 + t], want);
-      }
-  }
+  char why[256];
+  assert_int_equal(loop_run_and_compare(&s, &p, why, sizeof why), SCHEDRUN_OK);
+  if (why[0]) fail_msg("%s", why);
   /* per key: each buffer set's recording was created once and updated once */
   for (int slot = 0; slot < 2; slot++) {
     schedrun_counters_t c;
@@ -300,7 +271,6 @@ static void test_loop_every_slice_every_run(void **st) {
   assert_int_equal(none.nodes, 0);
   assert_int_equal(schedrun_record_counters(s, p, 3, 0, &none, &err), SCHEDRUN_EINVAL);
   schedrun_error_clear(&err);
-  schedrun_report_free(&r);
   schedrun_program_free(&p);
   schedrun_close(&s);
 }

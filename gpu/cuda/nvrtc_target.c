@@ -17,6 +17,8 @@
 #include "gpu/backend.h"
 #include "gpu/kernel_abi.h"
 
+#define NVRTC_STD "-std=c++17" /* besides the architecture, the only option */
+
 /* The NVRTC C API, as documented (nvrtc.h); declared here so that building
  * schedrun needs no CUDA headers. */
 typedef int nvrtcResult;
@@ -154,7 +156,7 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
   }
   char arch_opt[64];
   snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", r->arch);
-  const char *opts[] = {arch_opt, "-std=c++17"};
+  const char *opts[] = {arch_opt, NVRTC_STD};
   nvrtcProgram prog = NULL;
   int rc = SCHEDRUN_OK;
   nvrtcResult nr = a->CreateProgram(&prog, src.data, r->name, 0, NULL, NULL);
@@ -193,6 +195,20 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
   return rc;
 }
 
+static int nv_recipe(void *ctx, char **out, schedrun_error_t *err) {
+  (void)ctx;
+  strbuf sb;
+  sb_init(&sb);
+  sb_adds(&sb, NVRTC_STD "\n");
+  kernel_abi_source(&sb, &gpu_recipe_sample);
+  if (sb.failed) {
+    sb_free(&sb);
+    return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  }
+  *out = sb_take(&sb);
+  return SCHEDRUN_OK;
+}
+
 const gpu_compile_target gpu_cuda_target = {
     .name = "cuda",
     .ext = ".cubin",
@@ -200,5 +216,6 @@ const gpu_compile_target gpu_cuda_target = {
     .close = nv_close,
     .identity = nv_identity,
     .stamp = NULL,
+    .recipe = nv_recipe,
     .compile = nv_compile,
 };

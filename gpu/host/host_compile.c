@@ -224,6 +224,26 @@ static void gen_source(strbuf *sb, const gpu_compile_req *r) {
   sb_adds(sb, ");\n    }\n  }\n}\n");
 }
 
+/* The options every kernel is compiled with (the compiler, -o and the files
+ * around them). */
+static const char *const host_flags[] = {"-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
+                                         "-fno-exceptions", "-fno-rtti"};
+
+static int host_recipe(void *ctx, char **out, schedrun_error_t *err) {
+  (void)ctx;
+  strbuf sb;
+  sb_init(&sb);
+  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(host_flags); i++) sb_addf(&sb, "%s ", host_flags[i]);
+  sb_adds(&sb, "\n");
+  gen_source(&sb, &gpu_recipe_sample);
+  if (sb.failed) {
+    sb_free(&sb);
+    return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  }
+  *out = sb_take(&sb);
+  return SCHEDRUN_OK;
+}
+
 static int host_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, uint8_t **out,
                         size_t *out_len, char **log, schedrun_error_t *err) {
   (void)ctx;
@@ -255,9 +275,14 @@ static int host_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir
     goto out;
   }
   if ((rc = fs_write_atomic(path_src.data, src.data, src.len, err))) goto out;
-  char *argv[] = {(char *)compiler(), "-std=c++17", "-O2", "-fPIC", "-shared",
-                  "-fvisibility=hidden", "-fno-exceptions", "-fno-rtti", "-o", path_so.data,
-                  path_src.data, NULL};
+  char *argv[SCHEDRUN__ARRAY_LEN(host_flags) + 5];
+  size_t na = 0;
+  argv[na++] = (char *)compiler();
+  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(host_flags); i++) argv[na++] = (char *)host_flags[i];
+  argv[na++] = "-o";
+  argv[na++] = path_so.data;
+  argv[na++] = path_src.data;
+  argv[na] = NULL;
   int st = run_logged(argv, path_log.data, r->cancel, err);
   size_t len = 0;
   schedrun_error_t e = {0};
@@ -293,6 +318,7 @@ const gpu_compile_target gpu_host_target = {
     .close = host_close,
     .identity = host_identity,
     .stamp = host_stamp,
+    .recipe = host_recipe,
     .compile = host_compile,
 };
 
