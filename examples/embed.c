@@ -44,6 +44,7 @@ int main(void) {
     rc = schedrun_submit(s, p, &o, &id, &err);
   }
   float total = 0;
+  int seen = 0; /* one bit per job: each completes exactly once */
   for (int k = 0; rc == SCHEDRUN_OK && k < 4; k++) {
     schedrun_job_t id;
     schedrun_job_result_t *r = NULL;
@@ -52,11 +53,23 @@ int main(void) {
     size_t bytes = 0;
     const float *v = schedrun_job_result_output(r, "v", &bytes);
     const schedrun_job_info_t *info = schedrun_job_result_info(r);
-    if (!v || info->status != SCHEDRUN_OK || v[99] != (float)(info->job + 1)) rc = SCHEDRUN_EVERIFY;
-    else total += v[0];
+    if (!v || bytes != sizeof ones || info->status != SCHEDRUN_OK || info->job < 0 || info->job > 3 ||
+        (seen & (1 << info->job)))
+      rc = SCHEDRUN_EVERIFY;
+    /* every element: ones scaled by job + 1 */
+    for (int i = 0; rc == SCHEDRUN_OK && i < 100; i++)
+      if (v[i] != (float)(info->job + 1)) {
+        fprintf(stderr, "embed: job %d: v[%d] = %g, expected %d\n", info->job, i, v[i], info->job + 1);
+        rc = SCHEDRUN_EVERIFY;
+      }
+    if (rc == SCHEDRUN_OK) {
+      seen |= 1 << info->job;
+      total += v[0];
+    }
     schedrun_job_result_free(&r);
   }
-  if (rc == SCHEDRUN_OK) printf("embed: 4 jobs done; sum of v[0] over the jobs = %g\n", total);
+  if (rc == SCHEDRUN_OK && seen != 0xf) rc = SCHEDRUN_EVERIFY;
+  if (rc == SCHEDRUN_OK) printf("embed: 4 jobs done, every element verified; sum of v[0] over the jobs = %g\n", total);
   else fprintf(stderr, "embed: %s: %s\n", schedrun_strerror(rc), err.message ? err.message : "");
   schedrun_error_clear(&err);
   schedrun_program_free(&p);

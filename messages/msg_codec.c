@@ -538,32 +538,33 @@ int msg_decode(const void *data, size_t len, msg *m, schedrun_error_t *err) {
   for (uint32_t k = 0; k < 5 && rc == SCHEDRUN_OK; k++) {
     const msgpack_object *key = &o->via.map.ptr[k].key, *val = &o->via.map.ptr[k].val;
     uint64_t u = 0;
-    unsigned bit;
+    unsigned bit = key_is(key, "v") ? 1 : key_is(key, "type") ? 2 : key_is(key, "job") ? 4 : key_is(key, "from") ? 8
+                 : key_is(key, "body") ? 16 : 0;
+    /* a repeated field is refused before its value is taken (a second
+     * "from" would otherwise replace, and leak, the first) */
+    if (bit && (have & bit)) {
+      rc = bad(&d, "envelope", "repeated field");
+      break;
+    }
     if (key_is(key, "v")) {
-      bit = 1;
       if (!(rc = get_int(&d, "v", val, 0, UINT32_MAX, false, &u, NULL)) && u != MSG_VERSION)
         rc = bad(&d, "v", "unsupported version");
       m->v = (uint32_t)u;
     } else if (key_is(key, "type")) {
-      bit = 2;
       if (!(rc = get_int(&d, "type", val, 0, UINT32_MAX, false, &u, NULL)) &&
           (u == 0 || u >= MSG__END))
         rc = bad(&d, "type", "unknown message type");
       m->type = (int)u;
     } else if (key_is(key, "job")) {
-      bit = 4;
       rc = get_int(&d, "job", val, 0, UINT64_MAX, false, &m->job, NULL);
     } else if (key_is(key, "from")) {
-      bit = 8;
       rc = get_str(&d, "from", val, &m->from);
     } else if (key_is(key, "body")) {
-      bit = 16;
       body = val;
     } else {
       rc = bad(&d, "envelope", "unknown field");
       break;
     }
-    if (rc == SCHEDRUN_OK && (have & bit)) rc = bad(&d, "envelope", "repeated field");
     have |= bit;
   }
   if (rc == SCHEDRUN_OK) {

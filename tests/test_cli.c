@@ -234,7 +234,7 @@ static void test_embed_example(void **st) {
   char *out, *err;
   int rc = tu_run(argv, &out, &err);
   if (rc != 0) fail_msg("embed: %d\n%s%s", rc, out, err);
-  assert_non_null(strstr(out, "embed: 4 jobs done; sum of v[0] over the jobs = 10"));
+  assert_non_null(strstr(out, "embed: 4 jobs done, every element verified; sum of v[0] over the jobs = 10"));
   free(out);
   free(err);
 }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -295,8 +296,15 @@ static int host_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir
     goto out;
   }
   if (st != 0) {
-    rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s' does not compile (%s exited with %d)", r->name,
-                 compiler(), st);
+    /* a compiler that fails on a full disk says so only in its log ("ld
+     * returned 1"): that is the disk's failure, not the kernel's */
+    struct statvfs vfs;
+    if (statvfs(tmp_dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < (1u << 20))
+      rc = err_set(err, SCHEDRUN_EIO, "the disk holding %s is full: kernel '%s' could not be built there", tmp_dir,
+                   r->name);
+    else
+      rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s' does not compile (%s exited with %d)", r->name, compiler(),
+                   st);
     goto out;
   }
   rc = fs_read_file(path_so.data, (char **)out, out_len, err);
