@@ -31,9 +31,13 @@ schedrun_job_result_t *result_from_complete(uint64_t id, msg_complete *c, const 
   strbuf why;
   sb_init(&why);
   bool ok = true;
+  prog_env env = {{0}}; /* what expected values may depend on */
+  env.v[EXV_JOB] = c->job_index;
+  env.v[EXV_RUN] = c->run;
+  env.v[EXV_DEVICE] = c->device;
   for (size_t i = 0; i < c->outputs.n; i++) {
     const msg_output *o = &c->outputs.v[i];
-    if (o->buffer < p->nbuffers && !prog_verify_buffer(p, o->buffer, o->data.data, o->data.len, &why)) {
+    if (o->buffer < p->nbuffers && !prog_verify_buffer(p, o->buffer, o->data.data, o->data.len, &env, &why)) {
       ok = false;
       break; /* the first mismatch is the useful one */
     }

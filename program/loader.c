@@ -771,6 +771,30 @@ static uint64_t load_steps(ld *l, node *n, int depth, prog_step **out, uint32_t 
 
 /* ---- expect ---- */
 
+/* An expected value: a number, or an expression over $job, $run and $device
+ * (a constant one is computed now; the others per job, when verifying). */
+static bool read_expect(ld *l, node *n, const char *what, double *val, prog_expr *ex) {
+  memset(ex, 0, sizeof *ex);
+  if (!is_scalar(l, n, what)) return false;
+  const char *s = sval(n);
+  char *end;
+  errno = 0;
+  double d = strtod(s, &end);
+  if (*s && *end == '\0' && errno == 0) {
+    *val = d;
+    return true;
+  }
+  if (!parse_expr_node(l, n, 0, what, ex)) return false;
+  if (ex->constant) {
+    prog_value v;
+    prog_env env = {{0}};
+    prog_expr_eval(ex, &env, &v); /* checked by parse_expr_node */
+    *val = prog_value_f(v);
+    prog_expr_free(ex);
+  }
+  return true;
+}
+
 static void load_expect(ld *l, node *n) {
   if (n->type != YAML_MAPPING_NODE) {
     problem(l, n, "expect must be a mapping of buffer names");
@@ -811,7 +835,7 @@ static void load_expect(ld *l, node *n) {
       e->tol = tol;
       if (kind == 0) {
         e->kind = EXP_SUM;
-        read_num(l, fk, "sum", &e->sum);
+        read_expect(l, fk, "sum", &e->sum, &e->sum_expr);
       } else if (kind == 1) {
         e->kind = EXP_VALUES;
         if (fk->type != YAML_SEQUENCE_NODE) {
@@ -825,9 +849,10 @@ static void load_expect(ld *l, node *n) {
           continue;
         }
         e->values = calloc(nv ? nv : 1, sizeof(double));
-        for (size_t i = 0; e->values && i < nv; i++) {
+        e->exprs = calloc(nv ? nv : 1, sizeof(prog_expr));
+        for (size_t i = 0; e->values && e->exprs && i < nv; i++) {
           node *x = get(l, fk->data.sequence.items.start[i]);
-          if (x) read_num(l, x, "a value", &e->values[e->n]);
+          if (x) read_expect(l, x, "a value", &e->values[e->n], &e->exprs[e->n]);
           e->n++;
         }
       } else if (kind == 2) {
@@ -838,9 +863,10 @@ static void load_expect(ld *l, node *n) {
         }
         size_t nv = (size_t)(fk->data.mapping.pairs.top - fk->data.mapping.pairs.start);
         e->values = calloc(nv ? nv : 1, sizeof(double));
+        e->exprs = calloc(nv ? nv : 1, sizeof(prog_expr));
         e->index = calloc(nv ? nv : 1, sizeof(uint64_t));
         for (yaml_node_pair_t *q = fk->data.mapping.pairs.start;
-             e->values && e->index && q < fk->data.mapping.pairs.top; q++) {
+             e->values && e->exprs && e->index && q < fk->data.mapping.pairs.top; q++) {
           node *ik = get(l, q->key), *iv = get(l, q->value);
           int64_t idx;
           if (!ik || !iv || !read_int(l, ik, "an index", 0, INT64_MAX, &idx)) continue;
@@ -849,7 +875,7 @@ static void load_expect(ld *l, node *n) {
                     (unsigned long long)buf->count);
             continue;
           }
-          if (read_num(l, iv, "a value", &e->values[e->n])) e->index[e->n++] = (uint64_t)idx;
+          if (read_expect(l, iv, "a value", &e->values[e->n], &e->exprs[e->n])) e->index[e->n++] = (uint64_t)idx;
         }
       } else {
         e->kind = EXP_VALUES;

@@ -145,8 +145,11 @@ typedef struct prog_expect {
   prog_expect_kind kind;
   uint64_t *index; /* EXP_AT */
   double *values;  /* EXP_VALUES: n values from index 0; EXP_AT: one per index */
+  prog_expr *exprs; /* NULL, or one per value: those with ops depend on $job, $run or
+                       $device and are computed per job (values[] holds the rest) */
   size_t n;
   double sum;
+  prog_expr sum_expr; /* ops when the sum depends on $job, $run or $device */
   double tol; /* relative: |got - want| <= tol * max(1, |want|) */
   prog_loc loc;
 } prog_expect;
@@ -186,7 +189,7 @@ void prog_describe_command(const prog_program *p, uint32_t cmd, char *out, size_
 /* Checks one buffer's contents against the program's expectations for it.
  * Returns true when they hold; else appends "buffer NAME[i]: expected E, got A"
  * to why. */
-bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data, size_t len,
+bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data, size_t len, const prog_env *env,
                         strbuf *why);
 double prog_element(prog_type t, const void *data, uint64_t i);
 

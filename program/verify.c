@@ -23,7 +23,24 @@ static bool close_enough(double got, double want, double tol) {
   return fabs(got - want) <= tol * fmax(1.0, fabs(want));
 }
 
-bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data, size_t len,
+/* Several mismatches of one buffer read as a list. */
+static void sep(strbuf *why) {
+  if (why->len) sb_adds(why, "; ");
+}
+
+/* An expected value: the constant, or its expression computed for this job. */
+static bool want_of(const prog_expr *e, double constant, const prog_env *env, double *out) {
+  if (!e || e->n == 0) {
+    *out = constant;
+    return true;
+  }
+  prog_value v;
+  if (prog_expr_eval(e, env, &v)) return false;
+  *out = prog_value_f(v);
+  return true;
+}
+
+bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data, size_t len, const prog_env *env,
                         strbuf *why) {
   const prog_buffer *b = &p->buffers[buffer];
   uint64_t count = len / prog_type_size(b->type);
@@ -34,8 +51,14 @@ bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data
     if (e->kind == EXP_SUM) {
       double s = 0;
       for (uint64_t i = 0; i < count; i++) s += prog_element(b->type, data, i);
-      if (!close_enough(s, e->sum, e->tol)) {
-        sb_addf(why, "buffer %s: expected sum %.9g, got %.9g", b->name, e->sum, s);
+      double want;
+      if (!want_of(&e->sum_expr, e->sum, env, &want)) {
+        sep(why);
+        sb_addf(why, "buffer %s: the expected sum cannot be computed for this job", b->name);
+        ok = false;
+      } else if (!close_enough(s, want, e->tol)) {
+        sep(why);
+        sb_addf(why, "buffer %s: expected sum %.9g, got %.9g", b->name, want, s);
         ok = false;
       }
       continue;
@@ -43,15 +66,23 @@ bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data
     for (size_t j = 0; j < e->n; j++) {
       uint64_t i = e->kind == EXP_AT ? e->index[j] : j;
       if (i >= count) {
+        sep(why);
         sb_addf(why, "buffer %s: has %llu elements, expected index %llu", b->name,
                 (unsigned long long)count, (unsigned long long)i);
         ok = false;
         break;
       }
-      double got = prog_element(b->type, data, i);
-      if (!close_enough(got, e->values[j], e->tol)) {
-        sb_addf(why, "buffer %s[%llu]: expected %.9g, got %.9g", b->name, (unsigned long long)i,
-                e->values[j], got);
+      double got = prog_element(b->type, data, i), want;
+      if (!want_of(e->exprs ? &e->exprs[j] : NULL, e->values[j], env, &want)) {
+        sep(why);
+        sb_addf(why, "buffer %s[%llu]: the expected value cannot be computed for this job", b->name,
+                (unsigned long long)i);
+        ok = false;
+        break;
+      }
+      if (!close_enough(got, want, e->tol)) {
+        sep(why);
+        sb_addf(why, "buffer %s[%llu]: expected %.9g, got %.9g", b->name, (unsigned long long)i, want, got);
         ok = false;
         break; /* the first bad index is the useful one */
       }

@@ -32,6 +32,25 @@ static void config_verifies(const char *path, void *ctx) {
   free(err);
 }
 
+/* Every shipped config's expectations tell per-iteration and per-job state
+ * apart: against the record actor that keeps one state per command, each one
+ * fails verification (exit 1), naming the stale element. */
+static void config_catches_shared_slot(const char *path, void *ctx) {
+  (void)ctx;
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN_SHARED_SLOT"), "-q", (char *)path, NULL};
+  char *out, *err;
+  int rc = tu_run(argv, &out, &err);
+  if (rc != 1 || !strstr(err, "sched-run: mismatch: run "))
+    fail_msg("%s against the shared-slot record actor: exit %d (wanted 1)\n%s%s", path, rc, out, err);
+  free(out);
+  free(err);
+}
+
+static void test_every_config_catches_shared_state(void **st) {
+  (void)st;
+  assert_true(tu_for_each_config(config_catches_shared_slot, NULL) >= 5);
+}
+
 static void test_every_config_verifies(void **st) {
   (void)st;
   assert_true(tu_for_each_config(config_verifies, NULL) >= 3);
@@ -371,7 +390,8 @@ static void test_dead_process_temp_dirs_swept(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_every_config_verifies), cmocka_unit_test(test_five_mistakes_exit_2),
+      cmocka_unit_test(test_every_config_verifies), cmocka_unit_test(test_every_config_catches_shared_state),
+      cmocka_unit_test(test_five_mistakes_exit_2),
       cmocka_unit_test(test_compile_error_exit_3),  cmocka_unit_test(test_wrong_expect_exit_1),
       cmocka_unit_test(test_usage),                 cmocka_unit_test(test_embed_example),
       cmocka_unit_test(test_demo_json_and_trace),   cmocka_unit_test(test_signals_stop_cleanly),

@@ -72,11 +72,20 @@ static void test_config_md_example(void **st) {
   assert_int_equal(p->steps[2].kind, ST_COPY);
   assert_int_equal(p->steps[2].command, 3);
   assert_int_equal(p->ncommands, 4);
-  assert_int_equal(p->nexpects, 2);
+  assert_int_equal(p->nexpects, 3);
   assert_int_equal(p->expects[0].kind, EXP_AT);
   assert_int_equal(p->expects[0].n, 3);
+  /* out: a sum that depends on the run, and values at four places */
   assert_int_equal(p->expects[1].kind, EXP_SUM);
-  assert_true(p->expects[1].sum == 37104);
+  assert_true(p->expects[1].sum_expr.n > 0);
+  prog_env env = {{0}};
+  env.v[EXV_RUN] = 2;
+  prog_value v;
+  assert_null(prog_expr_eval(&p->expects[1].sum_expr, &env, &v));
+  assert_true(prog_value_f(v) == 37104 + 2 * 81760);
+  assert_int_equal(p->expects[2].kind, EXP_AT);
+  assert_int_equal(p->expects[2].n, 4);
+  assert_true(p->expects[2].values[0] == 31.0 && p->expects[2].exprs[0].n == 0);
   prog_free(p);
 }
 
@@ -219,12 +228,55 @@ static void test_files_and_inits(void **st) {
   /* verification against that expectation */
   strbuf why;
   sb_init(&why);
-  assert_true(prog_verify_buffer(p, 0, vals, sizeof vals, &why));
+  prog_env env = {{0}};
+  assert_true(prog_verify_buffer(p, 0, vals, sizeof vals, &env, &why));
   float wrong[4] = {1.5f, -2, 3.5f, 4};
-  assert_false(prog_verify_buffer(p, 0, wrong, sizeof wrong, &why));
+  assert_false(prog_verify_buffer(p, 0, wrong, sizeof wrong, &env, &why));
   assert_non_null(strstr(why.data, "buffer a[2]: expected 3, got 3.5"));
   sb_free(&why);
   prog_free(p);
+}
+
+/* Expected values may depend on the job: numbers or expressions over $job,
+ * $run and $device, computed for each job when it is verified. */
+static void test_expect_expressions(void **st) {
+  (void)st;
+  const char *yaml = "version: 1\n"
+                     "buffers:\n"
+                     "  a: {type: i32, count: 3}\n"
+                     "program:\n"
+                     "  - fill: {buffer: a, value: \"$job\"}\n"
+                     "expect:\n"
+                     "  a: {values: [\"$job\", 7, \"$job * 2 - $job + $run - $run\"], sum: \"2 * $job + 7\"}\n";
+  prog_program *p = load_ok(yaml);
+  prog_env env = {{0}};
+  env.v[EXV_JOB] = 5;
+  env.v[EXV_RUN] = 2;
+  int32_t good[3] = {5, 7, 5}, bad[3] = {5, 7, 4};
+  strbuf why;
+  sb_init(&why);
+  assert_true(prog_verify_buffer(p, 0, good, sizeof good, &env, &why));
+  sb_free(&why);
+  env.v[EXV_JOB] = 6; /* another job expects other values */
+  sb_init(&why);
+  assert_false(prog_verify_buffer(p, 0, good, sizeof good, &env, &why));
+  assert_non_null(strstr(why.data, "buffer a[0]: expected 6, got 5"));
+  sb_free(&why);
+  env.v[EXV_JOB] = 5;
+  int32_t all5[3] = {5, 5, 5};
+  sb_init(&why);
+  assert_false(prog_verify_buffer(p, 0, all5, sizeof all5, &env, &why));
+  assert_non_null(strstr(why.data, "buffer a[1]: expected 7, got 5"));
+  sb_free(&why);
+  sb_init(&why);
+  assert_false(prog_verify_buffer(p, 0, bad, sizeof bad, &env, &why));
+  assert_non_null(strstr(why.data, "buffer a[2]: expected 5, got 4"));
+  sb_free(&why);
+  prog_free(p);
+  /* $iter means nothing outside a loop: refused with its place */
+  expect_problem("version: 1\nbuffers:\n  a: {type: i32, count: 1}\nprogram:\n  - fill: {buffer: a, value: 1}\n"
+                 "expect:\n  a: {values: [\"$iter\"]}\n",
+                 "t.yaml:7:16: ", "$iter is used outside of any loop");
 }
 
 static void test_nested_and_while_ok(void **st) {
@@ -336,6 +388,7 @@ int main(void) {
       cmocka_unit_test(test_config_md_example), cmocka_unit_test(test_five_mistakes),
       cmocka_unit_test(test_single_problems),   cmocka_unit_test(test_files_and_inits),
       cmocka_unit_test(test_nested_and_while_ok), cmocka_unit_test(test_message_limits),
+      cmocka_unit_test(test_expect_expressions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
