@@ -260,6 +260,16 @@ static void test_refusals_and_errors(void **st) {
 
 static void test_identity_and_params(void **st) {
   (void)st;
+  /* the recipe (part of every cache key) holds the options and the wrapper
+   * the prelude and trampolines make around a kernel */
+  char *recipe = NULL;
+  schedrun_error_t rerr = {0};
+  assert_int_equal(gpu_host_target.recipe(NULL, &recipe, &rerr), SCHEDRUN_OK);
+  const char *parts[] = {"-std=c++17", "-O2", "-fvisibility=hidden", "-fno-rtti", "threadIdx", "__sched_launch_sample",
+                         "blockIdx = uint3{bx, by, bz}"};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+    if (!strstr(recipe, parts[i])) fail_msg("the recipe lacks '%s'", parts[i]);
+  free(recipe);
   char *id = NULL;
   schedrun_error_t err = {0};
   assert_int_equal(gpu_host_target.identity(NULL, &id, &err), SCHEDRUN_OK);

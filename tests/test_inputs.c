@@ -220,11 +220,92 @@ static void test_trace_destinations(void **st) {
   free(err);
 }
 
+/* Runs sched-run on saxpy with SCHEDRUN_CACHE_DIR set to dir. */
+static int run_with_cache(const char *dir, char **out, char **err) {
+  char cfg[512];
+  snprintf(cfg, sizeof cfg, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
+  char *old = getenv("SCHEDRUN_CACHE_DIR") ? xstrdup(getenv("SCHEDRUN_CACHE_DIR")) : NULL;
+  setenv("SCHEDRUN_CACHE_DIR", dir, 1);
+  int rc = run(out, err, "-q", cfg, NULL, NULL);
+  if (old) setenv("SCHEDRUN_CACHE_DIR", old, 1);
+  free(old);
+  return rc;
+}
+
+/* Cache and disk failures are not compile errors: exit 4, the path named. A
+ * long cache path works (no fixed buffer truncates it). */
+static void test_cache_paths(void **st) {
+  (void)st;
+  const char *file = tu_write_temp(2, "not-a-dir", "x");
+  char *out, *err;
+  int rc = run_with_cache(file, &out, &err);
+  if (rc != 4 || !strstr(err, file) || !strstr(err, "cannot create directory"))
+    fail_msg("cache path that is a file: exit %d\n%s", rc, err);
+  free(out);
+  free(err);
+
+  char *dir = fs_dirname(file), longp[1400];
+  int n = snprintf(longp, sizeof longp, "%s/", dir);
+  free(dir);
+  while (n < 1200) n += snprintf(longp + n, sizeof longp - (size_t)n, "deep-directory-name-%d/", n);
+  rc = run_with_cache(longp, &out, &err);
+  if (rc != 0) fail_msg("a %d-character cache path: exit %d\n%s", n, rc, err);
+  free(out);
+  free(err);
+}
+
+/* A full disk under the cache is the disk's failure (exit 4, naming it),
+ * not "kernel compile error". Needs a small tmpfs, which only root can mount. */
+static void test_full_disk(void **st) {
+  (void)st;
+  char dir[] = "/tmp/schedrun-full-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=1m tmpfs %s 2>/dev/null", dir);
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  char *out, *err;
+  if (tu_run(argv, &out, &err) != 0) {
+    free(out);
+    free(err);
+    rmdir(dir);
+    skip(); /* not root, or no mounts here */
+  }
+  free(out);
+  free(err);
+  /* fill it up, then compile into it */
+  snprintf(cmd, sizeof cmd, "dd if=/dev/zero of=%s/fill bs=64k count=100 2>/dev/null; true", dir);
+  char *fill[] = {"/bin/sh", "-c", cmd, NULL};
+  tu_run(fill, &out, &err);
+  free(out);
+  free(err);
+  char yaml[512];
+  snprintf(yaml, sizeof yaml, "version: 1\ndevices: host\nkernels:\n  k:\n    params: [ptr]\n    source: |\n"
+                              "      extern \"C\" __global__ void k(int *o) { o[0] = %d; }\n"
+                              "buffers:\n  o: {type: i32, count: 1}\nprogram:\n  - launch: {kernel: k, grid: 1, block: 1, args: [o]}\n",
+           (int)(now_ns() % 100000));
+  const char *cfg = tu_write_temp(0, "full.yaml", yaml);
+  char *old = getenv("SCHEDRUN_CACHE_DIR") ? xstrdup(getenv("SCHEDRUN_CACHE_DIR")) : NULL;
+  setenv("SCHEDRUN_CACHE_DIR", dir, 1);
+  int rc = run(&out, &err, "-q", cfg, NULL, NULL);
+  if (old) setenv("SCHEDRUN_CACHE_DIR", old, 1);
+  free(old);
+  snprintf(cmd, sizeof cmd, "umount %s; rmdir %s", dir, dir);
+  char *um[] = {"/bin/sh", "-c", cmd, NULL};
+  char *o2, *e2;
+  tu_run(um, &o2, &e2);
+  free(o2);
+  free(e2);
+  if (rc != 4 || !strstr(err, dir) || strstr(err, "kernel compile error")) fail_msg("full disk: exit %d\n%s", rc, err);
+  free(out);
+  free(err);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_expressions_overflow), cmocka_unit_test(test_launch_limits),
       cmocka_unit_test(test_deep_nesting_refused), cmocka_unit_test(test_input_files),
       cmocka_unit_test(test_trips_loop_inside_while_body), cmocka_unit_test(test_trace_destinations),
+      cmocka_unit_test(test_cache_paths),          cmocka_unit_test(test_full_disk),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
