@@ -440,6 +440,35 @@ static void test_nvrtc_cubins(void **st) {
   assert_int_equal(gpu_cubin_arch((const uint8_t *)"nope", 4), -1);
 }
 
+/* A second COMPILE for a job whose session is still open opens nothing: its
+ * ERROR says so (and not that it reset a mode it never touched), and the
+ * first session goes on to compile. */
+static void test_second_session_for_a_job_refused_truthfully(void **st) {
+  (void)st;
+  rig r;
+  rig_up(&r, 1);
+  char src[256];
+  snprintf(src, sizeof src, "extern \"C\" __global__ void once(int *p) { p[0] = %llu; }\n",
+           (unsigned long long)(now_ns() % 1000000)); /* not in the cache: it really compiles */
+  kdef k = {"once", "ptr", src};
+  send_compile(&r, 9, &k, 1);
+  send_compile(&r, 9, &k, 1);
+  msg m;
+  recv_reply(&r, &m);
+  assert_int_equal(m.type, MSG_ERROR);
+  assert_int_equal(m.body.error.code, SCHEDRUN_EPROTO);
+  assert_non_null(strstr(m.body.error.text, "a compile session for job 9 is already active"));
+  assert_int_equal(m.body.error.teardown.n, 1);
+  assert_string_equal(m.body.error.teardown.v[0], "open no compile session: the active compile mode is unchanged");
+  msg_free(&m);
+  recv_reply(&r, &m);
+  assert_int_equal(m.type, MSG_COMPILED); /* the first session was left alone */
+  assert_true(m.job == 9);
+  msg_free(&m);
+  assert_int_equal(stat_of(&r, "compile_mode_active"), 0);
+  rig_down(&r, false);
+}
+
 /* ---- through the API ---- */
 
 static const char one_kernel_yaml[] = "version: 1\n"
@@ -577,6 +606,7 @@ int main(void) {
       cmocka_unit_test(test_corrupt_entries_rebuilt),
       cmocka_unit_test(test_two_processes_one_cache),
       cmocka_unit_test(test_nvrtc_cubins),
+      cmocka_unit_test(test_second_session_for_a_job_refused_truthfully),
       cmocka_unit_test(test_cache_dir_removed_while_running),
       cmocka_unit_test(test_cache_failure_is_not_a_compile_error),
       cmocka_unit_test(test_teardown_before_the_error_arrives),
