@@ -82,14 +82,19 @@ static void sweep_dead_processes(const char *cache_dir) {
   fs_sweep_dead(dir, ".build-");
 }
 
-static void stop_actor(schedrun_t *s, actor_t **a, const char *name) {
-  if (!*a) return;
+/* Sends TERM to a mailbox from outside any actor. */
+static void send_term(schedrun_t *s, const char *name) {
   void *sock = mbox_connect(s->core.zctx, name, NULL);
   msg t;
   msg_init(&t, MSG_TERM, 0, ACTOR_CLIENT);
   if (sock) mbox_send(sock, &t, NULL);
   msg_free(&t);
   mbox_close(sock);
+}
+
+static void stop_actor(schedrun_t *s, actor_t **a, const char *name) {
+  if (!*a) return;
+  send_term(s, name);
   actor_join(a);
 }
 
@@ -215,12 +220,7 @@ static void *completer_main(void *arg) {
 static void stop_completer(schedrun_t *s) {
   if (!s->completer_running) return;
   /* nothing answers any more: wake the completion thread with a TERM */
-  void *sock = mbox_connect(s->core.zctx, ACTOR_CLIENT, NULL);
-  msg t;
-  msg_init(&t, MSG_TERM, 0, ACTOR_CLIENT);
-  if (sock) mbox_send(sock, &t, NULL);
-  msg_free(&t);
-  mbox_close(sock);
+  send_term(s, ACTOR_CLIENT);
   pthread_join(s->completer, NULL);
   s->completer_running = false;
 }

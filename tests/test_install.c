@@ -6,6 +6,7 @@
  */
 #include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,35 +129,35 @@ static void test_exports_only_the_api(void **st) {
           work, tu_env("SCHEDRUN_CC"), prefix));
 }
 
-static void test_pkgconfig_shared(void **st) {
-  (void)st;
-  const char *cc = tu_env("SCHEDRUN_CC");
+/* Builds tests/install/consumer.c as `name` with the flags pkg-config gives
+ * (a shell fragment), checks how it links to libschedrun, and runs it. */
+static void pkgconfig_consumer(const char *name, const char *flags, bool shared) {
   free(sh("cd '%s' && export PKG_CONFIG_PATH='%s/lib/pkgconfig' && "
-          "%s -std=c11 -Wall -Werror -o c_shared '%s/tests/install/consumer.c' "
-          "$(pkg-config --cflags --libs schedrun) -Wl,-rpath,\"$(pkg-config --variable=libdir schedrun)\"",
-          work, prefix, cc, tu_env("SCHEDRUN_SOURCE_DIR")));
-  char *ldd = sh("ldd '%s/c_shared'", work);
-  assert_non_null(strstr(ldd, "libschedrun.so.0 => "));
+          "%s -std=c11 -Wall -Werror -o %s '%s/tests/install/consumer.c' %s",
+          work, prefix, tu_env("SCHEDRUN_CC"), name, tu_env("SCHEDRUN_SOURCE_DIR"), flags));
+  char *ldd = sh("ldd '%s/%s'", work, name);
+  if (shared) assert_non_null(strstr(ldd, "libschedrun.so.0 => "));
+  else assert_null(strstr(ldd, "libschedrun"));
   free(ldd);
-  char *out = sh("'%s/c_shared' '%s'", work, config);
+  char *out = sh("'%s/%s' '%s'", work, name, config);
   assert_non_null(strstr(out, "consumer: 3 of 3 jobs verified"));
   free(out);
 }
 
+static void test_pkgconfig_shared(void **st) {
+  (void)st;
+  pkgconfig_consumer("c_shared",
+                     "$(pkg-config --cflags --libs schedrun) -Wl,-rpath,\"$(pkg-config --variable=libdir schedrun)\"",
+                     true);
+}
+
 static void test_pkgconfig_static(void **st) {
   (void)st;
-  const char *cc = tu_env("SCHEDRUN_CC");
   /* -l:libschedrun.a takes the archive where the shared library lies beside it */
-  free(sh("cd '%s' && export PKG_CONFIG_PATH='%s/lib/pkgconfig' && "
-          "%s -std=c11 -Wall -Werror -o c_static '%s/tests/install/consumer.c' "
-          "$(pkg-config --cflags schedrun) $(pkg-config --static --libs schedrun | sed 's/-lschedrun\\b/-l:libschedrun.a/')",
-          work, prefix, cc, tu_env("SCHEDRUN_SOURCE_DIR")));
-  char *ldd = sh("ldd '%s/c_static'", work);
-  assert_null(strstr(ldd, "libschedrun"));
-  free(ldd);
-  char *out = sh("'%s/c_static' '%s'", work, config);
-  assert_non_null(strstr(out, "consumer: 3 of 3 jobs verified"));
-  free(out);
+  pkgconfig_consumer("c_static",
+                     "$(pkg-config --cflags schedrun) "
+                     "$(pkg-config --static --libs schedrun | sed 's/-lschedrun\\b/-l:libschedrun.a/')",
+                     false);
 }
 
 static void test_cmake_package_cxx(void **st) {
