@@ -1,0 +1,61 @@
+/*
+ * What the config loader's files share (loader.c: the document, kernels,
+ * buffers, expectations; load_steps.c: the program's steps): the loader's
+ * state and its helpers for reading YAML nodes. Every helper that finds a
+ * problem reports it with the node's place and carries on, so that one load
+ * reports every problem. Private to program/.
+ */
+#ifndef SCHEDRUN_LOAD_UTIL_H
+#define SCHEDRUN_LOAD_UTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <yaml.h>
+
+#include "program/program.h"
+
+#define MAX_PROBLEMS 100
+
+typedef struct ld {
+  yaml_document_t doc;
+  const char *file;
+  schedrun_error_t *err;
+  int problems;
+  prog_program *p;
+  uint32_t next_command;
+  bool loop_is_while[PROG_MAX_DEPTH];
+  uint64_t buffer_bytes; /* all buffers so far */
+} ld;
+
+typedef yaml_node_t node;
+
+static inline node *ld_get(ld *l, int id) { return yaml_document_get_node(&l->doc, id); }
+static inline const char *ld_sval(const node *n) { return (const char *)n->data.scalar.value; }
+
+prog_loc ld_loc_of(const node *n);
+/* One problem, as "file:line:col: message" (at most MAX_PROBLEMS are kept). */
+void ld_problem(ld *l, const node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+const char *ld_kind_name(const node *n);
+/* A mapping whose keys must come from `keys` (NULL-terminated): vals[i] is
+ * the value of keys[i], or NULL. */
+bool ld_read_map(ld *l, node *n, const char *what, const char *const *keys, node **vals);
+bool ld_is_scalar(ld *l, node *n, const char *what);
+bool ld_read_int(ld *l, node *n, const char *what, int64_t lo, int64_t hi, int64_t *out);
+bool ld_read_num(ld *l, node *n, const char *what, double *out);
+const char *ld_read_str(ld *l, node *n, const char *what);
+bool ld_parse_type(const char *s, prog_type *t);
+bool ld_type_is_int(prog_type t);
+bool ld_value_fits(prog_type t, double v);
+void ld_store_elem(prog_type t, uint8_t *base, uint64_t i, double v);
+/* An expression at loop depth `depth`; a constant one is computed now. */
+bool ld_parse_expr_node(ld *l, node *n, int depth, const char *what, prog_expr *out);
+/* The value of a constant integer expression. */
+bool ld_const_int(const prog_expr *e, int64_t *v);
+/* The index of the buffer a node names, or -1 (reported). */
+int ld_buffer_ref(ld *l, node *n, const char *what);
+
+/* load_steps.c: a list of steps at loop depth `depth`; returns how many
+ * recorded nodes they unroll to (capped just past PROG_MAX_NODES). */
+uint64_t ld_load_steps(ld *l, node *n, int depth, prog_step **out, uint32_t *nout);
+
+#endif
