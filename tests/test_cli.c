@@ -363,6 +363,65 @@ static void test_signals_stop_cleanly(void **st) {
   interrupt_with(SIGHUP, 129, "SIGHUP");
 }
 
+/* Worker processes of library process `lib` (their second argument). */
+static int workers_of(pid_t lib) {
+  int n = 0;
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  char want[32];
+  snprintf(want, sizeof want, "%ld", (long)lib);
+  while (d && (e = readdir(d))) {
+    char path[300], cmd[1024];
+    snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t len = fread(cmd, 1, sizeof cmd - 1, f);
+    fclose(f);
+    cmd[len] = '\0';
+    const char *arg0 = cmd, *arg1 = arg0 + strlen(arg0) + 1, *arg2 = arg1 < cmd + len ? arg1 + strlen(arg1) + 1 : NULL;
+    if (strstr(arg0, "host-worker") && arg2 && arg2 < cmd + len && !strcmp(arg2, want)) n++;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+/* Killed outright while a kernel never returns, sched-run leaves no worker
+ * process behind: each worker's watchdog sees the library's pipe close. */
+static void test_kill_9_leaves_no_worker(void **st) {
+  (void)st;
+  const char *cfg = tu_write_temp(3, "forever.yaml",
+                                  "version: 1\n"
+                                  "devices: host:2\n"
+                                  "kernels:\n"
+                                  "  spin:\n"
+                                  "    params: [ptr]\n"
+                                  "    source: |\n"
+                                  "      extern \"C\" __global__ void spin(int *o) { volatile int s = 1; while (s) {} o[0] = 1; }\n"
+                                  "buffers:\n"
+                                  "  o: {type: i32, count: 1}\n"
+                                  "program:\n"
+                                  "  - launch: {kernel: spin, grid: 1, block: 1, args: [o]}\n");
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "-q", (char *)cfg, NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid;
+  assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  int n = 0;
+  for (int tries = 0; tries < 300 && n < 2; tries++) {
+    usleep(20000);
+    n = workers_of(pid);
+  }
+  assert_int_equal(n, 2); /* both devices' workers are up */
+  usleep(500000);         /* and one spins in the kernel */
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  for (int tries = 0; tries < 200 && (n = workers_of(pid)) > 0; tries++) usleep(10000);
+  assert_int_equal(n, 0);
+}
+
 /* What a killed process left in /tmp is swept by the next one. */
 static void test_dead_process_temp_dirs_swept(void **st) {
   (void)st;
@@ -395,7 +454,7 @@ int main(void) {
       cmocka_unit_test(test_compile_error_exit_3),  cmocka_unit_test(test_wrong_expect_exit_1),
       cmocka_unit_test(test_usage),                 cmocka_unit_test(test_embed_example),
       cmocka_unit_test(test_demo_json_and_trace),   cmocka_unit_test(test_signals_stop_cleanly),
-      cmocka_unit_test(test_dead_process_temp_dirs_swept),
+      cmocka_unit_test(test_dead_process_temp_dirs_swept), cmocka_unit_test(test_kill_9_leaves_no_worker),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -379,7 +379,7 @@ int host_worker_program(const char *cache_dir, char **path, schedrun_error_t *er
   snprintf(f_bin, sizeof f_bin, "%s/worker", tmp);
   snprintf(f_log, sizeof f_log, "%s/log", tmp);
   if ((rc = fs_write_atomic(f_src, src.data, src.len, err))) goto done;
-  char *argv[] = {(char *)compiler(), "-x", "c", "-std=gnu11", "-O2", "-o", f_bin, f_src, "-ldl", NULL};
+  char *argv[] = {(char *)compiler(), "-x", "c", "-std=gnu11", "-O2", "-pthread", "-o", f_bin, f_src, "-ldl", NULL};
   int st = run_logged(argv, f_log, NULL, err);
   if (st != 0) {
     size_t len = 0;

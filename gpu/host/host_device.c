@@ -175,8 +175,13 @@ int host_device_request(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_f
 }
 
 static int spawn(host_device *d, const char *worker, schedrun_error_t *err) {
-  int life[2];
+  int life[2], lib[2];
   if (pipe2(life, O_CLOEXEC) != 0) return err_set(err, SCHEDRUN_EBACKEND, "%s: pipe: %s", d->name, strerror(errno));
+  if (pipe2(lib, O_CLOEXEC) != 0) {
+    close(life[0]);
+    close(life[1]);
+    return err_set(err, SCHEDRUN_EBACKEND, "%s: pipe: %s", d->name, strerror(errno));
+  }
   char size[32], library[32], spin[32];
   snprintf(size, sizeof size, "%llu", (unsigned long long)d->size);
   snprintf(library, sizeof library, "%d", (int)getpid());
@@ -188,6 +193,7 @@ static int spawn(host_device *d, const char *worker, schedrun_error_t *err) {
    * inheritable copies at 3 and 4 */
   posix_spawn_file_actions_adddup2(&fa, d->arena_fd, 3);
   posix_spawn_file_actions_adddup2(&fa, life[1], 4);
+  posix_spawn_file_actions_adddup2(&fa, lib[0], 5);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawnattr_t at;
   posix_spawnattr_init(&at);
@@ -207,12 +213,17 @@ static int spawn(host_device *d, const char *worker, schedrun_error_t *err) {
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&at);
   close(life[1]);
+  close(lib[0]);
   if (rc != 0) {
     close(life[0]);
+    close(lib[1]);
     return err_set(err, SCHEDRUN_EBACKEND, "%s: cannot start its worker process %s: %s", d->name, worker, strerror(rc));
   }
   d->life_fd = fcntl(life[0], F_DUPFD_CLOEXEC, 10);
   close(life[0]);
+  /* held, never written: it closes when this process ends, however it ends */
+  d->lib_fd = fcntl(lib[1], F_DUPFD_CLOEXEC, 10);
+  close(lib[1]);
   atomic_store(&d->pid, pid);
   return SCHEDRUN_OK;
 }
@@ -223,7 +234,7 @@ int host_device_start(host_device *d, int index, const char *worker, uint64_t sp
   snprintf(d->name, sizeof d->name, "host:%d", index);
   pthread_mutex_init(&d->lock, NULL);
   pthread_mutex_init(&d->lock_why, NULL);
-  d->arena_fd = d->life_fd = -1;
+  d->arena_fd = d->life_fd = d->lib_fd = -1;
   d->spin_ns = spin_ns;
   d->base = MAP_FAILED;
   int fd = memfd_create("schedrun-device", MFD_CLOEXEC);
@@ -271,11 +282,12 @@ void host_device_stop(host_device *d) {
   int status;
   reap(d, &status);
   if (d->life_fd >= 0) close(d->life_fd);
+  if (d->lib_fd >= 0) close(d->lib_fd);
   if (d->base != MAP_FAILED && d->base) munmap(d->base, d->size);
   if (d->arena_fd >= 0) close(d->arena_fd);
   host_arena_destroy(&d->alloc);
   pthread_mutex_destroy(&d->lock);
   pthread_mutex_destroy(&d->lock_why);
   d->base = MAP_FAILED;
-  d->arena_fd = d->life_fd = -1;
+  d->arena_fd = d->life_fd = d->lib_fd = -1;
 }

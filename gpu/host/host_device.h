@@ -32,6 +32,7 @@ typedef struct host_device {
   host_arena alloc;
   _Atomic pid_t pid;  /* 0 when there is no live worker */
   int life_fd;        /* closes (POLLHUP) when the worker ends */
+  int lib_fd;         /* the worker's watchdog sees this close when we end */
   _Atomic bool lost;
   pthread_mutex_t lock_why;
   char lost_why[512]; /* written once, under lock_why, before `lost` is set */

@@ -10,13 +10,16 @@
  *
  * fd 3 is the device's memory arena, fd 4 the write end of a pipe that only
  * this process holds: the library sees it close when this process ends,
- * however that happens. Requests arrive through the control block at the
+ * however that happens. fd 5 is the read end of a pipe whose write end only
+ * the library's process holds: a watchdog thread here ends this process when
+ * it closes, even while a kernel that never returns keeps the main thread. Requests arrive through the control block at the
  * arena's start (see the ABI header). A fault signal is recorded in the
  * control block (signal, code, address, and the tag of the node that was
  * running) and then kills the process as it would have.
  */
 #include <dlfcn.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -179,8 +182,19 @@ int hw_handle(hw_ctl *ctl, uint32_t op, uint64_t arena) {
 }
 
 #ifndef HW_IN_PROCESS
+/* Ends this process when the library's process has ended (its pipe closes). */
+static void *watchdog(void *arg) {
+  (void)arg;
+  char c;
+  while (read(5, &c, 1) != 0) {
+  }
+  _exit(0);
+}
+
 int main(int argc, char **argv) {
   if (argc != 4) return 2;
+  pthread_t w;
+  if (pthread_create(&w, NULL, watchdog, NULL) != 0) return 5;
   uint64_t size = strtoull(argv[1], NULL, 10), spin_ns = strtoull(argv[3], NULL, 10);
   pid_t library = (pid_t)strtol(argv[2], NULL, 10);
   void *arena = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, 3, 0);
