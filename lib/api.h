@@ -63,7 +63,7 @@ struct schedrun {
   /* the completion thread owns the inbox and files what arrives */
   void *inbox;
   pthread_t completer;
-  bool completer_running;
+  _Atomic bool completer_running; /* read by any thread (api_on_completer) */
   /* under lock: jobs, completions, control replies */
   pthread_mutex_t lock;
   pthread_cond_t cond;
