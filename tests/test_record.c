@@ -157,6 +157,54 @@ static void run_and_check(rig *r, const msg *rec, int dev, uint64_t out, uint64_
   for (int i = 0; i < 8; i++) assert_true(d[i] == src_values[i]);
 }
 
+/* A backend whose in-place update is refused once, part-way through. */
+static const gpu_ops *real_ops;
+static gpu_ops refusing_ops;
+static int updates_before_refusal;
+
+static int refusing_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_t *err) {
+  if (updates_before_refusal-- == 0) return err_set(err, SCHEDRUN_EBACKEND, "the update was refused (test)");
+  return real_ops->seq_update(s, index, n, err);
+}
+
+/* An update that fails half-way leaves a recording that cannot be trusted:
+ * it is dropped, the error says so (not that it was kept), and the next
+ * RECORD of that context creates it afresh and runs right. */
+static void test_half_updated_recording_dropped(void **st) {
+  (void)st;
+  rig r;
+  rig_up(&r);
+  gpu_backend *be = r.core.backend;
+  schedrun_error_t err = {0};
+  uint64_t A = alloc(&r, 0, 2048), B = alloc(&r, 0, 2048), S1 = alloc(&r, 0, 32), D = alloc(&r, 0, 32);
+  float s1[8];
+  for (int i = 0; i < 8; i++) s1[i] = (float)(10 + i);
+  be->ops->copy_htod(be, 0, S1, s1, sizeof s1, &err);
+  msg m;
+  uint64_t bind1[] = {A, S1, D}, bind2[] = {B, S1, D};
+  record(&r, 0, 0, bind1, 3, &m);
+  expect_counts(&m, 9, 0, 0);
+  msg_free(&m);
+  real_ops = be->ops;
+  refusing_ops = *be->ops;
+  refusing_ops.seq_update = refusing_update;
+  updates_before_refusal = 3; /* 8 launches move with `out`: the fourth is refused */
+  be->ops = &refusing_ops;
+  record(&r, 0, 0, bind2, 3, &m);
+  be->ops = real_ops;
+  assert_int_equal(m.type, MSG_ERROR);
+  assert_non_null(strstr(m.body.error.text, "the update was refused (test)"));
+  assert_int_equal(m.body.error.teardown.n, 1);
+  assert_string_equal(m.body.error.teardown.v[0],
+                      "drop the half-updated recording of this execution context: the next job records it afresh");
+  msg_free(&m);
+  record(&r, 0, 0, bind2, 3, &m);
+  expect_counts(&m, 9, 0, 0); /* created afresh */
+  run_and_check(&r, &m, 0, B, A, D, s1);
+  msg_free(&m);
+  rig_down(&r);
+}
+
 static void test_create_reuse_update_per_key(void **st) {
   (void)st;
   rig r;
@@ -332,6 +380,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reuse_without_record_counted),
       cmocka_unit_test(test_create_reuse_update_per_key),
+      cmocka_unit_test(test_half_updated_recording_dropped),
       cmocka_unit_test(test_loop_every_slice_every_run),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,151 @@
+/*
+ * Out of memory where an actor opens state for a request: the compile actor
+ * cannot open a session, the scheduler cannot create a program's state for a
+ * RELEASE. Each answers with an ERROR (SCHEDRUN_ENOMEM) whose teardown says
+ * what it left as it was, and works again afterwards.
+ *
+ * This program replaces calloc to fail exactly one allocation of a chosen
+ * size while armed, so it is built without sanitizers (they own calloc).
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "actors/compile_state.h"
+#include "actors/scheduler_state.h"
+#include "test_util.h"
+
+extern void *__libc_calloc(size_t n, size_t size);
+
+static _Atomic size_t fail_size; /* the next calloc(1, fail_size) fails */
+
+void *calloc(size_t n, size_t size) {
+  size_t f = atomic_load(&fail_size);
+  if (f && n == 1 && size == f && atomic_compare_exchange_strong(&fail_size, &f, 0)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return __libc_calloc(n, size);
+}
+
+typedef struct rig {
+  schedrun_core core;
+  void *inbox, *out;
+  actor_t *actor;
+} rig;
+
+static void rig_up(rig *r, const char *actor) {
+  memset(r, 0, sizeof *r);
+  r->core.zctx = zmq_ctx_new();
+  r->core.ndevices = 1;
+  r->core.compile_workers = 1;
+  r->core.cache_dir = (char *)tu_env("SCHEDRUN_CACHE_DIR");
+  pthread_mutex_init(&r->core.reg_lock, NULL);
+  hmap_init(&r->core.programs, sizeof(uint64_t));
+  schedrun_error_t err = {0};
+  r->inbox = mbox_bind(r->core.zctx, "client", &err);
+  assert_non_null(r->inbox);
+  r->out = mbox_connect(r->core.zctx, actor, &err);
+  assert_non_null(r->out);
+}
+
+static void rig_down(rig *r) {
+  mbox_close(r->out);
+  mbox_close(r->inbox);
+  zmq_ctx_term(r->core.zctx);
+  hmap_destroy(&r->core.programs);
+  pthread_mutex_destroy(&r->core.reg_lock);
+}
+
+static void send_recv(rig *r, msg *m, msg *reply) {
+  assert_int_equal(mbox_send(r->out, m, NULL), SCHEDRUN_OK);
+  schedrun_error_t err = {0};
+  if (mbox_recv(r->inbox, 60000, reply, NULL, &err)) fail_msg("no reply: %s", err.message);
+}
+
+static void compile_msg(msg *m, uint64_t id) {
+  msg_init(m, MSG_COMPILE, id, "client");
+  m->body.compile.program = id;
+  m->body.compile.target = strdup("host");
+  m->body.compile.arch = strdup("x86_64");
+  m->body.compile.kernels.v = __libc_calloc(1, sizeof(msg_kernel));
+  m->body.compile.kernels.v[0] =
+      (msg_kernel){strdup("k"), strdup("k"), strdup("ptr"), strdup("extern \"C\" __global__ void k(int *p) { p[0] = 3; }\n"),
+                   strdup("oom.yaml:4:3"), strdup("oom.yaml"), 6};
+  m->body.compile.kernels.n = 1;
+}
+
+static void test_compile_session_out_of_memory(void **st) {
+  (void)st;
+  rig r;
+  rig_up(&r, ACTOR_COMPILE);
+  compile_state *cs = compile_state_new(&r.core);
+  schedrun_error_t err = {0};
+  assert_int_equal(actor_start(r.core.zctx, &compile_actor_def, ACTOR_COMPILE, cs, &r.actor, &err), SCHEDRUN_OK);
+  msg m, reply;
+  compile_msg(&m, 1);
+  send_recv(&r, &m, &reply); /* the target opens; the kernel compiles (or comes from the cache) */
+  assert_int_equal(reply.type, MSG_COMPILED);
+  msg_free(&reply);
+  atomic_store(&fail_size, sizeof(session));
+  m.job = 2;
+  m.body.compile.program = 2;
+  send_recv(&r, &m, &reply);
+  assert_int_equal(atomic_load(&fail_size), 0); /* the session's allocation was the one refused */
+  assert_int_equal(reply.type, MSG_ERROR);
+  assert_int_equal(reply.body.error.code, SCHEDRUN_ENOMEM);
+  assert_int_equal(reply.body.error.teardown.n, 1);
+  assert_string_equal(reply.body.error.teardown.v[0], "open no compile session: the active compile mode is unchanged");
+  msg_free(&reply);
+  m.job = 3; /* and the next COMPILE works */
+  m.body.compile.program = 3;
+  send_recv(&r, &m, &reply);
+  assert_int_equal(reply.type, MSG_COMPILED);
+  msg_free(&reply);
+  msg_free(&m);
+  msg t;
+  msg_init(&t, MSG_TERM, 0, "client");
+  mbox_send(r.out, &t, NULL);
+  msg_free(&t);
+  actor_join(&r.actor);
+  compile_state_free(cs);
+  rig_down(&r);
+}
+
+static void test_release_out_of_memory(void **st) {
+  (void)st;
+  rig r;
+  rig_up(&r, ACTOR_SCHEDULER);
+  scheduler_state *ss = scheduler_state_new(&r.core);
+  schedrun_error_t err = {0};
+  assert_int_equal(actor_start(r.core.zctx, &scheduler_actor_def, ACTOR_SCHEDULER, ss, &r.actor, &err), SCHEDRUN_OK);
+  msg m, reply;
+  msg_init(&m, MSG_RELEASE, 5, "client");
+  m.body.release.program = 42; /* never ran here: the scheduler creates its state to answer */
+  atomic_store(&fail_size, sizeof(prog_state));
+  send_recv(&r, &m, &reply);
+  msg_free(&m);
+  assert_int_equal(atomic_load(&fail_size), 0);
+  assert_int_equal(reply.type, MSG_ERROR);
+  assert_int_equal(reply.body.error.code, SCHEDRUN_ENOMEM);
+  assert_int_equal(reply.body.error.teardown.n, 1);
+  assert_string_equal(reply.body.error.teardown.v[0], "release nothing: the program's state is as it was");
+  msg_free(&reply);
+  msg t;
+  msg_init(&t, MSG_TERM, 0, "client");
+  mbox_send(r.out, &t, NULL);
+  msg_free(&t);
+  actor_join(&r.actor);
+  scheduler_state_free(ss);
+  rig_down(&r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_compile_session_out_of_memory),
+      cmocka_unit_test(test_release_out_of_memory),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
