@@ -363,27 +363,14 @@ static void test_signals_stop_cleanly(void **st) {
   interrupt_with(SIGHUP, 129, "SIGHUP");
 }
 
-/* Worker processes of library process `lib` (their second argument). */
-static int workers_of(pid_t lib) {
-  int n = 0;
-  DIR *d = opendir("/proc");
-  struct dirent *e;
+/* A host device's worker of library process *ctx: its second argument. */
+static int is_worker_of(int argc, char *const *argv, void *ctx) {
   char want[32];
-  snprintf(want, sizeof want, "%ld", (long)lib);
-  while (d && (e = readdir(d))) {
-    char path[300], cmd[1024];
-    snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    size_t len = fread(cmd, 1, sizeof cmd - 1, f);
-    fclose(f);
-    cmd[len] = '\0';
-    const char *arg0 = cmd, *arg1 = arg0 + strlen(arg0) + 1, *arg2 = arg1 < cmd + len ? arg1 + strlen(arg1) + 1 : NULL;
-    if (strstr(arg0, "host-worker") && arg2 && arg2 < cmd + len && !strcmp(arg2, want)) n++;
-  }
-  if (d) closedir(d);
-  return n;
+  snprintf(want, sizeof want, "%ld", (long)*(pid_t *)ctx);
+  return argc >= 3 && strstr(argv[0], "host-worker") && !strcmp(argv[2], want);
 }
+
+static int workers_of(pid_t lib) { return tu_count_processes(is_worker_of, &lib); }
 
 /* Killed outright while a kernel never returns, sched-run leaves no worker
  * process behind: each worker's watchdog sees the library's pipe close. */

@@ -59,6 +59,15 @@ static void rig_down(rig *r) {
   pthread_mutex_destroy(&r->core.reg_lock);
 }
 
+/* TERM, then join the rig's actor. */
+static void stop_actor(rig *r) {
+  msg t;
+  msg_init(&t, MSG_TERM, 0, "client");
+  mbox_send(r->out, &t, NULL);
+  msg_free(&t);
+  actor_join(&r->actor);
+}
+
 static void send_recv(rig *r, msg *m, msg *reply) {
   assert_int_equal(mbox_send(r->out, m, NULL), SCHEDRUN_OK);
   schedrun_error_t err = {0};
@@ -105,11 +114,7 @@ static void test_compile_session_out_of_memory(void **st) {
   assert_int_equal(reply.type, MSG_COMPILED);
   msg_free(&reply);
   msg_free(&m);
-  msg t;
-  msg_init(&t, MSG_TERM, 0, "client");
-  mbox_send(r.out, &t, NULL);
-  msg_free(&t);
-  actor_join(&r.actor);
+  stop_actor(&r);
   compile_state_free(cs);
   rig_down(&r);
 }
@@ -133,11 +138,7 @@ static void test_release_out_of_memory(void **st) {
   assert_int_equal(reply.body.error.teardown.n, 1);
   assert_string_equal(reply.body.error.teardown.v[0], "release nothing: the program's state is as it was");
   msg_free(&reply);
-  msg t;
-  msg_init(&t, MSG_TERM, 0, "client");
-  mbox_send(r.out, &t, NULL);
-  msg_free(&t);
-  actor_join(&r.actor);
+  stop_actor(&r);
   scheduler_state_free(ss);
   rig_down(&r);
 }

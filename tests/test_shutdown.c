@@ -5,7 +5,6 @@
  * return within 2 seconds, no compiler process is left, and afterwards every
  * query answers SCHEDRUN_ECLOSED at once.
  */
-#include <dirent.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,26 +42,15 @@ static int teardown(void **st) {
   return 0;
 }
 
-/* Processes whose command line mentions the wrapper (the shell, its sleep). */
-static int wrapper_processes(void) {
-  int n = 0;
-  DIR *d = opendir("/proc");
-  struct dirent *e;
-  while (d && (e = readdir(d))) {
-    char path[300], cmd[1024];
-    snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    size_t len = fread(cmd, 1, sizeof cmd - 1, f);
-    fclose(f);
-    for (size_t i = 0; i < len; i++)
-      if (!cmd[i]) cmd[i] = ' ';
-    cmd[len] = '\0';
-    if (strstr(cmd, "slow-c++") && !strstr(cmd, "test_shutdown")) n++;
-  }
-  if (d) closedir(d);
-  return n;
+/* Processes whose arguments mention the wrapper (the shell, its sleep). */
+static int runs_wrapper(int argc, char *const *argv, void *ctx) {
+  (void)ctx;
+  for (int i = 0; i < argc; i++)
+    if (strstr(argv[i], "slow-c++")) return !strstr(argv[0], "test_shutdown");
+  return 0;
 }
+
+static int wrapper_processes(void) { return tu_count_processes(runs_wrapper, NULL); }
 
 typedef struct seen {
   schedrun_t *s;

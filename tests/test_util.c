@@ -105,3 +105,25 @@ const struct gpu_open_opts *tu_gpu_opts(void) {
   o.spin_ns = 30000;
   return &o;
 }
+
+int tu_count_processes(int (*match)(int argc, char *const *argv, void *ctx), void *ctx) {
+  int n = 0;
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    char path[300], cmd[4096];
+    snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t len = fread(cmd, 1, sizeof cmd - 1, f);
+    fclose(f);
+    cmd[len] = '\0';
+    char *argv[64];
+    int argc = 0;
+    for (size_t i = 0; i < len && argc < 63; i += strlen(cmd + i) + 1) argv[argc++] = cmd + i;
+    argv[argc] = NULL;
+    n += argc > 0 && match(argc, argv, ctx);
+  }
+  if (d) closedir(d);
+  return n;
+}

@@ -22,6 +22,8 @@ int tu_for_each_config(void (*fn)(const char *path, void *ctx), void *ctx);
  * so that the host devices' worker program is built once. */
 struct gpu_open_opts;
 const struct gpu_open_opts *tu_gpu_opts(void);
+/* Counts the processes whose arguments `match` accepts (argv as in main). */
+int tu_count_processes(int (*match)(int argc, char *const *argv, void *ctx), void *ctx);
 /* Counts occurrences of needle in hay. */
 int tu_count(const char *hay, const char *needle);
 
