@@ -435,6 +435,29 @@ static void test_nvrtc_cubins(void **st) {
     schedrun_error_clear(&err);
     free(log);
   }
+  /* an architecture NVRTC does not know is named, with the ones it does (it
+   * would only say NVRTC_ERROR_INVALID_OPTION, with an empty log); one newer
+   * than all of them gets PTX for the newest, for the driver to compile */
+  prog_type sp[] = {PT_F32, PT_PTR, PT_PTR, PT_I32};
+  gpu_compile_req old = {"saxpy", "saxpy", cuda_kernels[0].source, "k.cu", 1, sp, 4, "sm_10"};
+  uint8_t *img = NULL;
+  size_t len = 0;
+  char *log = NULL;
+  assert_int_equal(gpu_cuda_target.compile(ctx, &old, "/tmp", &img, &len, &log, &err), SCHEDRUN_EBACKEND);
+  if (!strstr(err.message, "cannot compile for sm_10; it supports sm_") || !strstr(err.message, "sm_90"))
+    fail_msg("%s", err.message);
+  schedrun_error_clear(&err);
+  free(log);
+  log = NULL;
+  gpu_compile_req future = old;
+  future.arch = "sm_999";
+  if (gpu_cuda_target.compile(ctx, &future, "/tmp", &img, &len, &log, &err)) fail_msg("sm_999: %s", err.message);
+  assert_int_equal(gpu_cubin_arch(img, len), -1); /* not a cubin: PTX text */
+  assert_int_equal(img[len - 1], '\0');
+  assert_non_null(strstr((const char *)img, ".target sm_"));
+  assert_non_null(strstr((const char *)img, ".entry saxpy("));
+  free(img);
+  free(log);
   gpu_cuda_target.close(ctx);
   /* not a cubin */
   assert_int_equal(gpu_cubin_arch((const uint8_t *)"nope", 4), -1);

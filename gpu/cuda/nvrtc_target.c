@@ -36,6 +36,11 @@ typedef struct nvrtc_api {
   nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);
   nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t *);
   nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
+  nvrtcResult (*GetPTXSize)(nvrtcProgram, size_t *);
+  nvrtcResult (*GetPTX)(nvrtcProgram, char *);
+  /* optional (NVRTC 11.2 on): the architectures it compiles for, ascending */
+  nvrtcResult (*GetNumSupportedArchs)(int *);
+  nvrtcResult (*GetSupportedArchs)(int *);
 } nvrtc_api;
 
 static int nv_open(void **ctx, schedrun_error_t *err) {
@@ -65,6 +70,8 @@ static int nv_open(void **ctx, schedrun_error_t *err) {
       {(void **)&a->GetCUBIN, "nvrtcGetCUBIN"},
       {(void **)&a->GetProgramLogSize, "nvrtcGetProgramLogSize"},
       {(void **)&a->GetProgramLog, "nvrtcGetProgramLog"},
+      {(void **)&a->GetPTXSize, "nvrtcGetPTXSize"},
+      {(void **)&a->GetPTX, "nvrtcGetPTX"},
   };
   for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(syms); i++) {
     *syms[i].slot = dlsym(dl, syms[i].name);
@@ -74,8 +81,32 @@ static int nv_open(void **ctx, schedrun_error_t *err) {
       return err_set(err, SCHEDRUN_ECOMPILE, "NVRTC lacks %s (too old?)", syms[i].name);
     }
   }
+  a->GetNumSupportedArchs = (nvrtcResult(*)(int *))dlsym(dl, "nvrtcGetNumSupportedArchs");
+  a->GetSupportedArchs = (nvrtcResult(*)(int *))dlsym(dl, "nvrtcGetSupportedArchs");
   *ctx = a;
   return SCHEDRUN_OK;
+}
+
+/* How NVRTC can build for sm_`want`: 1 a cubin for it; 2 PTX for *ptx_arch,
+ * the newest it knows, when `want` is newer than all of them (the driver
+ * compiles PTX for the GPU it loads on); 0 not at all (*list then names what
+ * it supports). Without the query (an old NVRTC) every arch is tried as is. */
+static int arch_support(const nvrtc_api *a, int want, int *ptx_arch, char *list, size_t lsize) {
+  int n = 0;
+  list[0] = '\0';
+  if (!a->GetNumSupportedArchs || !a->GetSupportedArchs || a->GetNumSupportedArchs(&n) != 0 || n <= 0 || n > 256)
+    return 1;
+  int archs[256];
+  if (a->GetSupportedArchs(archs) != 0) return 1;
+  size_t at = 0;
+  for (int i = 0; i < n && at < lsize; i++) at += (size_t)snprintf(list + at, lsize - at, "%ssm_%d", i ? " " : "", archs[i]);
+  for (int i = 0; i < n; i++)
+    if (archs[i] == want) return 1;
+  if (want > archs[n - 1]) {
+    *ptx_arch = archs[n - 1];
+    return 2;
+  }
+  return 0;
 }
 
 static void nv_close(void *ctx) {
@@ -147,6 +178,15 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
   if (!r->arch || strncmp(r->arch, "sm_", 3) != 0)
     return err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': the cuda target needs an sm_XX architecture, not '%s'", r->name,
                    r->arch ? r->arch : "");
+  char *end;
+  long want = strtol(r->arch + 3, &end, 10);
+  int ptx_arch = 0;
+  char archs[2048];
+  int how = *end == '\0' && want > 0 && want < 10000 ? arch_support(a, (int)want, &ptx_arch, archs, sizeof archs) : 0;
+  if (how == 0)
+    /* NVRTC would only say NVRTC_ERROR_INVALID_OPTION, with an empty log */
+    return err_set(err, SCHEDRUN_EBACKEND, "kernel '%s': this NVRTC cannot compile for %s; it supports %s", r->name,
+                   r->arch, archs[0] ? archs : "other architectures");
   strbuf src;
   sb_init(&src);
   kernel_abi_source(&src, r);
@@ -155,7 +195,8 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
     return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
   char arch_opt[64];
-  snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", r->arch);
+  if (how == 2) snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=compute_%d", ptx_arch);
+  else snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", r->arch);
   const char *opts[] = {arch_opt, NVRTC_STD};
   nvrtcProgram prog = NULL;
   int rc = SCHEDRUN_OK;
@@ -170,6 +211,20 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
   }
   if (nr != 0) {
     rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s' does not compile for %s (%s)", r->name, r->arch, a->GetErrorString(nr));
+  } else if (how == 2) {
+    /* PTX, NUL-terminated as cuModuleLoadData wants it */
+    size_t n = 0;
+    if (a->GetPTXSize(prog, &n) != 0 || n < 2 || !(*out = malloc(n)) || a->GetPTX(prog, (char *)*out) != 0) {
+      rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': NVRTC produced no PTX for compute_%d", r->name, ptx_arch);
+    } else {
+      (*out)[n - 1] = '\0';
+      *out_len = n;
+      char entry[300];
+      snprintf(entry, sizeof entry, ".entry %s(", r->entry);
+      if (!strstr((const char *)*out, entry))
+        rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': the PTX has no __global__ function '%s' (is it extern \"C\"?)",
+                     r->name, r->entry);
+    }
   } else if (a->GetCUBINSize(prog, out_len) != 0 || *out_len == 0 || !(*out = malloc(*out_len)) ||
              a->GetCUBIN(prog, (char *)*out) != 0) {
     rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': NVRTC produced no cubin for %s", r->name, r->arch);
