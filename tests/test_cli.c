@@ -409,6 +409,38 @@ static void test_kill_9_leaves_no_worker(void **st) {
   assert_int_equal(n, 0);
 }
 
+/* tests/gpu/run.sh cannot pass by skipping: without a GPU it says SKIP and
+ * exits 77; when nvidia-smi sees a GPU that schedrun cannot use (here: a fake
+ * nvidia-smi, no driver) it says FAIL and exits 1. */
+static void test_gpu_script_never_passes_by_skipping(void **st) {
+  (void)st;
+  char *build = fs_dirname(tu_env("SCHEDRUN_RUN"));
+  char script[1024];
+  snprintf(script, sizeof script, "%s/../tests/gpu/run.sh", tu_env("SCHEDRUN_CONFIGS"));
+  /* no nvidia-smi on the PATH */
+  char *argv[] = {"/usr/bin/env", "PATH=/usr/bin:/bin", script, "--no-build", build, NULL};
+  char *out, *err;
+  int rc = tu_run(argv, &out, &err);
+  if (rc != 77 || strncmp(out, "SKIP: ", 6) != 0) fail_msg("no GPU: exit %d\n%s%s", rc, out, err);
+  free(out);
+  free(err);
+  /* an nvidia-smi that sees one GPU, and no driver to run on it */
+  const char *fake = tu_write_temp(2, "nvidia-smi", "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n");
+  chmod(fake, 0755);
+  char *dir = fs_dirname(fake), path[1200];
+  snprintf(path, sizeof path, "PATH=%s:/usr/bin:/bin", dir);
+  char *argv2[] = {"/usr/bin/env", path, "SCHEDRUN_CUDA_LIBRARY=/nonexistent/libcuda.so.1", script, "--no-build", build,
+                   NULL};
+  rc = tu_run(argv2, &out, &err);
+  const char *want = "FAIL: nvidia-smi sees 1 GPU(s) but schedrun cannot run on them: ";
+  if (rc != 1 || strncmp(out, want, strlen(want)) != 0 || !strstr(out, "no CUDA driver"))
+    fail_msg("a GPU schedrun cannot use: exit %d\n%s%s", rc, out, err);
+  free(out);
+  free(err);
+  free(dir);
+  free(build);
+}
+
 /* What a killed process left in /tmp is swept by the next one. */
 static void test_dead_process_temp_dirs_swept(void **st) {
   (void)st;
@@ -442,6 +474,7 @@ int main(void) {
       cmocka_unit_test(test_usage),                 cmocka_unit_test(test_embed_example),
       cmocka_unit_test(test_demo_json_and_trace),   cmocka_unit_test(test_signals_stop_cleanly),
       cmocka_unit_test(test_dead_process_temp_dirs_swept), cmocka_unit_test(test_kill_9_leaves_no_worker),
+      cmocka_unit_test(test_gpu_script_never_passes_by_skipping),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,46 +1,68 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one go (a few minutes at most): builds,
-# runs the GPU tests (CUDA vs host, element by element), the multi-device
-# demo on every GPU, and the GPU benchmark; ends with one summary line.
-# Usage: tests/gpu/run.sh [BUILD_DIR]
+# Everything that needs a GPU, in one go (at most about 5 minutes on one GPU):
+# builds, checks that schedrun opens every GPU nvidia-smi sees, runs the GPU
+# tests (CUDA vs host, element by element), compute-sanitizer's memcheck on two
+# configs when it is installed, the multi-device demo on every GPU, and the GPU
+# benchmark; ends with one summary line. It cannot pass by skipping:
+#   exit 0, "gpu: PASSED ..."   everything ran on the GPU and passed
+#   exit 1, "FAIL: ..."         something failed, or a GPU is there but unusable
+#   exit 77, "SKIP: ..."        no GPU here (nvidia-smi sees none)
+# Usage: tests/gpu/run.sh [--no-build] [BUILD_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+build_it=1
+if [ "${1:-}" = "--no-build" ]; then
+  build_it=0
+  shift
+fi
 build=${1:-build}
 log=$(mktemp)
-status=0
-say() { echo "$@" | tee -a "$log"; }
-
-if ! make build BUILD="$build" >"$log.build" 2>&1; then
-  tail -30 "$log.build"
-  echo "gpu: FAILED to build"
+trap 'rm -f "$log" "$log".*' EXIT
+fail() {
+  echo "FAIL: $*"
   exit 1
+}
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+if [ "${gpus:-0}" = 0 ]; then
+  echo "SKIP: no GPU here (nvidia-smi sees none); nothing was checked"
+  exit 77
+fi
+if [ "$build_it" = 1 ] && ! timeout 240 make build BUILD="$build" >"$log.build" 2>&1; then
+  tail -30 "$log.build"
+  fail "the build failed"
 fi
 export SCHEDRUN_CACHE_DIR=${SCHEDRUN_CACHE_DIR:-$(mktemp -d)}
 
-say "== GPU tests"
+# nvidia-smi sees GPUs: schedrun must open every one of them
+if ! timeout 60 "$build/sched-run" -q --devices cuda configs/saxpy.yaml >"$log.open" 2>&1; then
+  fail "nvidia-smi sees $gpus GPU(s) but schedrun cannot run on them: $(head -3 "$log.open" | tr '\n' ' ')"
+fi
+
+echo "== GPU tests"
 (cd "$build" && timeout 200 ctest -L gpu --output-on-failure) 2>&1 | tee "$log.tests"
 tests_line=$(grep -E "tests passed|tests failed" "$log.tests" | tail -1)
-grep -q "(Skipped)" "$log.tests" && skipped=1 || skipped=0
-grep -qE "^\s*[0-9]+% tests passed, 0 tests failed" "$log.tests" || status=1
+grep -q "(Skipped)" "$log.tests" && fail "a GPU test skipped itself on a machine with $gpus GPU(s): $tests_line"
+grep -qE "^\s*[0-9]+% tests passed, 0 tests failed" "$log.tests" || fail "GPU tests: $tests_line"
 
-say "== multi-device demo on every GPU"
-timeout 60 "$build/sched-run" --devices all --stats configs/multi_device_demo.yaml 2>&1 | tee "$log.demo"
-demo_rc=${PIPESTATUS[0]}
-[ "$demo_rc" = 0 ] || status=1
+sanitizer_line="compute-sanitizer: not installed"
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  echo "== compute-sanitizer memcheck"
+  for cfg in configs/saxpy.yaml configs/while_countdown.yaml; do
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 1 "$build/sched-run" -q --devices cuda "$cfg" \
+      >"$log.san" 2>&1 || { tail -20 "$log.san"; fail "compute-sanitizer memcheck on $cfg"; }
+  done
+  sanitizer_line="memcheck: clean on 2 configs"
+fi
+
+echo "== multi-device demo on every GPU"
+timeout 60 "$build/sched-run" --devices cuda --stats configs/multi_device_demo.yaml 2>&1 | tee "$log.demo"
+[ "${PIPESTATUS[0]}" = 0 ] || fail "the demo on every GPU: $(head -1 "$log.demo")"
 demo_line=$(head -1 "$log.demo")
 
-say "== GPU benchmark"
+echo "== GPU benchmark"
 timeout 60 "$build/cuda_bench" 2>&1 | tee "$log.bench"
-bench_rc=${PIPESTATUS[0]}
-[ "$bench_rc" = 0 ] || [ "$bench_rc" = 77 ] || status=1
+[ "${PIPESTATUS[0]}" = 0 ] || fail "the GPU benchmark: $(tail -1 "$log.bench")"
 bench_line=$(tail -1 "$log.bench")
 
-if [ "$skipped" = 1 ]; then
-  echo "gpu: SKIPPED (no GPU found) | $tests_line | demo: $demo_line"
-elif [ "$status" = 0 ]; then
-  echo "gpu: PASSED | $tests_line | demo: $demo_line | $bench_line"
-else
-  echo "gpu: FAILED | $tests_line | demo exit $demo_rc: $demo_line | bench exit $bench_rc: $bench_line"
-fi
-rm -f "$log" "$log".*
-exit $status
+echo "gpu: PASSED on $gpus GPU(s) | $tests_line | $sanitizer_line | demo: $demo_line | $bench_line"
