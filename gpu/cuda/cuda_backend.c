@@ -38,7 +38,7 @@
   X(cuStreamQuery)                                                                                     \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuGraphCreate)      \
   X(cuGraphDestroy) X(cuGraphAddKernelNode) X(cuGraphAddMemcpyNode) X(cuGraphAddMemsetNode)           \
-  X(cuGraphInstantiate) X(cuGraphExecDestroy) X(cuGraphLaunch) X(cuGraphExecKernelNodeSetParams)      \
+  X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphLaunch) X(cuGraphExecKernelNodeSetParams)      \
   X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams)
 
 typedef struct cu_api {
@@ -140,7 +140,9 @@ int cuda_api_load(cu_api_handle *out, int *ndevices, schedrun_error_t *err) {
   *ndevices = 0;
   const char *lib = getenv("SCHEDRUN_CUDA_LIBRARY");
   if (!lib || !*lib) lib = "libcuda.so.1";
-  void *dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  /* RTLD_NODELETE: after cuInit the driver keeps threads and state that
+   * must not see its code unmapped */
+  void *dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!dl) return err_set(err, SCHEDRUN_EBACKEND, "no CUDA driver (%s cannot be loaded)", lib);
   typedef CUresult (*gpa_v2)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
   typedef CUresult (*gpa_v1)(const char *, void **, int, cuuint64_t);
@@ -160,8 +162,8 @@ int cuda_api_load(cu_api_handle *out, int *ndevices, schedrun_error_t *err) {
   {                                                                                               \
     void *fn = NULL;                                                                              \
     CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SUCCESS;                               \
-    CUresult r = g2 ? g2(#name, &fn, CUDA_ABI, CU_GET_PROC_ADDRESS_DEFAULT, &q)                   \
-                    : g1(#name, &fn, CUDA_ABI, CU_GET_PROC_ADDRESS_DEFAULT);                      \
+    CUresult r = g2 ? g2(#name, &fn, CUDA_ABI, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &q)             \
+                    : g1(#name, &fn, CUDA_ABI, CU_GET_PROC_ADDRESS_LEGACY_STREAM);                \
     if (r != CUDA_SUCCESS || !fn) {                                                               \
       int rc_ = missing(dl, lib, #name, r, err);                                                  \
       dlclose(dl);                                                                                \
@@ -530,7 +532,7 @@ static int c_seq_finalize(gpu_seq *s, schedrun_error_t *err) {
     if (sg->kind == SEG_WHILE) {
       if ((rc = c_seq_finalize(sg->body, err))) return rc;
     } else if (!sg->exec) {
-      CU_CHECK(&b->api, b->api.cuGraphInstantiate(&sg->exec, sg->graph, 0), b->devs[s->dev].name, err);
+      CU_CHECK(&b->api, b->api.cuGraphInstantiateWithFlags(&sg->exec, sg->graph, 0), b->devs[s->dev].name, err);
     }
   }
   s->finalized = true;
@@ -722,6 +724,11 @@ int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_erro
     if (r == CUDA_SUCCESS) r = b->api.cuStreamCreate(&d->stream, CU_STREAM_DEFAULT); /* ordered after the legacy-stream copies and memsets */
     if (r != CUDA_SUCCESS) {
       rc = cu_fail(&b->api, err, r, "opening the device", d->name);
+      /* not counted yet, so destroy would not give this one back */
+      if (d->stream) b->api.cuStreamDestroy(d->stream);
+      if (d->ctx) b->api.cuDevicePrimaryCtxRelease(d->dev);
+      d->stream = NULL;
+      d->ctx = NULL;
       break;
     }
     snprintf(d->arch, sizeof d->arch, "sm_%d%d", major, minor);
