@@ -59,6 +59,18 @@ int fs_mkdir_p(const char *path, schedrun_error_t *err) {
   return SCHEDRUN_OK;
 }
 
+static int write_all(int fd, const void *data, size_t len, const char *what, schedrun_error_t *err) {
+  const char *p = data;
+  while (len > 0) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return err_set(err, SCHEDRUN_EIO, "%s: write failed: %s", what, strerror(w < 0 ? errno : EIO));
+    p += w;
+    len -= (size_t)w;
+  }
+  return SCHEDRUN_OK;
+}
+
 int fs_write_atomic(const char *path, const void *data, size_t len, schedrun_error_t *err) {
   strbuf tmp;
   sb_init(&tmp);
@@ -70,20 +82,11 @@ int fs_write_atomic(const char *path, const void *data, size_t len, schedrun_err
     sb_free(&tmp);
     return err_set(err, SCHEDRUN_EIO, "%s: cannot create a temporary file: %s", path, strerror(e));
   }
-  const char *p = data;
-  size_t left = len;
-  while (left > 0) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int e = errno;
-      close(fd);
-      unlink(tmp.data);
-      sb_free(&tmp);
-      return err_set(err, SCHEDRUN_EIO, "%s: write failed: %s", path, strerror(e));
-    }
-    p += w;
-    left -= (size_t)w;
+  if (write_all(fd, data, len, path, err) != SCHEDRUN_OK) {
+    close(fd);
+    unlink(tmp.data);
+    sb_free(&tmp);
+    return SCHEDRUN_EIO;
   }
   if (fchmod(fd, 0644) != 0 || close(fd) != 0 || rename(tmp.data, path) != 0) {
     int e = errno;
@@ -92,18 +95,6 @@ int fs_write_atomic(const char *path, const void *data, size_t len, schedrun_err
     return err_set(err, SCHEDRUN_EIO, "%s: cannot publish: %s", path, strerror(e));
   }
   sb_free(&tmp);
-  return SCHEDRUN_OK;
-}
-
-static int write_all(int fd, const void *data, size_t len, const char *what, schedrun_error_t *err) {
-  const char *p = data;
-  while (len > 0) {
-    ssize_t w = write(fd, p, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return err_set(err, SCHEDRUN_EIO, "%s: write failed: %s", what, strerror(w < 0 ? errno : EIO));
-    p += w;
-    len -= (size_t)w;
-  }
   return SCHEDRUN_OK;
 }
 

@@ -1,4 +1,5 @@
 /* See load_util.h. */
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -207,3 +208,16 @@ int ld_buffer_ref(ld *l, node *n, const char *what) {
 }
 
 
+
+char *ld_read_file(ld *l, node *n, const char *rel, const char *what, uint64_t max_bytes, size_t *len, char **path) {
+  char *full = fs_join_rel(l->file, rel), *data = NULL;
+  schedrun_error_t e = {0};
+  if (!full) err_set(&e, SCHEDRUN_ENOMEM, "out of memory");
+  else fs_read_input(full, max_bytes, &data, len, &e);
+  if (!data) ld_problem(l, n, "cannot read %s file '%s': %s", what, rel, e.message ? e.message : "");
+  assert(!data || *len <= max_bytes);
+  schedrun_error_clear(&e);
+  if (data && path) *path = full;
+  else free(full);
+  return data;
+}

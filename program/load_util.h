@@ -53,6 +53,10 @@ bool ld_parse_expr_node(ld *l, node *n, int depth, const char *what, prog_expr *
 bool ld_const_int(const prog_expr *e, int64_t *v);
 /* The index of the buffer a node names, or -1 (reported). */
 int ld_buffer_ref(ld *l, node *n, const char *what);
+/* The file that node n names as `rel` (relative to the config), at most
+ * max_bytes, NUL-terminated: its data and length, or NULL with "cannot read
+ * <what> file 'rel': why" reported. *path, when asked for, gets its path. */
+char *ld_read_file(ld *l, node *n, const char *rel, const char *what, uint64_t max_bytes, size_t *len, char **path);
 
 /* load_steps.c: a list of steps at loop depth `depth`; returns how many
  * recorded nodes they unroll to (capped just past PROG_MAX_NODES). */

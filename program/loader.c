@@ -84,24 +84,18 @@ static void load_kernels(ld *l, node *n) {
     } else if (f[2]) {
       const char *rel = ld_read_str(l, f[2], "file");
       if (rel) {
-        char *path = fs_join_rel(l->file, rel);
-        char *data = NULL;
+        char *path = NULL;
         size_t len = 0;
-        schedrun_error_t e = {0};
-        if (!path || fs_read_input(path, PROG_MAX_SOURCE_BYTES, &data, &len, &e) != SCHEDRUN_OK) {
-          ld_problem(l, f[2], "cannot read kernel file '%s': %s", rel, e.message ? e.message : "");
-        } else if (len > PROG_MAX_SOURCE_BYTES) {
-          ld_problem(l, f[2], "kernel file '%s' has %zu bytes; at most %u MiB", rel, len, PROG_MAX_SOURCE_BYTES >> 20);
-        } else if (memchr(data, '\0', len)) {
+        char *data = ld_read_file(l, f[2], rel, "kernel", PROG_MAX_SOURCE_BYTES, &len, &path);
+        if (data && memchr(data, '\0', len)) {
           ld_problem(l, f[2], "kernel file '%s' is not text", rel);
-        } else {
+        } else if (data) {
           kr->source = data;
           data = NULL;
           kr->source_file = path;
           path = NULL;
           kr->first_line = 1;
         }
-        schedrun_error_clear(&e);
         free(data);
         free(path);
       }
@@ -143,22 +137,16 @@ static void load_init(ld *l, node *n, prog_buffer *b) {
   if (f[3]) {
     const char *rel = ld_read_str(l, f[3], "init file");
     if (!rel) return;
-    char *path = fs_join_rel(l->file, rel);
-    char *data = NULL;
     size_t len = 0;
-    schedrun_error_t e = {0};
-    if (!path || fs_read_input(path, PROG_MAX_BUFFER_BYTES, &data, &len, &e) != SCHEDRUN_OK)
-      ld_problem(l, f[3], "cannot read init file '%s': %s", rel, e.message ? e.message : "");
-    else if (len != b->count * es)
+    char *data = ld_read_file(l, f[3], rel, "init", PROG_MAX_BUFFER_BYTES, &len, NULL);
+    if (data && len != b->count * es)
       ld_problem(l, f[3], "init file '%s' has %zu bytes; buffer '%s' needs %llu", rel, len, b->name,
               (unsigned long long)(b->count * es));
-    else {
+    else if (data) {
       b->image = (uint8_t *)data;
       data = NULL;
     }
-    schedrun_error_clear(&e);
     free(data);
-    free(path);
     return;
   }
   b->image = calloc(b->count, es);
@@ -379,23 +367,16 @@ static void load_expect(ld *l, node *n) {
         e->kind = EXP_VALUES;
         const char *rel = ld_read_str(l, fk, "expect file");
         if (!rel) continue;
-        char *path = fs_join_rel(l->file, rel);
-        char *data = NULL;
-        size_t len = 0;
-        schedrun_error_t er = {0};
-        size_t es = prog_type_size(buf->type);
-        if (!path || fs_read_input(path, PROG_MAX_BUFFER_BYTES, &data, &len, &er) != SCHEDRUN_OK)
-          ld_problem(l, fk, "cannot read expect file '%s': %s", rel, er.message ? er.message : "");
-        else if (len != buf->count * es)
+        size_t len = 0, es = prog_type_size(buf->type);
+        char *data = ld_read_file(l, fk, rel, "expect", PROG_MAX_BUFFER_BYTES, &len, NULL);
+        if (data && len != buf->count * es)
           ld_problem(l, fk, "expect file '%s' has %zu bytes; buffer '%s' holds %llu", rel, len, buf->name,
                   (unsigned long long)(buf->count * es));
-        else if ((e->values = calloc(buf->count, sizeof(double)))) {
+        else if (data && (e->values = calloc(buf->count, sizeof(double)))) {
           for (uint64_t i = 0; i < buf->count; i++) e->values[i] = prog_element(buf->type, data, i);
           e->n = buf->count;
         }
-        schedrun_error_clear(&er);
         free(data);
-        free(path);
       }
     }
   }
