@@ -81,7 +81,7 @@ static uint64_t load_launch(ld *l, node *n, int depth, prog_step *st) {
             k->nparams, k->params_text ? k->params_text : "", na);
     return 1;
   }
-  st->u.launch.args = calloc(na ? na : 1, sizeof(prog_arg));
+  st->u.launch.args = ld_calloc(l, f[3], na, sizeof(prog_arg), "the launch's args");
   if (!st->u.launch.args) return 1;
   st->u.launch.nargs = (uint32_t)na;
   for (size_t i = 0; i < na; i++) {
@@ -252,7 +252,7 @@ uint64_t ld_load_steps(ld *l, node *n, int depth, prog_step **out, uint32_t *nou
   }
   size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
   if (count == 0) ld_problem(l, n, "a list of steps must not be empty");
-  *out = calloc(count ? count : 1, sizeof(prog_step));
+  *out = ld_calloc(l, n, count, sizeof(prog_step), "the steps");
   if (!*out) return 0;
   uint64_t nodes = 0;
   for (size_t i = 0; i < count; i++) {

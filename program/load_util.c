@@ -209,6 +209,15 @@ int ld_buffer_ref(ld *l, node *n, const char *what) {
 
 
 
+void *ld_calloc(ld *l, const node *n, size_t count, size_t size, const char *what) {
+  void *p = calloc(count ? count : 1, size);
+  if (!p) {
+    l->out_of_memory = true;
+    ld_problem(l, n, "out of memory for %s", what);
+  }
+  return p;
+}
+
 char *ld_read_file(ld *l, node *n, const char *rel, const char *what, uint64_t max_bytes, size_t *len, char **path) {
   char *full = fs_join_rel(l->file, rel), *data = NULL;
   schedrun_error_t e = {0};

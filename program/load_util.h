@@ -25,6 +25,7 @@ typedef struct ld {
   uint32_t next_command;
   bool loop_is_while[PROG_MAX_DEPTH];
   uint64_t buffer_bytes; /* all buffers so far */
+  bool out_of_memory;    /* a problem was an allocation: the load fails with ENOMEM */
 } ld;
 
 typedef yaml_node_t node;
@@ -53,6 +54,9 @@ bool ld_parse_expr_node(ld *l, node *n, int depth, const char *what, prog_expr *
 bool ld_const_int(const prog_expr *e, int64_t *v);
 /* The index of the buffer a node names, or -1 (reported). */
 int ld_buffer_ref(ld *l, node *n, const char *what);
+/* calloc for what node n describes (at least one element, so that NULL means
+ * failure): NULL with "out of memory for <what>" reported. */
+void *ld_calloc(ld *l, const node *n, size_t count, size_t size, const char *what);
 /* The file that node n names as `rel` (relative to the config), at most
  * max_bytes, NUL-terminated: its data and length, or NULL with "cannot read
  * <what> file 'rel': why" reported. *path, when asked for, gets its path. */

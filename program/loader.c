@@ -23,7 +23,7 @@ static void load_kernels(ld *l, node *n) {
     return;
   }
   size_t count = (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
-  l->p->kernels = calloc(count ? count : 1, sizeof(prog_kernel));
+  l->p->kernels = ld_calloc(l, n, count, sizeof(prog_kernel), "the kernels");
   if (!l->p->kernels) return;
   for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top; pr++) {
     node *k = ld_get(l, pr->key), *v = ld_get(l, pr->value);
@@ -52,7 +52,7 @@ static void load_kernels(ld *l, node *n) {
               (size_t)(f[0]->data.sequence.items.top - f[0]->data.sequence.items.start), PROG_MAX_PARAMS);
     else {
       size_t np = (size_t)(f[0]->data.sequence.items.top - f[0]->data.sequence.items.start);
-      kr->params = calloc(np ? np : 1, sizeof(prog_type));
+      kr->params = ld_calloc(l, f[0], np, sizeof(prog_type), "the kernel's params");
       strbuf txt;
       sb_init(&txt);
       for (size_t i = 0; kr->params && i < np; i++) {
@@ -149,11 +149,8 @@ static void load_init(ld *l, node *n, prog_buffer *b) {
     free(data);
     return;
   }
-  b->image = calloc(b->count, es);
-  if (!b->image) {
-    ld_problem(l, n, "out of memory for buffer '%s'", b->name);
-    return;
-  }
+  b->image = ld_calloc(l, n, b->count, es, "the buffer's contents");
+  if (!b->image) return;
   double start = 0, step = 0;
   bool ok = true;
   if (f[0]) {
@@ -206,7 +203,7 @@ static void load_buffers(ld *l, node *n) {
     return;
   }
   size_t count = (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
-  l->p->buffers = calloc(count ? count : 1, sizeof(prog_buffer));
+  l->p->buffers = ld_calloc(l, n, count, sizeof(prog_buffer), "the buffers");
   if (!l->p->buffers) return;
   for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top; pr++) {
     node *k = ld_get(l, pr->key), *v = ld_get(l, pr->value);
@@ -287,7 +284,7 @@ static void load_expect(ld *l, node *n) {
     return;
   }
   size_t count = (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
-  l->p->expects = calloc(count ? 2 * count : 1, sizeof(prog_expect));
+  l->p->expects = ld_calloc(l, n, 2 * count, sizeof(prog_expect), "the expectations");
   if (!l->p->expects) return;
   for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top; pr++) {
     node *k = ld_get(l, pr->key), *v = ld_get(l, pr->value);
@@ -334,8 +331,8 @@ static void load_expect(ld *l, node *n) {
                   (unsigned long long)buf->count, nv);
           continue;
         }
-        e->values = calloc(nv ? nv : 1, sizeof(double));
-        e->exprs = calloc(nv ? nv : 1, sizeof(prog_expr));
+        e->values = ld_calloc(l, fk, nv, sizeof(double), "the expected values");
+        e->exprs = e->values ? ld_calloc(l, fk, nv, sizeof(prog_expr), "the expected values") : NULL;
         for (size_t i = 0; e->values && e->exprs && i < nv; i++) {
           node *x = ld_get(l, fk->data.sequence.items.start[i]);
           if (x) read_expect(l, x, "a value", &e->values[e->n], &e->exprs[e->n]);
@@ -348,9 +345,9 @@ static void load_expect(ld *l, node *n) {
           continue;
         }
         size_t nv = (size_t)(fk->data.mapping.pairs.top - fk->data.mapping.pairs.start);
-        e->values = calloc(nv ? nv : 1, sizeof(double));
-        e->exprs = calloc(nv ? nv : 1, sizeof(prog_expr));
-        e->index = calloc(nv ? nv : 1, sizeof(uint64_t));
+        e->values = ld_calloc(l, fk, nv, sizeof(double), "the expected values");
+        e->exprs = e->values ? ld_calloc(l, fk, nv, sizeof(prog_expr), "the expected values") : NULL;
+        e->index = e->exprs ? ld_calloc(l, fk, nv, sizeof(uint64_t), "the expected values") : NULL;
         for (yaml_node_pair_t *q = fk->data.mapping.pairs.start;
              e->values && e->exprs && e->index && q < fk->data.mapping.pairs.top; q++) {
           node *ik = ld_get(l, q->key), *iv = ld_get(l, q->value);
@@ -372,7 +369,7 @@ static void load_expect(ld *l, node *n) {
         if (data && len != buf->count * es)
           ld_problem(l, fk, "expect file '%s' has %zu bytes; buffer '%s' holds %llu", rel, len, buf->name,
                   (unsigned long long)(buf->count * es));
-        else if (data && (e->values = calloc(buf->count, sizeof(double)))) {
+        else if (data && (e->values = ld_calloc(l, fk, buf->count, sizeof(double), "the expected values"))) {
           for (uint64_t i = 0; i < buf->count; i++) e->values[i] = prog_element(buf->type, data, i);
           e->n = buf->count;
         }
@@ -503,7 +500,8 @@ int prog_load_string(const char *text, size_t len, const char *origin, prog_prog
                l.problems - MAX_PROBLEMS);
   if (l.problems) {
     prog_free(l.p);
-    return SCHEDRUN_ECONFIG;
+    if (l.out_of_memory && err) err->code = SCHEDRUN_ENOMEM;
+    return l.out_of_memory ? SCHEDRUN_ENOMEM : SCHEDRUN_ECONFIG;
   }
   *out = l.p;
   return SCHEDRUN_OK;

@@ -2,7 +2,9 @@
  * Out of memory where an actor opens state for a request: the compile actor
  * cannot open a session, the scheduler cannot create a program's state for a
  * RELEASE. Each answers with an ERROR (SCHEDRUN_ENOMEM) whose teardown says
- * what it left as it was, and works again afterwards.
+ * what it left as it was, and works again afterwards. And the config loader:
+ * an allocation it cannot make fails the load with ENOMEM and the place,
+ * never a program that silently lacks part of what the config says.
  *
  * This program replaces calloc to fail exactly one allocation of a chosen
  * size while armed, so it is built without sanitizers (they own calloc).
@@ -15,15 +17,16 @@
 
 #include "actors/compile_state.h"
 #include "actors/scheduler_state.h"
+#include "program/program.h"
 #include "test_util.h"
 
 extern void *__libc_calloc(size_t n, size_t size);
 
-static _Atomic size_t fail_size; /* the next calloc(1, fail_size) fails */
+static _Atomic size_t fail_size; /* the next calloc of fail_size bytes in all fails */
 
 void *calloc(size_t n, size_t size) {
   size_t f = atomic_load(&fail_size);
-  if (f && n == 1 && size == f && atomic_compare_exchange_strong(&fail_size, &f, 0)) {
+  if (f && n * size == f && atomic_compare_exchange_strong(&fail_size, &f, 0)) {
     errno = ENOMEM;
     return NULL;
   }
@@ -143,10 +146,53 @@ static void test_release_out_of_memory(void **st) {
   rig_down(&r);
 }
 
+/* Each of the loader's allocations that a config sizes, refused in turn. */
+static void test_loader_out_of_memory(void **st) {
+  (void)st;
+  static const char yaml[] = "version: 1\n"
+                             "kernels:\n"
+                             "  k: {params: [ptr, i32, f32, f32, f32], source: 'x'}\n"
+                             "buffers:\n"
+                             "  a: {type: i32, count: 12347, init: {fill: 7}}\n"
+                             "program:\n"
+                             "  - launch: {kernel: k, grid: 1, block: 1, args: [a, 1, 2, 3, 4]}\n"
+                             "expect:\n"
+                             "  a: {values: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]}\n";
+  static const struct {
+    size_t bytes;
+    const char *want;
+  } cases[] = {
+      {12347 * sizeof(int32_t), "t.yaml:5:38: out of memory for the buffer's contents"},
+      {5 * sizeof(prog_type), "t.yaml:3:15: out of memory for the kernel's params"},
+      {5 * sizeof(prog_arg), "t.yaml:7:50: out of memory for the launch's args"},
+      {11 * sizeof(double), "t.yaml:9:15: out of memory for the expected values"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    prog_program *p = NULL;
+    schedrun_error_t err = {0};
+    atomic_store(&fail_size, cases[i].bytes);
+    int rc = prog_load_string(yaml, strlen(yaml), "t.yaml", &p, &err);
+    assert_int_equal(atomic_load(&fail_size), 0); /* the allocation was made, and refused */
+    assert_int_equal(rc, SCHEDRUN_ENOMEM);
+    assert_int_equal(err.code, SCHEDRUN_ENOMEM);
+    assert_null(p);
+    if (!strstr(err.message, cases[i].want)) fail_msg("case %zu: %s", i, err.message);
+    schedrun_error_clear(&err);
+  }
+  /* and unarmed, the same config loads */
+  prog_program *p = NULL;
+  schedrun_error_t err = {0};
+  assert_int_equal(prog_load_string(yaml, strlen(yaml), "t.yaml", &p, &err), SCHEDRUN_OK);
+  assert_int_equal(p->buffers[0].count, 12347);
+  assert_int_equal(p->kernels[0].nparams, 5);
+  prog_free(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_compile_session_out_of_memory),
       cmocka_unit_test(test_release_out_of_memory),
+      cmocka_unit_test(test_loader_out_of_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
