@@ -57,11 +57,9 @@ static outcome run_pair(const char *body, int timeout_ms) {
   schedrun_options_t o;
   schedrun_options_init(&o);
   o.devices = "host:2";
-  schedrun_t *s = NULL;
-  schedrun_program_t *p = NULL;
+  schedrun_t *s = tu_open(&o);
+  schedrun_program_t *p = tu_load(s, yaml, "faults.yaml");
   schedrun_error_t err = {0};
-  if (schedrun_open(&s, &o, &err) || schedrun_program_load_string(s, yaml, "faults.yaml", &p, &err))
-    fail_msg("%s", err.message);
   free(yaml);
   schedrun_job_t id[2];
   for (int j = 0; j < 2; j++) {
@@ -173,12 +171,10 @@ static void test_in_process_devices_run(void **st) {
   schedrun_options_init(&o);
   o.devices = "host:2";
   o.host_in_process = 1;
-  schedrun_t *s = NULL;
-  schedrun_program_t *p = NULL;
+  schedrun_t *s = tu_open(&o);
+  schedrun_program_t *p = tu_load(s, yaml, "faults.yaml");
   schedrun_report_t *r = NULL;
   schedrun_error_t err = {0};
-  if (schedrun_open(&s, &o, &err) || schedrun_program_load_string(s, yaml, "faults.yaml", &p, &err))
-    fail_msg("%s", err.message);
   free(yaml);
   schedrun_run_options_t ro;
   schedrun_run_options_init(&ro);

@@ -14,18 +14,10 @@ static schedrun_t *open_host(int n) {
   schedrun_options_t o;
   schedrun_options_init(&o);
   o.devices = spec;
-  schedrun_t *s = NULL;
-  schedrun_error_t err = {0};
-  if (schedrun_open(&s, &o, &err)) fail_msg("open: %s", err.message);
-  return s;
+  return tu_open(&o);
 }
 
-static schedrun_program_t *load(schedrun_t *s, const char *yaml) {
-  schedrun_program_t *p = NULL;
-  schedrun_error_t err = {0};
-  if (schedrun_program_load_string(s, yaml, "t.yaml", &p, &err)) fail_msg("load: %s", err.message);
-  return p;
-}
+static schedrun_program_t *load(schedrun_t *s, const char *yaml) { return tu_load(s, yaml, "t.yaml"); }
 
 static schedrun_report_t *run_keep(schedrun_t *s, schedrun_program_t *p, int expect_rc, schedrun_error_t *err) {
   schedrun_run_options_t o;

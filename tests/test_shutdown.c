@@ -77,8 +77,7 @@ static schedrun_t *start_compile(seen *sn, schedrun_program_t **p) {
   o.devices = "host";
   o.no_disk_cache = 1; /* nothing cached: the kernel really compiles */
   schedrun_error_t err = {0};
-  schedrun_t *s = NULL;
-  if (schedrun_open(&s, &o, &err)) fail_msg("%s", err.message);
+  schedrun_t *s = tu_open(&o);
   char yaml[1024];
   snprintf(yaml, sizeof yaml,
            "version: 1\n"
@@ -93,7 +92,7 @@ static schedrun_t *start_compile(seen *sn, schedrun_program_t **p) {
            "program:\n"
            "  - launch: {kernel: k, grid: 1, block: 1, args: [out]}\n",
            (unsigned long long)now_ns());
-  if (schedrun_program_load_string(s, yaml, "slow.yaml", p, &err)) fail_msg("%s", err.message);
+  *p = tu_load(s, yaml, "slow.yaml");
   sn->s = s;
   for (int i = 0; i < 3; i++) {
     schedrun_job_options_t jo;

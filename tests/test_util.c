@@ -127,3 +127,17 @@ int tu_count_processes(int (*match)(int argc, char *const *argv, void *ctx), voi
   if (d) closedir(d);
   return n;
 }
+
+schedrun_t *tu_open(const schedrun_options_t *o) {
+  schedrun_t *s = NULL;
+  schedrun_error_t err = {0};
+  if (schedrun_open(&s, o, &err)) fail_msg("open: %s", err.message);
+  return s;
+}
+
+schedrun_program_t *tu_load(schedrun_t *s, const char *yaml, const char *origin) {
+  schedrun_program_t *p = NULL;
+  schedrun_error_t err = {0};
+  if (schedrun_program_load_string(s, yaml, origin, &p, &err)) fail_msg("load %s: %s", origin, err.message);
+  return p;
+}

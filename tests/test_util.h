@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "schedrun.h"
+
 /* Writes text to a fresh file under a temporary directory; returns its path
  * (static storage, overwritten by the next call with the same slot). */
 const char *tu_write_temp(int slot, const char *name, const char *text);
@@ -24,6 +26,11 @@ struct gpu_open_opts;
 const struct gpu_open_opts *tu_gpu_opts(void);
 /* Counts the processes whose arguments `match` accepts (argv as in main). */
 int tu_count_processes(int (*match)(int argc, char *const *argv, void *ctx), void *ctx);
+/* A scheduler opened with o, or the test fails with the error. */
+schedrun_t *tu_open(const schedrun_options_t *o);
+/* A program loaded from yaml (named origin in errors) into s, or the test
+ * fails with the error. */
+schedrun_program_t *tu_load(schedrun_t *s, const char *yaml, const char *origin);
 /* Counts occurrences of needle in hay. */
 int tu_count(const char *hay, const char *needle);
 

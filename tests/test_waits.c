@@ -81,17 +81,7 @@ static schedrun_t *open_host(int devices, int max_inflight) {
   schedrun_options_init(&o);
   o.devices = devices == 1 ? "host" : "host:2";
   o.max_inflight = max_inflight;
-  schedrun_t *s = NULL;
-  schedrun_error_t err = {0};
-  if (schedrun_open(&s, &o, &err)) fail_msg("%s", err.message);
-  return s;
-}
-
-static schedrun_program_t *load(schedrun_t *s, const char *yaml) {
-  schedrun_program_t *p = NULL;
-  schedrun_error_t err = {0};
-  if (schedrun_program_load_string(s, yaml, "t.yaml", &p, &err)) fail_msg("%s", err.message);
-  return p;
+  return tu_open(&o);
 }
 
 /* ---- many waiters, one job ---- */
@@ -172,7 +162,7 @@ static void test_many_waiters_one_job(void **st) {
   (void)st;
   make_slow_yaml();
   schedrun_t *s = open_host(1, 0);
-  schedrun_program_t *p = load(s, slow_yaml);
+  schedrun_program_t *p = tu_load(s, slow_yaml, "t.yaml");
   const int counts[] = {2, 4, 8};
   int round = 0;
   for (int c = 0; c < 3; c++)
@@ -262,7 +252,7 @@ static void outer_cb(schedrun_job_t job, schedrun_job_result_t *r, void *user) {
 static void test_every_call_from_a_callback(void **st) {
   (void)st;
   schedrun_t *s = open_host(1, 2);
-  from_cb c = {.s = s, .p = load(s, tiny_yaml), .spare = load(s, tiny_yaml)};
+  from_cb c = {.s = s, .p = tu_load(s, tiny_yaml, "t.yaml"), .spare = tu_load(s, tiny_yaml, "t.yaml")};
   schedrun_error_t err = {0};
   /* a job that completes and stays held (nobody waits for it yet) */
   assert_int_equal(schedrun_submit(s, c.p, NULL, &c.other, &err), SCHEDRUN_OK);
@@ -340,7 +330,7 @@ static void test_a_million_submissions_bounded(void **st) {
   const int n = 1000000;
 #endif
   schedrun_t *s = open_host(1, 1024);
-  schedrun_program_t *p = load(s, tiny_yaml);
+  schedrun_program_t *p = tu_load(s, tiny_yaml, "t.yaml");
   counter c = {.seen = calloc((size_t)n, 1)};
   assert_non_null(c.seen);
   schedrun_job_options_t jo;
@@ -379,7 +369,7 @@ static void test_a_million_submissions_bounded(void **st) {
 static void test_submit_past_the_bound_then_collect(void **st) {
   (void)st;
   schedrun_t *s = open_host(1, 8);
-  schedrun_program_t *p = load(s, tiny_yaml);
+  schedrun_program_t *p = tu_load(s, tiny_yaml, "t.yaml");
   schedrun_error_t err = {0};
   for (int i = 0; i < 500; i++) {
     schedrun_job_t id;
