@@ -38,6 +38,17 @@ static const char *compiler(void) {
   return c && *c ? c : "c++";
 }
 
+/* What a command wrote to its log, cut at MAX_LOG bytes; NULL when there is
+ * nothing to read. */
+static char *read_log(const char *path) {
+  char *text = NULL;
+  size_t len = 0;
+  schedrun_error_t e = {0};
+  if (fs_read_file(path, &text, &len, &e) == SCHEDRUN_OK && len > MAX_LOG) text[MAX_LOG] = '\0';
+  schedrun_error_clear(&e);
+  return text;
+}
+
 /* Runs argv with stdout and stderr into log_path; returns the exit status,
  * or -1 when it could not run, ran out of time or was cancelled (*cancel set:
  * the compiler is killed at once). */
@@ -112,16 +123,9 @@ static int host_identity(void *ctx, char **out, schedrun_error_t *err) {
   snprintf(log, sizeof log, "%s/version", dir);
   char *argv[] = {(char *)compiler(), "--version", NULL};
   int st = run_logged(argv, log, NULL, err);
-  char *text = NULL;
-  size_t len = 0;
-  schedrun_error_t e = {0};
-  if (st == 0 && fs_read_file(log, &text, &len, &e) == SCHEDRUN_OK) {
-    size_t nl = strcspn(text, "\n");
-    *out = xstrndup(text, nl);
-  } else if (st > 0) {
-    err_set(err, SCHEDRUN_ECOMPILE, "'%s --version' failed", compiler());
-  }
-  schedrun_error_clear(&e);
+  char *text = st == 0 ? read_log(log) : NULL;
+  if (text) *out = xstrndup(text, strcspn(text, "\n"));
+  else if (st > 0) err_set(err, SCHEDRUN_ECOMPILE, "'%s --version' failed", compiler());
   free(text);
   unlink(log);
   rmdir(dir);
@@ -285,12 +289,7 @@ static int host_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir
   argv[na++] = path_src.data;
   argv[na] = NULL;
   int st = run_logged(argv, path_log.data, r->cancel, err);
-  size_t len = 0;
-  schedrun_error_t e = {0};
-  if (fs_read_file(path_log.data, log, &len, &e) == SCHEDRUN_OK && len > MAX_LOG) {
-    (*log)[MAX_LOG] = '\0';
-  }
-  schedrun_error_clear(&e);
+  *log = read_log(path_log.data);
   if (st < 0) {
     rc = err ? err->code : SCHEDRUN_ECOMPILE;
     goto out;
@@ -382,10 +381,7 @@ int host_worker_program(const char *cache_dir, char **path, schedrun_error_t *er
   char *argv[] = {(char *)compiler(), "-x", "c", "-std=gnu11", "-O2", "-pthread", "-o", f_bin, f_src, "-ldl", NULL};
   int st = run_logged(argv, f_log, NULL, err);
   if (st != 0) {
-    size_t len = 0;
-    schedrun_error_t e = {0};
-    fs_read_file(f_log, &text, &len, &e);
-    schedrun_error_clear(&e);
+    text = read_log(f_log);
     if (st > 0)
       rc = err_set(err, SCHEDRUN_EBACKEND, "cannot build the host devices' worker program with '%s' (exit %d):\n%s",
                    compiler(), st, text ? text : "");
