@@ -134,10 +134,11 @@ int main(int argc, char **argv) {
 
   schedrun_error_t err = {0};
   schedrun_program_t *prog = NULL;
-  if (schedrun_program_load_file(NULL, path, &prog, &err) != SCHEDRUN_OK) {
+  int load_rc = schedrun_program_load_file(NULL, path, &prog, &err);
+  if (load_rc != SCHEDRUN_OK) {
     fprintf(stderr, "%s\n", err.message);
     schedrun_error_clear(&err);
-    return EXIT_USAGE;
+    return load_rc == SCHEDRUN_ENOMEM ? EXIT_OTHER : EXIT_USAGE; /* out of memory is not the config's fault */
   }
   schedrun_options_t opts;
   schedrun_options_init(&opts);
