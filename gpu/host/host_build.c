@@ -1,0 +1,164 @@
+/* See host_build.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu/host/host_build.h"
+
+extern char **environ;
+
+#define COMPILE_TIMEOUT_NS (300ull * 1000000000ull)
+#define MAX_LOG (64u * 1024u)
+
+const char *host_cxx(void) {
+  const char *c = getenv("SCHEDRUN_CXX");
+  return c && *c ? c : "c++";
+}
+
+char *host_read_log(const char *path) {
+  char *text = NULL;
+  size_t len = 0;
+  schedrun_error_t e = {0};
+  if (fs_read_file(path, &text, &len, &e) == SCHEDRUN_OK && len > MAX_LOG) text[MAX_LOG] = '\0';
+  schedrun_error_clear(&e);
+  return text;
+}
+
+int host_run_logged(char *const argv[], const char *log_path, const _Atomic int *cancel, schedrun_error_t *err) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  /* a process group of its own: a stopped or timed-out compile is ended with
+   * everything it started (cc1plus, as, ld) */
+  posix_spawnattr_t at;
+  posix_spawnattr_init(&at);
+  posix_spawnattr_setpgroup(&at, 0);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+  pid_t pid;
+  int rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  if (rc != 0) {
+    err_set(err, SCHEDRUN_ECOMPILE, "cannot run the C++ compiler '%s': %s", argv[0], strerror(rc));
+    return -1;
+  }
+  uint64_t deadline = now_ns() + COMPILE_TIMEOUT_NS;
+  int status = 0;
+  long wait_ns = 50000;
+  for (;;) {
+    pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) {
+      err_set(err, SCHEDRUN_ECOMPILE, "lost the C++ compiler process: %s", strerror(errno));
+      return -1;
+    }
+    if (cancel && atomic_load(cancel)) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      err_set(err, SCHEDRUN_ECLOSED, "the compile was stopped (its compiler process was killed)");
+      return -1;
+    }
+    if (now_ns() > deadline) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      err_set(err, SCHEDRUN_ECOMPILE, "the C++ compiler ran for more than %llu s",
+              COMPILE_TIMEOUT_NS / 1000000000ull);
+      return -1;
+    }
+    /* short processes (--version) are common: start polling fast */
+    struct timespec ts = {0, wait_ns};
+    nanosleep(&ts, NULL);
+    if (wait_ns < 4000000) wait_ns *= 2;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  err_set(err, SCHEDRUN_ECOMPILE, "the C++ compiler was killed by signal %d",
+          WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return -1;
+}
+
+void host_grid_loops(strbuf *sb, const char *call) {
+  sb_adds(sb,
+          "  gridDim = dim3(__g[0], __g[1], __g[2]);\n"
+          "  blockDim = dim3(__b[0], __b[1], __b[2]);\n"
+          "  for (unsigned bz = 0; bz < __g[2]; bz++)\n"
+          "  for (unsigned by = 0; by < __g[1]; by++)\n"
+          "  for (unsigned bx = 0; bx < __g[0]; bx++) {\n"
+          "    blockIdx = uint3{bx, by, bz};\n"
+          "    for (unsigned tz = 0; tz < __b[2]; tz++)\n"
+          "    for (unsigned ty = 0; ty < __b[1]; ty++)\n"
+          "    for (unsigned tx = 0; tx < __b[0]; tx++) {\n"
+          "      threadIdx = uint3{tx, ty, tz};\n");
+  sb_addf(sb, "      %s\n    }\n  }\n", call);
+}
+
+/* The options every kernel is compiled with (the compiler, -o and the files
+ * around them). */
+static const char *const host_flags[] = {"-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
+                                         "-fno-exceptions", "-fno-rtti"};
+
+void host_build_flags(strbuf *sb) {
+  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(host_flags); i++) sb_addf(sb, "%s ", host_flags[i]);
+}
+
+int host_build_so(const char *tu, size_t tu_len, const char *tmp_dir, const char *stem, const char *what,
+                  const _Atomic int *cancel, uint8_t **out, size_t *out_len, char **log, schedrun_error_t *err) {
+  *log = NULL;
+  *out = NULL;
+  *out_len = 0;
+  strbuf path_src, path_so, path_log;
+  sb_init(&path_src);
+  sb_init(&path_so);
+  sb_init(&path_log);
+  sb_addf(&path_src, "%s/%s.cpp", tmp_dir, stem);
+  sb_addf(&path_so, "%s/%s.so", tmp_dir, stem);
+  sb_addf(&path_log, "%s/%s.log", tmp_dir, stem);
+  int rc = SCHEDRUN_OK;
+  if (path_src.failed || path_so.failed || path_log.failed) {
+    rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    goto out;
+  }
+  if ((rc = fs_write_atomic(path_src.data, tu, tu_len, err))) goto out;
+  char *argv[SCHEDRUN__ARRAY_LEN(host_flags) + 5];
+  size_t na = 0;
+  argv[na++] = (char *)host_cxx();
+  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(host_flags); i++) argv[na++] = (char *)host_flags[i];
+  argv[na++] = "-o";
+  argv[na++] = path_so.data;
+  argv[na++] = path_src.data;
+  argv[na] = NULL;
+  int st = host_run_logged(argv, path_log.data, cancel, err);
+  *log = host_read_log(path_log.data);
+  if (st < 0) {
+    rc = err ? err->code : SCHEDRUN_ECOMPILE;
+    goto out;
+  }
+  if (st != 0) {
+    /* a compiler that fails on a full disk says so only in its log ("ld
+     * returned 1"): that is the disk's failure, not the kernel's */
+    struct statvfs vfs;
+    if (statvfs(tmp_dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < (1u << 20))
+      rc = err_set(err, SCHEDRUN_EIO, "the disk holding %s is full: %s could not be built there", tmp_dir, what);
+    else
+      rc = err_set(err, SCHEDRUN_ECOMPILE, "%s does not compile (%s exited with %d)", what, host_cxx(), st);
+    goto out;
+  }
+  rc = fs_read_file(path_so.data, (char **)out, out_len, err);
+out:
+  unlink(path_src.data);
+  unlink(path_so.data);
+  unlink(path_log.data);
+  sb_free(&path_src);
+  sb_free(&path_so);
+  sb_free(&path_log);
+  return rc;
+}
