@@ -1,0 +1,194 @@
+/*
+ * A CUDA driver double: the driver entry points the CUDA backend uses,
+ * implemented on the CPU with the rules the real driver documents, so that
+ * the backend's whole path runs where no GPU is.
+ *
+ * What it models: devices (count, name, compute capability), primary
+ * contexts and the current context per thread, device memory (every copy,
+ * fill and kernel argument range-checked against live allocations), modules
+ * from NVRTC's cubins and PTX (kernel parameter sizes read from the cubin's
+ * .nv.info KPARAM_INFO records or the PTX .param list), eager launches and
+ * copies, streams, graphs with kernel, memcpy, memset, empty and conditional
+ * WHILE nodes, instantiation, in-place updates under the rules of a 12.x or a
+ * 13.x driver, the JIT linker, and failure injection into any call. Handles
+ * are checked on every use; what is still alive at exit is reported as a leak
+ * and makes the process exit with status 86.
+ *
+ * Kernels run for real: the double also stands in for NVRTC (forwarding to
+ * the real library) and remembers the source of every cubin and PTX it
+ * produced, by the SHA-256 of the image, in its state directory. Loading a
+ * module builds that source for the CPU with the host backend's compiler
+ * wrapper (gpu/host/host_build.h) and runs each launch as loops over blocks
+ * and threads, like a host device does.
+ *
+ * Work runs when it is submitted: a stream is always idle after a call
+ * returns. Asynchrony is not modelled.
+ *
+ * Settings (environment):
+ *   SCHEDRUN_CUDA_DOUBLE_DEVICES  devices (1)
+ *   SCHEDRUN_CUDA_DOUBLE_ARCH     compute capability as digits (90)
+ *   SCHEDRUN_CUDA_DOUBLE_DRIVER   the driver version reported and the rules
+ *                                 obeyed: 13000 (default) or 12xxx; below
+ *                                 12030 there are no conditional nodes
+ *   SCHEDRUN_CUDA_DOUBLE_FAIL     NAME[@N][=CODE][,...]: the Nth call (1) of
+ *                                 driver entry NAME fails with CODE (a
+ *                                 CUresult number; 999, CUDA_ERROR_UNKNOWN)
+ *   SCHEDRUN_CUDA_DOUBLE_DIR      state directory (sources and CPU builds);
+ *                                 default $TMPDIR/schedrun-cuda-double-<uid>
+ *   SCHEDRUN_CUDA_DOUBLE_NVRTC    the real NVRTC to forward to
+ *   SCHEDRUN_CUDA_DOUBLE_LOG      a file that gets one line per counted event
+ *                                 ("graph-launch", "launch", "update-rejected")
+ */
+#ifndef SCHEDRUN_CUDA_DOUBLE_H
+#define SCHEDRUN_CUDA_DOUBLE_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DBL_EXPORT __attribute__((visibility("default")))
+
+/* Every handle the double gives out starts with its kind. */
+enum { K_CTX = 1, K_MOD, K_FUNC, K_STREAM, K_GRAPH, K_NODE, K_EXEC, K_LINK, K_NKINDS };
+
+typedef struct dobj {
+  uint32_t kind;
+} dobj;
+
+typedef struct dctx {
+  dobj o;
+  int ordinal;
+  int retains; /* primary context references; 0: inactive */
+} dctx;
+
+typedef struct dfunc dfunc;
+typedef struct dmod {
+  dobj o;
+  dctx *ctx;
+  void *so;       /* the CPU build */
+  dfunc **funcs;  /* handed out by cuModuleGetFunction, freed with the module */
+  uint32_t nfuncs;
+  char hash[65];  /* of the image */
+  /* the kernels the image declares, with their parameters' sizes */
+  struct dkernel {
+    char *name;
+    uint32_t nparams;
+    uint16_t size[64];
+  } *kernels;
+  uint32_t nkernels;
+} dmod;
+
+typedef void (*dbl_launcher)(const uint32_t *grid, const uint32_t *block, const uint64_t *args);
+
+struct dfunc {
+  dobj o;
+  dmod *mod;
+  const struct dkernel *k;
+  dbl_launcher run;
+};
+
+typedef struct dstream {
+  dobj o;
+  dctx *ctx;
+} dstream;
+
+/* A node's work, as the driver copied it when the node was added or set. */
+typedef struct dwork {
+  CUgraphNodeType type;
+  dctx *ctx; /* memcpy, memset: the context they run in */
+  union {
+    struct {
+      dfunc *f;
+      uint32_t grid[3], block[3];
+      uint64_t args[64];
+    } k;
+    struct {
+      uint64_t dst, src, bytes;
+    } copy;
+    CUDA_MEMSET_NODE_PARAMS set;
+    struct {
+      uint64_t handle;
+      struct dgraph *body;
+    } cond;
+  } u;
+} dwork;
+
+typedef struct dgraph dgraph;
+typedef struct dnode {
+  dobj o;
+  dgraph *g;
+  dwork w;
+  struct dnode **deps;
+  uint32_t ndeps;
+  CUgraph body_out[1]; /* what a conditional node's phGraph_out points to */
+} dnode;
+
+struct dgraph {
+  dobj o;
+  dnode **nodes;
+  uint32_t n, cap;
+  dnode *owner; /* the conditional node whose body this is, or NULL */
+  uint64_t *handles; /* conditional handles created for this graph */
+  uint32_t nhandles;
+};
+
+/* An instantiated graph: its nodes' work in launch order, each remembering
+ * the node it came from. A conditional's body is an exec of its own. */
+typedef struct dexec {
+  dobj o;
+  const dgraph *from;
+  struct dstep {
+    const dnode *node;
+    dwork w;
+    struct dexec *body; /* CU_GRAPH_NODE_TYPE_CONDITIONAL */
+  } *steps;
+  uint32_t n;
+  uint64_t *handles; /* the conditional handles to reset at launch */
+  uint32_t nhandles;
+} dexec;
+
+/* What cuGetProcAddress hands out: each file's entry points, with the
+ * driver version that introduced them (a driver older than that lacks them). */
+typedef struct dbl_entry {
+  const char *name;
+  void *fn;
+  int since;
+} dbl_entry;
+extern const dbl_entry dbl_core_entries[], dbl_module_entries[], dbl_graph_entries[];
+
+/* ---- core (double_core.c) ---- */
+extern pthread_mutex_t dbl_lock; /* recursive: held by every entry point */
+extern int dbl_driver_version;
+CUresult dbl_fail_point(const char *name); /* CUDA_SUCCESS unless this call must fail */
+void dbl_count(const char *event);          /* SCHEDRUN_CUDA_DOUBLE_LOG */
+void *dbl_new(uint32_t kind, size_t size);  /* a zeroed, registered handle; NULL when out of memory */
+void dbl_free(void *h);                     /* unregisters and frees */
+bool dbl_live(const void *h, uint32_t kind);
+dctx *dbl_current(void);
+dctx *dbl_ctx(CUcontext c);            /* a retained context, or NULL */
+int dbl_device_arch(int ordinal);       /* 90 for sm_90 */
+bool dbl_range(uint64_t addr, uint64_t bytes, const dctx *ctx); /* inside one live allocation of ctx */
+const char *dbl_state_dir(void);
+
+/* ---- modules and kernels (double_module.c) ---- */
+CUresult dbl_run_kernel(const dwork *w);
+CUresult dbl_kernel_args(const dfunc *f, void **params, uint64_t *slots);
+void dbl_set_conditional(uint64_t handle, unsigned value);
+
+#define ENTER(name)                              \
+  pthread_mutex_lock(&dbl_lock);                 \
+  CUresult inj__ = dbl_fail_point(name);         \
+  if (inj__ != CUDA_SUCCESS) {                   \
+    pthread_mutex_unlock(&dbl_lock);             \
+    return inj__;                                \
+  }
+#define LEAVE(rc)                  \
+  do {                             \
+    CUresult r__ = (rc);           \
+    pthread_mutex_unlock(&dbl_lock); \
+    return r__;                    \
+  } while (0)
+
+#endif

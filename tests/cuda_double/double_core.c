@@ -1,0 +1,538 @@
+/*
+ * The double's core: entry-point lookup, errors, failure injection, the
+ * handle registry and leak report, devices, primary contexts, memory,
+ * streams and the eager copies. See double.h.
+ */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "double.h"
+
+pthread_mutex_t dbl_lock;
+int dbl_driver_version = 13000;
+static int g_ndev = 1, g_arch = 90;
+static bool g_init;
+static _Thread_local dctx *t_current;
+static dctx *g_ctx[16];
+
+/* ---- settings and failure injection ---- */
+
+typedef struct inject {
+  char name[64];
+  unsigned nth, seen;
+  CUresult code;
+} inject;
+static inject g_inject[32];
+static unsigned g_ninject;
+
+static void read_fail_spec(void) {
+  const char *spec = getenv("SCHEDRUN_CUDA_DOUBLE_FAIL");
+  if (!spec) return;
+  char buf[1024];
+  snprintf(buf, sizeof buf, "%s", spec);
+  for (char *save = NULL, *item = strtok_r(buf, ",", &save); item && g_ninject < 32; item = strtok_r(NULL, ",", &save)) {
+    inject *in = &g_inject[g_ninject++];
+    in->nth = 1;
+    in->code = CUDA_ERROR_UNKNOWN;
+    char *eq = strchr(item, '=');
+    if (eq) {
+      *eq = '\0';
+      in->code = (CUresult)atoi(eq + 1);
+    }
+    char *at = strchr(item, '@');
+    if (at) {
+      *at = '\0';
+      in->nth = (unsigned)atoi(at + 1);
+    }
+    snprintf(in->name, sizeof in->name, "%s", item);
+  }
+}
+
+CUresult dbl_fail_point(const char *name) {
+  for (unsigned i = 0; i < g_ninject; i++)
+    if (strcmp(g_inject[i].name, name) == 0 && ++g_inject[i].seen == g_inject[i].nth) return g_inject[i].code;
+  return CUDA_SUCCESS;
+}
+
+/* For tests running in-process: arm a failure of the nth next call of name. */
+DBL_EXPORT void schedrun_cuda_double_fail(const char *name, unsigned nth, CUresult code) {
+  pthread_mutex_lock(&dbl_lock);
+  unsigned i = 0;
+  while (i < g_ninject && strcmp(g_inject[i].name, name) != 0) i++;
+  if (i < 32) {
+    snprintf(g_inject[i].name, sizeof g_inject[i].name, "%s", name);
+    g_inject[i].seen = 0;
+    g_inject[i].nth = nth;
+    g_inject[i].code = code;
+    if (i == g_ninject) g_ninject++;
+  }
+  pthread_mutex_unlock(&dbl_lock);
+}
+
+void dbl_count(const char *event) {
+  const char *path = getenv("SCHEDRUN_CUDA_DOUBLE_LOG");
+  if (!path || !*path) return;
+  FILE *f = fopen(path, "a");
+  if (!f) return;
+  fprintf(f, "%s\n", event);
+  fclose(f);
+}
+
+const char *dbl_state_dir(void) {
+  static char dir[512];
+  if (!dir[0]) {
+    const char *d = getenv("SCHEDRUN_CUDA_DOUBLE_DIR");
+    const char *tmp = getenv("TMPDIR");
+    if (d && *d) snprintf(dir, sizeof dir, "%s", d);
+    else snprintf(dir, sizeof dir, "%s/schedrun-cuda-double-%ld", tmp && *tmp ? tmp : "/tmp", (long)getuid());
+  }
+  return dir;
+}
+
+/* ---- handles ---- */
+
+/* Live handles: an open-addressing set of pointers, so that a stale or
+ * foreign handle is refused instead of followed. */
+static void **g_set;
+static size_t g_setcap, g_setn;
+static size_t g_live[K_NKINDS];
+
+static size_t slot_of(const void *p, size_t cap) { return (size_t)(((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ull) & (cap - 1); }
+
+static bool set_grow(void) {
+  size_t cap = g_setcap ? g_setcap * 2 : 256;
+  void **s = calloc(cap, sizeof *s);
+  if (!s) return false;
+  for (size_t i = 0; i < g_setcap; i++)
+    if (g_set[i] && g_set[i] != (void *)1) {
+      size_t k = slot_of(g_set[i], cap);
+      while (s[k]) k = (k + 1) & (cap - 1);
+      s[k] = g_set[i];
+    }
+  free(g_set);
+  g_set = s;
+  g_setcap = cap;
+  return true;
+}
+
+void *dbl_new(uint32_t kind, size_t size) {
+  if ((g_setn + 1) * 2 > g_setcap && !set_grow()) return NULL;
+  dobj *o = calloc(1, size);
+  if (!o) return NULL;
+  o->kind = kind;
+  size_t k = slot_of(o, g_setcap);
+  while (g_set[k] && g_set[k] != (void *)1) k = (k + 1) & (g_setcap - 1);
+  g_set[k] = o;
+  g_setn++;
+  g_live[kind]++;
+  return o;
+}
+
+static size_t find(const void *p) {
+  if (!g_setcap || !p) return SIZE_MAX;
+  for (size_t k = slot_of(p, g_setcap), n = 0; g_set[k] && n < g_setcap; k = (k + 1) & (g_setcap - 1), n++)
+    if (g_set[k] == p) return k;
+  return SIZE_MAX;
+}
+
+bool dbl_live(const void *h, uint32_t kind) { return find(h) != SIZE_MAX && ((const dobj *)h)->kind == kind; }
+
+void dbl_free(void *h) {
+  size_t k = find(h);
+  if (k == SIZE_MAX) return;
+  g_set[k] = (void *)1; /* a tombstone keeps later probes going */
+  g_live[((dobj *)h)->kind]--;
+  free(h);
+}
+
+/* ---- memory ---- */
+
+typedef struct alloc {
+  uint64_t addr, bytes;
+  const dctx *ctx;
+  void *base;
+} alloc;
+static alloc *g_allocs;
+static size_t g_nalloc, g_alloccap;
+
+bool dbl_range(uint64_t addr, uint64_t bytes, const dctx *ctx) {
+  for (size_t i = 0; i < g_nalloc; i++) {
+    const alloc *a = &g_allocs[i];
+    if (addr >= a->addr && addr - a->addr <= a->bytes && bytes <= a->bytes - (addr - a->addr))
+      return !ctx || a->ctx == ctx;
+  }
+  return false;
+}
+
+/* ---- the leak report ---- */
+
+static const char *const kind_names[K_NKINDS] = {"", "primary context", "module", "function", "stream", "graph",
+                                                  "graph node", "graph exec", "link state"};
+
+__attribute__((destructor)) static void report_leaks(void) {
+  if (!g_init) return;
+  size_t n = 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < g_nalloc; i++) bytes += g_allocs[i].bytes;
+  for (int d = 0; d < g_ndev && d < 16; d++)
+    if (g_ctx[d] && g_ctx[d]->retains) {
+      fprintf(stderr, "cuda-double: leak at exit: primary context of device %d retained %d time(s)\n", d,
+              g_ctx[d]->retains);
+      n++;
+    }
+  if (g_nalloc) fprintf(stderr, "cuda-double: leak at exit: %zu allocation(s), %" PRIu64 " bytes\n", g_nalloc, bytes);
+  n += g_nalloc;
+  for (int k = K_MOD; k < K_NKINDS; k++) {
+    if (k == K_FUNC || k == K_NODE) continue; /* owned by a module or graph, counted with it */
+    if (g_live[k]) fprintf(stderr, "cuda-double: leak at exit: %zu %s(s)\n", g_live[k], kind_names[k]);
+    n += g_live[k];
+  }
+  if (n) _exit(86);
+}
+
+/* ---- entry points: initialisation and devices ---- */
+
+static CUresult d_cuInit(unsigned flags) {
+  ENTER("cuInit");
+  if (flags != 0) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  if (!g_init) {
+    const char *e;
+    if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_DEVICES")) && *e) g_ndev = atoi(e);
+    if (g_ndev < 0 || g_ndev > 16) g_ndev = 1;
+    if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_ARCH")) && *e) g_arch = atoi(e);
+    g_init = true;
+  }
+  LEAVE(CUDA_SUCCESS);
+}
+
+static CUresult d_cuDriverGetVersion(int *v) {
+  ENTER("cuDriverGetVersion");
+  if (!v) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  *v = dbl_driver_version;
+  LEAVE(CUDA_SUCCESS);
+}
+
+#define NEED_INIT() \
+  if (!g_init) LEAVE(CUDA_ERROR_NOT_INITIALIZED)
+
+static CUresult d_cuDeviceGetCount(int *n) {
+  ENTER("cuDeviceGetCount");
+  NEED_INIT();
+  if (!n) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  *n = g_ndev;
+  LEAVE(CUDA_SUCCESS);
+}
+
+static CUresult d_cuDeviceGet(CUdevice *d, int ordinal) {
+  ENTER("cuDeviceGet");
+  NEED_INIT();
+  if (!d) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  if (ordinal < 0 || ordinal >= g_ndev) LEAVE(CUDA_ERROR_INVALID_DEVICE);
+  *d = ordinal;
+  LEAVE(CUDA_SUCCESS);
+}
+
+static CUresult d_cuDeviceGetName(char *name, int len, CUdevice d) {
+  ENTER("cuDeviceGetName");
+  NEED_INIT();
+  if (!name || len <= 0) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  if (d < 0 || d >= g_ndev) LEAVE(CUDA_ERROR_INVALID_DEVICE);
+  snprintf(name, (size_t)len, "schedrun CUDA double %d", d);
+  LEAVE(CUDA_SUCCESS);
+}
+
+static CUresult d_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
+  ENTER("cuDeviceGetAttribute");
+  NEED_INIT();
+  if (!v) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  if (d < 0 || d >= g_ndev) LEAVE(CUDA_ERROR_INVALID_DEVICE);
+  switch (a) {
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = g_arch / 10; break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = g_arch % 10; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 2; break;
+  default: LEAVE(CUDA_ERROR_INVALID_VALUE);
+  }
+  LEAVE(CUDA_SUCCESS);
+}
+
+/* ---- primary contexts ---- */
+
+static CUresult d_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d) {
+  ENTER("cuDevicePrimaryCtxRetain");
+  NEED_INIT();
+  if (!pctx) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  if (d < 0 || d >= g_ndev) LEAVE(CUDA_ERROR_INVALID_DEVICE);
+  if (!g_ctx[d]) {
+    /* a primary context lives as long as the process: never freed */
+    g_ctx[d] = calloc(1, sizeof *g_ctx[d]);
+    if (!g_ctx[d]) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+    g_ctx[d]->o.kind = K_CTX;
+    g_ctx[d]->ordinal = d;
+  }
+  g_ctx[d]->retains++;
+  *pctx = (CUcontext)g_ctx[d];
+  LEAVE(CUDA_SUCCESS);
+}
+
+static CUresult d_cuDevicePrimaryCtxRelease(CUdevice d) {
+  ENTER("cuDevicePrimaryCtxRelease");
+  NEED_INIT();
+  if (d < 0 || d >= g_ndev) LEAVE(CUDA_ERROR_INVALID_DEVICE);
+  if (!g_ctx[d] || g_ctx[d]->retains == 0) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+  g_ctx[d]->retains--;
+  LEAVE(CUDA_SUCCESS);
+}
+
+/* A context handle that may be used: a retained primary context. */
+dctx *dbl_ctx(CUcontext c) {
+  for (int d = 0; d < g_ndev && d < 16; d++)
+    if (g_ctx[d] && (CUcontext)g_ctx[d] == c) return g_ctx[d]->retains ? g_ctx[d] : NULL;
+  return NULL;
+}
+
+int dbl_device_arch(int ordinal) {
+  (void)ordinal;
+  return g_arch;
+}
+
+dctx *dbl_current(void) { return t_current && t_current->retains ? t_current : NULL; }
+
+static CUresult d_cuCtxSetCurrent(CUcontext c) {
+  ENTER("cuCtxSetCurrent");
+  NEED_INIT();
+  if (!c) {
+    t_current = NULL;
+    LEAVE(CUDA_SUCCESS);
+  }
+  dctx *x = dbl_ctx(c);
+  if (!x) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+  t_current = x;
+  LEAVE(CUDA_SUCCESS);
+}
+
+#define NEED_CTX(x)                                   \
+  NEED_INIT();                                        \
+  dctx *x = dbl_current();                            \
+  if (!x) LEAVE(CUDA_ERROR_INVALID_CONTEXT)
+
+/* ---- memory ---- */
+
+static CUresult d_cuMemAlloc(CUdeviceptr *p, size_t bytes) {
+  ENTER("cuMemAlloc");
+  NEED_CTX(x);
+  if (!p || bytes == 0) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  if (bytes > ((size_t)1 << 36)) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+  if (g_nalloc == g_alloccap) {
+    size_t cap = g_alloccap ? g_alloccap * 2 : 64;
+    alloc *a = realloc(g_allocs, cap * sizeof *a);
+    if (!a) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+    g_allocs = a;
+    g_alloccap = cap;
+  }
+  /* 256-byte aligned like cudaMalloc; filled with a pattern, since device
+   * memory does not start zeroed */
+  size_t rounded = (bytes + 255) & ~(size_t)255;
+  void *m = aligned_alloc(256, rounded);
+  if (!m) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+  memset(m, 0xa5, rounded);
+  g_allocs[g_nalloc++] = (alloc){(uint64_t)(uintptr_t)m, bytes, x, m};
+  *p = (CUdeviceptr)(uintptr_t)m;
+  LEAVE(CUDA_SUCCESS);
+}
+
+static CUresult d_cuMemFree(CUdeviceptr p) {
+  ENTER("cuMemFree");
+  NEED_CTX(x);
+  (void)x;
+  for (size_t i = 0; i < g_nalloc; i++)
+    if (g_allocs[i].addr == (uint64_t)p) {
+      free(g_allocs[i].base);
+      g_allocs[i] = g_allocs[--g_nalloc];
+      LEAVE(CUDA_SUCCESS);
+    }
+  LEAVE(CUDA_ERROR_INVALID_VALUE);
+}
+
+static CUresult d_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) {
+  ENTER("cuMemcpyHtoD");
+  NEED_CTX(x);
+  (void)x;
+  if (n == 0) LEAVE(CUDA_SUCCESS);
+  if (!src || !dbl_range(dst, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  memcpy((void *)(uintptr_t)dst, src, n);
+  LEAVE(CUDA_SUCCESS);
+}
+
+static CUresult d_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) {
+  ENTER("cuMemcpyDtoH");
+  NEED_CTX(x);
+  (void)x;
+  if (n == 0) LEAVE(CUDA_SUCCESS);
+  if (!dst || !dbl_range(src, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  memcpy(dst, (const void *)(uintptr_t)src, n);
+  LEAVE(CUDA_SUCCESS);
+}
+
+static CUresult d_cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n) {
+  ENTER("cuMemsetD8");
+  NEED_CTX(x);
+  (void)x;
+  if (n == 0) LEAVE(CUDA_SUCCESS);
+  if (!dbl_range(dst, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  memset((void *)(uintptr_t)dst, v, n);
+  LEAVE(CUDA_SUCCESS);
+}
+
+/* ---- streams ---- */
+
+static CUresult d_cuStreamCreate(CUstream *s, unsigned flags) {
+  ENTER("cuStreamCreate");
+  NEED_CTX(x);
+  if (!s || (flags & ~1u)) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  dstream *st = dbl_new(K_STREAM, sizeof *st);
+  if (!st) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+  st->ctx = x;
+  *s = (CUstream)st;
+  LEAVE(CUDA_SUCCESS);
+}
+
+static CUresult d_cuStreamDestroy(CUstream s) {
+  ENTER("cuStreamDestroy");
+  NEED_INIT();
+  if (!dbl_live(s, K_STREAM)) LEAVE(CUDA_ERROR_INVALID_HANDLE);
+  dbl_free(s);
+  LEAVE(CUDA_SUCCESS);
+}
+
+static CUresult stream_check(const char *name, CUstream s) {
+  ENTER(name);
+  NEED_INIT();
+  /* NULL is the legacy default stream */
+  if (s && !dbl_live(s, K_STREAM)) LEAVE(CUDA_ERROR_INVALID_HANDLE);
+  if (s && ((dstream *)s)->ctx != dbl_current()) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+  LEAVE(CUDA_SUCCESS);
+}
+
+static CUresult d_cuStreamSynchronize(CUstream s) { return stream_check("cuStreamSynchronize", s); }
+static CUresult d_cuStreamQuery(CUstream s) { return stream_check("cuStreamQuery", s); }
+
+/* ---- errors ---- */
+
+static const struct {
+  CUresult r;
+  const char *name, *text;
+} g_errors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
+    {CUDA_ERROR_INVALID_PTX, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
+    {CUDA_ERROR_FILE_NOT_FOUND, "CUDA_ERROR_FILE_NOT_FOUND", "file not found"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+    {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE", "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update"},
+    {CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "the provided PTX was compiled with an unsupported toolchain"},
+    {CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static CUresult d_cuGetErrorName(CUresult r, const char **s) {
+  /* no fail point: errors are named while another failure is reported */
+  for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
+    if (g_errors[i].r == r) {
+      *s = g_errors[i].name;
+      return CUDA_SUCCESS;
+    }
+  *s = NULL;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult d_cuGetErrorString(CUresult r, const char **s) {
+  for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
+    if (g_errors[i].r == r) {
+      *s = g_errors[i].text;
+      return CUDA_SUCCESS;
+    }
+  *s = NULL;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+#define E(name, since) {#name, (void *)d_##name, since}
+const dbl_entry dbl_core_entries[] = {
+    E(cuInit, 2000), E(cuDriverGetVersion, 2020), E(cuGetErrorName, 6000), E(cuGetErrorString, 6000),
+    E(cuDeviceGetCount, 2000), E(cuDeviceGet, 2000), E(cuDeviceGetName, 2000), E(cuDeviceGetAttribute, 2000),
+    E(cuDevicePrimaryCtxRetain, 7000), E(cuDevicePrimaryCtxRelease, 11000), E(cuCtxSetCurrent, 4000),
+    E(cuMemAlloc, 3020), E(cuMemFree, 3020), E(cuMemcpyHtoD, 3020), E(cuMemcpyDtoH, 3020), E(cuMemsetD8, 3020),
+    E(cuStreamCreate, 2000), E(cuStreamDestroy, 4000), E(cuStreamSynchronize, 2000), E(cuStreamQuery, 2000),
+    {NULL, NULL, 0}};
+#undef E
+
+/* ---- the exported symbols ---- */
+
+static void once(void) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&dbl_lock, &a);
+  pthread_mutexattr_destroy(&a);
+  const char *v = getenv("SCHEDRUN_CUDA_DOUBLE_DRIVER");
+  if (v && *v) dbl_driver_version = atoi(v);
+  read_fail_spec();
+}
+
+__attribute__((constructor)) static void double_init(void) { once(); }
+
+static CUresult lookup(const char *symbol, void **pfn, int version, CUdriverProcAddressQueryResult *status) {
+  const dbl_entry *tables[] = {dbl_core_entries, dbl_module_entries, dbl_graph_entries};
+  if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+  *pfn = NULL;
+  for (size_t t = 0; t < 3; t++)
+    for (const dbl_entry *e = tables[t]; e->name; e++) {
+      if (strcmp(e->name, symbol) != 0) continue;
+      if (e->since > dbl_driver_version) break; /* this driver does not have it */
+      if (e->since > version) {
+        if (status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+        return CUDA_ERROR_NOT_FOUND;
+      }
+      *pfn = e->fn;
+      if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+      return CUDA_SUCCESS;
+    }
+  if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+DBL_EXPORT CUresult dbl_gpa_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                               CUdriverProcAddressQueryResult *status) __asm__("cuGetProcAddress_v2");
+CUresult dbl_gpa_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                    CUdriverProcAddressQueryResult *status) {
+  if (flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
+    return CUDA_ERROR_INVALID_VALUE;
+  return lookup(symbol, pfn, version, status);
+}
+
+DBL_EXPORT CUresult dbl_gpa_v1(const char *symbol, void **pfn, int version, cuuint64_t flags) __asm__("cuGetProcAddress");
+CUresult dbl_gpa_v1(const char *symbol, void **pfn, int version, cuuint64_t flags) {
+  return dbl_gpa_v2(symbol, pfn, version, flags, NULL);
+}
+
+DBL_EXPORT CUresult dbl_get_error_name(CUresult r, const char **s) __asm__("cuGetErrorName");
+CUresult dbl_get_error_name(CUresult r, const char **s) { return d_cuGetErrorName(r, s); }
+DBL_EXPORT CUresult dbl_init(unsigned flags) __asm__("cuInit");
+CUresult dbl_init(unsigned flags) { return d_cuInit(flags); }
+DBL_EXPORT CUresult dbl_driver_get_version(int *v) __asm__("cuDriverGetVersion");
+CUresult dbl_driver_get_version(int *v) { return d_cuDriverGetVersion(v); }
