@@ -69,6 +69,7 @@ typedef struct rec_seq {
   hmap index;     /* node_key -> position in nodes + 1: the key store */
   gpu_seq **seqs; /* [0] root, owns the others */
   msg_counts total;
+  uint32_t rebuilds; /* times an update in place was refused and the recording built afresh */
 } rec_seq;
 
 /* The key a node is stored under. SCHEDRUN_RECORD_SHARED_SLOT builds the broken
@@ -589,11 +590,36 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
     if (q && same_shape(&q->nodes, &s->want)) {
       rc = update_seq(s, q, &c, &err);
       if (rc) {
-        /* a half-updated sequence is not trusted: drop it */
+        /* The backend refused an update in place (a driver allows only some
+         * changes to an instantiated graph) or failed half-way: the
+         * recording is not trusted any more, and is built afresh. */
         hmap_remove(&s->seqs, &key);
+        msg_counts total = q->total;
+        uint32_t rebuilds = q->rebuilds;
         rec_seq_destroy(s, q);
         q = NULL;
-        dropped = true;
+        schedrun_error_t why_update = err;
+        memset(&err, 0, sizeof err);
+        rec_seq *fresh = NULL;
+        rc = create_seq(s, r->device, &fresh, &err);
+        if (rc == SCHEDRUN_OK && hmap_put(&s->seqs, &key, fresh) != 0) {
+          rec_seq_destroy(s, fresh);
+          rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
+        }
+        if (rc == SCHEDRUN_OK) {
+          q = fresh;
+          q->total = total;
+          q->rebuilds = rebuilds + 1;
+          c = (msg_counts){.created = q->nodes.n};
+        } else {
+          char *create_msg = err.message;
+          err.message = NULL;
+          err_set(&err, rc, "the recording could not be updated in place (%s), nor re-created (%s)",
+                  why_update.message ? why_update.message : "refused", create_msg ? create_msg : "failed");
+          free(create_msg);
+          dropped = true;
+        }
+        schedrun_error_clear(&why_update);
       }
     } else {
       rec_seq *fresh = NULL;
@@ -618,8 +644,7 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
   /* the scratch list is kept for the next RECORD, unless it grew large */
   if (s->want.cap > WANT_KEEP_NODES) nl_free(&s->want);
   if (rc) {
-    const char *steps[] = {dropped ? "drop the half-updated recording of this execution context: the next job records "
-                                     "it afresh"
+    const char *steps[] = {dropped ? "drop the recording of this execution context: the next job records it afresh"
                                    : "keep the previous recording of this execution context unchanged"};
     actor_send_error(self, m->from, m->job, rc, err.message ? err.message : "record failed", steps, 1);
     schedrun_error_clear(&err);
@@ -665,8 +690,9 @@ static void handle_release(actor_t *self, record_state *s, msg *m) {
   msg_free(&reply);
 }
 
-/* STATUS {program, device, slot} -> {nodes, created, updated, reused} of that
- * execution context's recording (all zero when there is none). */
+/* STATUS {program, device, slot} -> {nodes, created, updated, reused,
+ * rebuilt} of that execution context's recording (all zero when there is
+ * none), and how many recordings the actor holds. */
 static void handle_status(actor_t *self, record_state *s, msg *m) {
   seq_key key = {0, 0, 0};
   for (size_t i = 0; i < m->body.status.items.n; i++) {
@@ -678,15 +704,16 @@ static void handle_status(actor_t *self, record_state *s, msg *m) {
   const rec_seq *q = hmap_get(&s->seqs, &key);
   msg r;
   msg_init(&r, MSG_STATUS, m->job, ACTOR_RECORD);
-  r.body.status.items.v = calloc(5, sizeof(msg_stat));
+  r.body.status.items.v = calloc(6, sizeof(msg_stat));
   if (r.body.status.items.v) {
     msg_stat items[] = {{xstrdup("nodes"), q ? q->nodes.n : 0},
                         {xstrdup("created"), q ? q->total.created : 0},
                         {xstrdup("updated"), q ? q->total.updated : 0},
                         {xstrdup("reused"), q ? q->total.reused : 0},
+                        {xstrdup("rebuilt"), q ? q->rebuilds : 0},
                         {xstrdup("sequences"), (int64_t)s->seqs.count}};
     memcpy(r.body.status.items.v, items, sizeof items);
-    r.body.status.items.n = 5;
+    r.body.status.items.n = 6;
   }
   actor_send(self, m->from, &r);
   msg_free(&r);

@@ -60,6 +60,13 @@ typedef struct gpu_failure {
 } gpu_failure;
 #define GPU_NO_TAG 0xffffffffu
 
+/* What a device has done since it opened, for the run summary. */
+typedef struct gpu_counters {
+  uint64_t launches;   /* submissions of work: one per sequence launch when its loops run on the device */
+  uint64_t host_trips; /* while-loop trips driven from the host, a synchronisation each */
+  const char *loops;   /* how while loops run on this device, or "" before the first */
+} gpu_counters;
+
 typedef struct gpu_ops {
   const char *name;
   void (*destroy)(gpu_backend *b);
@@ -110,6 +117,8 @@ typedef struct gpu_ops {
   /* Gives up on whatever the devices are running, from any thread: launches
    * in flight fail at once and their devices are lost (used at close). */
   void (*abandon)(gpu_backend *b);
+  /* The device's counters; any thread. */
+  void (*counters)(const gpu_backend *b, int dev, gpu_counters *out);
 } gpu_ops;
 
 struct gpu_backend {

@@ -157,20 +157,28 @@ static void run_and_check(rig *r, const msg *rec, int dev, uint64_t out, uint64_
   for (int i = 0; i < 8; i++) assert_true(d[i] == src_values[i]);
 }
 
-/* A backend whose in-place update is refused once, part-way through. */
+/* A backend whose in-place update is refused once, part-way through, and
+ * whose sequence creation can be made to fail. */
 static const gpu_ops *real_ops;
 static gpu_ops refusing_ops;
-static int updates_before_refusal;
+static int updates_before_refusal, creates_before_failure;
 
 static int refusing_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_t *err) {
   if (updates_before_refusal-- == 0) return err_set(err, SCHEDRUN_EBACKEND, "the update was refused (test)");
   return real_ops->seq_update(s, index, n, err);
 }
 
-/* An update that fails half-way leaves a recording that cannot be trusted:
- * it is dropped, the error says so (not that it was kept), and the next
- * RECORD of that context creates it afresh and runs right. */
-static void test_half_updated_recording_dropped(void **st) {
+static int failing_create(gpu_backend *b, int dev, gpu_seq **out, schedrun_error_t *err) {
+  if (creates_before_failure-- == 0) return err_set(err, SCHEDRUN_EBACKEND, "no sequence today (test)");
+  return real_ops->seq_create(b, dev, out, err);
+}
+
+/* An update refused half-way (as a driver refuses some changes to an
+ * instantiated graph) rebuilds the recording: the job records and runs
+ * right, counted as created nodes. When the rebuild fails too, the error
+ * names both failures and says the recording was dropped (not kept), and
+ * the next RECORD of that context creates it afresh. */
+static void test_refused_update_rebuilds(void **st) {
   (void)st;
   rig r;
   rig_up(&r);
@@ -188,19 +196,32 @@ static void test_half_updated_recording_dropped(void **st) {
   real_ops = be->ops;
   refusing_ops = *be->ops;
   refusing_ops.seq_update = refusing_update;
+  refusing_ops.seq_create = failing_create;
   updates_before_refusal = 3; /* 8 launches move with `out`: the fourth is refused */
+  creates_before_failure = 1;
   be->ops = &refusing_ops;
   record(&r, 0, 0, bind2, 3, &m);
+  assert_int_equal(m.type, MSG_RECORDED);
+  expect_counts(&m, 9, 0, 0); /* rebuilt */
+  be->ops = real_ops;
+  run_and_check(&r, &m, 0, B, A, D, s1);
+  msg_free(&m);
+
+  be->ops = &refusing_ops;
+  updates_before_refusal = 0;
+  creates_before_failure = 0;
+  record(&r, 0, 0, bind1, 3, &m);
   be->ops = real_ops;
   assert_int_equal(m.type, MSG_ERROR);
   assert_non_null(strstr(m.body.error.text, "the update was refused (test)"));
+  assert_non_null(strstr(m.body.error.text, "no sequence today (test)"));
   assert_int_equal(m.body.error.teardown.n, 1);
   assert_string_equal(m.body.error.teardown.v[0],
-                      "drop the half-updated recording of this execution context: the next job records it afresh");
+                      "drop the recording of this execution context: the next job records it afresh");
   msg_free(&m);
-  record(&r, 0, 0, bind2, 3, &m);
+  record(&r, 0, 0, bind1, 3, &m);
   expect_counts(&m, 9, 0, 0); /* created afresh */
-  run_and_check(&r, &m, 0, B, A, D, s1);
+  run_and_check(&r, &m, 0, A, B, D, s1);
   msg_free(&m);
   rig_down(&r);
 }
@@ -380,7 +401,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reuse_without_record_counted),
       cmocka_unit_test(test_create_reuse_update_per_key),
-      cmocka_unit_test(test_half_updated_recording_dropped),
+      cmocka_unit_test(test_refused_update_rebuilds),
       cmocka_unit_test(test_loop_every_slice_every_run),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,19 +2,14 @@
  * The CUDA backend: the driver API, loaded at run time.
  *
  * libcuda.so.1 is opened with dlopen and every entry point is resolved through
- * cuGetProcAddress for the CUDA 12.0 ABI, so the same binary runs with or
- * without a driver; with none, gpu_backend_open("auto") falls back to the
- * host with a one-line reason. Building needs only the toolkit's cuda.h.
+ * cuGetProcAddress (CUDA 12.0 ABI, legacy default stream), so the same binary
+ * runs with or without a driver; with none, gpu_backend_open("auto") falls
+ * back to the host with a one-line reason. Building needs only the toolkit's
+ * cuda.h. Entry points newer drivers add (conditional graph nodes) are
+ * optional: an older driver still loads.
  *
- * Devices use their primary contexts and one stream each. A sequence is a
- * list of segments run in order on the device's stream:
- *   - a graph segment: a CUDA graph whose nodes (kernel, memcpy, memset) form
- *     a chain in program order, instantiated once by seq_finalize and
- *     updated in place with the cuGraphExec*NodeSetParams calls;
- *   - a while segment: a body sequence repeated while an i32 flag in device
- *     memory is non-zero (at most max_trips), the flag read back between trips.
- * The while segment is the documented fallback for drivers without
- * conditional graph nodes; it costs one synchronisation per trip.
+ * Devices use their primary contexts and one stream each. This file holds
+ * the driver, devices, memory and modules; cuda_graph.c the sequences.
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -25,102 +20,20 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpu/backend.h"
-#include "gpu/cuda/cuda_backend.h"
-
-#define CUDA_ABI 12000 /* the API version every entry point is resolved for */
-
-#define CU_FUNCS(X)                                                                                    \
-  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount)           \
-  X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                \
-  X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD)           \
-  X(cuMemcpyDtoH) X(cuMemsetD8) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
-  X(cuStreamQuery)                                                                                     \
-  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuGraphCreate)      \
-  X(cuGraphDestroy) X(cuGraphAddKernelNode) X(cuGraphAddMemcpyNode) X(cuGraphAddMemsetNode)           \
-  X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphLaunch) X(cuGraphExecKernelNodeSetParams)      \
-  X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams)
-
-typedef struct cu_api {
-  void *dl;
-#define X(name) __typeof__(&name) name;
-  CU_FUNCS(X)
-#undef X
-} cu_api;
-
-typedef struct cu_device {
-  CUdevice dev;
-  CUcontext ctx;
-  CUstream stream;
-  char name[16];
-  char arch[16];
-  _Atomic bool lost;
-  pthread_mutex_t lost_lock;
-  char lost_why[256]; /* written once, under lost_lock, before `lost` is set */
-} cu_device;
-
-typedef struct cuda_backend {
-  gpu_backend base;
-  cu_api api;
-  int ndevices;
-  cu_device *devs;
-  _Atomic bool abandoned;
-} cuda_backend;
+#include "gpu/cuda/cuda_internal.h"
 
 struct gpu_module {
   CUmodule mod;
   int dev;
 };
 
-enum { SEG_GRAPH, SEG_WHILE };
-
-typedef struct cu_segment {
-  int kind;
-  CUgraph graph;
-  CUgraphExec exec;
-  CUgraphNode last; /* the chain's tail */
-  uint64_t flag;    /* SEG_WHILE */
-  uint32_t max_trips;
-  gpu_seq *body;
-} cu_segment;
-
-/* One gpu node: up to two CUDA nodes (an 8-byte fill is two 4-byte memsets
- * with a pitch of 8), and the argument slots a kernel node points into. */
-typedef struct cu_node {
-  uint8_t kind, ncu;
-  uint16_t seg;
-  CUgraphNode cu[2];
-  uint64_t *args;
-  void **params;
-  uint32_t nargs;
-} cu_node;
-
-struct gpu_seq {
-  cuda_backend *b;
-  int dev;
-  cu_node *nodes;
-  uint32_t n, cap;
-  cu_segment *segs;
-  uint32_t nsegs, segcap;
-  bool finalized;
-};
-
-static cuda_backend *cb(const gpu_backend *b) { return (cuda_backend *)b; }
-
-/* "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)" */
-static int cu_fail(const cu_api *a, schedrun_error_t *err, CUresult r, const char *call, const char *dev) {
+int cu_fail(const cu_api *a, schedrun_error_t *err, CUresult r, const char *call, const char *dev) {
   const char *name = NULL, *text = NULL;
   if (a->cuGetErrorName) a->cuGetErrorName(r, &name);
   if (a->cuGetErrorString) a->cuGetErrorString(r, &text);
   return err_set(err, r == CUDA_ERROR_OUT_OF_MEMORY ? SCHEDRUN_ENOMEM : SCHEDRUN_EBACKEND, "%s%s%s: %s (%s)",
                  dev ? dev : "", dev ? ": " : "", call, name ? name : "CUDA_ERROR", text ? text : "unknown error");
 }
-
-#define CU_CHECK(a, call, dev, err)                               \
-  do {                                                            \
-    CUresult r__ = (call);                                        \
-    if (r__ != CUDA_SUCCESS) return cu_fail(a, err, r__, #call, dev); \
-  } while (0)
 
 /* ---- loading the driver ---- */
 
@@ -174,6 +87,16 @@ int cuda_api_load(cu_api_handle *out, int *ndevices, schedrun_error_t *err) {
   }
   CU_FUNCS(X)
 #undef X
+#define X(name, v)                                                                                \
+  {                                                                                               \
+    void *fn = NULL;                                                                              \
+    CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SUCCESS;                               \
+    CUresult r = g2 ? g2(#name, &fn, v, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &q)                    \
+                    : g1(#name, &fn, v, CU_GET_PROC_ADDRESS_LEGACY_STREAM);                       \
+    if (r == CUDA_SUCCESS && fn) memcpy(&a->name, &fn, sizeof fn);                                \
+  }
+  CU_OPTIONAL_FUNCS(X)
+#undef X
   CUresult r = a->cuInit(0);
   int n = 0;
   if (r == CUDA_SUCCESS) r = a->cuDeviceGetCount(&n);
@@ -206,7 +129,7 @@ void cuda_marshal_args(const uint64_t *slots, uint32_t n, void **params) {
 
 /* ---- the backend ---- */
 
-static int use(cuda_backend *b, int dev, schedrun_error_t *err) {
+int cu_use(cuda_backend *b, int dev, schedrun_error_t *err) {
   if (dev < 0 || dev >= b->ndevices) return err_set(err, SCHEDRUN_EINVAL, "no cuda device %d", dev);
   CU_CHECK(&b->api, b->api.cuCtxSetCurrent(b->devs[dev].ctx), b->devs[dev].name, err);
   return SCHEDRUN_OK;
@@ -215,6 +138,7 @@ static int use(cuda_backend *b, int dev, schedrun_error_t *err) {
 static void c_destroy(gpu_backend *g) {
   cuda_backend *b = cb(g);
   for (int i = 0; i < b->ndevices; i++) {
+    if (b->devs[i].ctx && b->api.cuCtxSetCurrent(b->devs[i].ctx) == CUDA_SUCCESS) cu_loops_release(b, &b->devs[i]);
     if (b->devs[i].stream) {
       b->api.cuCtxSetCurrent(b->devs[i].ctx);
       b->api.cuStreamDestroy(b->devs[i].stream);
@@ -241,7 +165,7 @@ static const char *c_arch(const gpu_backend *g, int d) {
 
 static int c_mem_alloc(gpu_backend *g, int dev, uint64_t bytes, uint64_t *addr, schedrun_error_t *err) {
   cuda_backend *b = cb(g);
-  int rc = use(b, dev, err);
+  int rc = cu_use(b, dev, err);
   if (rc) return rc;
   CUdeviceptr p = 0;
   CU_CHECK(&b->api, b->api.cuMemAlloc(&p, bytes ? bytes : 1), b->devs[dev].name, err);
@@ -251,12 +175,13 @@ static int c_mem_alloc(gpu_backend *g, int dev, uint64_t bytes, uint64_t *addr, 
 
 static void c_mem_free(gpu_backend *g, int dev, uint64_t addr) {
   cuda_backend *b = cb(g);
-  if (use(b, dev, NULL) == SCHEDRUN_OK) b->api.cuMemFree((CUdeviceptr)addr);
+  if (cu_use(b, dev, NULL) == SCHEDRUN_OK) b->api.cuMemFree((CUdeviceptr)addr);
 }
 
 static int c_mem_zero(gpu_backend *g, int dev, uint64_t addr, uint64_t n, schedrun_error_t *err) {
   cuda_backend *b = cb(g);
-  int rc = use(b, dev, err);
+  if (n == 0) return SCHEDRUN_OK;
+  int rc = cu_use(b, dev, err);
   if (rc) return rc;
   CU_CHECK(&b->api, b->api.cuMemsetD8((CUdeviceptr)addr, 0, n), b->devs[dev].name, err);
   return SCHEDRUN_OK;
@@ -264,7 +189,8 @@ static int c_mem_zero(gpu_backend *g, int dev, uint64_t addr, uint64_t n, schedr
 
 static int c_copy_htod(gpu_backend *g, int dev, uint64_t dst, const void *src, uint64_t n, schedrun_error_t *err) {
   cuda_backend *b = cb(g);
-  int rc = use(b, dev, err);
+  if (n == 0) return SCHEDRUN_OK;
+  int rc = cu_use(b, dev, err);
   if (rc) return rc;
   CU_CHECK(&b->api, b->api.cuMemcpyHtoD((CUdeviceptr)dst, src, n), b->devs[dev].name, err);
   return SCHEDRUN_OK;
@@ -272,7 +198,8 @@ static int c_copy_htod(gpu_backend *g, int dev, uint64_t dst, const void *src, u
 
 static int c_copy_dtoh(gpu_backend *g, int dev, void *dst, uint64_t src, uint64_t n, schedrun_error_t *err) {
   cuda_backend *b = cb(g);
-  int rc = use(b, dev, err);
+  if (n == 0) return SCHEDRUN_OK;
+  int rc = cu_use(b, dev, err);
   if (rc) return rc;
   CU_CHECK(&b->api, b->api.cuStreamSynchronize(b->devs[dev].stream), b->devs[dev].name, err);
   CU_CHECK(&b->api, b->api.cuMemcpyDtoH(dst, (CUdeviceptr)src, n), b->devs[dev].name, err);
@@ -283,7 +210,7 @@ static int c_module_load(gpu_backend *g, int dev, const void *image, size_t len,
                          schedrun_error_t *err) {
   (void)len;
   cuda_backend *b = cb(g);
-  int rc = use(b, dev, err);
+  int rc = cu_use(b, dev, err);
   if (rc) return rc;
   gpu_module *m = calloc(1, sizeof *m);
   if (!m) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
@@ -300,7 +227,7 @@ static int c_module_load(gpu_backend *g, int dev, const void *image, size_t len,
 static void c_module_unload(gpu_backend *g, gpu_module *m) {
   cuda_backend *b = cb(g);
   if (!m) return;
-  if (use(b, m->dev, NULL) == SCHEDRUN_OK) b->api.cuModuleUnload(m->mod);
+  if (cu_use(b, m->dev, NULL) == SCHEDRUN_OK) b->api.cuModuleUnload(m->mod);
   free(m);
 }
 
@@ -316,7 +243,7 @@ static int c_module_function(gpu_backend *g, gpu_module *m, const char *entry, g
 
 static int c_launch(gpu_backend *g, int dev, const gpu_node *n, bool wait, schedrun_error_t *err) {
   cuda_backend *b = cb(g);
-  int rc = use(b, dev, err);
+  int rc = cu_use(b, dev, err);
   if (rc) return rc;
   cu_device *d = &b->devs[dev];
   if (n->kind != GN_LAUNCH) return err_set(err, SCHEDRUN_EINVAL, "%s: only launches run on their own", d->name);
@@ -332,272 +259,9 @@ static int c_launch(gpu_backend *g, int dev, const gpu_node *n, bool wait, sched
   return SCHEDRUN_OK;
 }
 
-/* ---- sequences ---- */
+/* ---- waiting and losing devices ---- */
 
-static int c_seq_create(gpu_backend *g, int dev, gpu_seq **out, schedrun_error_t *err) {
-  cuda_backend *b = cb(g);
-  if (dev < 0 || dev >= b->ndevices) return err_set(err, SCHEDRUN_EINVAL, "no cuda device %d", dev);
-  gpu_seq *s = calloc(1, sizeof *s);
-  if (!s) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-  s->b = b;
-  s->dev = dev;
-  *out = s;
-  return SCHEDRUN_OK;
-}
-
-static void c_seq_destroy(gpu_seq *s) {
-  if (!s) return;
-  cu_api *a = &s->b->api;
-  use(s->b, s->dev, NULL);
-  for (uint32_t i = 0; i < s->nsegs; i++) {
-    cu_segment *sg = &s->segs[i];
-    if (sg->exec) a->cuGraphExecDestroy(sg->exec);
-    if (sg->graph) a->cuGraphDestroy(sg->graph);
-    c_seq_destroy(sg->body);
-  }
-  for (uint32_t i = 0; i < s->n; i++) {
-    free(s->nodes[i].args);
-    free(s->nodes[i].params);
-  }
-  free(s->segs);
-  free(s->nodes);
-  free(s);
-}
-
-static cu_segment *push_segment(gpu_seq *s, int kind, schedrun_error_t *err) {
-  if (s->nsegs == s->segcap) {
-    uint32_t cap = s->segcap ? s->segcap * 2 : 4;
-    cu_segment *p = realloc(s->segs, cap * sizeof *p);
-    if (!p) {
-      err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-      return NULL;
-    }
-    s->segs = p;
-    s->segcap = cap;
-  }
-  cu_segment *sg = &s->segs[s->nsegs];
-  memset(sg, 0, sizeof *sg);
-  sg->kind = kind;
-  if (kind == SEG_GRAPH) {
-    CUresult r = s->b->api.cuGraphCreate(&sg->graph, 0);
-    if (r != CUDA_SUCCESS) {
-      cu_fail(&s->b->api, err, r, "cuGraphCreate", s->b->devs[s->dev].name);
-      return NULL;
-    }
-  }
-  s->nsegs++;
-  return sg;
-}
-
-static void kernel_params(const cu_node *cn, const gpu_node *n, CUDA_KERNEL_NODE_PARAMS *kp) {
-  memset(kp, 0, sizeof *kp);
-  kp->func = (CUfunction)n->u.launch.fn;
-  kp->gridDimX = n->u.launch.grid[0];
-  kp->gridDimY = n->u.launch.grid[1];
-  kp->gridDimZ = n->u.launch.grid[2];
-  kp->blockDimX = n->u.launch.block[0];
-  kp->blockDimY = n->u.launch.block[1];
-  kp->blockDimZ = n->u.launch.block[2];
-  kp->kernelParams = cn->params;
-}
-
-static void copy_params(const gpu_node *n, CUDA_MEMCPY3D *cp) {
-  memset(cp, 0, sizeof *cp);
-  cp->srcMemoryType = CU_MEMORYTYPE_DEVICE;
-  cp->srcDevice = (CUdeviceptr)n->u.copy.src;
-  cp->dstMemoryType = CU_MEMORYTYPE_DEVICE;
-  cp->dstDevice = (CUdeviceptr)n->u.copy.dst;
-  cp->WidthInBytes = n->u.copy.bytes;
-  cp->Height = 1;
-  cp->Depth = 1;
-}
-
-/* A fill as one or two memsets: 1- and 4-byte elements directly; 8-byte
- * elements as two 4-byte memsets over rows of pitch 8 (low and high halves). */
-static int fill_params(const gpu_node *n, CUDA_MEMSET_NODE_PARAMS mp[2]) {
-  memset(mp, 0, 2 * sizeof *mp);
-  uint32_t es = n->u.fill.elem_size;
-  if (es == 1 || es == 4) {
-    mp[0].dst = (CUdeviceptr)n->u.fill.dst;
-    mp[0].value = (unsigned)(es == 1 ? (n->u.fill.pattern & 0xff) : (uint32_t)n->u.fill.pattern);
-    mp[0].elementSize = es;
-    mp[0].width = n->u.fill.count;
-    mp[0].height = 1;
-    mp[0].pitch = 0;
-    return 1;
-  }
-  for (int h = 0; h < 2; h++) {
-    mp[h].dst = (CUdeviceptr)(n->u.fill.dst + 4u * (unsigned)h);
-    mp[h].value = (unsigned)(uint32_t)(n->u.fill.pattern >> (32 * h));
-    mp[h].elementSize = 4;
-    mp[h].width = 1;
-    mp[h].height = n->u.fill.count;
-    mp[h].pitch = 8;
-  }
-  return 2;
-}
-
-static int c_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err) {
-  cuda_backend *b = s->b;
-  cu_api *a = &b->api;
-  cu_device *d = &b->devs[s->dev];
-  if (s->finalized) return err_set(err, SCHEDRUN_EINTERNAL, "%s: a finalized sequence takes no nodes", d->name);
-  int rc = use(b, s->dev, err);
-  if (rc) return rc;
-  if (s->n == s->cap) {
-    uint32_t cap = s->cap ? s->cap * 2 : 16;
-    cu_node *p = realloc(s->nodes, cap * sizeof *p);
-    if (!p) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-    s->nodes = p;
-    s->cap = cap;
-  }
-  cu_node *cn = &s->nodes[s->n];
-  memset(cn, 0, sizeof *cn);
-  cn->kind = (uint8_t)n->kind;
-  if (n->kind == GN_WHILE) {
-    cu_segment *sg = push_segment(s, SEG_WHILE, err);
-    if (!sg) return err ? err->code : SCHEDRUN_ENOMEM;
-    sg->flag = n->u.loop.flag;
-    sg->max_trips = n->u.loop.max_trips;
-    if ((rc = c_seq_create(&b->base, s->dev, &sg->body, err))) {
-      s->nsegs--;
-      return rc;
-    }
-    n->u.loop.body = sg->body;
-    cn->seg = (uint16_t)(s->nsegs - 1);
-    *index = s->n++;
-    return SCHEDRUN_OK;
-  }
-  cu_segment *sg = s->nsegs && s->segs[s->nsegs - 1].kind == SEG_GRAPH ? &s->segs[s->nsegs - 1]
-                                                                       : push_segment(s, SEG_GRAPH, err);
-  if (!sg) return err ? err->code : SCHEDRUN_ENOMEM;
-  cn->seg = (uint16_t)(sg - s->segs);
-  CUgraphNode dep = sg->last;
-  size_t ndep = dep ? 1 : 0;
-  CUresult r = CUDA_SUCCESS;
-  const char *call = "";
-  if (n->kind == GN_LAUNCH) {
-    cn->nargs = n->u.launch.nargs;
-    cn->args = malloc((cn->nargs ? cn->nargs : 1) * sizeof(uint64_t));
-    cn->params = malloc((cn->nargs ? cn->nargs : 1) * sizeof(void *));
-    if (!cn->args || !cn->params) {
-      free(cn->args);
-      free(cn->params);
-      return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-    }
-    if (cn->nargs) memcpy(cn->args, n->u.launch.args, cn->nargs * sizeof(uint64_t));
-    cuda_marshal_args(cn->args, cn->nargs, cn->params);
-    CUDA_KERNEL_NODE_PARAMS kp;
-    kernel_params(cn, n, &kp);
-    call = "cuGraphAddKernelNode";
-    r = a->cuGraphAddKernelNode(&cn->cu[0], sg->graph, ndep ? &dep : NULL, ndep, &kp);
-    cn->ncu = 1;
-  } else if (n->kind == GN_COPY) {
-    CUDA_MEMCPY3D cp;
-    copy_params(n, &cp);
-    call = "cuGraphAddMemcpyNode";
-    r = a->cuGraphAddMemcpyNode(&cn->cu[0], sg->graph, ndep ? &dep : NULL, ndep, &cp, d->ctx);
-    cn->ncu = 1;
-  } else if (n->kind == GN_FILL) {
-    CUDA_MEMSET_NODE_PARAMS mp[2];
-    int k = fill_params(n, mp);
-    call = "cuGraphAddMemsetNode";
-    for (int i = 0; i < k && r == CUDA_SUCCESS; i++) {
-      r = a->cuGraphAddMemsetNode(&cn->cu[i], sg->graph, ndep ? &dep : NULL, ndep, &mp[i], d->ctx);
-      if (r == CUDA_SUCCESS) {
-        dep = cn->cu[i];
-        ndep = 1;
-      }
-    }
-    cn->ncu = (uint8_t)k;
-  } else {
-    return err_set(err, SCHEDRUN_EINTERNAL, "unknown node kind %d", (int)n->kind);
-  }
-  if (r != CUDA_SUCCESS) {
-    free(cn->args);
-    free(cn->params);
-    return cu_fail(a, err, r, call, d->name);
-  }
-  sg->last = cn->cu[cn->ncu - 1];
-  *index = s->n++;
-  return SCHEDRUN_OK;
-}
-
-static int c_seq_finalize(gpu_seq *s, schedrun_error_t *err) {
-  cuda_backend *b = s->b;
-  int rc = use(b, s->dev, err);
-  if (rc) return rc;
-  for (uint32_t i = 0; i < s->nsegs; i++) {
-    cu_segment *sg = &s->segs[i];
-    if (sg->kind == SEG_WHILE) {
-      if ((rc = c_seq_finalize(sg->body, err))) return rc;
-    } else if (!sg->exec) {
-      CU_CHECK(&b->api, b->api.cuGraphInstantiateWithFlags(&sg->exec, sg->graph, 0), b->devs[s->dev].name, err);
-    }
-  }
-  s->finalized = true;
-  return SCHEDRUN_OK;
-}
-
-static int c_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_t *err) {
-  cuda_backend *b = s->b;
-  cu_api *a = &b->api;
-  cu_device *d = &b->devs[s->dev];
-  if (index >= s->n || s->nodes[index].kind != n->kind)
-    return err_set(err, SCHEDRUN_EINTERNAL, "update of node %u does not match the sequence", index);
-  int rc = use(b, s->dev, err);
-  if (rc) return rc;
-  cu_node *cn = &s->nodes[index];
-  cu_segment *sg = &s->segs[cn->seg];
-  if (n->kind == GN_WHILE) {
-    sg->flag = n->u.loop.flag;
-    sg->max_trips = n->u.loop.max_trips;
-    return SCHEDRUN_OK;
-  }
-  if (!sg->exec) return err_set(err, SCHEDRUN_EINTERNAL, "%s: update before finalize", d->name);
-  if (n->kind == GN_LAUNCH) {
-    if (n->u.launch.nargs != cn->nargs) return err_set(err, SCHEDRUN_EINTERNAL, "update changes a launch's arguments");
-    if (cn->nargs) memcpy(cn->args, n->u.launch.args, cn->nargs * sizeof(uint64_t));
-    CUDA_KERNEL_NODE_PARAMS kp;
-    kernel_params(cn, n, &kp);
-    CU_CHECK(a, a->cuGraphExecKernelNodeSetParams(sg->exec, cn->cu[0], &kp), d->name, err);
-  } else if (n->kind == GN_COPY) {
-    CUDA_MEMCPY3D cp;
-    copy_params(n, &cp);
-    CU_CHECK(a, a->cuGraphExecMemcpyNodeSetParams(sg->exec, cn->cu[0], &cp, d->ctx), d->name, err);
-  } else {
-    CUDA_MEMSET_NODE_PARAMS mp[2];
-    int k = fill_params(n, mp);
-    if (k != cn->ncu) return err_set(err, SCHEDRUN_EINTERNAL, "update changes a fill's element size");
-    for (int i = 0; i < k; i++)
-      CU_CHECK(a, a->cuGraphExecMemsetNodeSetParams(sg->exec, cn->cu[i], &mp[i], d->ctx), d->name, err);
-  }
-  return SCHEDRUN_OK;
-}
-
-static int run_segments(gpu_seq *s, schedrun_error_t *err) {
-  cuda_backend *b = s->b;
-  cu_api *a = &b->api;
-  cu_device *d = &b->devs[s->dev];
-  for (uint32_t i = 0; i < s->nsegs; i++) {
-    cu_segment *sg = &s->segs[i];
-    if (sg->kind == SEG_GRAPH) {
-      CU_CHECK(a, a->cuGraphLaunch(sg->exec, d->stream), d->name, err);
-      continue;
-    }
-    for (uint32_t t = 0; t < sg->max_trips; t++) {
-      int32_t flag = 0;
-      CU_CHECK(a, a->cuStreamSynchronize(d->stream), d->name, err);
-      CU_CHECK(a, a->cuMemcpyDtoH(&flag, (CUdeviceptr)sg->flag, sizeof flag), d->name, err);
-      if (flag == 0) break;
-      int rc = run_segments(sg->body, err);
-      if (rc) return rc;
-    }
-  }
-  return SCHEDRUN_OK;
-}
-
-static void set_lost(cu_device *d, const char *why) {
+void cu_set_lost(cu_device *d, const char *why) {
   pthread_mutex_lock(&d->lost_lock);
   if (!atomic_load(&d->lost)) {
     snprintf(d->lost_why, sizeof d->lost_why, "%s: %s", d->name, why);
@@ -606,9 +270,7 @@ static void set_lost(cu_device *d, const char *why) {
   pthread_mutex_unlock(&d->lost_lock);
 }
 
-/* Waits for the device's stream by polling, so that a deadline or a close can
- * end the wait: a kernel cannot be stopped, so its device is then lost. */
-static int wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
+int cu_wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
   cu_api *a = &b->api;
   long nap = 2000;
   for (;;) {
@@ -621,12 +283,12 @@ static int wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_
       a->cuGetErrorName(r, &name);
       char why[160];
       snprintf(why, sizeof why, "a kernel failed with %s; the context is unusable", name ? name : "an error");
-      set_lost(d, why);
+      cu_set_lost(d, why);
       f->lost = true;
       return err_set(err, SCHEDRUN_EFAULT, "%s", d->lost_why);
     }
     if (atomic_load(&b->abandoned) || (deadline_ns && now_ns() >= deadline_ns)) {
-      set_lost(d, atomic_load(&b->abandoned) ? "abandoned while busy when the scheduler closed"
+      cu_set_lost(d, atomic_load(&b->abandoned) ? "abandoned while busy when the scheduler closed"
                                              : "a job ran past its deadline");
       f->lost = true;
       return err_set(err, atomic_load(&b->abandoned) ? SCHEDRUN_ELOST : SCHEDRUN_ETIMEOUT,
@@ -638,27 +300,19 @@ static int wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_
   }
 }
 
-static int c_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
-  cuda_backend *b = s->b;
-  cu_device *d = &b->devs[s->dev];
-  gpu_failure ignored;
-  if (!f) f = &ignored;
-  f->tag = GPU_NO_TAG;
-  f->lost = false;
-  if (atomic_load(&d->lost)) {
-    f->lost = true;
-    return err_set(err, SCHEDRUN_ELOST, "%s is lost: %s", d->name, d->lost_why);
-  }
-  if (!s->finalized) return err_set(err, SCHEDRUN_EINTERNAL, "%s: launch before finalize", d->name);
-  int rc = use(b, s->dev, err);
-  if (rc == SCHEDRUN_OK) rc = run_segments(s, err);
-  if (rc == SCHEDRUN_OK) rc = wait_stream(b, d, deadline_ns, f, err);
-  return rc;
-}
-
 static const char *c_device_lost(const gpu_backend *g, int dev) {
   const cu_device *d = &cb(g)->devs[dev];
   return atomic_load(&((cu_device *)d)->lost) ? d->lost_why : NULL;
+}
+
+static void c_counters(const gpu_backend *g, int dev, gpu_counters *out) {
+  cu_device *d = &cb(g)->devs[dev];
+  out->launches = atomic_load(&d->launches);
+  out->host_trips = atomic_load(&d->host_trips);
+  int loops = atomic_load(&d->loops);
+  out->loops = loops == LOOPS_CONDITIONAL ? "in the graph (conditional WHILE nodes)"
+               : loops == LOOPS_HOST      ? d->loops_why
+                                             : "";
 }
 
 static void c_abandon(gpu_backend *g) { atomic_store(&cb(g)->abandoned, true); }
@@ -679,14 +333,15 @@ static const gpu_ops cuda_ops = {
     .module_unload = c_module_unload,
     .module_function = c_module_function,
     .launch = c_launch,
-    .seq_create = c_seq_create,
-    .seq_add = c_seq_add,
-    .seq_update = c_seq_update,
-    .seq_finalize = c_seq_finalize,
-    .seq_launch = c_seq_launch,
-    .seq_destroy = c_seq_destroy,
+    .seq_create = cu_seq_create,
+    .seq_add = cu_seq_add,
+    .seq_update = cu_seq_update,
+    .seq_finalize = cu_seq_finalize,
+    .seq_launch = cu_seq_launch,
+    .seq_destroy = cu_seq_destroy,
     .device_lost = c_device_lost,
     .abandon = c_abandon,
+    .counters = c_counters,
 };
 
 int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_error_t *err) {
@@ -706,6 +361,7 @@ int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_erro
   b->base.ops = &cuda_ops;
   b->api = *(cu_api *)h;
   free(h); /* the table is copied; the library handle now belongs to b */
+  if (b->api.cuDriverGetVersion(&b->driver_version) != CUDA_SUCCESS) b->driver_version = 0;
   for (int i = 0; i < n; i++) {
     int ord = nwhich > 0 ? which[i] : i;
     cu_device *d = &b->devs[i];
@@ -732,6 +388,7 @@ int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_erro
       break;
     }
     snprintf(d->arch, sizeof d->arch, "sm_%d%d", major, minor);
+    d->sm = major * 10 + minor;
     b->ndevices = i + 1;
   }
   if (rc) {

@@ -18,4 +18,11 @@ void cuda_api_unload(cu_api_handle h);
  * per 8-byte argument slot (the value is in the slot's low bytes). */
 void cuda_marshal_args(const uint64_t *slots, uint32_t n, void **params);
 
+/* Compiles `source` with NVRTC into relocatable PTX for compute_<arch> (or
+ * the newest architecture NVRTC knows, when arch is newer), to be linked
+ * with the device runtime library, whose path goes to devrt. *ptx is
+ * NUL-terminated, malloc'ed. */
+int nvrtc_rdc_ptx(const char *source, const char *name, int arch, char **ptx, char *devrt, size_t devrt_len,
+                  schedrun_error_t *err);
+
 #endif

@@ -13,8 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu/backend.h"
+#include "gpu/cuda/cuda_backend.h"
 #include "gpu/kernel_abi.h"
 
 #define NVRTC_STD "-std=c++17" /* besides the architecture, the only option */
@@ -247,6 +249,59 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
     *out_len = 0;
   }
   a->DestroyProgram(&prog);
+  return rc;
+}
+
+/* ---- device-linked PTX, for the backend's own kernels ---- */
+
+int nvrtc_rdc_ptx(const char *source, const char *name, int arch, char **ptx, char *devrt, size_t devrt_len,
+                  schedrun_error_t *err) {
+  *ptx = NULL;
+  void *ctx = NULL;
+  int rc = nv_open(&ctx, err);
+  if (rc) return rc;
+  nvrtc_api *a = ctx;
+  int ptx_arch = 0;
+  char archs[2048];
+  int how = arch_support(a, arch, &ptx_arch, archs, sizeof archs);
+  if (how == 0) {
+    nv_close(ctx);
+    return err_set(err, SCHEDRUN_EBACKEND, "this NVRTC cannot compile for sm_%d", arch);
+  }
+  /* libcudadevrt.a sits beside libnvrtc in a toolkit; else the usual place */
+  Dl_info info;
+  char dir[4096] = "";
+  if (dladdr((void *)a->GetErrorString, &info) && info.dli_fname && strrchr(info.dli_fname, '/')) {
+    snprintf(dir, sizeof dir, "%s", info.dli_fname);
+    *strrchr(dir, '/') = '\0';
+  }
+  const char *env = getenv("SCHEDRUN_CUDADEVRT");
+  const char *dirs[] = {dir, "/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"};
+  devrt[0] = '\0';
+  if (env && *env && access(env, R_OK) == 0) snprintf(devrt, devrt_len, "%s", env);
+  for (size_t i = 0; !devrt[0] && i < SCHEDRUN__ARRAY_LEN(dirs); i++) {
+    char cand[4200];
+    snprintf(cand, sizeof cand, "%s/libcudadevrt.a", dirs[i]);
+    if (dirs[i][0] && access(cand, R_OK) == 0) snprintf(devrt, devrt_len, "%s", cand);
+  }
+  if (!devrt[0]) {
+    nv_close(ctx);
+    return err_set(err, SCHEDRUN_EBACKEND, "libcudadevrt.a is not found (set SCHEDRUN_CUDADEVRT)");
+  }
+  char arch_opt[64];
+  snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=compute_%d", how == 2 ? ptx_arch : arch);
+  const char *opts[] = {arch_opt, "-rdc=true", NVRTC_STD};
+  nvrtcProgram prog = NULL;
+  nvrtcResult nr = a->CreateProgram(&prog, source, name, 0, NULL, NULL);
+  if (nr == 0) nr = a->CompileProgram(prog, 3, opts);
+  size_t n = 0;
+  if (nr == 0 && a->GetPTXSize(prog, &n) == 0 && n > 1 && (*ptx = malloc(n)) != NULL && a->GetPTX(prog, *ptx) != 0) {
+    free(*ptx);
+    *ptx = NULL;
+  }
+  if (!*ptx) rc = err_set(err, SCHEDRUN_EBACKEND, "NVRTC cannot compile %s: %s", name, nr ? a->GetErrorString(nr) : "no PTX");
+  if (prog) a->DestroyProgram(&prog);
+  nv_close(ctx);
   return rc;
 }
 

@@ -373,6 +373,7 @@ static int h_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedr
   if (!f) f = &ignored;
   pthread_mutex_lock(&d->lock);
   d->ctl->a[0] = s->hdr;
+  atomic_fetch_add(&d->launches, 1);
   int rc = host_device_request(d, HW_OP_RUN_SEQ, deadline_ns, f, err);
   pthread_mutex_unlock(&d->lock);
   return rc;
@@ -399,6 +400,12 @@ static void h_abandon(gpu_backend *b) {
     host_device_abandon(&hb(b)->devs[i], "abandoned while busy when the scheduler closed");
 }
 
+static void h_counters(const gpu_backend *b, int dev, gpu_counters *out) {
+  out->launches = atomic_load(&dev_of(b, dev)->launches);
+  out->host_trips = 0;
+  out->loops = "in the worker, with the sequence";
+}
+
 static const gpu_ops host_ops = {
     .name = "host",
     .destroy = h_destroy,
@@ -423,6 +430,7 @@ static const gpu_ops host_ops = {
     .seq_destroy = h_seq_destroy,
     .device_lost = h_device_lost,
     .abandon = h_abandon,
+    .counters = h_counters,
 };
 
 int gpu_host_open(int ndevices, const gpu_open_opts *o, gpu_backend **out, schedrun_error_t *err) {

@@ -34,6 +34,7 @@ typedef struct host_device {
   int life_fd;        /* closes (POLLHUP) when the worker ends */
   int lib_fd;         /* the worker's watchdog sees this close when we end */
   _Atomic bool lost;
+  _Atomic uint64_t launches; /* sequence launches */
   pthread_mutex_t lock_why;
   char lost_why[512]; /* written once, under lock_why, before `lost` is set */
   uint64_t spin_ns;

@@ -109,7 +109,14 @@ static void test_graph_updates_every_iteration(void **st) {
           fail_msg("run %d iteration %d: out[%d] = %g", run, it, it * 128 + t, out[it * 128 + t]);
     for (int i = 0; i < 64; i++) assert_true(wide[i] == run + 0.25);
   }
-  assert_int_equal(schedrun_report_summary(r)->nodes_updated, 2 * 9);
+  /* runs 0 and 1 create the recordings of the two buffer sets (9 nodes
+   * each); runs 2 and 3 update all 9 in place, or, where the driver cannot
+   * update the f64 fill's 2-D memsets (before CUDA 13), re-create them */
+  const schedrun_summary_t *sum = schedrun_report_summary(r);
+  if (!(sum->nodes_created == 2 * 9 && sum->nodes_updated == 2 * 9) &&
+      !(sum->nodes_created == 4 * 9 && sum->nodes_updated == 0))
+    fail_msg("nodes: %llu created, %llu updated", (unsigned long long)sum->nodes_created,
+             (unsigned long long)sum->nodes_updated);
   schedrun_report_free(&r);
   schedrun_program_free(&p);
   schedrun_close(&s);

@@ -1,0 +1,580 @@
+/*
+ * The CUDA backend's sequences: CUDA graphs, built once, updated in place,
+ * launched many times.
+ *
+ * A sequence is a list of segments run in order on the device's stream:
+ *   - a graph segment: a CUDA graph whose nodes (kernel, memcpy, memset,
+ *     empty) form a chain in program order, instantiated once by
+ *     seq_finalize and updated with the cuGraphExec*NodeSetParams calls;
+ *   - a while segment: a body sequence repeated while an i32 flag in device
+ *     memory is non-zero (at most max_trips), the flag read back between
+ *     trips. Used only where conditional nodes cannot be.
+ *
+ * Where the driver has conditional nodes (12.3 on) and the condition kernel
+ * can be built (NVRTC and the device runtime library, linked by the
+ * driver's JIT linker), a while loop is a node of the graph instead:
+ *
+ *   ... -> cond(first) -> WHILE(handle) { body ... -> cond(next) } -> ...
+ *
+ * The condition kernel reads the flag, counts trips against max_trips in a
+ * 16-byte parameter block of its own, and sets the handle; the loop then
+ * costs no synchronisation, and a job is one graph launch. Changing the
+ * loop's flag or bound rewrites the parameter block, not the graph.
+ *
+ * What a driver refuses to update in place is refused here before the call
+ * where the rule is known (a 2-D memset on a 12.x driver, a changed 2-D
+ * shape, a copy or fill that becomes or stops being empty); the record actor
+ * then builds the recording afresh.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/cuda/cuda_internal.h"
+
+enum { SEG_GRAPH, SEG_WHILE };
+
+typedef struct cu_segment {
+  int kind;
+  bool owned; /* the graph is this segment's (not a conditional node's body) */
+  CUgraph graph;
+  CUgraphExec exec;
+  CUgraphNode last; /* the chain's tail */
+  uint64_t flag;    /* SEG_WHILE */
+  uint32_t max_trips;
+  gpu_seq *body;
+} cu_segment;
+
+/* One gpu node: up to two CUDA nodes (an 8-byte fill with differing halves
+ * is two 4-byte memsets over rows of pitch 8; a conditional while loop is
+ * its first condition kernel and the conditional node), and the argument
+ * slots a kernel node was given. */
+typedef struct cu_node {
+  uint8_t kind, ncu;
+  bool empty; /* a zero-length copy or fill: an empty node keeps its place */
+  uint16_t seg;
+  CUgraphNode cu[2];
+  size_t set_height; /* a memset's rows */
+  uint64_t *args;
+  void **params;
+  uint32_t nargs;
+  gpu_seq *body;        /* a conditional while loop's */
+  uint64_t cond_params; /* its parameter block: {flag address, max_trips | trips << 32} */
+} cu_node;
+
+struct gpu_seq {
+  cuda_backend *b;
+  int dev;
+  cu_node *nodes;
+  uint32_t n, cap;
+  cu_segment *segs;
+  uint32_t nsegs, segcap;
+  bool finalized;
+  /* a conditional node's body: its graph is the node's, instantiated with
+   * the parent's, and it ends with the condition kernel */
+  gpu_seq *parent;
+  uint16_t parent_seg;
+  CUgraphConditionalHandle handle;
+  uint64_t cond_params;
+};
+
+/* ---- the condition kernel ---- */
+
+static const char cond_source[] =
+    "extern \"C\" __global__ void schedrun_while_cond(cudaGraphConditionalHandle h, unsigned long long *p,\n"
+    "                                                 int first) {\n"
+    "  const int *flag = (const int *)p[0];\n"
+    "  unsigned max = (unsigned)p[1];\n"
+    "  unsigned trips = first ? 0u : (unsigned)(p[1] >> 32) + 1u;\n"
+    "  p[1] = ((unsigned long long)trips << 32) | max;\n"
+    "  cudaGraphSetConditional(h, *flag != 0 && trips < max ? 1u : 0u);\n"
+    "}\n";
+
+static void loops_on_host(cu_device *d, const char *why) {
+  snprintf(d->loops_why, sizeof d->loops_why, "on the host, a synchronisation per trip (%s)", why);
+  atomic_store(&d->loops, LOOPS_HOST);
+}
+
+/* Settles how d runs while loops, at its first loop (d's context current). */
+static void loops_setup(cuda_backend *b, cu_device *d) {
+  if (atomic_load(&d->loops) != LOOPS_UNKNOWN) return;
+  const cu_api *a = &b->api;
+  if (getenv("SCHEDRUN_CUDA_HOST_LOOPS")) return loops_on_host(d, "SCHEDRUN_CUDA_HOST_LOOPS is set");
+  if (b->driver_version < CUDA_ABI_COND || !a->cuGraphConditionalHandleCreate || !a->cuGraphAddNode)
+    return loops_on_host(d, "the driver has no conditional graph nodes; they need CUDA 12.3");
+  if (!a->cuLinkCreate || !a->cuLinkAddData || !a->cuLinkAddFile || !a->cuLinkComplete || !a->cuLinkDestroy)
+    return loops_on_host(d, "the driver has no JIT linker");
+  schedrun_error_t e = {0};
+  char *ptx = NULL, devrt[4096];
+  if (nvrtc_rdc_ptx(cond_source, "schedrun_while_cond", d->sm, &ptx, devrt, sizeof devrt, &e)) {
+    loops_on_host(d, e.message ? e.message : "the condition kernel does not compile");
+    schedrun_error_clear(&e);
+    return;
+  }
+  CUlinkState link = NULL;
+  void *image = NULL;
+  size_t size = 0;
+  const char *call = "cuLinkCreate";
+  CUresult r = a->cuLinkCreate(0, NULL, NULL, &link);
+  if (r == CUDA_SUCCESS) {
+    call = "cuLinkAddData";
+    r = a->cuLinkAddData(link, CU_JIT_INPUT_PTX, ptx, strlen(ptx) + 1, "schedrun_while_cond", 0, NULL, NULL);
+  }
+  if (r == CUDA_SUCCESS) {
+    call = "cuLinkAddFile";
+    r = a->cuLinkAddFile(link, CU_JIT_INPUT_LIBRARY, devrt, 0, NULL, NULL);
+  }
+  if (r == CUDA_SUCCESS) {
+    call = "cuLinkComplete";
+    r = a->cuLinkComplete(link, &image, &size);
+  }
+  if (r == CUDA_SUCCESS) {
+    call = "cuModuleLoadData";
+    r = a->cuModuleLoadData(&d->cond_mod, image);
+  }
+  if (r == CUDA_SUCCESS) {
+    call = "cuModuleGetFunction";
+    r = a->cuModuleGetFunction(&d->cond_fn, d->cond_mod, "schedrun_while_cond");
+    if (r != CUDA_SUCCESS) {
+      a->cuModuleUnload(d->cond_mod);
+      d->cond_mod = NULL;
+    }
+  }
+  if (link) a->cuLinkDestroy(link);
+  free(ptx);
+  if (r == CUDA_SUCCESS) {
+    atomic_store(&d->loops, LOOPS_CONDITIONAL);
+  } else {
+    cu_fail(a, &e, r, call, NULL);
+    loops_on_host(d, e.message ? e.message : call);
+    schedrun_error_clear(&e);
+  }
+}
+
+void cu_loops_release(cuda_backend *b, cu_device *d) {
+  if (d->cond_mod) b->api.cuModuleUnload(d->cond_mod);
+  d->cond_mod = NULL;
+  d->cond_fn = NULL;
+}
+
+static CUresult add_cond_kernel(gpu_seq *s, cu_segment *sg, CUgraphConditionalHandle h, uint64_t params, int first,
+                                CUgraphNode *out) {
+  cu_device *d = &s->b->devs[s->dev];
+  uint64_t slots[3] = {h, params, (uint64_t)(uint32_t)first};
+  void *kp[3];
+  cuda_marshal_args(slots, 3, kp);
+  CUDA_KERNEL_NODE_PARAMS p;
+  memset(&p, 0, sizeof p);
+  p.func = d->cond_fn;
+  p.gridDimX = p.gridDimY = p.gridDimZ = 1;
+  p.blockDimX = p.blockDimY = p.blockDimZ = 1;
+  p.kernelParams = kp;
+  CUgraphNode dep = sg->last;
+  CUresult r = s->b->api.cuGraphAddKernelNode(out, sg->graph, dep ? &dep : NULL, dep ? 1 : 0, &p);
+  if (r == CUDA_SUCCESS) sg->last = *out;
+  return r;
+}
+
+/* ---- building ---- */
+
+static gpu_seq *seq_new(cuda_backend *b, int dev) {
+  gpu_seq *s = calloc(1, sizeof *s);
+  if (s) {
+    s->b = b;
+    s->dev = dev;
+  }
+  return s;
+}
+
+int cu_seq_create(gpu_backend *g, int dev, gpu_seq **out, schedrun_error_t *err) {
+  cuda_backend *b = cb(g);
+  if (dev < 0 || dev >= b->ndevices) return err_set(err, SCHEDRUN_EINVAL, "no cuda device %d", dev);
+  *out = seq_new(b, dev);
+  return *out ? SCHEDRUN_OK : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+}
+
+void cu_seq_destroy(gpu_seq *s) {
+  if (!s) return;
+  cu_api *a = &s->b->api;
+  cu_use(s->b, s->dev, NULL);
+  for (uint32_t i = 0; i < s->nsegs; i++) {
+    cu_segment *sg = &s->segs[i];
+    if (sg->exec) a->cuGraphExecDestroy(sg->exec);
+    if (sg->graph && sg->owned) a->cuGraphDestroy(sg->graph); /* with it, its conditional bodies */
+    cu_seq_destroy(sg->body);
+  }
+  for (uint32_t i = 0; i < s->n; i++) {
+    cu_node *cn = &s->nodes[i];
+    free(cn->args);
+    free(cn->params);
+    cu_seq_destroy(cn->body);
+    if (cn->cond_params) a->cuMemFree((CUdeviceptr)cn->cond_params);
+  }
+  free(s->segs);
+  free(s->nodes);
+  free(s);
+}
+
+static cu_segment *push_segment(gpu_seq *s, int kind, schedrun_error_t *err) {
+  if (s->nsegs == s->segcap) {
+    uint32_t cap = s->segcap ? s->segcap * 2 : 4;
+    cu_segment *p = realloc(s->segs, cap * sizeof *p);
+    if (!p) {
+      err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+      return NULL;
+    }
+    s->segs = p;
+    s->segcap = cap;
+  }
+  cu_segment *sg = &s->segs[s->nsegs];
+  memset(sg, 0, sizeof *sg);
+  sg->kind = kind;
+  if (kind == SEG_GRAPH) {
+    CUresult r = s->b->api.cuGraphCreate(&sg->graph, 0);
+    if (r != CUDA_SUCCESS) {
+      cu_fail(&s->b->api, err, r, "cuGraphCreate", s->b->devs[s->dev].name);
+      return NULL;
+    }
+    sg->owned = true;
+  }
+  s->nsegs++;
+  return sg;
+}
+
+static void kernel_params(const cu_node *cn, const gpu_node *n, CUDA_KERNEL_NODE_PARAMS *kp) {
+  memset(kp, 0, sizeof *kp);
+  kp->func = (CUfunction)n->u.launch.fn;
+  kp->gridDimX = n->u.launch.grid[0];
+  kp->gridDimY = n->u.launch.grid[1];
+  kp->gridDimZ = n->u.launch.grid[2];
+  kp->blockDimX = n->u.launch.block[0];
+  kp->blockDimY = n->u.launch.block[1];
+  kp->blockDimZ = n->u.launch.block[2];
+  kp->kernelParams = cn->params;
+}
+
+static void copy_params(const gpu_node *n, CUDA_MEMCPY3D *cp) {
+  memset(cp, 0, sizeof *cp);
+  cp->srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  cp->srcDevice = (CUdeviceptr)n->u.copy.src;
+  cp->dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  cp->dstDevice = (CUdeviceptr)n->u.copy.dst;
+  cp->WidthInBytes = n->u.copy.bytes;
+  cp->Height = 1;
+  cp->Depth = 1;
+}
+
+/* A fill as memsets; returns how many (0 for an empty fill). 1- and 4-byte
+ * elements directly; 8-byte elements as one 1-D memset of 4-byte elements
+ * when both halves of the pattern are equal (0.0, say), else as two 4-byte
+ * memsets over rows of pitch 8 (low and high halves). */
+static int fill_params(const gpu_node *n, CUDA_MEMSET_NODE_PARAMS mp[2]) {
+  memset(mp, 0, 2 * sizeof *mp);
+  uint32_t es = n->u.fill.elem_size;
+  uint64_t pat = n->u.fill.pattern;
+  if (n->u.fill.count == 0) return 0;
+  if (es == 1 || es == 4 || (es == 8 && (uint32_t)pat == (uint32_t)(pat >> 32))) {
+    mp[0].dst = (CUdeviceptr)n->u.fill.dst;
+    mp[0].value = (unsigned)(es == 1 ? (pat & 0xff) : (uint32_t)pat);
+    mp[0].elementSize = es == 1 ? 1 : 4;
+    mp[0].width = n->u.fill.count * (es == 8 ? 2 : 1);
+    mp[0].height = 1;
+    return 1;
+  }
+  for (int h = 0; h < 2; h++) {
+    mp[h].dst = (CUdeviceptr)(n->u.fill.dst + 4u * (unsigned)h);
+    mp[h].value = (unsigned)(uint32_t)(pat >> (32 * h));
+    mp[h].elementSize = 4;
+    mp[h].width = 1;
+    mp[h].height = n->u.fill.count;
+    mp[h].pitch = 8;
+  }
+  return 2;
+}
+
+static int add_while_host(gpu_seq *s, cu_node *cn, gpu_node *n, schedrun_error_t *err) {
+  cu_segment *sg = push_segment(s, SEG_WHILE, err);
+  if (!sg) return err && err->code ? err->code : SCHEDRUN_ENOMEM;
+  sg->flag = n->u.loop.flag;
+  sg->max_trips = n->u.loop.max_trips;
+  if (!(sg->body = seq_new(s->b, s->dev))) {
+    s->nsegs--;
+    return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  }
+  n->u.loop.body = sg->body;
+  cn->seg = (uint16_t)(s->nsegs - 1);
+  return SCHEDRUN_OK;
+}
+
+static int write_cond_params(cuda_backend *b, cu_device *d, uint64_t at, const gpu_node *n, schedrun_error_t *err) {
+  uint64_t p[2] = {n->u.loop.flag, n->u.loop.max_trips};
+  CU_CHECK(&b->api, b->api.cuMemcpyHtoD((CUdeviceptr)at, p, sizeof p), d->name, err);
+  return SCHEDRUN_OK;
+}
+
+/* A while loop as a conditional WHILE node of segment sg. */
+static int add_while_cond(gpu_seq *s, cu_segment *sg, cu_node *cn, gpu_node *n, schedrun_error_t *err) {
+  cuda_backend *b = s->b;
+  cu_api *a = &b->api;
+  cu_device *d = &b->devs[s->dev];
+  CUdeviceptr params = 0;
+  CU_CHECK(a, a->cuMemAlloc(&params, 16), d->name, err);
+  cn->cond_params = (uint64_t)params;
+  int rc = write_cond_params(b, d, cn->cond_params, n, err);
+  if (rc) return rc;
+  CUgraphConditionalHandle h = 0;
+  CU_CHECK(a, a->cuGraphConditionalHandleCreate(&h, sg->graph, d->ctx, 0, 0), d->name, err);
+  CU_CHECK(a, add_cond_kernel(s, sg, h, cn->cond_params, 1, &cn->cu[0]), d->name, err);
+  CUgraphNodeParams np;
+  memset(&np, 0, sizeof np);
+  np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  np.conditional.handle = h;
+  np.conditional.type = CU_GRAPH_COND_TYPE_WHILE;
+  np.conditional.size = 1;
+  np.conditional.ctx = d->ctx;
+  CU_CHECK(a, a->cuGraphAddNode(&cn->cu[1], sg->graph, &cn->cu[0], NULL, 1, &np), d->name, err);
+  sg->last = cn->cu[1];
+  cn->ncu = 2;
+  gpu_seq *body = seq_new(b, s->dev);
+  cu_segment *bs = body ? push_segment(body, SEG_GRAPH, err) : NULL;
+  if (!bs) {
+    if (body) cu_seq_destroy(body); /* push_segment failed before creating a graph */
+    return body ? (err && err->code ? err->code : SCHEDRUN_EBACKEND) : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  }
+  /* push_segment created a graph of its own: the body is the node's instead */
+  a->cuGraphDestroy(bs->graph);
+  bs->graph = np.conditional.phGraph_out[0];
+  bs->owned = false;
+  body->parent = s;
+  body->parent_seg = (uint16_t)(sg - s->segs);
+  body->handle = h;
+  body->cond_params = cn->cond_params;
+  cn->body = body;
+  n->u.loop.body = body;
+  return SCHEDRUN_OK;
+}
+
+int cu_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err) {
+  cuda_backend *b = s->b;
+  cu_api *a = &b->api;
+  cu_device *d = &b->devs[s->dev];
+  if (s->finalized) return err_set(err, SCHEDRUN_EINTERNAL, "%s: a finalized sequence takes no nodes", d->name);
+  int rc = cu_use(b, s->dev, err);
+  if (rc) return rc;
+  if (s->n == s->cap) {
+    uint32_t cap = s->cap ? s->cap * 2 : 16;
+    cu_node *p = realloc(s->nodes, cap * sizeof *p);
+    if (!p) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    s->nodes = p;
+    s->cap = cap;
+  }
+  cu_node *cn = &s->nodes[s->n];
+  memset(cn, 0, sizeof *cn);
+  cn->kind = (uint8_t)n->kind;
+  if (n->kind == GN_WHILE) loops_setup(b, d);
+  if (n->kind == GN_WHILE && atomic_load(&d->loops) != LOOPS_CONDITIONAL) {
+    if ((rc = add_while_host(s, cn, n, err))) return rc;
+    *index = s->n++;
+    return SCHEDRUN_OK;
+  }
+  cu_segment *sg = s->nsegs && s->segs[s->nsegs - 1].kind == SEG_GRAPH ? &s->segs[s->nsegs - 1]
+                                                                       : push_segment(s, SEG_GRAPH, err);
+  if (!sg) return err && err->code ? err->code : SCHEDRUN_ENOMEM;
+  cn->seg = (uint16_t)(sg - s->segs);
+  if (n->kind == GN_WHILE) {
+    rc = add_while_cond(s, sg, cn, n, err);
+    if (rc) {
+      if (cn->cond_params) a->cuMemFree((CUdeviceptr)cn->cond_params);
+      return rc;
+    }
+    *index = s->n++;
+    return SCHEDRUN_OK;
+  }
+  CUgraphNode dep = sg->last;
+  size_t ndep = dep ? 1 : 0;
+  CUresult r = CUDA_SUCCESS;
+  const char *call = "";
+  CUDA_MEMSET_NODE_PARAMS mp[2];
+  int k = n->kind == GN_FILL ? fill_params(n, mp) : 0;
+  if ((n->kind == GN_COPY && n->u.copy.bytes == 0) || (n->kind == GN_FILL && k == 0)) {
+    /* the driver refuses zero-sized copies and memsets */
+    cn->empty = true;
+    call = "cuGraphAddEmptyNode";
+    r = a->cuGraphAddEmptyNode(&cn->cu[0], sg->graph, ndep ? &dep : NULL, ndep);
+    cn->ncu = 1;
+  } else if (n->kind == GN_LAUNCH) {
+    cn->nargs = n->u.launch.nargs;
+    cn->args = malloc((cn->nargs ? cn->nargs : 1) * sizeof(uint64_t));
+    cn->params = malloc((cn->nargs ? cn->nargs : 1) * sizeof(void *));
+    if (!cn->args || !cn->params) {
+      free(cn->args);
+      free(cn->params);
+      return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    }
+    if (cn->nargs) memcpy(cn->args, n->u.launch.args, cn->nargs * sizeof(uint64_t));
+    cuda_marshal_args(cn->args, cn->nargs, cn->params);
+    CUDA_KERNEL_NODE_PARAMS kp;
+    kernel_params(cn, n, &kp);
+    call = "cuGraphAddKernelNode";
+    r = a->cuGraphAddKernelNode(&cn->cu[0], sg->graph, ndep ? &dep : NULL, ndep, &kp);
+    cn->ncu = 1;
+  } else if (n->kind == GN_COPY) {
+    CUDA_MEMCPY3D cp;
+    copy_params(n, &cp);
+    call = "cuGraphAddMemcpyNode";
+    r = a->cuGraphAddMemcpyNode(&cn->cu[0], sg->graph, ndep ? &dep : NULL, ndep, &cp, d->ctx);
+    cn->ncu = 1;
+  } else if (n->kind == GN_FILL) {
+    call = "cuGraphAddMemsetNode";
+    for (int i = 0; i < k && r == CUDA_SUCCESS; i++) {
+      r = a->cuGraphAddMemsetNode(&cn->cu[i], sg->graph, ndep ? &dep : NULL, ndep, &mp[i], d->ctx);
+      if (r == CUDA_SUCCESS) {
+        dep = cn->cu[i];
+        ndep = 1;
+      }
+    }
+    cn->ncu = (uint8_t)k;
+    cn->set_height = mp[0].height;
+  } else {
+    return err_set(err, SCHEDRUN_EINTERNAL, "unknown node kind %d", (int)n->kind);
+  }
+  if (r != CUDA_SUCCESS) {
+    free(cn->args);
+    free(cn->params);
+    return cu_fail(a, err, r, call, d->name);
+  }
+  sg->last = cn->cu[cn->ncu - 1];
+  *index = s->n++;
+  return SCHEDRUN_OK;
+}
+
+int cu_seq_finalize(gpu_seq *s, schedrun_error_t *err) {
+  cuda_backend *b = s->b;
+  cu_device *d = &b->devs[s->dev];
+  int rc = cu_use(b, s->dev, err);
+  if (rc) return rc;
+  /* conditional bodies are complete before the graph holding them is instantiated */
+  for (uint32_t i = 0; i < s->n; i++)
+    if (s->nodes[i].body && (rc = cu_seq_finalize(s->nodes[i].body, err))) return rc;
+  if (s->parent) {
+    CUgraphNode tail;
+    CU_CHECK(&b->api, add_cond_kernel(s, &s->segs[0], s->handle, s->cond_params, 0, &tail), d->name, err);
+    s->finalized = true;
+    return SCHEDRUN_OK;
+  }
+  for (uint32_t i = 0; i < s->nsegs; i++) {
+    cu_segment *sg = &s->segs[i];
+    if (sg->kind == SEG_WHILE) {
+      if ((rc = cu_seq_finalize(sg->body, err))) return rc;
+    } else if (!sg->exec) {
+      CU_CHECK(&b->api, b->api.cuGraphInstantiateWithFlags(&sg->exec, sg->graph, 0), d->name, err);
+    }
+  }
+  s->finalized = true;
+  return SCHEDRUN_OK;
+}
+
+/* The instantiated graph a node of segment seg lives in: a conditional
+ * body's nodes are in the graph of the sequence that holds the loop. */
+static CUgraphExec exec_of(const gpu_seq *s, uint16_t seg) {
+  while (s->parent) {
+    seg = s->parent_seg;
+    s = s->parent;
+  }
+  return s->segs[seg].exec;
+}
+
+static int refuse(const cu_device *d, const char *what, schedrun_error_t *err) {
+  return err_set(err, SCHEDRUN_EBACKEND, "%s: the driver cannot update %s in place", d->name, what);
+}
+
+int cu_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_t *err) {
+  cuda_backend *b = s->b;
+  cu_api *a = &b->api;
+  cu_device *d = &b->devs[s->dev];
+  if (index >= s->n || s->nodes[index].kind != n->kind)
+    return err_set(err, SCHEDRUN_EINTERNAL, "update of node %u does not match the sequence", index);
+  int rc = cu_use(b, s->dev, err);
+  if (rc) return rc;
+  cu_node *cn = &s->nodes[index];
+  cu_segment *sg = &s->segs[cn->seg];
+  if (n->kind == GN_WHILE) {
+    if (cn->body) return write_cond_params(b, d, cn->cond_params, n, err);
+    sg->flag = n->u.loop.flag;
+    sg->max_trips = n->u.loop.max_trips;
+    return SCHEDRUN_OK;
+  }
+  CUgraphExec exec = exec_of(s, cn->seg);
+  if (!exec) return err_set(err, SCHEDRUN_EINTERNAL, "%s: update before finalize", d->name);
+  if (n->kind == GN_LAUNCH) {
+    if (n->u.launch.nargs != cn->nargs) return err_set(err, SCHEDRUN_EINTERNAL, "update changes a launch's arguments");
+    if (cn->nargs) memcpy(cn->args, n->u.launch.args, cn->nargs * sizeof(uint64_t));
+    CUDA_KERNEL_NODE_PARAMS kp;
+    kernel_params(cn, n, &kp);
+    CU_CHECK(a, a->cuGraphExecKernelNodeSetParams(exec, cn->cu[0], &kp), d->name, err);
+  } else if (n->kind == GN_COPY) {
+    if ((n->u.copy.bytes == 0) != cn->empty) return refuse(d, "a copy to or from zero bytes", err);
+    if (cn->empty) return SCHEDRUN_OK;
+    CUDA_MEMCPY3D cp;
+    copy_params(n, &cp);
+    CU_CHECK(a, a->cuGraphExecMemcpyNodeSetParams(exec, cn->cu[0], &cp, d->ctx), d->name, err);
+  } else {
+    CUDA_MEMSET_NODE_PARAMS mp[2];
+    int k = fill_params(n, mp);
+    if ((k == 0) != cn->empty) return refuse(d, "a fill to or from zero elements", err);
+    if (cn->empty) return SCHEDRUN_OK;
+    if (k != cn->ncu) return refuse(d, "a fill whose memsets change in number", err);
+    if (mp[0].height > 1 || cn->set_height > 1) {
+      /* 12.x drivers update 1-D memsets only; 13.x keep a 2-D one's shape */
+      if (b->driver_version < 13000) return refuse(d, "a 2-D memset (drivers before CUDA 13)", err);
+      if (mp[0].height != cn->set_height) return refuse(d, "the shape of a 2-D memset", err);
+    }
+    for (int i = 0; i < k; i++)
+      CU_CHECK(a, a->cuGraphExecMemsetNodeSetParams(exec, cn->cu[i], &mp[i], d->ctx), d->name, err);
+  }
+  return SCHEDRUN_OK;
+}
+
+/* ---- launching ---- */
+
+static int run_segments(gpu_seq *s, schedrun_error_t *err) {
+  cuda_backend *b = s->b;
+  cu_api *a = &b->api;
+  cu_device *d = &b->devs[s->dev];
+  for (uint32_t i = 0; i < s->nsegs; i++) {
+    cu_segment *sg = &s->segs[i];
+    if (sg->kind == SEG_GRAPH) {
+      CU_CHECK(a, a->cuGraphLaunch(sg->exec, d->stream), d->name, err);
+      atomic_fetch_add(&d->launches, 1);
+      continue;
+    }
+    for (uint32_t t = 0; t < sg->max_trips; t++) {
+      int32_t flag = 0;
+      atomic_fetch_add(&d->host_trips, 1);
+      CU_CHECK(a, a->cuStreamSynchronize(d->stream), d->name, err);
+      CU_CHECK(a, a->cuMemcpyDtoH(&flag, (CUdeviceptr)sg->flag, sizeof flag), d->name, err);
+      if (flag == 0) break;
+      int rc = run_segments(sg->body, err);
+      if (rc) return rc;
+    }
+  }
+  return SCHEDRUN_OK;
+}
+
+int cu_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
+  cuda_backend *b = s->b;
+  cu_device *d = &b->devs[s->dev];
+  gpu_failure ignored;
+  if (!f) f = &ignored;
+  f->tag = GPU_NO_TAG;
+  f->lost = false;
+  if (atomic_load(&d->lost)) {
+    f->lost = true;
+    return err_set(err, SCHEDRUN_ELOST, "%s is lost: %s", d->name, d->lost_why);
+  }
+  if (!s->finalized || s->parent) return err_set(err, SCHEDRUN_EINTERNAL, "%s: launch before finalize", d->name);
+  int rc = cu_use(b, s->dev, err);
+  if (rc == SCHEDRUN_OK) rc = run_segments(s, err);
+  if (rc == SCHEDRUN_OK) rc = cu_wait_stream(b, d, deadline_ns, f, err);
+  return rc;
+}

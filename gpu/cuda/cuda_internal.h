@@ -1,0 +1,104 @@
+/*
+ * What the CUDA backend's files share: the driver's entry points, the
+ * backend and device objects, and the error helpers. Internal to gpu/cuda/.
+ */
+#ifndef SCHEDRUN_CUDA_INTERNAL_H
+#define SCHEDRUN_CUDA_INTERNAL_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "gpu/backend.h"
+#include "gpu/cuda/cuda_backend.h"
+
+#define CUDA_ABI 12000      /* the API version the required entry points are resolved for */
+#define CUDA_ABI_COND 12030 /* conditional nodes: cuGraphConditionalHandleCreate, cuGraphAddNode */
+
+#define CU_FUNCS(X)                                                                                    \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount)           \
+  X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                \
+  X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD)           \
+  X(cuMemcpyDtoH) X(cuMemsetD8) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
+  X(cuStreamQuery)                                                                                     \
+  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuGraphCreate)      \
+  X(cuGraphDestroy) X(cuGraphAddKernelNode) X(cuGraphAddMemcpyNode) X(cuGraphAddMemsetNode)           \
+  X(cuGraphAddEmptyNode) X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphLaunch)         \
+  X(cuGraphExecKernelNodeSetParams) X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams)
+
+/* Entry points a driver may lack; NULL then. The JIT linker and conditional
+ * nodes together run a while loop inside one graph launch. */
+#define CU_OPTIONAL_FUNCS(X)                                                                           \
+  X(cuLinkCreate, CUDA_ABI) X(cuLinkAddData, CUDA_ABI) X(cuLinkAddFile, CUDA_ABI)                     \
+  X(cuLinkComplete, CUDA_ABI) X(cuLinkDestroy, CUDA_ABI)                                              \
+  X(cuGraphConditionalHandleCreate, CUDA_ABI_COND) X(cuGraphAddNode, CUDA_ABI_COND)
+
+typedef struct cu_api {
+  void *dl;
+#define X(name) __typeof__(&name) name;
+  CU_FUNCS(X)
+#undef X
+#define X(name, v) __typeof__(&name) name;
+  CU_OPTIONAL_FUNCS(X)
+#undef X
+} cu_api;
+
+enum { LOOPS_UNKNOWN, LOOPS_CONDITIONAL, LOOPS_HOST };
+
+typedef struct cu_device {
+  CUdevice dev;
+  CUcontext ctx;
+  CUstream stream;
+  char name[16];
+  char arch[16];
+  int sm; /* 90 for sm_90 */
+  _Atomic bool lost;
+  pthread_mutex_t lost_lock;
+  char lost_why[256]; /* written once, under lost_lock, before `lost` is set */
+  /* how while loops run: conditional nodes with the condition kernel, or
+   * host-driven segments (loops_why says why); settled at the first loop */
+  _Atomic int loops; /* LOOPS_*; loops_why is written before it is set */
+  char loops_why[200];
+  CUmodule cond_mod;
+  CUfunction cond_fn;
+  _Atomic uint64_t launches, host_trips;
+} cu_device;
+
+typedef struct cuda_backend {
+  gpu_backend base;
+  cu_api api;
+  int driver_version;
+  int ndevices;
+  cu_device *devs;
+  _Atomic bool abandoned;
+} cuda_backend;
+
+static inline cuda_backend *cb(const gpu_backend *b) { return (cuda_backend *)b; }
+
+/* "cuda:0: cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)" */
+int cu_fail(const cu_api *a, schedrun_error_t *err, CUresult r, const char *call, const char *dev);
+/* Makes device dev's context current on this thread. */
+int cu_use(cuda_backend *b, int dev, schedrun_error_t *err);
+void cu_set_lost(cu_device *d, const char *why);
+/* Waits for the device's stream by polling, so that a deadline or a close can
+ * end the wait (the device is then lost). */
+int cu_wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err);
+
+#define CU_CHECK(a, call, dev, err)                               \
+  do {                                                            \
+    CUresult r__ = (call);                                        \
+    if (r__ != CUDA_SUCCESS) return cu_fail(a, err, r__, #call, dev); \
+  } while (0)
+
+/* Sequences (cuda_graph.c). */
+int cu_seq_create(gpu_backend *g, int dev, gpu_seq **out, schedrun_error_t *err);
+int cu_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err);
+int cu_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_t *err);
+int cu_seq_finalize(gpu_seq *s, schedrun_error_t *err);
+int cu_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err);
+void cu_seq_destroy(gpu_seq *s);
+/* Unloads what the device's while loops needed (the condition kernel). */
+void cu_loops_release(cuda_backend *b, cu_device *d);
+
+#endif
