@@ -219,9 +219,13 @@ int main(int argc, char **argv) {
     if (stats || sum->ndevices > 1)
       for (int d = 0; d < sum->ndevices; d++) {
         const schedrun_device_stats_t *ds = &sum->devices[d];
-        printf("  %-8s jobs %llu, nodes %llu created / %llu updated / %llu reused, busy %.3f ms\n", ds->name,
-               (unsigned long long)ds->jobs, (unsigned long long)ds->nodes_created,
-               (unsigned long long)ds->nodes_updated, (unsigned long long)ds->nodes_reused, ms(ds->busy_ns));
+        printf("  %-8s jobs %llu, nodes %llu created / %llu updated / %llu reused, busy %.3f ms, %llu launches\n",
+               ds->name, (unsigned long long)ds->jobs, (unsigned long long)ds->nodes_created,
+               (unsigned long long)ds->nodes_updated, (unsigned long long)ds->nodes_reused, ms(ds->busy_ns),
+               (unsigned long long)ds->launches);
+        if (ds->loops[0])
+          printf("  %-8s while loops run %s; %llu host-driven trips\n", "", ds->loops,
+                 (unsigned long long)ds->loop_syncs);
       }
   }
   schedrun_error_clear(&err);

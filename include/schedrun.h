@@ -280,6 +280,9 @@ typedef struct schedrun_device_stats {
   uint64_t jobs;
   uint64_t nodes_created, nodes_updated, nodes_reused;
   uint64_t busy_ns; /* time spent executing */
+  uint64_t launches;   /* submissions to the device (CUDA graph launches): one per job when its loops run there */
+  uint64_t loop_syncs; /* while-loop trips driven from the host, a synchronisation each */
+  char loops[160];     /* how while loops run on the device; "" before the first */
 } schedrun_device_stats_t;
 
 typedef struct schedrun_summary {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/api.h"
 #include "lib/report.h"
 
 typedef struct job_entry {
@@ -24,6 +25,8 @@ struct schedrun_report {
   int first_error;
   char *first_error_text;
   schedrun_summary_t sum;
+  const gpu_backend *backend;
+  gpu_counters at_start[SCHEDRUN_MAX_DEVICES]; /* counters are reported as growth over the run */
 };
 
 schedrun_report_t *report_new(const schedrun_t *s, const prog_program *p, int repeat, int jobs, bool keep) {
@@ -44,6 +47,8 @@ schedrun_report_t *report_new(const schedrun_t *s, const prog_program *p, int re
     return NULL;
   }
   r->sum.ndevices = nd;
+  r->backend = s->core.backend;
+  for (int d = 0; d < nd; d++) r->backend->ops->counters(r->backend, d, &r->at_start[d]);
   for (int d = 0; d < nd; d++) {
     snprintf(r->device_names[d], sizeof r->device_names[d], "%s", schedrun_device_name(s, d));
     snprintf(r->sum.devices[d].name, sizeof r->sum.devices[d].name, "%s", r->device_names[d]);
@@ -129,7 +134,17 @@ bool report_add(schedrun_report_t *r, size_t index, schedrun_job_result_t *res) 
   return true;
 }
 
-void report_finish(schedrun_report_t *r, uint64_t wall_ns) { r->sum.wall_ns = wall_ns; }
+void report_finish(schedrun_report_t *r, uint64_t wall_ns) {
+  r->sum.wall_ns = wall_ns;
+  for (int d = 0; d < r->sum.ndevices; d++) {
+    gpu_counters c;
+    r->backend->ops->counters(r->backend, d, &c);
+    schedrun_device_stats_t *ds = &r->sum.devices[d];
+    ds->launches = c.launches - r->at_start[d].launches;
+    ds->loop_syncs = c.host_trips - r->at_start[d].host_trips;
+    snprintf(ds->loops, sizeof ds->loops, "%s", c.loops);
+  }
+}
 
 int report_status(const schedrun_report_t *r, schedrun_error_t *err) {
   if (r->first_error) return err_set(err, r->first_error, "%s", r->first_error_text ? r->first_error_text : "");
@@ -209,9 +224,12 @@ char *schedrun_report_json(const schedrun_report_t *r) {
     json_str(&sb, ds->name);
     sb_addf(&sb,
             ", \"jobs\": %llu, \"nodes_created\": %llu, \"nodes_updated\": %llu, \"nodes_reused\": %llu, "
-            "\"busy_ms\": %.3f}",
+            "\"busy_ms\": %.3f, \"launches\": %llu, \"loop_syncs\": %llu, \"loops\": ",
             (unsigned long long)ds->jobs, (unsigned long long)ds->nodes_created,
-            (unsigned long long)ds->nodes_updated, (unsigned long long)ds->nodes_reused, ds->busy_ns / 1e6);
+            (unsigned long long)ds->nodes_updated, (unsigned long long)ds->nodes_reused, ds->busy_ns / 1e6,
+            (unsigned long long)ds->launches, (unsigned long long)ds->loop_syncs);
+    json_str(&sb, ds->loops);
+    sb_adds(&sb, "}");
   }
   sb_adds(&sb, "], \"failures\": [");
   for (size_t i = 0; i < r->nfailures && i < 100; i++) {

@@ -31,8 +31,17 @@ int cu_fail(const cu_api *a, schedrun_error_t *err, CUresult r, const char *call
   const char *name = NULL, *text = NULL;
   if (a->cuGetErrorName) a->cuGetErrorName(r, &name);
   if (a->cuGetErrorString) a->cuGetErrorString(r, &text);
-  return err_set(err, r == CUDA_ERROR_OUT_OF_MEMORY ? SCHEDRUN_ENOMEM : SCHEDRUN_EBACKEND, "%s%s%s: %s (%s)",
-                 dev ? dev : "", dev ? ": " : "", call, name ? name : "CUDA_ERROR", text ? text : "unknown error");
+  /* CU_CHECK passes the call as written ("a->cuMemAlloc(&p, n)"): keep its name */
+  const char *open = strchr(call, '(');
+  size_t len = open ? (size_t)(open - call) : strlen(call);
+  for (const char *p = call; p < call + len; p++)
+    if (*p == '>' || *p == '.') {
+      len -= (size_t)(p + 1 - call);
+      call = p + 1;
+    }
+  return err_set(err, r == CUDA_ERROR_OUT_OF_MEMORY ? SCHEDRUN_ENOMEM : SCHEDRUN_EBACKEND, "%s%s%.*s: %s (%s)",
+                 dev ? dev : "", dev ? ": " : "", (int)len, call, name ? name : "CUDA_ERROR",
+                 text ? text : "unknown error");
 }
 
 /* ---- loading the driver ---- */
@@ -97,11 +106,15 @@ int cuda_api_load(cu_api_handle *out, int *ndevices, schedrun_error_t *err) {
   }
   CU_OPTIONAL_FUNCS(X)
 #undef X
+  const char *call = "cuInit";
   CUresult r = a->cuInit(0);
   int n = 0;
-  if (r == CUDA_SUCCESS) r = a->cuDeviceGetCount(&n);
+  if (r == CUDA_SUCCESS) {
+    call = "cuDeviceGetCount";
+    r = a->cuDeviceGetCount(&n);
+  }
   if (r != CUDA_SUCCESS || n == 0) {
-    int rc = r != CUDA_SUCCESS ? cu_fail(a, err, r, "cuInit", NULL)
+    int rc = r != CUDA_SUCCESS ? cu_fail(a, err, r, call, NULL)
                                : err_set(err, SCHEDRUN_EBACKEND, "the CUDA driver sees no device");
     dlclose(dl);
     free(a);
@@ -282,7 +295,8 @@ int cu_wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_fail
       const char *name = NULL;
       a->cuGetErrorName(r, &name);
       char why[160];
-      snprintf(why, sizeof why, "a kernel failed with %s; the context is unusable", name ? name : "an error");
+      snprintf(why, sizeof why, "cuStreamQuery: %s: a kernel failed; the context is unusable",
+               name ? name : "an error");
       cu_set_lost(d, why);
       f->lost = true;
       return err_set(err, SCHEDRUN_EFAULT, "%s", d->lost_why);
@@ -361,8 +375,9 @@ int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_erro
   b->base.ops = &cuda_ops;
   b->api = *(cu_api *)h;
   free(h); /* the table is copied; the library handle now belongs to b */
-  if (b->api.cuDriverGetVersion(&b->driver_version) != CUDA_SUCCESS) b->driver_version = 0;
-  for (int i = 0; i < n; i++) {
+  CUresult vr = b->api.cuDriverGetVersion(&b->driver_version);
+  if (vr != CUDA_SUCCESS) rc = cu_fail(&b->api, err, vr, "cuDriverGetVersion", NULL);
+  for (int i = 0; rc == SCHEDRUN_OK && i < n; i++) {
     int ord = nwhich > 0 ? which[i] : i;
     cu_device *d = &b->devs[i];
     pthread_mutex_init(&d->lost_lock, NULL);
@@ -371,15 +386,18 @@ int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_erro
       rc = err_set(err, SCHEDRUN_EINVAL, "devices: there is no cuda:%d (the driver sees %d)", ord, count);
       break;
     }
+    const char *call = "cuDeviceGet";
     CUresult r = b->api.cuDeviceGet(&d->dev, ord);
     int major = 0, minor = 0;
-    if (r == CUDA_SUCCESS) r = b->api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev);
+    if (r == CUDA_SUCCESS && (call = "cuDeviceGetAttribute"))
+      r = b->api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev);
     if (r == CUDA_SUCCESS) r = b->api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev);
-    if (r == CUDA_SUCCESS) r = b->api.cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
-    if (r == CUDA_SUCCESS) r = b->api.cuCtxSetCurrent(d->ctx);
-    if (r == CUDA_SUCCESS) r = b->api.cuStreamCreate(&d->stream, CU_STREAM_DEFAULT); /* ordered after the legacy-stream copies and memsets */
+    if (r == CUDA_SUCCESS && (call = "cuDevicePrimaryCtxRetain")) r = b->api.cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
+    if (r == CUDA_SUCCESS && (call = "cuCtxSetCurrent")) r = b->api.cuCtxSetCurrent(d->ctx);
+    /* a blocking stream: ordered after the legacy-stream copies and memsets */
+    if (r == CUDA_SUCCESS && (call = "cuStreamCreate")) r = b->api.cuStreamCreate(&d->stream, CU_STREAM_DEFAULT);
     if (r != CUDA_SUCCESS) {
-      rc = cu_fail(&b->api, err, r, "opening the device", d->name);
+      rc = cu_fail(&b->api, err, r, call, d->name);
       /* not counted yet, so destroy would not give this one back */
       if (d->stream) b->api.cuStreamDestroy(d->stream);
       if (d->ctx) b->api.cuDevicePrimaryCtxRelease(d->dev);
