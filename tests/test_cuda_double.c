@@ -219,11 +219,42 @@ static void test_each_driver_call_failing_once(void **st) {
   unsetenv("SCHEDRUN_CUDA_DOUBLE_FAIL");
 }
 
+/* ---- architectures NVRTC does not know ---- */
+
+/* A GPU newer than NVRTC gets PTX for the newest architecture it knows,
+ * which the driver compiles; a driver older than NVRTC cannot load it, and
+ * says what to do; a GPU older than NVRTC supports is refused by name. */
+static void test_architectures(void **st) {
+  (void)st;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
+  set_double("13000", "1");
+  setenv("SCHEDRUN_CUDA_DOUBLE_ARCH", "200", 1);
+  result r;
+  run_cuda(path, &r);
+  if (r.status != 0) fail_msg("sm_200: exit %d\n%s", r.status, r.err ? r.err : "");
+  result_free(&r);
+  set_double("12080", "1");
+  run_cuda(path, &r);
+  if (r.status == 0 || !r.out || !strstr(r.out, "cuModuleLoadData") || !strstr(r.out, "driver is CUDA 12.8") ||
+      !strstr(r.out, "SCHEDRUN_NVRTC_LIBRARY"))
+    fail_msg("PTX 9 on a 12.8 driver: exit %d\n%s", r.status, r.out ? r.out : "");
+  result_free(&r);
+  set_double("13000", "1");
+  setenv("SCHEDRUN_CUDA_DOUBLE_ARCH", "30", 1);
+  run_cuda(path, &r);
+  if (r.status == 0 || !r.out || !strstr(r.out, "cannot compile for sm_30; it supports sm_"))
+    fail_msg("sm_30: exit %d\n%s", r.status, r.out ? r.out : "");
+  result_free(&r);
+  unsetenv("SCHEDRUN_CUDA_DOUBLE_ARCH");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_configs_verify_on_cuda),
       cmocka_unit_test(test_while_loop_is_one_launch_per_job),
       cmocka_unit_test(test_each_driver_call_failing_once),
+      cmocka_unit_test(test_architectures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* The CUDA backend where no GPU is: the driver loader fails with one clear
  * sentence and "auto" falls back to the host; device specs are checked; and
  * kernel arguments are marshalled right for every parameter type. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -99,11 +100,48 @@ static void test_marshal_every_type(void **st) {
   for (int i = 0; i < 7; i++) assert_ptr_equal(params[i], &slots[i]);
 }
 
+/* A libnvrtc loaded by path from a directory of its own finds the builtins
+ * library beside it, not another one the loader knows. */
+static void test_nvrtc_builtins_beside_it(void **st) {
+  (void)st;
+  const char *lib = "/usr/local/cuda/lib64/libnvrtc.so";
+  if (access(lib, R_OK) != 0) {
+    skip();
+    return;
+  }
+  char real[4096];
+  assert_non_null(realpath(lib, real));
+  char dir[] = "/tmp/schedrun-nvrtc-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char cmd[12000];
+  snprintf(cmd, sizeof cmd, "cp '%s' %s/libnvrtc.so && cp \"$(dirname '%s')\"/libnvrtc-builtins.so.*.* %s/", real,
+           dir, real, dir);
+  assert_int_equal(system(cmd), 0);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/libnvrtc.so", dir);
+  setenv("SCHEDRUN_NVRTC_LIBRARY", path, 1);
+  void *ctx = NULL;
+  schedrun_error_t err = {0};
+  assert_int_equal(gpu_cuda_target.open(&ctx, &err), SCHEDRUN_OK);
+  gpu_cuda_target.close(ctx);
+  unsetenv("SCHEDRUN_NVRTC_LIBRARY");
+  char *maps = NULL;
+  size_t len = 0;
+  assert_int_equal(fs_read_file("/proc/self/maps", &maps, &len, &err), SCHEDRUN_OK);
+  char want[4300];
+  snprintf(want, sizeof want, "%s/libnvrtc-builtins.so.", dir);
+  if (!strstr(maps, want)) fail_msg("the builtins beside %s were not loaded", path);
+  free(maps);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_loader_failures),
       cmocka_unit_test(test_auto_falls_back),
       cmocka_unit_test(test_marshal_every_type),
+      cmocka_unit_test(test_nvrtc_builtins_beside_it),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -230,7 +230,20 @@ static int c_module_load(gpu_backend *g, int dev, const void *image, size_t len,
   CUresult r = b->api.cuModuleLoadData(&m->mod, image);
   if (r != CUDA_SUCCESS) {
     free(m);
-    return cu_fail(&b->api, err, r, "cuModuleLoadData", b->devs[dev].name);
+    int rc2 = cu_fail(&b->api, err, r, "cuModuleLoadData", b->devs[dev].name);
+    if (err && err->message &&
+        (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || r == CUDA_ERROR_INVALID_IMAGE || r == CUDA_ERROR_NO_BINARY_FOR_GPU ||
+         r == CUDA_ERROR_INVALID_PTX)) {
+      /* the usual cause: NVRTC newer than the driver */
+      char *was = err->message;
+      err->message = NULL;
+      err_set(err, rc2,
+              "%s; the driver is CUDA %d.%d, and code from a newer NVRTC needs a newer driver (set "
+              "SCHEDRUN_NVRTC_LIBRARY to an NVRTC no newer than the driver)",
+              was, b->driver_version / 1000, b->driver_version % 1000 / 10);
+      free(was);
+    }
+    return rc2;
   }
   m->dev = dev;
   *out = m;

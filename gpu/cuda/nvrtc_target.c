@@ -45,6 +45,22 @@ typedef struct nvrtc_api {
   nvrtcResult (*GetSupportedArchs)(int *);
 } nvrtc_api;
 
+/* NVRTC opens libnvrtc-builtins.so.<major>.<minor> by name when it
+ * compiles. A libnvrtc loaded by path from a directory the loader does not
+ * search would not find the one beside it, and every compile would fail:
+ * load that one first (by path), so that the name resolves to it. */
+static void preload_builtins(const nvrtc_api *a) {
+  Dl_info info;
+  int major = 0, minor = 0;
+  if (!dladdr((void *)a->Version, &info) || !info.dli_fname || !strrchr(info.dli_fname, '/') ||
+      a->Version(&major, &minor) != 0)
+    return;
+  char path[4200];
+  int dir = (int)(strrchr(info.dli_fname, '/') - info.dli_fname);
+  snprintf(path, sizeof path, "%.*s/libnvrtc-builtins.so.%d.%d", dir, info.dli_fname, major, minor);
+  if (access(path, R_OK) == 0) dlopen(path, RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE);
+}
+
 static int nv_open(void **ctx, schedrun_error_t *err) {
   *ctx = NULL;
   const char *env = getenv("SCHEDRUN_NVRTC_LIBRARY");
@@ -85,6 +101,7 @@ static int nv_open(void **ctx, schedrun_error_t *err) {
   }
   a->GetNumSupportedArchs = (nvrtcResult(*)(int *))dlsym(dl, "nvrtcGetNumSupportedArchs");
   a->GetSupportedArchs = (nvrtcResult(*)(int *))dlsym(dl, "nvrtcGetSupportedArchs");
+  preload_builtins(a);
   *ctx = a;
   return SCHEDRUN_OK;
 }
