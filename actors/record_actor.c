@@ -6,17 +6,17 @@
  * carries its node_key {command, record id} and remembers the parameters it
  * was recorded with (function, grid, addresses, scalars). On RECORD the actor
  * first builds the wanted node list for the job's bindings and variables
- * (unrolling `trips` loops, recording a `while` body once as a child
- * sequence), without touching anything; then, against what is stored:
+ * (record_nodes.c), without touching anything; then, against what is stored:
  *   - no sequence, or a different shape (the node keys or kinds differ):
  *     create it from scratch;
  *   - same shape: update in place exactly the nodes whose parameters changed,
- *     and reuse the others.
+ *     and reuse the others. Where the backend refuses an update in place (a
+ *     driver allows only some changes to an instantiated graph), the
+ *     recording is built afresh instead.
  * A failure while building the wanted list leaves the stored sequence as it was.
  * The scheduler never sends RECORD for a sequence that is executing, so an
  * update never happens under a running replay.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,45 +24,11 @@
 #include "actors/actor.h"
 #include "actors/core.h"
 #include "actors/exec_ctx_key.h"
+#include "actors/record_nodes.h"
 #include "common/artifact.h"
 
 /* Above this many nodes the scratch list is freed after each RECORD. */
 #define WANT_KEEP_NODES 4096
-
-/* One recorded node and what it was recorded with. 64 bytes + its args. */
-typedef struct rec_node {
-  node_key key;
-  uint16_t seq_no; /* which sequence of the recording: 0 root, else a while body */
-  uint8_t kind;    /* gpu_node_kind */
-  uint32_t index;  /* position in that sequence, for seq_update */
-  uint32_t arg0, nargs;
-  union {
-    struct {
-      gpu_function fn;
-      uint32_t grid[3], block[3];
-    } launch;
-    struct {
-      uint64_t dst, src, bytes;
-    } copy;
-    struct {
-      uint64_t dst, count, pattern;
-      uint32_t elem_size;
-    } fill;
-    struct {
-      uint64_t flag;
-      uint32_t max_trips;
-      uint16_t body_no;
-    } loop;
-  } u;
-} rec_node;
-
-typedef struct node_list {
-  rec_node *v;
-  uint32_t n, cap;
-  uint64_t *args;
-  uint32_t nargs, args_cap;
-  uint16_t nseqs;
-} node_list;
 
 typedef struct rec_seq {
   node_list nodes;
@@ -100,278 +66,6 @@ struct record_state {
   hmap modules; /* mod_key -> rec_module* */
   node_list want; /* scratch, reused between RECORDs */
 };
-
-/* ---- node lists ---- */
-
-static rec_node *nl_push(node_list *l) {
-  if (l->n == l->cap) {
-    uint32_t cap = l->cap ? l->cap * 2 : 64;
-    rec_node *v = realloc(l->v, cap * sizeof *v);
-    if (!v) return NULL;
-    l->v = v;
-    l->cap = cap;
-  }
-  rec_node *r = &l->v[l->n++];
-  memset(r, 0, sizeof *r);
-  return r;
-}
-
-/* Reserves n argument slots; false when out of memory. */
-static bool nl_args(node_list *l, uint32_t n, uint32_t *arg0) {
-  if (l->nargs + n > l->args_cap) {
-    uint32_t cap = l->args_cap ? l->args_cap : 64;
-    while (cap < l->nargs + n) cap *= 2;
-    uint64_t *a = realloc(l->args, cap * sizeof *a);
-    if (!a) return false;
-    l->args = a;
-    l->args_cap = cap;
-  }
-  *arg0 = l->nargs;
-  l->nargs += n;
-  return true;
-}
-
-static void nl_reset(node_list *l) {
-  l->n = 0;
-  l->nargs = 0;
-  l->nseqs = 1;
-}
-
-static void nl_free(node_list *l) {
-  free(l->v);
-  free(l->args);
-  memset(l, 0, sizeof *l);
-}
-
-/* Copies src into dst, reusing dst's memory. */
-static int nl_copy(node_list *dst, const node_list *src) {
-  if (dst->cap < src->n) {
-    rec_node *v = realloc(dst->v, (src->n ? src->n : 1) * sizeof *v);
-    if (!v) return -1;
-    dst->v = v;
-    dst->cap = src->n;
-  }
-  if (dst->args_cap < src->nargs) {
-    uint64_t *a = realloc(dst->args, (src->nargs ? src->nargs : 1) * sizeof *a);
-    if (!a) return -1;
-    dst->args = a;
-    dst->args_cap = src->nargs;
-  }
-  if (src->n) memcpy(dst->v, src->v, src->n * sizeof *src->v);
-  if (src->nargs) memcpy(dst->args, src->args, src->nargs * sizeof *src->args);
-  dst->n = src->n;
-  dst->nargs = src->nargs;
-  dst->nseqs = src->nseqs;
-  return 0;
-}
-
-/* ---- building the wanted list ---- */
-
-typedef struct walk {
-  record_state *s;
-  const prog_program *p;
-  const msg_record *r;
-  const gpu_function *fns;
-  prog_env env;
-  strbuf *why;
-} walk;
-
-__attribute__((format(printf, 3, 4))) static int wfail(walk *w, const prog_step *st,
-                                                       const char *fmt, ...) {
-  if (w->why->len == 0) {
-    sb_addf(w->why, "%s:%d:%d: ", w->p->path, st->loc.line, st->loc.col);
-    va_list ap;
-    va_start(ap, fmt);
-    sb_vaddf(w->why, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
-
-static int eval(walk *w, const prog_step *st, const prog_expr *e, const char *what,
-                prog_value *v) {
-  if (e->n == 0) {
-    *v = (prog_value){.is_int = true};
-    return 0;
-  }
-  const char *bad = prog_expr_eval(e, &w->env, v);
-  if (bad) return wfail(w, st, "%s: %s", what, bad);
-  return 0;
-}
-
-static int eval_index(walk *w, const prog_step *st, const prog_expr *e, const char *what,
-                      int64_t *out) {
-  prog_value v;
-  if (eval(w, st, e, what, &v)) return -1;
-  if (!v.is_int) {
-    if (v.f != floor(v.f) || fabs(v.f) > 9e15) return wfail(w, st, "%s is %g, not an integer", what, v.f);
-    v.i = (int64_t)v.f;
-  }
-  *out = v.i;
-  return 0;
-}
-
-/* A byte range [offset, offset+count) of elements inside buffer b. */
-static int buf_range(walk *w, const prog_step *st, uint32_t b, int64_t off, int64_t count,
-                     const char *what, uint64_t *addr) {
-  const prog_buffer *buf = &w->p->buffers[b];
-  if (off < 0 || count < 0 || (uint64_t)off > buf->count || (uint64_t)count > buf->count - (uint64_t)off)
-    return wfail(w, st, "%s: %lld elements at offset %lld run outside buffer '%s' (%llu elements)",
-                 what, (long long)count, (long long)off, buf->name,
-                 (unsigned long long)buf->count);
-  *addr = w->r->bindings.v[b] + (uint64_t)off * prog_type_size(buf->type);
-  return 0;
-}
-
-static int pack_scalar(walk *w, const prog_step *st, prog_type t, prog_value v, uint32_t argno,
-                       uint64_t *slot) {
-  *slot = 0;
-  if (t == PT_F32) {
-    float f = (float)prog_value_f(v);
-    memcpy(slot, &f, sizeof f);
-    return 0;
-  }
-  if (t == PT_F64) {
-    double d = prog_value_f(v);
-    memcpy(slot, &d, sizeof d);
-    return 0;
-  }
-  int64_t i = v.i;
-  if (!v.is_int) {
-    if (v.f != floor(v.f) || fabs(v.f) > 9e18)
-      return wfail(w, st, "argument %u is %g, which is not an integer for %s", argno, v.f,
-                   prog_type_name(t));
-    i = (int64_t)v.f;
-  }
-  bool fits = t == PT_I32 ? (i >= INT32_MIN && i <= INT32_MAX)
-              : t == PT_U32 ? (i >= 0 && i <= (int64_t)UINT32_MAX)
-              : t == PT_U64 ? i >= 0
-                            : true;
-  if (!fits) return wfail(w, st, "argument %u is %lld, which does not fit %s", argno, (long long)i,
-                          prog_type_name(t));
-  if (t == PT_I32 || t == PT_U32) {
-    uint32_t u = (uint32_t)i;
-    memcpy(slot, &u, 4);
-  } else {
-    memcpy(slot, &i, 8);
-  }
-  return 0;
-}
-
-static int walk_steps(walk *w, const prog_step *steps, uint32_t n, int depth, uint32_t rid,
-                      uint16_t seq_no);
-
-static int walk_step(walk *w, const prog_step *st, int depth, uint32_t rid, uint16_t seq_no) {
-  node_list *l = &w->s->want;
-  if (st->kind == ST_LOOP) {
-    for (uint32_t it = 0; it < st->u.loop.trips; it++) {
-      w->env.v[EXV_ITER0 + depth] = it;
-      if (walk_steps(w, st->u.loop.body, st->u.loop.nbody, depth + 1,
-                     rid * st->u.loop.trips + it, seq_no))
-        return -1;
-    }
-    return 0;
-  }
-  rec_node *nd = nl_push(l);
-  if (!nd) return wfail(w, st, "out of memory");
-  nd->key = (node_key){st->command, rid};
-  nd->seq_no = seq_no;
-  switch (st->kind) {
-  case ST_LAUNCH: {
-    const prog_kernel *k = &w->p->kernels[st->u.launch.kernel];
-    nd->kind = GN_LAUNCH;
-    nd->u.launch.fn = w->fns[st->u.launch.kernel];
-    memcpy(nd->u.launch.grid, st->u.launch.grid, sizeof nd->u.launch.grid);
-    memcpy(nd->u.launch.block, st->u.launch.block, sizeof nd->u.launch.block);
-    nd->nargs = st->u.launch.nargs;
-    uint32_t arg0;
-    if (!nl_args(l, nd->nargs, &arg0)) return wfail(w, st, "out of memory");
-    nd = &l->v[l->n - 1];
-    nd->arg0 = arg0;
-    for (uint32_t a = 0; a < st->u.launch.nargs; a++) {
-      const prog_arg *pa = &st->u.launch.args[a];
-      uint64_t *slot = &l->args[arg0 + a];
-      if (pa->is_buffer) {
-        int64_t off = 0;
-        if (eval_index(w, st, &pa->expr, "offset", &off) ||
-            buf_range(w, st, pa->buffer, off, 0, "offset", slot))
-          return -1;
-      } else {
-        prog_value v;
-        if (eval(w, st, &pa->expr, "argument", &v) ||
-            pack_scalar(w, st, k->params[a], v, a + 1, slot))
-          return -1;
-      }
-    }
-    return 0;
-  }
-  case ST_COPY: {
-    int64_t count, fo = 0, to = 0;
-    uint64_t src = 0, dst = 0; /* set by buf_range, or the step fails */
-    nd->kind = GN_COPY;
-    if (eval_index(w, st, &st->u.copy.count, "count", &count) ||
-        eval_index(w, st, &st->u.copy.from_offset, "from_offset", &fo) ||
-        eval_index(w, st, &st->u.copy.to_offset, "to_offset", &to) ||
-        buf_range(w, st, st->u.copy.from, fo, count, "copy", &src) ||
-        buf_range(w, st, st->u.copy.to, to, count, "copy", &dst))
-      return -1;
-    nd = &l->v[l->n - 1];
-    nd->u.copy.src = src;
-    nd->u.copy.dst = dst;
-    nd->u.copy.bytes = (uint64_t)count * prog_type_size(w->p->buffers[st->u.copy.from].type);
-    return 0;
-  }
-  case ST_FILL: {
-    const prog_buffer *b = &w->p->buffers[st->u.fill.buffer];
-    int64_t off = 0, count;
-    prog_value v;
-    uint64_t dst = 0, pattern = 0;
-    if (eval_index(w, st, &st->u.fill.offset, "offset", &off)) return -1;
-    count = (int64_t)b->count - off;
-    if ((st->u.fill.count.n && eval_index(w, st, &st->u.fill.count, "count", &count)) ||
-        buf_range(w, st, st->u.fill.buffer, off, count, "fill", &dst) ||
-        eval(w, st, &st->u.fill.value, "value", &v))
-      return -1;
-    if (b->type == PT_U8) {
-      int64_t i = v.is_int ? v.i : (int64_t)v.f;
-      if (i < 0 || i > 255 || (!v.is_int && v.f != floor(v.f)))
-        return wfail(w, st, "fill value does not fit u8");
-      pattern = (uint64_t)i;
-    } else if (pack_scalar(w, st, b->type, v, 1, &pattern)) {
-      return -1;
-    }
-    nd = &l->v[l->n - 1];
-    nd->kind = GN_FILL;
-    nd->u.fill.dst = dst;
-    nd->u.fill.count = (uint64_t)count;
-    nd->u.fill.pattern = pattern;
-    nd->u.fill.elem_size = (uint32_t)prog_type_size(b->type);
-    return 0;
-  }
-  case ST_WHILE: {
-    uint64_t flag = 0;
-    if (buf_range(w, st, st->u.loop.buffer, (int64_t)st->u.loop.index, 1, "while flag", &flag))
-      return -1;
-    if (l->nseqs == UINT16_MAX) return wfail(w, st, "too many while loops");
-    uint16_t body_no = l->nseqs++;
-    nd = &l->v[l->n - 1];
-    nd->kind = GN_WHILE;
-    nd->u.loop.flag = flag;
-    nd->u.loop.max_trips = st->u.loop.max_trips;
-    nd->u.loop.body_no = body_no;
-    w->env.v[EXV_ITER0 + depth] = 0;
-    return walk_steps(w, st->u.loop.body, st->u.loop.nbody, depth + 1, rid, body_no);
-  }
-  default: return wfail(w, st, "unknown step");
-  }
-}
-
-static int walk_steps(walk *w, const prog_step *steps, uint32_t n, int depth, uint32_t rid,
-                      uint16_t seq_no) {
-  for (uint32_t i = 0; i < n; i++)
-    if (walk_step(w, &steps[i], depth, rid, seq_no)) return -1;
-  return 0;
-}
 
 /* ---- applying the wanted list ---- */
 
@@ -573,12 +267,7 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
     rc = ensure_functions(s, p, r, fns, &err);
 
   if (rc == SCHEDRUN_OK) {
-    walk w = {s, p, r, fns, {{0}}, &why};
-    w.env.v[EXV_JOB] = r->job_index;
-    w.env.v[EXV_DEVICE] = r->device;
-    w.env.v[EXV_RUN] = r->run;
-    nl_reset(&s->want);
-    if (walk_steps(&w, p->steps, p->nsteps, 0, 0, 0) != 0)
+    if (record_walk(&s->want, p, r, fns, &why) != 0)
       rc = err_set(&err, SCHEDRUN_ECONFIG, "%s", why.data ? why.data : "recording failed");
   }
 

@@ -1,0 +1,64 @@
+/*
+ * The record actor's node lists: what a recording holds per node, and how
+ * a program is walked, for one job's bindings and variables, into the list
+ * of nodes it wants (unrolling `trips` loops, recording a `while` body once
+ * as a child sequence). Walking touches no recording.
+ */
+#ifndef SCHEDRUN_RECORD_NODES_H
+#define SCHEDRUN_RECORD_NODES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "actors/exec_ctx_key.h"
+#include "common/common.h"
+#include "gpu/backend.h"
+#include "messages/msg.h"
+#include "program/program.h"
+
+/* One recorded node and what it was recorded with. 64 bytes + its args. */
+typedef struct rec_node {
+  node_key key;
+  uint16_t seq_no; /* which sequence of the recording: 0 root, else a while body */
+  uint8_t kind;    /* gpu_node_kind */
+  uint32_t index;  /* position in that sequence, for seq_update */
+  uint32_t arg0, nargs;
+  union {
+    struct {
+      gpu_function fn;
+      uint32_t grid[3], block[3];
+    } launch;
+    struct {
+      uint64_t dst, src, bytes;
+    } copy;
+    struct {
+      uint64_t dst, count, pattern;
+      uint32_t elem_size;
+    } fill;
+    struct {
+      uint64_t flag;
+      uint32_t max_trips;
+      uint16_t body_no;
+    } loop;
+  } u;
+} rec_node;
+
+typedef struct node_list {
+  rec_node *v;
+  uint32_t n, cap;
+  uint64_t *args;
+  uint32_t nargs, args_cap;
+  uint16_t nseqs;
+} node_list;
+
+void nl_reset(node_list *l);
+void nl_free(node_list *l);
+/* dst becomes a copy of src; -1 when out of memory. */
+int nl_copy(node_list *dst, const node_list *src);
+
+/* Builds in `want` the nodes program p records for RECORD r, with kernel k's
+ * function fns[k]. On failure returns -1 and `why` holds "file:line:col:
+ * what", naming the step. */
+int record_walk(node_list *want, const prog_program *p, const msg_record *r, const gpu_function *fns, strbuf *why);
+
+#endif
