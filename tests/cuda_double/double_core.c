@@ -82,16 +82,9 @@ void dbl_count(const char *event) {
   fclose(f);
 }
 
-const char *dbl_state_dir(void) {
-  static char dir[512];
-  if (!dir[0]) {
-    const char *d = getenv("SCHEDRUN_CUDA_DOUBLE_DIR");
-    const char *tmp = getenv("TMPDIR");
-    if (d && *d) snprintf(dir, sizeof dir, "%s", d);
-    else snprintf(dir, sizeof dir, "%s/schedrun-cuda-double-%ld", tmp && *tmp ? tmp : "/tmp", (long)getuid());
-  }
-  return dir;
-}
+static char g_dir[512]; /* set once, when the library loads */
+
+const char *dbl_state_dir(void) { return g_dir; }
 
 /* ---- handles ---- */
 
@@ -492,6 +485,10 @@ static void once(void) {
   const char *v = getenv("SCHEDRUN_CUDA_DOUBLE_DRIVER");
   if (v && *v) dbl_driver_version = atoi(v);
   read_fail_spec();
+  const char *d = getenv("SCHEDRUN_CUDA_DOUBLE_DIR");
+  const char *tmp = getenv("TMPDIR");
+  if (d && *d) snprintf(g_dir, sizeof g_dir, "%s", d);
+  else snprintf(g_dir, sizeof g_dir, "%s/schedrun-cuda-double-%ld", tmp && *tmp ? tmp : "/tmp", (long)getuid());
 }
 
 __attribute__((constructor)) static void double_init(void) { once(); }

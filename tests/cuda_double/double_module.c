@@ -483,19 +483,28 @@ static struct {
   nvres (*GetSupportedArchs)(int *);
 } nv;
 
-static bool nv_load(void) {
-  if (nv.dl) return true;
+static bool nv_ok;
+
+/* NVRTC is called from several compile threads: loaded once. */
+static void nv_load_once(void) {
   const char *env = getenv("SCHEDRUN_CUDA_DOUBLE_NVRTC");
   const char *c[] = {env && *env ? env : "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12",
                      "/usr/local/cuda/lib64/libnvrtc.so"};
   for (size_t i = 0; !nv.dl && i < sizeof c / sizeof c[0]; i++) nv.dl = dlopen(c[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-  if (!nv.dl) return false;
+  if (!nv.dl) return;
 #define S(f) *(void **)&nv.f = dlsym(nv.dl, "nvrtc" #f)
   S(GetErrorString); S(Version); S(CreateProgram); S(DestroyProgram); S(CompileProgram); S(GetCUBINSize);
   S(GetCUBIN); S(GetPTXSize); S(GetPTX); S(GetProgramLogSize); S(GetProgramLog); S(GetNumSupportedArchs);
   S(GetSupportedArchs);
 #undef S
-  return nv.CreateProgram && nv.CompileProgram && nv.GetCUBIN && nv.GetPTX;
+  nv_ok = nv.GetErrorString && nv.Version && nv.CreateProgram && nv.DestroyProgram && nv.CompileProgram &&
+          nv.GetCUBINSize && nv.GetCUBIN && nv.GetPTXSize && nv.GetPTX && nv.GetProgramLogSize && nv.GetProgramLog;
+}
+
+static bool nv_load(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, nv_load_once);
+  return nv_ok;
 }
 
 #define NV_EXPORT(ret, name, args) DBL_EXPORT ret dbl_##name args __asm__(#name); ret dbl_##name args
