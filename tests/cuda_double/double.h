@@ -21,6 +21,12 @@
  * wrapper (gpu/host/host_build.h) and runs each launch as loops over blocks
  * and threads, like a host device does.
  *
+ * Loaded as the driver, it sets SCHEDRUN_NVRTC_LIBRARY to itself when that
+ * is unset, so that `SCHEDRUN_CUDA_LIBRARY=.../libcuda-double.so sched-run
+ * --devices cuda config.yaml` is all it takes (with a kernel cache that
+ * another NVRTC did not fill: the double cannot run images it did not see
+ * compiled).
+ *
  * Work runs when it is submitted: a stream is always idle after a call
  * returns. Asynchrony is not modelled.
  *

@@ -3,6 +3,7 @@
  * handle registry and leak report, devices, primary contexts, memory,
  * streams and the eager copies. See double.h.
  */
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -485,6 +486,10 @@ static void once(void) {
   const char *v = getenv("SCHEDRUN_CUDA_DOUBLE_DRIVER");
   if (v && *v) dbl_driver_version = atoi(v);
   read_fail_spec();
+  /* the double needs to see every compile: it is NVRTC too, unless told otherwise */
+  Dl_info self;
+  if (!getenv("SCHEDRUN_NVRTC_LIBRARY") && dladdr((void *)once, &self) && self.dli_fname)
+    setenv("SCHEDRUN_NVRTC_LIBRARY", self.dli_fname, 0);
   const char *d = getenv("SCHEDRUN_CUDA_DOUBLE_DIR");
   const char *tmp = getenv("TMPDIR");
   if (d && *d) snprintf(g_dir, sizeof g_dir, "%s", d);

@@ -187,7 +187,11 @@ static CUresult build(dmod *m) {
   schedrun_error_t e = {0};
   if (fs_read_file(path, &src, &len, &e) != SCHEDRUN_OK) {
     schedrun_error_clear(&e);
-    return CUDA_ERROR_INVALID_IMAGE; /* an image NVRTC did not make through the double */
+    fprintf(stderr,
+            "cuda-double: no source is recorded for image %.12s: it was not compiled through the double's NVRTC "
+            "(a kernel cache filled by another NVRTC? use a cache of its own)\n",
+            m->hash);
+    return CUDA_ERROR_INVALID_IMAGE;
   }
   strbuf tu;
   sb_init(&tu);
