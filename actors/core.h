@@ -32,6 +32,7 @@ typedef struct schedrun_core {
   char *cache_dir;
   int compile_workers;
   bool record_always;
+  bool record_whole_program; /* every RECORD walks the whole program (measurements) */
   pthread_mutex_t reg_lock;
   hmap programs; /* uint64_t id -> prog_program* */
 } schedrun_core;

@@ -17,6 +17,7 @@
  * The scheduler never sends RECORD for a sequence that is executing, so an
  * update never happens under a running replay.
  */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,11 @@ typedef struct rec_seq {
   gpu_seq **seqs; /* [0] root, owns the others */
   msg_counts total;
   uint32_t rebuilds; /* times an update in place was refused and the recording built afresh */
+  /* what it was recorded with besides the job's variables: while a RECORD
+   * brings the same, only the nodes that depend on the job can change */
+  uint64_t *bindings;
+  gpu_function *fns;
+  uint32_t nbindings, nfns;
 } rec_seq;
 
 /* The key a node is stored under. SCHEDRUN_RECORD_SHARED_SLOT builds the broken
@@ -64,7 +70,8 @@ struct record_state {
   schedrun_core *core;
   hmap seqs;    /* seq_key -> rec_seq* */
   hmap modules; /* mod_key -> rec_module* */
-  node_list want; /* scratch, reused between RECORDs */
+  node_list want;    /* scratch, reused between RECORDs */
+  node_list dynamic; /* scratch: the job-dependent nodes evaluated again */
 };
 
 /* ---- applying the wanted list ---- */
@@ -135,6 +142,8 @@ static void rec_seq_destroy(record_state *s, rec_seq *q) {
   if (!q) return;
   if (q->seqs && q->seqs[0]) s->core->backend->ops->seq_destroy(q->seqs[0]);
   free(q->seqs);
+  free(q->bindings);
+  free(q->fns);
   nl_free(&q->nodes);
   hmap_destroy(&q->index);
   free(q);
@@ -170,10 +179,25 @@ static int create_seq(record_state *s, uint32_t device, rec_seq **out, schedrun_
   return SCHEDRUN_OK;
 }
 
+/* Updates q's node `have` in place to `want` (from list `from`) and
+ * remembers the new parameters; the key, index and argument slots stay. */
+static int apply_update(record_state *s, rec_seq *q, rec_node *have, const node_list *from, const rec_node *want,
+                        schedrun_error_t *err) {
+  gpu_node g;
+  to_gpu_node(from, want, &g);
+  int rc = s->core->backend->ops->seq_update(q->seqs[have->seq_no], have->index, &g, err);
+  if (rc) return rc;
+  uint32_t index = have->index, arg0 = have->arg0;
+  *have = *want;
+  have->index = index;
+  have->arg0 = arg0;
+  if (want->nargs) memcpy(q->nodes.args + arg0, from->args + want->arg0, want->nargs * sizeof(uint64_t));
+  return SCHEDRUN_OK;
+}
+
 /* Brings q up to the wanted list: same shape assumed. Each wanted node finds
  * its recorded state by its key. */
 static int update_seq(record_state *s, rec_seq *q, msg_counts *c, schedrun_error_t *err) {
-  const gpu_ops *ops = s->core->backend->ops;
   for (uint32_t i = 0; i < s->want.n; i++) {
     const rec_node *want = &s->want.v[i];
     node_key k = store_key(want->key);
@@ -184,19 +208,63 @@ static int update_seq(record_state *s, rec_seq *q, msg_counts *c, schedrun_error
       c->reused++;
       continue;
     }
-    gpu_node g;
-    to_gpu_node(&s->want, want, &g);
-    int rc = ops->seq_update(q->seqs[have->seq_no], have->index, &g, err);
+    int rc = apply_update(s, q, have, &s->want, want, err);
     if (rc) return rc;
-    /* remember the new parameters; the key, index and arg slots stay */
-    uint32_t index = have->index, arg0 = have->arg0;
-    *have = *want;
-    have->index = index;
-    have->arg0 = arg0;
-    if (want->nargs)
-      memcpy(q->nodes.args + arg0, s->want.args + want->arg0, want->nargs * sizeof(uint64_t));
     c->updated++;
   }
+  return SCHEDRUN_OK;
+}
+
+/* Whether RECORD r brings the buffers and kernel functions q was recorded
+ * with: then only q's job-dependent nodes can differ. */
+static bool same_context(const rec_seq *q, const msg_record *r, const gpu_function *fns, uint32_t nfns) {
+  return q->bindings && q->nbindings == r->bindings.n && q->nfns == nfns &&
+         !memcmp(q->bindings, r->bindings.v, q->nbindings * sizeof *q->bindings) &&
+         (nfns == 0 || !memcmp(q->fns, fns, nfns * sizeof *fns));
+}
+
+/* Remembers r's buffers and the functions for the next RECORD; when out of
+ * memory nothing is remembered, and the next RECORD walks the whole program. */
+static void remember_context(rec_seq *q, const msg_record *r, const gpu_function *fns, uint32_t nfns) {
+  free(q->bindings);
+  free(q->fns);
+  q->bindings = malloc((r->bindings.n ? r->bindings.n : 1) * sizeof *q->bindings);
+  q->fns = malloc((nfns ? nfns : 1) * sizeof *q->fns);
+  if (!q->bindings || !q->fns) {
+    free(q->bindings);
+    free(q->fns);
+    q->bindings = NULL;
+    q->fns = NULL;
+    return;
+  }
+  if (r->bindings.n) memcpy(q->bindings, r->bindings.v, r->bindings.n * sizeof *q->bindings);
+  if (nfns) memcpy(q->fns, fns, nfns * sizeof *fns);
+  q->nbindings = (uint32_t)r->bindings.n;
+  q->nfns = nfns;
+}
+
+/* Brings q up to the job-dependent nodes evaluated in s->dynamic (the
+ * others cannot have changed): the cost is what depends on the job, not the
+ * program's size. */
+static int update_dynamic(record_state *s, rec_seq *q, msg_counts *c, schedrun_error_t *err) {
+  assert(s->dynamic.n == q->nodes.ndyn);
+  for (uint32_t k = 0; k < q->nodes.ndyn; k++) {
+    const rec_node *want = &s->dynamic.v[k];
+    uint32_t pos = q->nodes.dyn[k].node;
+#ifdef SCHEDRUN_RECORD_SHARED_SLOT
+    node_key key = store_key(q->nodes.v[pos].key);
+    uintptr_t found = (uintptr_t)hmap_get(&q->index, &key);
+    if (found == 0 || found > q->nodes.n) return err_set(err, SCHEDRUN_EINTERNAL, "recorded node missing from its key store");
+    pos = (uint32_t)found - 1;
+#endif
+    rec_node *have = &q->nodes.v[pos];
+    assert(have->key.command == want->key.command && have->kind == want->kind);
+    if (same_params(&q->nodes, have, &s->dynamic, want)) continue;
+    int rc = apply_update(s, q, have, &s->dynamic, want, err);
+    if (rc) return rc;
+    c->updated++;
+  }
+  c->reused = q->nodes.n - c->updated;
   return SCHEDRUN_OK;
 }
 
@@ -247,6 +315,40 @@ static int ensure_functions(record_state *s, const prog_program *p, const msg_re
 
 /* ---- messages ---- */
 
+/* Replaces the recording *q (whose update in place was refused, err saying
+ * why) with one created from s->want. On failure the context has no
+ * recording, and err names both failures. */
+static int rebuild(record_state *s, const seq_key *key, rec_seq **q, uint32_t device, msg_counts *c,
+                   schedrun_error_t *err) {
+  hmap_remove(&s->seqs, key);
+  msg_counts total = (*q)->total;
+  uint32_t rebuilds = (*q)->rebuilds;
+  rec_seq_destroy(s, *q);
+  *q = NULL;
+  schedrun_error_t why_update = *err;
+  memset(err, 0, sizeof *err);
+  rec_seq *fresh = NULL;
+  int rc = create_seq(s, device, &fresh, err);
+  if (rc == SCHEDRUN_OK && hmap_put(&s->seqs, key, fresh) != 0) {
+    rec_seq_destroy(s, fresh);
+    rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  }
+  if (rc == SCHEDRUN_OK) {
+    *q = fresh;
+    fresh->total = total;
+    fresh->rebuilds = rebuilds + 1;
+    c->created = fresh->nodes.n;
+  } else {
+    char *create_msg = err->message;
+    err->message = NULL;
+    err_set(err, rc, "the recording could not be updated in place (%s), nor re-created (%s)",
+            why_update.message ? why_update.message : "refused", create_msg ? create_msg : "failed");
+    free(create_msg);
+  }
+  schedrun_error_clear(&why_update);
+  return rc;
+}
+
 static void handle_record(actor_t *self, record_state *s, msg *m) {
   const msg_record *r = &m->body.record;
   const prog_program *p = core_program(s->core, r->program);
@@ -266,50 +368,33 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
   else
     rc = ensure_functions(s, p, r, fns, &err);
 
-  if (rc == SCHEDRUN_OK) {
-    if (record_walk(&s->want, p, r, fns, &why) != 0)
-      rc = err_set(&err, SCHEDRUN_ECONFIG, "%s", why.data ? why.data : "recording failed");
-  }
-
   msg_counts c = {0};
   seq_key key = {r->program, r->device, r->slot};
-  rec_seq *q = NULL;
+  rec_seq *q = rc == SCHEDRUN_OK ? hmap_get(&s->seqs, &key) : NULL;
+  /* the same buffers and functions as last time: only the nodes that
+   * depend on the job are evaluated again; otherwise the whole program */
+  bool partial = q && !s->core->record_whole_program && same_context(q, r, fns, p->nkernels);
   if (rc == SCHEDRUN_OK) {
-    q = hmap_get(&s->seqs, &key);
-    if (q && same_shape(&q->nodes, &s->want)) {
-      rc = update_seq(s, q, &c, &err);
-      if (rc) {
-        /* The backend refused an update in place (a driver allows only some
-         * changes to an instantiated graph) or failed half-way: the
-         * recording is not trusted any more, and is built afresh. */
+    int w = partial ? record_walk_dynamic(&s->dynamic, &q->nodes, p, r, fns, &why)
+                    : record_walk(&s->want, p, r, fns, &why);
+    if (w != 0) rc = err_set(&err, SCHEDRUN_ECONFIG, "%s", why.data ? why.data : "recording failed");
+  }
+  if (rc == SCHEDRUN_OK) {
+    bool refused = false;
+    if (partial) {
+      refused = (rc = update_dynamic(s, q, &c, &err)) != SCHEDRUN_OK;
+      /* a rebuild needs the whole program walked */
+      if (refused && record_walk(&s->want, p, r, fns, &why) != 0) {
+        schedrun_error_clear(&err);
+        rc = err_set(&err, SCHEDRUN_ECONFIG, "%s", why.data ? why.data : "recording failed");
+        refused = false;
         hmap_remove(&s->seqs, &key);
-        msg_counts total = q->total;
-        uint32_t rebuilds = q->rebuilds;
         rec_seq_destroy(s, q);
         q = NULL;
-        schedrun_error_t why_update = err;
-        memset(&err, 0, sizeof err);
-        rec_seq *fresh = NULL;
-        rc = create_seq(s, r->device, &fresh, &err);
-        if (rc == SCHEDRUN_OK && hmap_put(&s->seqs, &key, fresh) != 0) {
-          rec_seq_destroy(s, fresh);
-          rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
-        }
-        if (rc == SCHEDRUN_OK) {
-          q = fresh;
-          q->total = total;
-          q->rebuilds = rebuilds + 1;
-          c = (msg_counts){.created = q->nodes.n};
-        } else {
-          char *create_msg = err.message;
-          err.message = NULL;
-          err_set(&err, rc, "the recording could not be updated in place (%s), nor re-created (%s)",
-                  why_update.message ? why_update.message : "refused", create_msg ? create_msg : "failed");
-          free(create_msg);
-          dropped = true;
-        }
-        schedrun_error_clear(&why_update);
+        dropped = true;
       }
+    } else if (q && same_shape(&q->nodes, &s->want)) {
+      refused = (rc = update_seq(s, q, &c, &err)) != SCHEDRUN_OK;
     } else {
       rec_seq *fresh = NULL;
       rc = create_seq(s, r->device, &fresh, &err);
@@ -320,6 +405,7 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
         } else {
           if (q) {
             fresh->total = q->total;
+            fresh->rebuilds = q->rebuilds;
             rec_seq_destroy(s, q);
           }
           q = fresh;
@@ -327,11 +413,21 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
         }
       }
     }
+    if (refused) {
+      /* The backend refused an update in place (a driver allows only some
+       * changes to an instantiated graph) or failed half-way: the
+       * recording is not trusted any more, and is built afresh. */
+      c = (msg_counts){0};
+      rc = rebuild(s, &key, &q, r->device, &c, &err);
+      dropped = rc != SCHEDRUN_OK;
+    }
+    if (rc == SCHEDRUN_OK && !partial) remember_context(q, r, fns, p->nkernels);
   }
   free(fns);
   sb_free(&why);
   /* the scratch list is kept for the next RECORD, unless it grew large */
   if (s->want.cap > WANT_KEEP_NODES) nl_free(&s->want);
+  if (s->dynamic.cap > WANT_KEEP_NODES) nl_free(&s->dynamic);
   if (rc) {
     const char *steps[] = {dropped ? "drop the recording of this execution context: the next job records it afresh"
                                    : "keep the previous recording of this execution context unchanged"};
@@ -441,6 +537,7 @@ void record_state_free(record_state *s) {
   }
   hmap_destroy(&s->modules);
   nl_free(&s->want);
+  nl_free(&s->dynamic);
   free(s);
 }
 

@@ -1,4 +1,5 @@
 /* See record_nodes.h. */
+#include <assert.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -40,12 +41,28 @@ void nl_reset(node_list *l) {
   l->n = 0;
   l->nargs = 0;
   l->nseqs = 1;
+  l->ndyn = 0;
+  l->niters = 0;
 }
 
 void nl_free(node_list *l) {
   free(l->v);
   free(l->args);
+  free(l->dyn);
+  free(l->iters);
   memset(l, 0, sizeof *l);
+}
+
+/* Grows an array of `size`-byte items to hold `need`; false when out of memory. */
+static bool grow(void **v, uint32_t *cap, uint32_t need, size_t size) {
+  if (need <= *cap) return true;
+  uint32_t c = *cap ? *cap : 16;
+  while (c < need) c *= 2;
+  void *p = realloc(*v, (size_t)c * size);
+  if (!p) return false;
+  *v = p;
+  *cap = c;
+  return true;
 }
 
 /* Copies src into dst, reusing dst's memory. */
@@ -62,11 +79,18 @@ int nl_copy(node_list *dst, const node_list *src) {
     dst->args = a;
     dst->args_cap = src->nargs;
   }
+  if (!grow((void **)&dst->dyn, &dst->dyn_cap, src->ndyn, sizeof *dst->dyn) ||
+      !grow((void **)&dst->iters, &dst->iters_cap, src->niters, sizeof *dst->iters))
+    return -1;
   if (src->n) memcpy(dst->v, src->v, src->n * sizeof *src->v);
   if (src->nargs) memcpy(dst->args, src->args, src->nargs * sizeof *src->args);
+  if (src->ndyn) memcpy(dst->dyn, src->dyn, src->ndyn * sizeof *src->dyn);
+  if (src->niters) memcpy(dst->iters, src->iters, src->niters * sizeof *src->iters);
   dst->n = src->n;
   dst->nargs = src->nargs;
   dst->nseqs = src->nseqs;
+  dst->ndyn = src->ndyn;
+  dst->niters = src->niters;
   return 0;
 }
 
@@ -163,6 +187,25 @@ static int pack_scalar(walk *w, const prog_step *st, prog_type t, prog_value v, 
   return 0;
 }
 
+/* Which per-job variables a step's own expressions read (PROG_USES_*). */
+static unsigned step_uses(const prog_step *st) {
+  unsigned u = 0;
+  switch (st->kind) {
+  case ST_LAUNCH:
+    for (uint32_t a = 0; a < st->u.launch.nargs; a++) u |= prog_expr_uses(&st->u.launch.args[a].expr);
+    break;
+  case ST_COPY:
+    u = prog_expr_uses(&st->u.copy.count) | prog_expr_uses(&st->u.copy.from_offset) |
+        prog_expr_uses(&st->u.copy.to_offset);
+    break;
+  case ST_FILL:
+    u = prog_expr_uses(&st->u.fill.value) | prog_expr_uses(&st->u.fill.count) | prog_expr_uses(&st->u.fill.offset);
+    break;
+  default: break; /* a while loop's flag and bound do not depend on the job */
+  }
+  return u;
+}
+
 static int walk_steps(walk *w, const prog_step *steps, uint32_t n, int depth, uint32_t rid,
                       uint16_t seq_no);
 
@@ -181,6 +224,14 @@ static int walk_step(walk *w, const prog_step *st, int depth, uint32_t rid, uint
   if (!nd) return wfail(w, st, "out of memory");
   nd->key = (node_key){st->command, rid};
   nd->seq_no = seq_no;
+  if (step_uses(st) & (PROG_USES_JOB | PROG_USES_RUN)) {
+    if (!grow((void **)&l->dyn, &l->dyn_cap, l->ndyn + 1, sizeof *l->dyn) ||
+        !grow((void **)&l->iters, &l->iters_cap, l->niters + (uint32_t)depth, sizeof *l->iters))
+      return wfail(w, st, "out of memory");
+    l->dyn[l->ndyn++] = (dyn_node){st, l->n - 1, rid, l->niters, seq_no, (uint8_t)depth};
+    for (int d = 0; d < depth; d++) l->iters[l->niters++] = w->env.v[EXV_ITER0 + d];
+    nd = &l->v[l->n - 1];
+  }
   switch (st->kind) {
   case ST_LAUNCH: {
     const prog_kernel *k = &w->p->kernels[st->u.launch.kernel];
@@ -278,11 +329,31 @@ static int walk_steps(walk *w, const prog_step *steps, uint32_t n, int depth, ui
   return 0;
 }
 
+static void walk_init(walk *w, node_list *l, const prog_program *p, const msg_record *r, const gpu_function *fns,
+                      strbuf *why) {
+  *w = (walk){l, p, r, fns, {{0}}, why};
+  w->env.v[EXV_JOB] = r->job_index;
+  w->env.v[EXV_DEVICE] = r->device;
+  w->env.v[EXV_RUN] = r->run;
+  nl_reset(l);
+}
+
 int record_walk(node_list *want, const prog_program *p, const msg_record *r, const gpu_function *fns, strbuf *why) {
-  walk w = {want, p, r, fns, {{0}}, why};
-  w.env.v[EXV_JOB] = r->job_index;
-  w.env.v[EXV_DEVICE] = r->device;
-  w.env.v[EXV_RUN] = r->run;
-  nl_reset(want);
+  walk w;
+  walk_init(&w, want, p, r, fns, why);
   return walk_steps(&w, p->steps, p->nsteps, 0, 0, 0);
+}
+
+int record_walk_dynamic(node_list *out, const node_list *of, const prog_program *p, const msg_record *r,
+                        const gpu_function *fns, strbuf *why) {
+  walk w;
+  walk_init(&w, out, p, r, fns, why);
+  for (uint32_t k = 0; k < of->ndyn; k++) {
+    const dyn_node *d = &of->dyn[k];
+    assert(d->st->kind != ST_LOOP && d->st->kind != ST_WHILE); /* leaves only: one node each */
+    for (int i = 0; i < d->depth; i++) w.env.v[EXV_ITER0 + i] = of->iters[d->iter0 + i];
+    if (walk_step(&w, d->st, d->depth, d->rid, d->seq_no)) return -1;
+    assert(out->n == k + 1);
+  }
+  return 0;
 }

@@ -43,12 +43,27 @@ typedef struct rec_node {
   } u;
 } rec_node;
 
+/* A node whose parameters depend on the job ($job or $run in one of its
+ * step's expressions): what it takes to evaluate it again alone. 32 bytes. */
+typedef struct dyn_node {
+  const prog_step *st;
+  uint32_t node;  /* its position in the list */
+  uint32_t rid;   /* its record id */
+  uint32_t iter0; /* the iterations of its enclosing loops: iters[iter0, iter0 + depth) */
+  uint16_t seq_no;
+  uint8_t depth;
+} dyn_node;
+
 typedef struct node_list {
   rec_node *v;
   uint32_t n, cap;
   uint64_t *args;
   uint32_t nargs, args_cap;
   uint16_t nseqs;
+  dyn_node *dyn; /* the nodes that depend on the job, in list order */
+  uint32_t ndyn, dyn_cap;
+  int64_t *iters;
+  uint32_t niters, iters_cap;
 } node_list;
 
 void nl_reset(node_list *l);
@@ -60,5 +75,10 @@ int nl_copy(node_list *dst, const node_list *src);
  * function fns[k]. On failure returns -1 and `why` holds "file:line:col:
  * what", naming the step. */
 int record_walk(node_list *want, const prog_program *p, const msg_record *r, const gpu_function *fns, strbuf *why);
+/* Evaluates again, for RECORD r, the nodes of `of` that depend on the job,
+ * appending them to `out` (reset first) in the order of of->dyn: out->v[k]
+ * is of->dyn[k]'s node as r wants it. Same failures as record_walk. */
+int record_walk_dynamic(node_list *out, const node_list *of, const prog_program *p, const msg_record *r,
+                        const gpu_function *fns, strbuf *why);
 
 #endif

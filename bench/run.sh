@@ -39,6 +39,8 @@ echo "breakdown: zmq floor, codec, one job phase by phase" >&2
 "$build/breakdown_bench" > "$tmp/breakdown"
 echo "replay: 1000 tiny launches; record create / update / reuse; memory" >&2
 "$build/replay_bench" > "$tmp/replay"
+echo "record: create / update one / update all / reuse, 100 to 100,000 launches" >&2
+"$build/record_bench" > "$tmp/record"
 echo "compile: pool of 1 vs 2 workers, memory-cache hits" >&2
 "$build/compile_bench" 5 > "$tmp/compile"
 
@@ -64,7 +66,7 @@ read -r saxpy_cold saxpy_warm < <(coldwarm configs/saxpy.yaml 5)
 "$build/compile_bench" --print-config > "$tmp/k16.yaml"
 read -r k16_cold k16_warm < <(coldwarm "$tmp/k16.yaml" 3)
 
-J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile
+J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/record
 sp_tp=$(get starpu_throughput_tasks_per_s "$S"); sp_lat=$(get starpu_latency_median_us "$S"); sp_chain=$(get starpu_chain_ns_per_task "$S")
 {
   echo "# Benchmark results"
@@ -207,6 +209,24 @@ sp_tp=$(get starpu_throughput_tasks_per_s "$S"); sp_lat=$(get starpu_latency_med
   echo "the allocator's growth between recordings of 1,000 and 101,000 nodes; each node"
   echo "keeps its two 8-byte argument slots twice (the record actor compares them, the"
   echo "backend replays them), 32 bytes counted as arguments."
+  echo
+  echo "## Recording updates cost what changed"
+  echo
+  echo "A RECORD through the record actor (every job sent there), for programs of N"
+  echo "launches. *update one*: one launch reads \$job, the other N - 1 cannot change;"
+  echo "*update all*: every launch reads \$job; *reuse*: nothing changed. Shipped: only"
+  echo "the steps that depend on the job are evaluated again (while the buffers and"
+  echo "kernels are those the recording was made with); *whole program*: every RECORD"
+  echo "walks and compares the whole program (\`record_whole_program\`), as before. Same run."
+  echo
+  echo "| N | create | update one | update all | reuse | update one, whole program | update all, whole program | **create / update one** |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for n in 100 1000 10000 100000; do
+    echo "| $n | $(get record_${n}_create_us "$RB") us | $(get record_${n}_update_one_us "$RB") us | $(get record_${n}_update_all_us "$RB") us | $(get record_${n}_reuse_us "$RB") us | $(get record_${n}_update_one_whole_us "$RB") us | $(get record_${n}_update_all_whole_us "$RB") us | **$(ratio "$(get record_${n}_create_us "$RB")" "$(get record_${n}_update_one_us "$RB")")x** |"
+  done
+  echo
+  echo "Command: \`build/record_bench\` (one host device; medians of 5; RECORD -> RECORDED"
+  echo "as the scheduler sees it, two message hops included)."
   echo
   echo "## Compiles"
   echo

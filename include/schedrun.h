@@ -90,6 +90,9 @@ typedef struct schedrun_options {
   int record_always;     /* 1: send every job through the record actor, even when
                             its recording cannot have changed (slower; for diagnosis
                             and for measuring the fast path) */
+  int record_whole_program; /* 1: every RECORD walks and compares the whole program,
+                            not only the steps that depend on the job (slower; for
+                            diagnosis and for measuring the difference) */
 } schedrun_options_t;
 
 SCHEDRUN_EXTERN void schedrun_options_init(schedrun_options_t *opts);

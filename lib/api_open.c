@@ -319,6 +319,7 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   s->core.compile_workers = o.compile_workers ? o.compile_workers : (int)(cores > 0 ? cores : 1);
   s->core.record_always = o.record_always != 0;
+  s->core.record_whole_program = o.record_whole_program != 0;
   s->core.zctx = zmq_ctx_new();
   if (!s->core.zctx) {
     rc = err_set(err, SCHEDRUN_EINTERNAL, "zmq_ctx_new failed");
