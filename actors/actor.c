@@ -237,7 +237,8 @@ static void undeliverable(actor_t *self, const char *to, const msg *m, int code,
     msg_free(&c);
     return;
   }
-  bool request = m->type == MSG_COMPILE || m->type == MSG_RECORD || m->type == MSG_EXECUTE || m->type == MSG_SUBMIT;
+  bool request = m->type == MSG_COMPILE || m->type == MSG_RECORD || m->type == MSG_EXECUTE || m->type == MSG_SUBMIT ||
+                 m->type == MSG_SUBMIT_MANY;
   char step[96];
   snprintf(step, sizeof step, "drop the %s that could not be sent", msg_type_name(m->type));
   const char *steps[] = {step};

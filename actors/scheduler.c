@@ -127,6 +127,17 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   }
 }
 
+/* SUBMIT_MANY: each job as its own SUBMIT, ids from the envelope's on. */
+static void handle_submit_many(actor_t *self, scheduler_state *s, msg *m) {
+  msg_submits *jobs = &m->body.submit_many.jobs;
+  for (size_t k = 0; k < jobs->n; k++) {
+    msg one = {.v = m->v, .type = MSG_SUBMIT, .job = m->job + k, .from = m->from};
+    one.body.submit = jobs->v[k];
+    handle_submit(self, s, &one);
+    jobs->v[k].inputs = one.body.submit.inputs; /* taken by the job, or still to free */
+  }
+}
+
 static void release_waiting(actor_t *self, scheduler_state *s, prog_state *ps) {
   job *j;
   while ((j = scheduler_q_pop(&ps->waiting))) scheduler_place(self, s, ps, j);
@@ -246,6 +257,7 @@ static int scheduler_handle(actor_t *self, msg *m) {
   scheduler_state *s = actor_state(self);
   switch (m->type) {
   case MSG_SUBMIT: handle_submit(self, s, m); break;
+  case MSG_SUBMIT_MANY: handle_submit_many(self, s, m); break;
   case MSG_COMPILED: handle_compiled(self, s, m); break;
   case MSG_RECORDED: handle_recorded(self, s, m); break;
   case MSG_EXECUTED: handle_executed(self, s, m); break;

@@ -222,6 +222,22 @@ SCHEDRUN_EXTERN void schedrun_job_options_init(schedrun_job_options_t *o);
  * with an error status. */
 SCHEDRUN_EXTERN int schedrun_submit(schedrun_t *s, schedrun_program_t *p, const schedrun_job_options_t *o, schedrun_job_t *out,
                  schedrun_error_t *err);
+/* Submits n jobs of program p in one call, job i with opts[i] (opts NULL:
+ * the defaults for every one), and puts their ids in out[0..n). Cheaper per
+ * job than n calls of schedrun_submit: one lock and one message per batch of
+ * up to 1024 jobs. Room under max_inflight is waited for as each batch's
+ * first job's submit_timeout_ms allows. Every job's options are checked
+ * before any is submitted. On failure the jobs whose out[i] is non-zero were
+ * submitted (and complete as usual); the others were not. */
+SCHEDRUN_EXTERN int schedrun_submit_many(schedrun_t *s, schedrun_program_t *p, size_t n, const schedrun_job_options_t *opts,
+                                         schedrun_job_t *out, schedrun_error_t *err);
+/* Waits up to timeout_ms for the n jobs and hands over their results:
+ * results[i] for jobs[i], taken in the order they complete. SCHEDRUN_ETIMEOUT:
+ * results[i] is set for those handed over, the others stay pending. A job a
+ * thread waits for with schedrun_wait at the same time may be handed to
+ * that thread; this call then waits for the rest until its timeout. */
+SCHEDRUN_EXTERN int schedrun_wait_many(schedrun_t *s, size_t n, const schedrun_job_t *jobs, int timeout_ms,
+                                       schedrun_job_result_t **results, schedrun_error_t *err);
 /* Waits up to timeout_ms (-1: no limit, 0: only look) for that job and hands
  * over its result. SCHEDRUN_ETIMEOUT leaves it pending. SCHEDRUN_EALREADY: another
  * thread took it meanwhile. A job already handed over, or one with a callback,

@@ -46,7 +46,7 @@ typedef struct pending_job {
   schedrun_job_callback cb;
   void *user;
   schedrun_job_result_t *result; /* set on completion, unless cb */
-  struct pending_job *next_done;
+  struct pending_job *next_done, *prev_done; /* the done list: completed, not handed over */
 } pending_job;
 
 struct schedrun {

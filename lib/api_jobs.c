@@ -7,6 +7,7 @@
  */
 #include <assert.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,27 +35,39 @@ static bool wait_completion(schedrun_t *s, const struct timespec *deadline, bool
   return pthread_cond_timedwait(&s->cond, &s->lock, deadline) == 0;
 }
 
-/* Builds the SUBMIT for one job; checks what can be checked without the lock. */
-static int build_submit(const prog_program *p, const schedrun_job_options_t *o, msg *m, schedrun_error_t *err) {
-  msg_init(m, MSG_SUBMIT, 0, ACTOR_CLIENT);
-  m->body.submit = (msg_submit){0, (uint32_t)o->run, (uint32_t)o->job, (uint32_t)(o->run % p->buffer_sets),
-                                o->device, o->keep_outputs ? 1u : 0u, {NULL, 0}, 0};
-  if (o->timeout_ms > 0) m->body.submit.deadline = now_ns() + (uint64_t)o->timeout_ms * 1000000ull;
+/* The arguments of one job that can be checked without the lock; `fn`
+ * names the call (and the job, for a batch) in the error. */
+static int check_options(const schedrun_t *s, const char *fn, const schedrun_job_options_t *o, schedrun_error_t *err) {
+  if (o->run < 0 || o->job < 0 || o->timeout_ms < 0)
+    return err_set(err, SCHEDRUN_EINVAL, "%s: run, job and timeout_ms must be >= 0", fn);
+  if (o->device < -1 || o->device >= s->core.ndevices)
+    return err_set(err, SCHEDRUN_EINVAL, "%s: no device %d (there are %d)", fn, o->device, s->core.ndevices);
+  if (o->ninputs && !o->inputs) return err_set(err, SCHEDRUN_EINVAL, "%s: inputs is NULL", fn);
+  return SCHEDRUN_OK;
+}
+
+/* Fills the SUBMIT body for one job (the program id is set later); on
+ * failure what was filled is freed with its message. */
+static int fill_submit(const prog_program *p, const char *fn, const schedrun_job_options_t *o, msg_submit *sb,
+                       schedrun_error_t *err) {
+  *sb = (msg_submit){0, (uint32_t)o->run, (uint32_t)o->job, (uint32_t)(o->run % p->buffer_sets),
+                     o->device, o->keep_outputs ? 1u : 0u, {NULL, 0}, 0};
+  if (o->timeout_ms > 0) sb->deadline = now_ns() + (uint64_t)o->timeout_ms * 1000000ull;
   if (o->ninputs) {
-    m->body.submit.inputs.v = calloc(o->ninputs, sizeof(msg_output));
-    if (!m->body.submit.inputs.v) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    sb->inputs.v = calloc(o->ninputs, sizeof(msg_output));
+    if (!sb->inputs.v) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
   for (size_t i = 0; i < o->ninputs; i++) {
     const schedrun_input_t *in = &o->inputs[i];
     int b = in->buffer ? prog_find_buffer(p, in->buffer) : -1;
     if (b < 0)
-      return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit: input %zu names no buffer of '%s' (%s)", i, p->name,
+      return err_set(err, SCHEDRUN_EINVAL, "%s: input %zu names no buffer of '%s' (%s)", fn, i, p->name,
                      in->buffer ? in->buffer : "NULL");
     uint64_t want = p->buffers[b].count * prog_type_size(p->buffers[b].type);
     if (in->bytes != want || !in->data)
-      return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit: input for buffer '%s' has %zu bytes; it holds %llu",
-                     in->buffer, in->bytes, (unsigned long long)want);
-    msg_output *mo = &m->body.submit.inputs.v[m->body.submit.inputs.n++];
+      return err_set(err, SCHEDRUN_EINVAL, "%s: input for buffer '%s' has %zu bytes; it holds %llu", fn, in->buffer,
+                     in->bytes, (unsigned long long)want);
+    msg_output *mo = &sb->inputs.v[sb->inputs.n++];
     mo->buffer = (uint32_t)b;
     mo->data.data = malloc(in->bytes ? in->bytes : 1);
     if (!mo->data.data) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
@@ -82,16 +95,37 @@ static int wait_for_room(schedrun_t *s, const schedrun_job_options_t *o, schedru
   return SCHEDRUN_OK;
 }
 
+/* Registers a job about to be submitted (lock held): its id, its entry. */
+static int register_job(schedrun_t *s, const prog_program *p, const schedrun_job_options_t *o, bool hidden,
+                        pending_job *pj, schedrun_error_t *err) {
+  pj->id = ++s->next_id;
+  pj->prog = p;
+  pj->keep = o->keep_outputs != 0;
+  pj->hidden = hidden;
+  pj->cb = o->on_complete;
+  pj->user = o->user;
+  if (hmap_put(&s->jobs, &pj->id, pj) != 0) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  s->incomplete++;
+  s->submitted++;
+  return SCHEDRUN_OK;
+}
+
+/* Forgets a registered job that was never sent (lock held). */
+static void unregister_job(schedrun_t *s, pending_job *pj) {
+  hmap_remove(&s->jobs, &pj->id);
+  s->incomplete--;
+  s->submitted--;
+  pthread_cond_broadcast(&s->cond);
+}
+
 int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, bool hidden, schedrun_job_t *out,
                schedrun_error_t *err) {
   const prog_program *p = h->p;
-  if (o->run < 0 || o->job < 0 || o->timeout_ms < 0)
-    return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit: run, job and timeout_ms must be >= 0");
-  if (o->device < -1 || o->device >= s->core.ndevices)
-    return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit: no device %d (there are %d)", o->device, s->core.ndevices);
-  if (o->ninputs && !o->inputs) return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit: inputs is NULL");
+  int rc = check_options(s, "schedrun_submit", o, err);
+  if (rc) return rc;
   msg m;
-  int rc = build_submit(p, o, &m, err);
+  msg_init(&m, MSG_SUBMIT, 0, ACTOR_CLIENT);
+  rc = fill_submit(p, "schedrun_submit", o, &m.body.submit, err);
   pending_job *pj = rc ? NULL : calloc(1, sizeof *pj);
   if (rc || !pj) {
     msg_free(&m);
@@ -101,19 +135,7 @@ int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_
   rc = wait_for_room(s, o, err);
   if (rc == SCHEDRUN_OK && s->closing) rc = err_set(err, SCHEDRUN_ECLOSED, "schedrun_submit: the scheduler is shut down");
   if (rc == SCHEDRUN_OK) rc = api_attach(s, h, err);
-  if (rc == SCHEDRUN_OK) {
-    pj->id = ++s->next_id;
-    pj->prog = p;
-    pj->keep = o->keep_outputs != 0;
-    pj->hidden = hidden;
-    pj->cb = o->on_complete;
-    pj->user = o->user;
-    if (hmap_put(&s->jobs, &pj->id, pj) != 0) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-    else {
-      s->incomplete++;
-      s->submitted++;
-    }
-  }
+  if (rc == SCHEDRUN_OK) rc = register_job(s, p, o, hidden, pj, err);
   pthread_mutex_unlock(&s->lock);
   if (rc) {
     free(pj);
@@ -129,10 +151,7 @@ int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_
   msg_free(&m);
   if (rc) {
     pthread_mutex_lock(&s->lock);
-    hmap_remove(&s->jobs, &id);
-    s->incomplete--;
-    s->submitted--;
-    pthread_cond_broadcast(&s->cond);
+    unregister_job(s, pj);
     pthread_mutex_unlock(&s->lock);
     free(pj);
     return rc;
@@ -159,15 +178,13 @@ static schedrun_job_result_t *take(schedrun_t *s, pending_job *pj) {
   pj->result = NULL;
   pj->taken = true;
   hmap_remove(&s->jobs, &pj->id);
-  /* unlink from the done list */
-  pending_job **pp = &s->done_head, *prev = NULL;
-  while (*pp && *pp != pj) {
-    prev = *pp;
-    pp = &(*pp)->next_done;
-  }
-  if (*pp) {
-    *pp = pj->next_done;
-    if (s->done_tail == pj) s->done_tail = prev;
+  /* unlink from the done list (schedrun_run's hidden jobs are not on it) */
+  if (pj->prev_done || s->done_head == pj) {
+    if (pj->prev_done) pj->prev_done->next_done = pj->next_done;
+    else s->done_head = pj->next_done;
+    if (pj->next_done) pj->next_done->prev_done = pj->prev_done;
+    else s->done_tail = pj->prev_done;
+    pj->next_done = pj->prev_done = NULL;
   }
   if (pj->waiters == 0) free(pj);
   /* other waiters of pj leave with EALREADY; submitters may have room */
@@ -258,5 +275,158 @@ int schedrun_wait_all(schedrun_t *s, int timeout_ms, schedrun_error_t *err) {
                    timeout_ms);
   }
   pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+/* ---- many jobs at once ---- */
+
+#define SUBMIT_BATCH 1024 /* jobs per SUBMIT_MANY message */
+
+int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const schedrun_job_options_t *opts,
+                         schedrun_job_t *out, schedrun_error_t *err) {
+  if (!s || !h || (n && !out))
+    return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit_many: %s is NULL",
+                   !s ? "the scheduler" : !h ? "the program" : "out");
+  for (size_t i = 0; i < n; i++) out[i] = 0;
+  schedrun_job_options_t d;
+  schedrun_job_options_init(&d);
+  char fn[64];
+  for (size_t i = 0; i < n; i++) {
+    snprintf(fn, sizeof fn, "schedrun_submit_many: job %zu", i);
+    int rc = check_options(s, fn, opts ? &opts[i] : &d, err);
+    if (rc) return rc;
+  }
+  const prog_program *p = h->p;
+  int rc = SCHEDRUN_OK;
+  for (size_t at = 0; at < n && rc == SCHEDRUN_OK;) {
+    const schedrun_job_options_t *o0 = opts ? &opts[at] : &d;
+    /* room first: how many of the next jobs may go now */
+    pthread_mutex_lock(&s->lock);
+    rc = wait_for_room(s, o0, err);
+    if (rc == SCHEDRUN_OK && s->closing) rc = err_set(err, SCHEDRUN_ECLOSED, "schedrun_submit_many: the scheduler is shut down");
+    if (rc == SCHEDRUN_OK) rc = api_attach(s, h, err);
+    size_t k = 0, room = s->max_inflight > s->incomplete ? s->max_inflight - s->incomplete : 0;
+    pending_job **pjs = NULL;
+    if (rc == SCHEDRUN_OK) {
+      k = n - at < SUBMIT_BATCH ? n - at : SUBMIT_BATCH;
+      if (k > room) k = room;
+      assert(k > 0); /* wait_for_room made room */
+      pjs = calloc(k, sizeof *pjs);
+      if (!pjs) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    }
+    size_t reg = 0;
+    for (; rc == SCHEDRUN_OK && reg < k; reg++) {
+      pjs[reg] = calloc(1, sizeof **pjs);
+      rc = pjs[reg] ? register_job(s, p, opts ? &opts[at + reg] : &d, false, pjs[reg], err)
+                    : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+      if (rc) free(pjs[reg]);
+    }
+    schedrun_job_t first = reg ? pjs[0]->id : 0;
+    pthread_mutex_unlock(&s->lock);
+    /* the message, outside the lock: ids first .. first + k - 1 */
+    msg m;
+    msg_init(&m, MSG_SUBMIT_MANY, first, ACTOR_CLIENT);
+    if (rc == SCHEDRUN_OK) {
+      m.body.submit_many.jobs.v = calloc(k, sizeof(msg_submit));
+      if (!m.body.submit_many.jobs.v) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    }
+    for (size_t j = 0; rc == SCHEDRUN_OK && j < k; j++) {
+      snprintf(fn, sizeof fn, "schedrun_submit_many: job %zu", at + j);
+      msg_submit *sb = &m.body.submit_many.jobs.v[m.body.submit_many.jobs.n++];
+      rc = fill_submit(p, fn, opts ? &opts[at + j] : &d, sb, err);
+      sb->program = h->id;
+    }
+    if (rc == SCHEDRUN_OK) {
+      pthread_mutex_lock(&s->send_lock);
+      rc = mbox_send(s->outbox, &m, err);
+      pthread_mutex_unlock(&s->send_lock);
+    }
+    msg_free(&m);
+    if (rc == SCHEDRUN_OK) {
+      for (size_t j = 0; j < k; j++) out[at + j] = first + j; /* the pending jobs may be gone already */
+      at += k;
+    } else if (reg) {
+      /* nothing of this batch was sent */
+      pthread_mutex_lock(&s->lock);
+      for (size_t j = 0; j < reg; j++) {
+        if (!pjs[j]) continue;
+        if (hmap_get(&s->jobs, &pjs[j]->id) == pjs[j]) unregister_job(s, pjs[j]);
+        free(pjs[j]);
+      }
+      pthread_mutex_unlock(&s->lock);
+    }
+    free(pjs);
+  }
+  return rc;
+}
+
+int schedrun_wait_many(schedrun_t *s, size_t n, const schedrun_job_t *jobs, int timeout_ms,
+                       schedrun_job_result_t **results, schedrun_error_t *err) {
+  if (!s || (n && (!jobs || !results)))
+    return err_set(err, SCHEDRUN_EINVAL, "schedrun_wait_many: %s is NULL",
+                   !s ? "the scheduler" : !jobs ? "jobs" : "results");
+  for (size_t i = 0; i < n; i++) results[i] = NULL;
+  if (n && timeout_ms != 0 && api_on_completer(s)) return deadlock(err, "schedrun_wait_many");
+  /* the jobs, and which of them each completed one is (an index by id) */
+  pending_job **pjs = calloc(n ? n : 1, sizeof *pjs);
+  hmap want;
+  hmap_init(&want, sizeof(schedrun_job_t));
+  int rc = pjs ? SCHEDRUN_OK : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  pthread_mutex_lock(&s->lock);
+  for (size_t i = 0; i < n && rc == SCHEDRUN_OK; i++) {
+    pending_job *pj = hmap_get(&s->jobs, &jobs[i]);
+    if (!pj)
+      rc = err_set(err, SCHEDRUN_EINVAL, "schedrun_wait_many: job %llu (at %zu) is %s", (unsigned long long)jobs[i], i,
+                   jobs[i] == 0 || jobs[i] > s->next_id ? "unknown" : "already handed over");
+    else if (pj->cb || pj->hidden)
+      rc = err_set(err, SCHEDRUN_EINVAL, "schedrun_wait_many: job %llu reports to its callback",
+                   (unsigned long long)jobs[i]);
+    else if (hmap_get(&want, &jobs[i]))
+      rc = err_set(err, SCHEDRUN_EINVAL, "schedrun_wait_many: job %llu is listed twice", (unsigned long long)jobs[i]);
+    else if (hmap_put(&want, &jobs[i], (void *)(uintptr_t)(i + 1)) != 0)
+      rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    else
+      pjs[i] = pj;
+  }
+  size_t left = 0;
+  if (rc == SCHEDRUN_OK) {
+    left = n;
+    for (size_t i = 0; i < n; i++) pjs[i]->waiters++; /* none can be freed under us */
+  }
+  struct timespec ts = api_deadline_in(timeout_ms < 0 ? 0 : timeout_ms);
+  while (left > 0) {
+    /* take ours from the done list, in completion order */
+    size_t was = left;
+    for (pending_job *pj = s->done_head, *next; pj; pj = next) {
+      next = pj->next_done;
+      uintptr_t at = (uintptr_t)hmap_get(&want, &pj->id);
+      if (!at || results[at - 1]) continue;
+      results[at - 1] = take(s, pj);
+      left--;
+    }
+    if (left == 0) break;
+    if (left == was) {
+      /* a wake that brought none of ours: was one handed to another thread? */
+      for (size_t i = 0; i < n && rc == SCHEDRUN_OK; i++)
+        if (!results[i] && pjs[i]->taken)
+          rc = err_set(err, SCHEDRUN_EALREADY, "schedrun_wait_many: job %llu was handed to another waiting thread",
+                       (unsigned long long)jobs[i]);
+      if (rc) break;
+    }
+    if (timeout_ms == 0 || (!wait_completion(s, &ts, timeout_ms < 0) && !s->done_head)) {
+      rc = err_set(err, SCHEDRUN_ETIMEOUT, "schedrun_wait_many: %zu of %zu jobs not done within %d ms", left, n,
+                   timeout_ms);
+      break;
+    }
+  }
+  /* let go of every job this call waited for */
+  for (size_t i = 0; rc != SCHEDRUN_EINVAL && rc != SCHEDRUN_ENOMEM && i < n; i++) {
+    pending_job *pj = pjs[i];
+    pj->waiters--;
+    if (pj->taken && pj->waiters == 0) free(pj); /* handed over: the last waiter frees it */
+  }
+  pthread_mutex_unlock(&s->lock);
+  hmap_destroy(&want);
+  free(pjs);
   return rc;
 }

@@ -166,6 +166,7 @@ static void completed(schedrun_t *s, msg *m) {
   } else {
     pj->result = r;
     if (!pj->hidden) {
+      pj->prev_done = s->done_tail;
       if (s->done_tail) s->done_tail->next_done = pj;
       else s->done_head = pj;
       s->done_tail = pj;

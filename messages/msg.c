@@ -10,7 +10,7 @@ static const char *const type_names[MSG__END] = {
     [MSG_RECORD] = "RECORD",     [MSG_RECORDED] = "RECORDED", [MSG_EXECUTE] = "EXECUTE",
     [MSG_EXECUTED] = "EXECUTED", [MSG_COMPLETE] = "COMPLETE", [MSG_ERROR] = "ERROR",
     [MSG_STATUS] = "STATUS",     [MSG_TERM] = "TERM",       [MSG_RELEASE] = "RELEASE",
-    [MSG_CANCEL] = "CANCEL",
+    [MSG_CANCEL] = "CANCEL",     [MSG_SUBMIT_MANY] = "SUBMIT_MANY",
 };
 
 const char *msg_type_name(int type) {

@@ -40,6 +40,7 @@ typedef enum msg_type {
   MSG_TERM,
   MSG_RELEASE,
   MSG_CANCEL,
+  MSG_SUBMIT_MANY,
   MSG__END
 } msg_type;
 
@@ -88,6 +89,11 @@ typedef struct msg_submit {
   msg_outputs inputs; /* contents for some buffers, instead of their init */
   uint64_t deadline;  /* CLOCK_MONOTONIC ns by which the job must complete; 0: none */
 } msg_submit;
+
+/* SUBMIT for several jobs in one message (schedrun_submit_many): job k has
+ * id `job` + k of the envelope. */
+typedef struct msg_submits { msg_submit *v; size_t n; } msg_submits;
+typedef struct msg_submit_many { msg_submits jobs; } msg_submit_many;
 
 typedef struct msg_compile {
   uint64_t program;
@@ -188,6 +194,7 @@ typedef struct msg {
     msg_status status;
     msg_release release;
     msg_cancel cancel;
+    msg_submit_many submit_many;
   } body;
 } msg;
 

@@ -101,13 +101,14 @@ SCHEMA(status_s, msg_status, FA(msg_status, items, stat_s));
 static const schema term_s = {"msg_term", 0, 0, NULL};
 SCHEMA(release_s, msg_release, F(msg_release, program, FK_U64));
 SCHEMA(cancel_s, msg_cancel, F(msg_cancel, program, FK_U64));
+SCHEMA(submit_many_s, msg_submit_many, FA(msg_submit_many, jobs, submit_s));
 
 static const schema *const body_schema[MSG__END] = {
     [MSG_SUBMIT] = &submit_s,     [MSG_COMPILE] = &compile_s,   [MSG_COMPILED] = &compiled_s,
     [MSG_RECORD] = &record_s,     [MSG_RECORDED] = &recorded_s, [MSG_EXECUTE] = &execute_s,
     [MSG_EXECUTED] = &executed_s, [MSG_COMPLETE] = &complete_s, [MSG_ERROR] = &error_s,
     [MSG_STATUS] = &status_s,     [MSG_TERM] = &term_s,         [MSG_RELEASE] = &release_s,
-    [MSG_CANCEL] = &cancel_s,
+    [MSG_CANCEL] = &cancel_s,     [MSG_SUBMIT_MANY] = &submit_many_s,
 };
 
 

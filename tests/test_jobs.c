@@ -331,10 +331,131 @@ static void test_free_program_with_jobs_in_flight(void **st) {
   schedrun_close(&s);
 }
 
+/* 100,000 jobs in one schedrun_submit_many call, each with its own input,
+ * run, job index and half of them a callback, under a max_inflight smaller
+ * than the batch (so submitting waits for room); the rest collected with one
+ * schedrun_wait_many: every result exactly once, every element right. Then
+ * the errors: a bad job anywhere refuses the whole call before submitting
+ * any; wait_many on an unknown, a duplicate or a callback job. */
+#define NMANY 100000
+static void test_submit_many(void **st) {
+  (void)st;
+  memset(&T, 0, sizeof T);
+  schedrun_options_t so;
+  schedrun_options_init(&so);
+  so.devices = "host:2";
+  so.max_inflight = 20000;
+  schedrun_t *s = tu_open(&so);
+  schedrun_program_t *p = tu_load(s, program, "jobs.yaml");
+  schedrun_job_options_t *o = calloc(NMANY, sizeof *o);
+  float(*data)[16] = calloc(NMANY, sizeof *data);
+  schedrun_input_t *in = calloc(NMANY, sizeof *in);
+  schedrun_job_t *ids = calloc(NMANY, sizeof *ids);
+  assert_true(o && data && in && ids);
+  for (int j = 0; j < NMANY; j++) {
+    for (int i = 0; i < 16; i++) data[j][i] = (float)(j + i);
+    in[j] = (schedrun_input_t){"in", data[j], sizeof data[j]};
+    schedrun_job_options_init(&o[j]);
+    o[j].run = j % 3;
+    o[j].job = j;
+    o[j].keep_outputs = 1;
+    o[j].inputs = &in[j];
+    o[j].ninputs = 1;
+    if (j % 2 == 0 && j < NJOBS) { /* the tally holds NJOBS callbacks */
+      o[j].on_complete = on_done;
+      o[j].user = (void *)(intptr_t)j;
+    }
+  }
+  schedrun_error_t err = {0};
+  if (schedrun_submit_many(s, p, NMANY, o, ids, &err)) fail_msg("submit_many: %s", err.message);
+  for (int j = 1; j < NMANY; j++) assert_true(ids[j] == ids[j - 1] + 1);
+  /* the jobs without a callback, in one wait */
+  size_t nwait = 0;
+  schedrun_job_t *wait_ids = calloc(NMANY, sizeof *wait_ids);
+  int *index = calloc(NMANY, sizeof *index);
+  schedrun_job_result_t **res = calloc(NMANY, sizeof *res);
+  for (int j = 0; j < NMANY; j++)
+    if (!o[j].on_complete) {
+      index[nwait] = j;
+      wait_ids[nwait++] = ids[j];
+    }
+  if (schedrun_wait_many(s, nwait, wait_ids, 120000, res, &err)) fail_msg("wait_many: %s", err.message);
+  char *seen = calloc(NMANY, 1);
+  for (size_t k = 0; k < nwait; k++) {
+    int j = index[k];
+    assert_non_null(res[k]);
+    const schedrun_job_info_t *info = schedrun_job_result_info(res[k]);
+    assert_int_equal(info->job, j);
+    assert_int_equal(info->run, j % 3);
+    assert_int_equal(seen[j], 0);
+    seen[j] = 1;
+    char why[128];
+    if (!correct(res[k], j, j % 3, why, sizeof why)) fail_msg("%s", why);
+    schedrun_job_result_free(&res[k]);
+  }
+  assert_int_equal(schedrun_wait_all(s, 60000, &err), SCHEDRUN_OK);
+  for (int j = 0; j < NJOBS; j += 2) assert_int_equal(atomic_load(&T.calls[j]), 1);
+  assert_int_equal(atomic_load(&T.good), NJOBS / 2);
+  assert_int_equal(atomic_load(&T.bad), 0);
+  /* each handed over once: waiting again says so */
+  assert_int_equal(schedrun_wait_many(s, 1, &wait_ids[0], 0, res, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "already handed over"));
+  schedrun_error_clear(&err);
+
+  /* a bad job refuses the whole call: nothing is submitted */
+  schedrun_stats_t before, after;
+  assert_int_equal(schedrun_get_stats(s, &before, &err), SCHEDRUN_OK);
+  o[7].device = 9;
+  assert_int_equal(schedrun_submit_many(s, p, 10, o, ids, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "job 7: no device 9"));
+  schedrun_error_clear(&err);
+  for (int j = 0; j < 10; j++) assert_true(ids[j] == 0);
+  o[7].device = -1;
+  in[3].bytes = 4;
+  assert_int_equal(schedrun_submit_many(s, p, 10, o, ids, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "job 3: input for buffer 'in' has 4 bytes"));
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_get_stats(s, &after, &err), SCHEDRUN_OK);
+  assert_true(after.submitted == before.submitted);
+  in[3].bytes = sizeof data[3];
+  /* wait_many: unknown, listed twice, a callback's job */
+  assert_int_equal(schedrun_submit_many(s, p, 3, &o[1], ids, &err), SCHEDRUN_OK); /* jobs 1, 2 (callback), 3 */
+  schedrun_job_t twice[2] = {ids[0], ids[0]}, unknown = ids[2] + 1000;
+  assert_int_equal(schedrun_wait_many(s, 2, twice, -1, res, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "listed twice"));
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_wait_many(s, 1, &unknown, -1, res, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "unknown"));
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_wait_many(s, 1, &ids[1], -1, res, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "callback"));
+  schedrun_error_clear(&err);
+  schedrun_job_t two[2] = {ids[0], ids[2]};
+  assert_int_equal(schedrun_wait_many(s, 2, two, 60000, res, &err), SCHEDRUN_OK);
+  for (int k = 0; k < 2; k++) {
+    char why[128];
+    int j = k ? 3 : 1;
+    if (!correct(res[k], j, j % 3, why, sizeof why)) fail_msg("%s", why);
+    schedrun_job_result_free(&res[k]);
+  }
+  assert_int_equal(schedrun_wait_all(s, 60000, &err), SCHEDRUN_OK);
+  free(seen);
+  free(res);
+  free(index);
+  free(wait_ids);
+  free(ids);
+  free(in);
+  free(data);
+  free(o);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_free_program_with_jobs_in_flight),
       cmocka_unit_test(test_ten_thousand_jobs),
+      cmocka_unit_test(test_submit_many),
       cmocka_unit_test(test_shutdown_in_the_middle),
       cmocka_unit_test(test_drain_then_close),
       cmocka_unit_test(test_pin_wait_and_misuse),

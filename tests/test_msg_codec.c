@@ -1,5 +1,6 @@
 /* The message codec: every type round-trips; malformed bytes are rejected
  * with SCHEDRUN_EPROTO, never a crash (this test also runs under ASan). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +42,52 @@ static void test_submit(void **st) {
   assert_int_equal(o.body.submit.slot, 1);
   assert_int_equal(o.body.submit.device, -1);
   assert_int_equal(o.body.submit.keep, 1);
+  msg_free(&m);
+  msg_free(&o);
+}
+
+/* SUBMIT_MANY: every job's fields and inputs back, in order; its bytes are
+ * also the fuzzer's seed for the type (SCHEDRUN_WRITE_SEED=path writes them). */
+static void test_submit_many(void **st) {
+  (void)st;
+  msg m, o;
+  msg_init(&m, MSG_SUBMIT_MANY, 100, "client");
+  msg_submits *js = &m.body.submit_many.jobs;
+  js->n = 3;
+  js->v = calloc(3, sizeof *js->v);
+  for (uint32_t k = 0; k < 3; k++) {
+    js->v[k] = (msg_submit){4, k, 10 + k, k % 2, (int32_t)k - 1, k & 1, {NULL, 0}, 1000ull * k};
+    if (k == 1) {
+      js->v[k].inputs.v = calloc(1, sizeof(msg_output));
+      js->v[k].inputs.n = 1;
+      js->v[k].inputs.v[0].buffer = 2;
+      js->v[k].inputs.v[0].data.data = (uint8_t *)strdup("abcd");
+      js->v[k].inputs.v[0].data.len = 4;
+    }
+  }
+  roundtrip(&m, &o);
+  assert_int_equal(o.body.submit_many.jobs.n, 3);
+  for (uint32_t k = 0; k < 3; k++) {
+    const msg_submit *a = &o.body.submit_many.jobs.v[k];
+    assert_true(a->program == 4 && a->run == k && a->job_index == 10 + k && a->slot == k % 2);
+    assert_int_equal(a->device, (int)k - 1);
+    assert_true(a->deadline == 1000ull * k);
+    assert_int_equal(a->inputs.n, k == 1 ? 1 : 0);
+  }
+  assert_memory_equal(o.body.submit_many.jobs.v[1].inputs.v[0].data.data, "abcd", 4);
+  assert_string_equal(msg_type_name(MSG_SUBMIT_MANY), "SUBMIT_MANY");
+  const char *seed = getenv("SCHEDRUN_WRITE_SEED");
+  if (seed) {
+    uint8_t *buf;
+    size_t len;
+    schedrun_error_t err = {0};
+    assert_int_equal(msg_encode(&m, &buf, &len, &err), SCHEDRUN_OK);
+    FILE *f = fopen(seed, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, len, f), len);
+    fclose(f);
+    free(buf);
+  }
   msg_free(&m);
   msg_free(&o);
 }
@@ -490,6 +537,7 @@ static void test_random_bytes(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_submit),
+      cmocka_unit_test(test_submit_many),
       cmocka_unit_test(test_compile_and_compiled),
       cmocka_unit_test(test_record_family),
       cmocka_unit_test(test_complete_error_status_term_release),
