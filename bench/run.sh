@@ -29,12 +29,21 @@ for round in 1 2 3; do
   echo "jobs (round $round of 3): 100,000 single-launch jobs, latency, chains; three pipeline modes" >&2
   "$build/jobs_bench" 100000 > "$tmp/jobs.$round"
   if [ -x "$build/starpu_bench" ]; then
-    echo "StarPU (round $round of 3): the same workloads" >&2
-    STARPU_SILENT=1 "$build/starpu_bench" 100000 > "$tmp/starpu.$round"
+    # at the same worker count as schedrun's devices: 1 vs 1 and 2 vs 2
+    for w in 1 2; do
+      echo "StarPU with $w CPU worker(s) (round $round of 3): the same workloads" >&2
+      STARPU_SILENT=1 STARPU_NCPU=$w "$build/starpu_bench" 100000 | sed "s/^starpu_/starpu${w}_/" > "$tmp/starpu$w.$round"
+    done
+    echo "StarPU as it starts by default (round $round of 3)" >&2
+    STARPU_SILENT=1 "$build/starpu_bench" 100000 > "$tmp/starpud.$round"
   fi
 done
 median_keys "$tmp"/jobs.? > "$tmp/jobs"
-if [ -x "$build/starpu_bench" ]; then median_keys "$tmp"/starpu.? > "$tmp/starpu"; else : > "$tmp/starpu"; fi
+if [ -x "$build/starpu_bench" ]; then
+  median_keys "$tmp"/starpu1.? "$tmp"/starpu2.? "$tmp"/starpud.? > "$tmp/starpu"
+else
+  : > "$tmp/starpu"
+fi
 echo "breakdown: zmq floor, codec, one job phase by phase" >&2
 "$build/breakdown_bench" > "$tmp/breakdown"
 echo "replay: 1000 tiny launches; record create / update / reuse; memory" >&2
@@ -67,7 +76,6 @@ read -r saxpy_cold saxpy_warm < <(coldwarm configs/saxpy.yaml 5)
 read -r k16_cold k16_warm < <(coldwarm "$tmp/k16.yaml" 3)
 
 J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/record
-sp_tp=$(get starpu_throughput_tasks_per_s "$S"); sp_lat=$(get starpu_latency_median_us "$S"); sp_chain=$(get starpu_chain_ns_per_task "$S")
 {
   echo "# Benchmark results"
   echo
@@ -77,29 +85,44 @@ sp_tp=$(get starpu_throughput_tasks_per_s "$S"); sp_lat=$(get starpu_latency_med
   echo "each benchmark, taking turns (within a run, throughput is the best of 3 rounds)."
   echo "The machine is shared and noisy: compare ratios, not absolute numbers across runs."
   echo
-  echo "## Side by side with StarPU"
+  echo "## Side by side with StarPU, at the same worker count"
   echo
   if [ -s "$S" ]; then
-    echo "| workload | StarPU 1.3 | schedrun, 1 host device | schedrun, 2 host devices | schedrun (best) vs StarPU |"
-    echo "|---|---|---|---|---|"
-    t1=$(get throughput_1dev_jobs_per_s "$J"); t2=$(get throughput_2dev_jobs_per_s "$J")
-    tb=$(awk "BEGIN {print ($t1 > $t2 ? $t1 : $t2)}")
-    echo "| (a) 100,000 independent empty single-kernel jobs | $sp_tp tasks/s | $t1 jobs/s | $t2 jobs/s | $(ratio "$tb" "$sp_tp")x the rate |"
-    l1=$(get latency_1dev_median_us "$J"); l2=$(get latency_2dev_median_us "$J")
-    lb=$(awk "BEGIN {print ($l1 < $l2 ? $l1 : $l2)}")
-    echo "| (b) submit-and-wait latency of one empty job, median | $sp_lat us | $l1 us | $l2 us | $(ratio "$sp_lat" "$lb")x as fast |"
-    c1=$(get chain_1dev_ns_per_kernel "$J"); c2=$(get chain_2dev_ns_per_kernel "$J")
-    cb=$(awk "BEGIN {print ($c1 < $c2 ? $c1 : $c2)}")
-    echo "| (c) a chain of 100 tiny kernels x 1,000: per kernel | $sp_chain ns | $c1 ns | $c2 ns | 1/$(ratio "$sp_chain" "$cb") of the cost |"
+    echo "StarPU with \`STARPU_NCPU=1\` against one host device, and with 2 against two"
+    echo "(its default on this machine is $(nproc) CPU workers besides the submitting thread:"
+    echo "figures for it are in the last column)."
+    echo
+    echo "| workload | StarPU, 1 worker | schedrun, 1 device | **1 vs 1** | StarPU, 2 workers | schedrun, 2 devices | **2 vs 2** | StarPU default |"
+    echo "|---|---|---|---|---|---|---|---|"
+    row() { # label unit starpu-key schedrun-key-fmt default-key direction(higher|lower)
+      local v=() r=()
+      for w in 1 2; do
+        local sp; sp=$(get "starpu${w}_$3" "$S"); local me; me=$(get "$(printf "$4" "$w")" "$J")
+        if [ "$6" = higher ]; then r+=("$(ratio "$me" "$sp")x the rate"); else r+=("$(ratio "$sp" "$me")x as fast"); fi
+        v+=("$sp $2" "$me $2")
+      done
+      echo "| $1 | ${v[0]} | ${v[1]} | **${r[0]}** | ${v[2]} | ${v[3]} | **${r[1]}** | $(get "$5" "$S") $2 |"
+    }
+    row "(a) 100,000 empty single-kernel jobs, submitted one by one" "per s" throughput_tasks_per_s "throughput_%ddev_jobs_per_s" starpu_throughput_tasks_per_s higher
+    row "(a') the same through \`schedrun_submit_many\` / \`schedrun_wait_many\`" "per s" throughput_tasks_per_s "many_throughput_%ddev_jobs_per_s" starpu_throughput_tasks_per_s higher
+    row "(b) submit-and-wait latency of one empty job, median" "us" latency_median_us "latency_%ddev_median_us" starpu_latency_median_us lower
+    row "(b') the same, 99th percentile" "us" latency_p99_us "latency_%ddev_p99_us" starpu_latency_p99_us lower
+    for w in 1 2; do
+      sp=$(get "starpu${w}_chain_ns_per_task" "$S"); me=$(get "chain_${w}dev_ns_per_kernel" "$J")
+      cr[$w]="1/$(ratio "$sp" "$me") of the cost"; cv[$w]="$sp ns | $me ns"
+    done
+    echo "| (c) a chain of 100 tiny kernels x 1,000: per kernel | ${cv[1]} | **${cr[1]}** | ${cv[2]} | **${cr[2]}** | $(get starpu_chain_ns_per_task "$S") ns |"
   else
     echo "StarPU is not installed (libstarpu-dev): run \`make bench\` as root to compare."
   fi
   echo
-  echo "Commands: \`build/jobs_bench 100000\` and \`build/starpu_bench 100000\` (from"
-  echo "\`bench/peers/starpu_bench.c\`, built by \`make bench\`). The workloads are the same: (a)"
+  echo "Commands: \`build/jobs_bench 100000\` and \`STARPU_NCPU=W build/starpu_bench 100000\`"
+  echo "(from \`bench/peers/starpu_bench.c\`, built by \`make bench\`), three rounds each,"
+  echo "taking turns. The workloads are the same: (a)"
   echo "StarPU submits 100,000 tasks of an empty codelet and waits for all; schedrun submits"
   echo "100,000 jobs of a program with one launch of an empty kernel and collects every"
-  echo "result. (b) One task with \`synchronous = 1\`; one \`schedrun_submit\` + \`schedrun_wait\`. (c)"
+  echo "result. (b) One task with \`synchronous = 1\`; one \`schedrun_submit\` + \`schedrun_wait\`,"
+  echo "1,000 times. (c)"
   echo "StarPU submits 100 tasks read-writing one piece of data (each depends on the"
   echo "previous), 1,000 times; schedrun runs 1,000 jobs of a program that is one recorded"
   echo "sequence of 100 launches (its tail) and divides by 100,000 kernels."

@@ -12,19 +12,39 @@ prog_loc ld_loc_of(const node *n) {
   return (prog_loc){(int)n->start_mark.line + 1, (int)n->start_mark.column + 1};
 }
 
-void ld_problem(ld *l, const node *n, const char *fmt, ...) {
+static void problem_at(ld *l, prog_loc lc, const char *fmt, va_list ap) {
   l->problems++;
   if (l->problems > MAX_PROBLEMS) return;
   strbuf sb;
   sb_init(&sb);
+  sb_vaddf(&sb, fmt, ap);
+  err_append(l->err, SCHEDRUN_ECONFIG, "%s:%d:%d: %s", l->file, lc.line, lc.col, sb.data ? sb.data : "");
+  sb_free(&sb);
+}
+
+void ld_problem(ld *l, const node *n, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  sb_vaddf(&sb, fmt, ap);
+  problem_at(l, n ? ld_loc_of(n) : (prog_loc){1, 1}, fmt, ap);
   va_end(ap);
-  prog_loc lc = n ? ld_loc_of(n) : (prog_loc){1, 1};
-  err_append(l->err, SCHEDRUN_ECONFIG, "%s:%d:%d: %s", l->file, lc.line, lc.col,
-             sb.data ? sb.data : "");
-  sb_free(&sb);
+}
+
+/* A problem at byte `at` of scalar n's value: its column when the value is
+ * on one line as written (plain, or quoted with nothing escaped before it);
+ * else the scalar's start. */
+static void problem_in_scalar(ld *l, const node *n, size_t at, const char *fmt, ...) {
+  prog_loc lc = ld_loc_of(n);
+  const char *v = ld_sval(n);
+  yaml_scalar_style_t st = n->data.scalar.style;
+  bool plain = st == YAML_PLAIN_SCALAR_STYLE, quoted = st == YAML_SINGLE_QUOTED_SCALAR_STYLE ||
+                                                       st == YAML_DOUBLE_QUOTED_SCALAR_STYLE;
+  bool exact = (plain || quoted) && at <= strlen(v) && n->start_mark.line == n->end_mark.line &&
+               !memchr(v, st == YAML_SINGLE_QUOTED_SCALAR_STYLE ? '\'' : '\\', at);
+  if (exact) lc.col += (int)at + (quoted ? 1 : 0);
+  va_list ap;
+  va_start(ap, fmt);
+  problem_at(l, lc, fmt, ap);
+  va_end(ap);
 }
 
 
@@ -160,10 +180,11 @@ void ld_store_elem(prog_type t, uint8_t *base, uint64_t i, double v) {
 
 bool ld_parse_expr_node(ld *l, node *n, int depth, const char *what, prog_expr *out) {
   if (!ld_is_scalar(l, n, what)) return false;
-  char why[160];
-  const char *bad = prog_expr_parse(ld_sval(n), depth, out, why, sizeof why);
+  char why[400];
+  size_t at = 0;
+  const char *bad = prog_expr_parse_at(ld_sval(n), depth, out, why, sizeof why, &at);
   if (bad) {
-    ld_problem(l, n, "%s: %s", what, bad);
+    problem_in_scalar(l, n, at, "%s: %s", what, bad);
     return false;
   }
   l->p->uses |= prog_expr_uses(out);

@@ -72,6 +72,9 @@ typedef struct prog_env {
  * written into why_buf. */
 const char *prog_expr_parse(const char *text, int depth, prog_expr *out, char *why_buf,
                             size_t why_len);
+/* The same; on failure *at is the offset in text of the character at fault. */
+const char *prog_expr_parse_at(const char *text, int depth, prog_expr *out, char *why_buf, size_t why_len,
+                               size_t *at);
 /* Returns NULL, or why evaluation failed (division by zero). */
 const char *prog_expr_eval(const prog_expr *e, const prog_env *env, prog_value *out);
 void prog_expr_free(prog_expr *e);

@@ -152,7 +152,7 @@ static void test_single_problems(void **st) {
                  "        - fill: {buffer: a, value: 1}\n",
                  "t.yaml:11:23", "must be i32");
   expect_problem(HEAD KER BUF "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [a, \"$iter\", 1]}\n",
-                 "t.yaml:10:54", "outside of any loop");
+                 "t.yaml:10:55", "outside of any loop"); /* at the '$', inside the quotes */
   expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1}\nexpect:\n  a: {at: {16: 1}}\n",
                  "t.yaml:8:12", "index 16 is outside");
   expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1}\nexpect:\n  a: {values: [1], at: {0: 1}}\n",
@@ -162,6 +162,12 @@ static void test_single_problems(void **st) {
   expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1, count: 20}\n", "t.yaml:6:11",
                  "runs outside buffer 'a'");
   expect_problem(HEAD BUF "program:\n  - jump: {}\n", "t.yaml:6:5", "unknown step 'jump'");
+  /* an expression's error points at the character at fault, quoted or plain */
+  expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: \"512 >>> $job\"}\n", "t.yaml:6:37",
+                 "unexpected '>' where a value was expected (allowed: numbers");
+  expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 3 $ 4}\n", "t.yaml:6:32",
+                 "unexpected '$' after a complete expression (operators: * / %");
+  expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: '1 ? 2'}\n", "t.yaml:6:36", "expected ':'");
   expect_problem(HEAD "kernels:\n  k:\n    params: []\n    source: x\n    file: y.cu\nprogram: []\n",
                  "t.yaml:6:11", "both source and file");
   expect_problem(HEAD "kernels:\n  k:\n    params: []\n    source: x\n    entry: 9x\nprogram:\n  - loop: {trips: 1, body: []}\n",
@@ -276,7 +282,7 @@ static void test_expect_expressions(void **st) {
   /* $iter means nothing outside a loop: refused with its place */
   expect_problem("version: 1\nbuffers:\n  a: {type: i32, count: 1}\nprogram:\n  - fill: {buffer: a, value: 1}\n"
                  "expect:\n  a: {values: [\"$iter\"]}\n",
-                 "t.yaml:7:16: ", "$iter is used outside of any loop");
+                 "t.yaml:7:17: ", "$iter is used outside of any loop");
 }
 
 static void test_nested_and_while_ok(void **st) {

@@ -132,6 +132,50 @@ static void test_unrolled_loop_every_slice(void **st) {
   schedrun_close(&s);
 }
 
+/* Every operator of the expression grammar in a config: launch arguments,
+ * fill values, counts and offsets, and the expected values, for 8 jobs over
+ * 2 runs; each element checked against C's own evaluation. */
+static void test_expression_operators(void **st) {
+  (void)st;
+  schedrun_t *s = open_host(1);
+  schedrun_program_t *p = load(s, "version: 1\nrepeat: 2\njobs: 8\n" FILL_KERNEL
+                               "buffers:\n  out: {type: f32, count: 64}\n  bits: {type: i32, count: 16}\n"
+                               "program:\n"
+                               "  - fill: {buffer: bits, value: \"(512 >> $job | 3 << $run) ^ ~$job & 255\"}\n"
+                               "  - fill: {buffer: bits, value: \"$job < 4 ? min($job, 2) : max($job, 6)\", count: 1,\n"
+                               "           offset: \"($job <= 3) + ($run == 1) * 2 + ($job != 5) * 4\"}\n"
+                               "  - launch: {kernel: fill_slice, grid: 1, block: 64,\n"
+                               "             args: [out, \"$job >= 4 ? 64 : 32 >> $run\", \"$job == 0 ? -1 : 100 / $job\"]}\n"
+                               "expect:\n"
+                               "  out: {at: {0: \"$job == 0 ? -1 : 100 / $job\"}}\n");
+  schedrun_error_t err = {0};
+  schedrun_report_t *r = run_keep(s, p, SCHEDRUN_OK, &err);
+  assert_int_equal(schedrun_report_summary(r)->verified, 16);
+  for (int run = 0; run < 2; run++)
+    for (int job = 0; job < 8; job++) {
+      size_t bytes;
+      const int *bits = schedrun_report_output(r, run, job, "bits", &bytes);
+      const float *out = out_f32(r, run, job, "out", 64);
+      assert_non_null(bits);
+      int fillv = (512 >> job | 3 << run) ^ (~job & 255);
+      int at = (job <= 3) + (run == 1) * 2 + (job != 5) * 4;
+      int one = job < 4 ? (job < 2 ? job : 2) : (job > 6 ? job : 6);
+      for (int i = 0; i < 16; i++) {
+        int want = i == at ? one : fillv;
+        if (bits[i] != want) fail_msg("run %d job %d: bits[%d] = %d, C gives %d", run, job, i, bits[i], want);
+      }
+      int n = job >= 4 ? 64 : 32 >> run;
+      float v = job == 0 ? -1.0f : (float)(100 / job);
+      for (int i = 0; i < 64; i++) {
+        float want = i < n ? v : 0.0f;
+        if (out[i] != want) fail_msg("run %d job %d: out[%d] = %g, want %g", run, job, i, out[i], want);
+      }
+    }
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+}
+
 static void test_nested_loops(void **st) {
   (void)st;
   schedrun_t *s = open_host(1);
@@ -370,6 +414,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_saxpy_every_run),
       cmocka_unit_test(test_unrolled_loop_every_slice),
+      cmocka_unit_test(test_expression_operators),
       cmocka_unit_test(test_nested_loops),
       cmocka_unit_test(test_while_loop),
       cmocka_unit_test(test_two_devices_every_job),
