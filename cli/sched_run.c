@@ -20,7 +20,7 @@ enum { EXIT_VERIFIED = 0, EXIT_MISMATCH = 1, EXIT_USAGE = 2, EXIT_COMPILE = 3, E
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: sched-run [options] config.yaml\n"
+          "usage: sched-run [options] config.yaml   (- reads the config from standard input)\n"
           "\n"
           "Compiles the config's kernels (cached), records its program once per\n"
           "execution context, runs it `repeat` times and verifies `expect`.\n"
@@ -33,7 +33,8 @@ static void usage(FILE *f) {
           "  --no-cache       compile into a temporary cache, removed afterwards\n"
           "  -s, --stats      print per-device counters (always, with several devices)\n"
           "  --json           print the summary as one JSON object\n"
-          "  --trace FILE     write a Chrome trace event file (opens in Perfetto)\n"
+          "  --trace FILE     write a Chrome trace event file (opens in Perfetto);\n"
+          "                   - writes it to standard output\n"
           "  --timeout SECS   bound on the whole run (default 600); jobs still running\n"
           "                   then fail naming what they ran, and their devices are lost\n"
           "  -q, --quiet      print only errors\n"
@@ -58,6 +59,39 @@ static int positive(const char *opt, const char *v, int *out) {
 }
 
 static double ms(uint64_t ns) { return (double)ns / 1e6; }
+
+#define MAX_CONFIG_BYTES (320ull << 20)
+
+/* All of standard input as a string; -1 on a read error, or past the limit
+ * of a config (then *out is set too, to tell the two apart). */
+static int read_stdin(char **out) {
+  size_t len = 0, cap = 1 << 16;
+  char *buf = malloc(cap + 1);
+  *out = NULL;
+  if (!buf) return -1;
+  for (;;) {
+    if (len == cap) {
+      if (cap > MAX_CONFIG_BYTES) {
+        *out = buf;
+        return -1;
+      }
+      char *b = realloc(buf, cap * 2 + 1);
+      if (!b) break;
+      buf = b;
+      cap *= 2;
+    }
+    size_t n = fread(buf + len, 1, cap - len, stdin);
+    len += n;
+    if (n == 0) {
+      if (ferror(stdin)) break;
+      buf[len] = '\0';
+      *out = buf;
+      return 0;
+    }
+  }
+  free(buf);
+  return -1;
+}
 
 /* The progress line: on a terminal only, and only once a run has taken a
  * moment, so short runs and pipes see nothing extra. */
@@ -100,7 +134,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sched-run: cannot set up signal handling\n");
     return EXIT_OTHER;
   }
-  while ((c = getopt_long(argc, argv, "hqsV", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hqsV", longopts, NULL)) != -1) {
     switch (c) {
     case 'd': devices = optarg; break;
     case 'r': if (positive("--repeat", optarg, &repeat)) return EXIT_USAGE; break;
@@ -119,10 +153,24 @@ int main(int argc, char **argv) {
       break;
     case 'h': usage(stdout); return 0;
     case 'V': printf("sched-run %s\n", schedrun_version()); return 0;
-    default:
-      fprintf(stderr, "sched-run: unknown option '%s'\n", argv[optind - 1]);
+    case ':': /* getopt has put what was given into optind - 1 */
+      fprintf(stderr, "sched-run: option '%s' requires an argument\n", argv[optind - 1]);
+      return EXIT_USAGE;
+    default: {
+      const char *given = argv[optind - 1];
+      if (strncmp(given, "--", 2) == 0) {
+        const char *eq = strchr(given, '=');
+        if (eq && optopt) /* a known option that takes no argument was given one */
+          fprintf(stderr, "sched-run: option '%.*s' takes no argument\n", (int)(eq - given), given);
+        else
+          fprintf(stderr, "sched-run: unknown option '%s'\n", given);
+      } else {
+        fprintf(stderr, "sched-run: unknown option '-%c'%s%s%s\n", optopt ? optopt : '?',
+                strlen(given) > 2 ? " (in '" : "", strlen(given) > 2 ? given : "", strlen(given) > 2 ? "')" : "");
+      }
       usage(stderr);
       return EXIT_USAGE;
+    }
     }
   }
   if (optind != argc - 1) {
@@ -134,7 +182,21 @@ int main(int argc, char **argv) {
 
   schedrun_error_t err = {0};
   schedrun_program_t *prog = NULL;
-  int load_rc = schedrun_program_load_file(NULL, path, &prog, &err);
+  int load_rc;
+  if (strcmp(path, "-") == 0) {
+    /* the config from standard input; its kernel files are relative to here */
+    char *text = NULL;
+    if (read_stdin(&text) != 0) {
+      fprintf(stderr, "sched-run: cannot read the config from standard input: %s\n",
+              text ? "it is larger than 320 MiB" : "read error");
+      free(text);
+      return EXIT_USAGE;
+    }
+    load_rc = schedrun_program_load_string(NULL, text, "<stdin>", &prog, &err);
+    free(text);
+  } else {
+    load_rc = schedrun_program_load_file(NULL, path, &prog, &err);
+  }
   if (load_rc != SCHEDRUN_OK) {
     fprintf(stderr, "%s\n", err.message);
     schedrun_error_clear(&err);

@@ -139,6 +139,40 @@ static void test_usage(void **st) {
   assert_non_null(strstr(err, "unknown option '--bogus'"));
   free(out);
   free(err);
+  /* each option mistake said as what it is */
+  static const struct { const char *arg, *says; } wrong[] = {
+      {"--repeat", "option '--repeat' requires an argument"},
+      {"--trace", "option '--trace' requires an argument"},
+      {"-qx", "unknown option '-x' (in '-qx')"},
+      {"-x", "unknown option '-x'"},
+      {"--json=1", "option '--json' takes no argument"},
+  };
+  for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+    assert_int_equal(run_cli(wrong[i].arg, NULL, NULL, &out, &err), 2);
+    if (!strstr(err, wrong[i].says)) fail_msg("%s: %s", wrong[i].arg, err);
+    free(out);
+    free(err);
+  }
+  assert_int_equal(run_cli("--help", NULL, NULL, &out, &err), 0);
+  assert_non_null(strstr(out, "auto, host, host:N,\n                   cuda, cuda:I,J,... or all"));
+  assert_non_null(strstr(out, "- reads the config from standard input"));
+  free(out);
+  free(err);
+  /* the config from standard input; its errors are placed in <stdin> */
+  {
+    char cmd[2048], good[1024];
+    snprintf(good, sizeof good, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
+    snprintf(cmd, sizeof cmd, "'%s' -q - < '%s'", tu_env("SCHEDRUN_RUN"), good);
+    char *sh[] = {"/bin/sh", "-c", cmd, NULL};
+    assert_int_equal(tu_run(sh, &out, &err), 0);
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "printf 'version: 1\\nprogram: [\\n' | '%s' -", tu_env("SCHEDRUN_RUN"));
+    assert_int_equal(tu_run(sh, &out, &err), 2);
+    assert_non_null(strstr(err, "<stdin>:3:1: "));
+    free(out);
+    free(err);
+  }
   assert_int_equal(run_cli(NULL, NULL, NULL, &out, &err), 2);
   assert_non_null(strstr(err, "no config file"));
   free(out);
