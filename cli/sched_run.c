@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "interrupt.h"
+#include "json_out.h"
 #include "schedrun.h"
 
 enum { EXIT_VERIFIED = 0, EXIT_MISMATCH = 1, EXIT_USAGE = 2, EXIT_COMPILE = 3, EXIT_OTHER = 4 };
@@ -199,8 +200,13 @@ int main(int argc, char **argv) {
   }
   if (load_rc != SCHEDRUN_OK) {
     fprintf(stderr, "%s\n", err.message);
+    int st = load_rc == SCHEDRUN_ENOMEM ? EXIT_OTHER : EXIT_USAGE; /* out of memory is not the config's fault */
+    if (json) {
+      cli_outcome oc = {st, st == EXIT_USAGE ? "config-error" : "failed", path, NULL, err.message, NULL, NULL, NULL};
+      json_print_outcome(&oc);
+    }
     schedrun_error_clear(&err);
-    return load_rc == SCHEDRUN_ENOMEM ? EXIT_OTHER : EXIT_USAGE; /* out of memory is not the config's fault */
+    return st;
   }
   schedrun_options_t opts;
   schedrun_options_init(&opts);
@@ -210,9 +216,14 @@ int main(int argc, char **argv) {
   int rc = schedrun_open(&s, &opts, &err);
   if (rc != SCHEDRUN_OK) {
     fprintf(stderr, "sched-run: %s\n", err.message);
+    int st = rc == SCHEDRUN_EINVAL ? EXIT_USAGE : EXIT_OTHER;
+    if (json) {
+      cli_outcome oc = {st, st == EXIT_USAGE ? "usage-error" : "failed", path, NULL, err.message, NULL, prog, NULL};
+      json_print_outcome(&oc);
+    }
     schedrun_error_clear(&err);
     schedrun_program_free(&prog);
-    return rc == SCHEDRUN_EINVAL ? EXIT_USAGE : EXIT_OTHER;
+    return st;
   }
   interrupt_watch(s);
   schedrun_run_options_t ro;
@@ -260,19 +271,25 @@ int main(int argc, char **argv) {
       if (status == EXIT_VERIFIED) status = EXIT_OTHER;
     }
   }
-  if (json && rep) {
-    char *j = schedrun_report_json(rep);
-    if (j && sig && j[0] == '{') printf("{\"interrupted\": \"%s\", %s\n", interrupt_name(sig), j + 1);
-    else if (j) printf("%s\n", j);
-    free(j);
+  if (json) {
+    const char *what = sig                         ? "interrupted"
+                       : status == EXIT_VERIFIED   ? "verified"
+                       : status == EXIT_MISMATCH   ? "not-verified"
+                       : status == EXIT_COMPILE    ? "compile-error"
+                       : status == EXIT_USAGE      ? (rc == SCHEDRUN_ECONFIG ? "config-error" : "usage-error")
+                                                   : "failed";
+    cli_outcome oc = {status, what, path, sig ? interrupt_name(sig) : NULL,
+                      status == EXIT_VERIFIED || status == EXIT_MISMATCH || sig ? NULL : err.message,
+                      s, prog, rep};
+    if (json_print_outcome(&oc) != 0 && status == EXIT_VERIFIED) status = EXIT_OTHER;
   } else if (sum && !quiet && status != EXIT_COMPILE) {
     printf("%s: %s on %d device%s (%s%s)\n", schedrun_program_name(prog),
            sig ? "INTERRUPTED" : status == EXIT_VERIFIED ? "verified" : "NOT verified", sum->ndevices,
            sum->ndevices == 1 ? "" : "s", sum->devices[0].name, sum->ndevices > 1 ? ", ..." : "");
     if (schedrun_device_fallback(s)) printf("  host devices: %s\n", schedrun_device_fallback(s));
     printf("  runs %u, %u jobs in all: %u verified, %u failed\n", sum->runs, sum->jobs, sum->verified, sum->failed);
-    printf("  time: compile %.1f ms, record %.3f ms, execute %.3f ms, wall %.1f ms\n", ms(sum->compile_ns),
-           ms(sum->record_ns), ms(sum->execute_ns), ms(sum->wall_ns));
+    printf("  time: wall %.1f ms; summed over jobs: compile %.1f ms, record %.3f ms, execute %.3f ms\n",
+           ms(sum->wall_ns), ms(sum->compile_ns), ms(sum->record_ns), ms(sum->execute_ns));
     printf("  kernel cache: %llu hits, %llu misses\n", (unsigned long long)sum->cache_hits,
            (unsigned long long)sum->cache_misses);
     printf("  recorded nodes: %llu created, %llu updated, %llu reused\n",

@@ -124,6 +124,113 @@ static void test_wrong_expect_exit_1(void **st) {
   free(err);
 }
 
+static json_object *get(json_object *o, const char *key);
+
+/* Whether s is valid UTF-8 (no overlong forms, surrogates or bytes past U+10FFFF). */
+static bool valid_utf8(const unsigned char *s) {
+  while (*s) {
+    unsigned c = *s, n = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : 9;
+    if (n == 9 || (n == 1 && c < 0xc2) || (n == 3 && c > 0xf4)) return false;
+    for (unsigned k = 1; k <= n; k++)
+      if ((s[k] & 0xc0) != 0x80) return false;
+    if (n == 2 && ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] >= 0xa0))) return false;
+    if (n == 3 && ((c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] >= 0x90))) return false;
+    s += n + 1;
+  }
+  return true;
+}
+
+/* sched-run --json prints one JSON object on standard output for every
+ * outcome, valid UTF-8, with its exit status and structured errors. */
+static void json_outcome(const char *a1, const char *a2, int want_exit, const char *want_status, json_object **out) {
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--json", (char *)a1, (char *)a2, NULL};
+  char *o, *e;
+  int rc = tu_run(argv, &o, &e);
+  if (rc != want_exit) fail_msg("%s %s: exit %d, want %d\n%s", a1, a2 ? a2 : "", rc, want_exit, e);
+  if (!valid_utf8((const unsigned char *)o)) fail_msg("%s: not UTF-8: %s", a1, o);
+  json_object *j = json_tokener_parse(o);
+  if (!j) fail_msg("%s: not JSON: %s", a1, o);
+  assert_int_equal(json_object_get_int(get(j, "schema")), 1);
+  assert_int_equal(json_object_get_int(get(j, "exit")), want_exit);
+  assert_string_equal(json_object_get_string(get(j, "status")), want_status);
+  assert_true(json_object_is_type(get(j, "errors"), json_type_array));
+  assert_true(json_object_is_type(get(j, "devices"), json_type_array));
+  get(j, "fallback"); /* present, a string or null */
+  free(o);
+  free(e);
+  *out = j;
+}
+
+static void test_json_every_outcome(void **st) {
+  (void)st;
+  json_object *j;
+  char path[1024];
+  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
+  json_outcome(path, NULL, 0, "verified", &j);
+  assert_true(json_object_get_boolean(get(j, "verified")));
+  assert_int_equal(json_object_get_int(get(j, "jobs_verified")), 3);
+  assert_true(json_object_is_type(get(j, "wall_ms"), json_type_double));
+  assert_true(json_object_is_type(get(j, "compile_ms_sum"), json_type_double));
+  assert_string_equal(json_object_get_string(get(json_object_array_get_idx(get(j, "devices"), 0), "name")), "host:0");
+  assert_int_equal(json_object_array_length(get(j, "errors")), 0);
+  json_object_put(j);
+
+  const char *wrong = tu_write_temp(0, "wrong.yaml",
+                                    "version: 1\nbuffers:\n  a: {type: i32, count: 4}\n"
+                                    "program:\n  - fill: {buffer: a, value: 7}\nexpect:\n  a: {values: [7, 8]}\n");
+  json_outcome(wrong, NULL, 1, "not-verified", &j);
+  assert_non_null(strstr(json_object_get_string(json_object_array_get_idx(get(j, "failures"), 0)),
+                         "buffer a[1]: expected 8, got 7"));
+  json_object_put(j);
+
+  const char *broken = tu_write_temp(0, "broken.yaml",
+                                     "version: 1\nbuffers:\n  a: {type: i32, count: 4}\n"
+                                     "program:\n  - fill: {buffer: a, value: \"1 >>> 2\"}\n  - jump: {}\n");
+  json_outcome(broken, NULL, 2, "config-error", &j);
+  json_object *errs = get(j, "errors");
+  assert_int_equal(json_object_array_length(errs), 2);
+  json_object *e0 = json_object_array_get_idx(errs, 0), *e1 = json_object_array_get_idx(errs, 1);
+  assert_string_equal(json_object_get_string(get(e0, "kind")), "config");
+  assert_string_equal(json_object_get_string(get(e0, "file")), broken);
+  assert_int_equal(json_object_get_int(get(e0, "line")), 5);
+  assert_int_equal(json_object_get_int(get(e0, "column")), 35); /* the third > */
+  assert_non_null(strstr(json_object_get_string(get(e0, "message")), "unexpected '>'"));
+  assert_int_equal(json_object_get_int(get(e1, "line")), 6);
+  json_object_put(j);
+
+  json_outcome("--devices=host:99", path, 2, "usage-error", &j);
+  assert_non_null(strstr(json_object_get_string(get(json_object_array_get_idx(get(j, "errors"), 0), "message")),
+                         "host:99"));
+  json_object_put(j);
+
+  /* a compile error whose log quotes a Latin-1 byte of a kernel file */
+  const char *cu = tu_write_temp(1, "latin1.cu",
+                                 "extern \"C\" __global__ void bad(float *p) { const char *s = \"caf\xe9\"; p[0] = s; }\n");
+  char cfgtext[1024];
+  snprintf(cfgtext, sizeof cfgtext,
+           "version: 1\nkernels:\n  bad:\n    params: [ptr]\n    file: %s\n"
+           "buffers:\n  a: {type: f32, count: 4}\nprogram:\n  - launch: {kernel: bad, grid: 1, block: 1, args: [a]}\n",
+           cu);
+  const char *cfg = tu_write_temp(2, "latin1.yaml", cfgtext);
+  json_outcome(cfg, NULL, 3, "compile-error", &j);
+  json_object *ce = json_object_array_get_idx(get(j, "errors"), 0);
+  assert_string_equal(json_object_get_string(get(ce, "kind")), "compile");
+  assert_string_equal(json_object_get_string(get(ce, "kernel")), "bad");
+  assert_non_null(strstr(json_object_get_string(get(ce, "file")), "latin1.cu"));
+  assert_int_equal(json_object_get_int(get(ce, "line")), 1);
+  assert_true(json_object_get_int(get(ce, "column")) > 0);
+  const char *log = json_object_get_string(get(ce, "log"));
+  assert_non_null(strstr(log, "caf\xef\xbf\xbd")); /* the byte, replaced by U+FFFD */
+  assert_non_null(strstr(json_object_get_string(get(ce, "teardown")), "reset the active compile mode"));
+  json_object_put(j);
+
+  /* a failure of another kind: the CUDA driver cannot be loaded */
+  setenv("SCHEDRUN_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", 1);
+  json_outcome("--devices=cuda", path, 4, "failed", &j);
+  unsetenv("SCHEDRUN_CUDA_LIBRARY");
+  json_object_put(j);
+}
+
 static void test_usage(void **st) {
   (void)st;
   char *out, *err;
@@ -507,7 +614,8 @@ int main(void) {
       cmocka_unit_test(test_every_config_verifies), cmocka_unit_test(test_every_config_catches_shared_state),
       cmocka_unit_test(test_five_mistakes_exit_2),
       cmocka_unit_test(test_compile_error_exit_3),  cmocka_unit_test(test_wrong_expect_exit_1),
-      cmocka_unit_test(test_usage),                 cmocka_unit_test(test_embed_example),
+      cmocka_unit_test(test_usage),
+      cmocka_unit_test(test_json_every_outcome),                 cmocka_unit_test(test_embed_example),
       cmocka_unit_test(test_demo_json_and_trace),   cmocka_unit_test(test_signals_stop_cleanly),
       cmocka_unit_test(test_dead_process_temp_dirs_swept), cmocka_unit_test(test_kill_9_leaves_no_worker),
       cmocka_unit_test(test_gpu_script_never_passes_by_skipping),
