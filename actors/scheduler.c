@@ -73,6 +73,7 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   j->slot = sb->slot;
   j->keep = sb->keep;
   j->deadline = sb->deadline;
+  j->record_only = sb->record_only != 0;
   j->device = -1;
   j->t_submit = now_ns();
   j->inputs = sb->inputs;
@@ -212,6 +213,14 @@ static void handle_recorded(actor_t *self, scheduler_state *s, msg *m) {
   ss->last_run = j->run;
   ss->sequence = m->body.recorded.sequence;
   ss->nodes = j->counts.created + j->counts.updated + j->counts.reused;
+  if (j->record_only) {
+    /* recorded is all it asked: done, and the recording stays (the slot
+     * counts it as an EXECUTE that finished at once) */
+    j->state = JOB_EXECUTING;
+    ss->inflight++;
+    scheduler_complete(self, s, j, SCHEDRUN_OK, NULL, NULL);
+    return;
+  }
   scheduler_start_execute(self, s, ss, j);
   scheduler_dispatch_slot(self, s, ps, ss);
 }

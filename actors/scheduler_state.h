@@ -31,6 +31,7 @@ typedef struct job {
   uint32_t hits, misses;
   uint64_t sequence;
   uint64_t deadline; /* CLOCK_MONOTONIC ns; 0: none */
+  bool record_only;  /* complete once recorded, without running */
   struct job *next;  /* in a wait queue */
 } job;
 

@@ -32,6 +32,8 @@ static void usage(FILE *f) {
           "  --repeat N       override the config's repeat\n"
           "  --jobs N         override the config's jobs\n"
           "  --no-cache       compile into a temporary cache, removed afterwards\n"
+          "  --check          compile and record every job without running any: exit 0,\n"
+          "                   2 (config) or 3 (kernel) as a run would\n"
           "  -s, --stats      print per-device counters (always, with several devices)\n"
           "  --json           print the summary as one JSON object\n"
           "  --trace FILE     write a Chrome trace event file (opens in Perfetto);\n"
@@ -125,10 +127,11 @@ int main(int argc, char **argv) {
       {"stats", no_argument, NULL, 's'},         {"quiet", no_argument, NULL, 'q'},
       {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
       {"json", no_argument, NULL, 'J'},          {"trace", required_argument, NULL, 'T'},
-      {"timeout", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
+      {"timeout", required_argument, NULL, 't'}, {"check", no_argument, NULL, 'c'},
+      {NULL, 0, NULL, 0}};
   const char *devices = NULL;
   const char *trace = NULL;
-  int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, json = 0, timeout_s = 600, c;
+  int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, json = 0, timeout_s = 600, check = 0, c;
   opterr = 0;
   /* before any thread starts: they all inherit the blocked signals */
   if (interrupt_start() != 0) {
@@ -144,6 +147,7 @@ int main(int argc, char **argv) {
     case 's': stats = 1; break;
     case 'q': quiet = 1; break;
     case 'J': json = 1; break;
+    case 'c': check = 1; break;
     case 'T': trace = optarg; break;
     case 't':
       if (positive("--timeout", optarg, &timeout_s)) return EXIT_USAGE;
@@ -231,6 +235,7 @@ int main(int argc, char **argv) {
   ro.repeat = repeat;
   ro.jobs = jobs;
   ro.timeout_ms = timeout_s * 1000;
+  ro.check_only = check;
   progress pg = {{0, 0}, 0};
   clock_gettime(CLOCK_MONOTONIC, &pg.start);
   if (!quiet && !json && isatty(STDERR_FILENO)) {
@@ -273,7 +278,7 @@ int main(int argc, char **argv) {
   }
   if (json) {
     const char *what = sig                         ? "interrupted"
-                       : status == EXIT_VERIFIED   ? "verified"
+                       : status == EXIT_VERIFIED   ? (check ? "checked" : "verified")
                        : status == EXIT_MISMATCH   ? "not-verified"
                        : status == EXIT_COMPILE    ? "compile-error"
                        : status == EXIT_USAGE      ? (rc == SCHEDRUN_ECONFIG ? "config-error" : "usage-error")
@@ -282,9 +287,14 @@ int main(int argc, char **argv) {
                       status == EXIT_VERIFIED || status == EXIT_MISMATCH || sig ? NULL : err.message,
                       s, prog, rep};
     if (json_print_outcome(&oc) != 0 && status == EXIT_VERIFIED) status = EXIT_OTHER;
+  } else if (sum && !quiet && check && status == EXIT_VERIFIED) {
+    printf("%s: checked: %u jobs compiled and recorded on %d device%s (%s%s); none was run\n",
+           schedrun_program_name(prog), sum->verified, sum->ndevices, sum->ndevices == 1 ? "" : "s",
+           sum->devices[0].name, sum->ndevices > 1 ? ", ..." : "");
   } else if (sum && !quiet && status != EXIT_COMPILE) {
     printf("%s: %s on %d device%s (%s%s)\n", schedrun_program_name(prog),
-           sig ? "INTERRUPTED" : status == EXIT_VERIFIED ? "verified" : "NOT verified", sum->ndevices,
+           sig ? "INTERRUPTED" : check ? "check FAILED" : status == EXIT_VERIFIED ? "verified" : "NOT verified",
+           sum->ndevices,
            sum->ndevices == 1 ? "" : "s", sum->devices[0].name, sum->ndevices > 1 ? ", ..." : "");
     if (schedrun_device_fallback(s)) printf("  host devices: %s\n", schedrun_device_fallback(s));
     printf("  runs %u, %u jobs in all: %u verified, %u failed\n", sum->runs, sum->jobs, sum->verified, sum->failed);

@@ -212,6 +212,8 @@ typedef struct schedrun_job_options {
                             all (SCHEDRUN_EAGAIN at once) */
   schedrun_job_callback on_complete; /* NULL: collect the result with schedrun_wait* */
   void *user;
+  int record_only;  /* 1: compile and record the job, then complete without running it
+                       (no outputs; a recording or evaluation error fails it as usual) */
 } schedrun_job_options_t;
 
 SCHEDRUN_EXTERN void schedrun_job_options_init(schedrun_job_options_t *o);
@@ -288,6 +290,7 @@ typedef struct schedrun_run_options {
   /* called from the calling thread now and then while the run goes on */
   void (*progress)(uint32_t done, uint32_t total, void *user);
   void *progress_user;
+  int check_only;   /* 1: every job is compiled and recorded, none runs (record_only) */
 } schedrun_run_options_t;
 
 SCHEDRUN_EXTERN void schedrun_run_options_init(schedrun_run_options_t *opts);

@@ -51,7 +51,7 @@ static int check_options(const schedrun_t *s, const char *fn, const schedrun_job
 static int fill_submit(const prog_program *p, const char *fn, const schedrun_job_options_t *o, msg_submit *sb,
                        schedrun_error_t *err) {
   *sb = (msg_submit){0, (uint32_t)o->run, (uint32_t)o->job, (uint32_t)(o->run % p->buffer_sets),
-                     o->device, o->keep_outputs ? 1u : 0u, {NULL, 0}, 0};
+                     o->device, o->keep_outputs ? 1u : 0u, {NULL, 0}, 0, o->record_only ? 1u : 0u};
   if (o->timeout_ms > 0) sb->deadline = now_ns() + (uint64_t)o->timeout_ms * 1000000ull;
   if (o->ninputs) {
     sb->inputs.v = calloc(o->ninputs, sizeof(msg_output));

@@ -98,6 +98,7 @@ int schedrun_run(schedrun_t *s, schedrun_program_t *h, const schedrun_run_option
   schedrun_job_options_t jo;
   schedrun_job_options_init(&jo);
   jo.keep_outputs = o.keep_outputs;
+  jo.record_only = o.check_only;
   jo.submit_timeout_ms = 0; /* no room: collect first */
   for (int run = 0; run < repeat && rc == SCHEDRUN_OK; run++)
     for (int j = 0; j < jobs && rc == SCHEDRUN_OK; j++) {

@@ -88,6 +88,7 @@ typedef struct msg_submit {
   uint32_t keep;  /* 1: read back every buffer */
   msg_outputs inputs; /* contents for some buffers, instead of their init */
   uint64_t deadline;  /* CLOCK_MONOTONIC ns by which the job must complete; 0: none */
+  uint32_t record_only; /* 1: compile and record, and complete without running */
 } msg_submit;
 
 /* SUBMIT for several jobs in one message (schedrun_submit_many): job k has

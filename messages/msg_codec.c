@@ -59,7 +59,7 @@ SCHEMA(stat_s, msg_stat, F(msg_stat, name, FK_STR), F(msg_stat, value, FK_I64));
 SCHEMA(submit_s, msg_submit, F(msg_submit, program, FK_U64), F(msg_submit, run, FK_U32),
        F(msg_submit, job_index, FK_U32), F(msg_submit, slot, FK_U32),
        F(msg_submit, device, FK_I32), F(msg_submit, keep, FK_U32), FA(msg_submit, inputs, output_s),
-       F(msg_submit, deadline, FK_U64));
+       F(msg_submit, deadline, FK_U64), F(msg_submit, record_only, FK_U32));
 SCHEMA(compile_s, msg_compile, F(msg_compile, program, FK_U64), F(msg_compile, target, FK_STR),
        F(msg_compile, arch, FK_STR), FA(msg_compile, kernels, kernel_s));
 SCHEMA(compiled_s, msg_compiled, F(msg_compiled, program, FK_U64),

@@ -231,6 +231,46 @@ static void test_json_every_outcome(void **st) {
   json_object_put(j);
 }
 
+/* --check compiles and records every job and runs none: exit 0, 2 or 3 as
+ * a run would; an expectation that would not hold is not looked at. */
+static void test_check(void **st) {
+  (void)st;
+  char path[1024], *out, *err;
+  snprintf(path, sizeof path, "%s/multi_device_demo.yaml", tu_env("SCHEDRUN_CONFIGS"));
+  assert_int_equal(run_cli("--check", path, NULL, &out, &err), 0);
+  assert_non_null(strstr(out, "checked: 128 jobs compiled and recorded on 4 devices"));
+  assert_non_null(strstr(out, "none was run"));
+  free(out);
+  free(err);
+  /* jobs 2 and 3 record a fill outside the buffer; nothing runs, so the
+   * wrong expectation goes unnoticed */
+  const char *bad = tu_write_temp(0, "check.yaml",
+                                  "version: 1\njobs: 4\nbuffers:\n  a: {type: i32, count: 4}\n"
+                                  "program:\n  - fill: {buffer: a, value: 1, offset: \"$job * 2\", count: 1}\n"
+                                  "expect:\n  a: {values: [5]}\n");
+  assert_int_equal(run_cli("--check", bad, NULL, &out, &err), 2);
+  assert_non_null(strstr(err, "check.yaml:6:5: fill: 1 elements at offset 4 run outside buffer 'a'"));
+  assert_null(strstr(err, "expected 5"));
+  assert_non_null(strstr(out, "check FAILED"));
+  assert_non_null(strstr(out, "2 verified, 2 failed"));
+  free(out);
+  free(err);
+  const char *broken = tu_write_temp(1, "check-broken.yaml",
+                                     "version: 1\nkernels:\n  k:\n    params: [ptr]\n    source: |\n"
+                                     "      extern \"C\" __global__ void k(float *p) { p[0] = nope; }\n"
+                                     "buffers:\n  a: {type: f32, count: 4}\n"
+                                     "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [a]}\n");
+  assert_int_equal(run_cli("--check", broken, NULL, &out, &err), 3);
+  assert_non_null(strstr(err, "kernel 'k' does not compile"));
+  free(out);
+  free(err);
+  const char *five = tu_write_temp(2, "check-config.yaml", "version: 1\nprogram:\n  - jump: {}\n");
+  assert_int_equal(run_cli("--check", five, NULL, &out, &err), 2);
+  assert_non_null(strstr(err, "unknown step 'jump'"));
+  free(out);
+  free(err);
+}
+
 static void test_usage(void **st) {
   (void)st;
   char *out, *err;
@@ -615,7 +655,8 @@ int main(void) {
       cmocka_unit_test(test_five_mistakes_exit_2),
       cmocka_unit_test(test_compile_error_exit_3),  cmocka_unit_test(test_wrong_expect_exit_1),
       cmocka_unit_test(test_usage),
-      cmocka_unit_test(test_json_every_outcome),                 cmocka_unit_test(test_embed_example),
+      cmocka_unit_test(test_json_every_outcome),
+      cmocka_unit_test(test_check),                 cmocka_unit_test(test_embed_example),
       cmocka_unit_test(test_demo_json_and_trace),   cmocka_unit_test(test_signals_stop_cleanly),
       cmocka_unit_test(test_dead_process_temp_dirs_swept), cmocka_unit_test(test_kill_9_leaves_no_worker),
       cmocka_unit_test(test_gpu_script_never_passes_by_skipping),
