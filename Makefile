@@ -17,9 +17,10 @@ OWN_FLAGS  = -DSCHEDRUN_WERROR=ON $(CMAKE_FLAGS)
 # that it configures as on a machine without the toolkit.
 CUDA_INCLUDE_DIRS = $(sort /usr/local/cuda/include $(realpath /usr/local/cuda/include) /opt/cuda/include)
 
-# Debian packages the build and the host backend need.
+# Debian packages the build and the host backend need (python3-numpy and
+# graphviz: the tests read --output with numpy.load and render --dot with dot).
 DEB_PACKAGES = build-essential g++ clang binutils cmake pkg-config libzmq3-dev libmsgpack-dev \
-               libyaml-dev libcmocka-dev libssl-dev libjson-c-dev
+               libyaml-dev libcmocka-dev libssl-dev libjson-c-dev python3-numpy graphviz
 
 .PHONY: all deps build run test test-plain test-asan test-tsan test-portable test-build-types bench fuzz clean
 

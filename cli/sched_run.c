@@ -36,6 +36,10 @@ static void usage(FILE *f) {
           "                   2 (config) or 3 (kernel) as a run would\n"
           "  -s, --stats      print per-device counters (always, with several devices)\n"
           "  --json           print the summary as one JSON object\n"
+          "  --output DIR     write output buffers as NumPy .npy files: DIR/<buffer>.npy\n"
+          "                   (run 0, job 0) and DIR/run<R>/job<J>/<buffer>.npy; the\n"
+          "                   buffers marked output: true, else those with an expect\n"
+          "  --output-all DIR the same with every buffer\n"
           "  --trace FILE     write a Chrome trace event file (opens in Perfetto);\n"
           "                   - writes it to standard output\n"
           "  --timeout SECS   bound on the whole run (default 600); jobs still running\n"
@@ -128,9 +132,11 @@ int main(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
       {"json", no_argument, NULL, 'J'},          {"trace", required_argument, NULL, 'T'},
       {"timeout", required_argument, NULL, 't'}, {"check", no_argument, NULL, 'c'},
+      {"output", required_argument, NULL, 'o'}, {"output-all", required_argument, NULL, 'O'},
       {NULL, 0, NULL, 0}};
   const char *devices = NULL;
-  const char *trace = NULL;
+  const char *trace = NULL, *output = NULL;
+  int output_all = 0;
   int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, json = 0, timeout_s = 600, check = 0, c;
   opterr = 0;
   /* before any thread starts: they all inherit the blocked signals */
@@ -148,6 +154,11 @@ int main(int argc, char **argv) {
     case 'q': quiet = 1; break;
     case 'J': json = 1; break;
     case 'c': check = 1; break;
+    case 'o': output = optarg; break;
+    case 'O':
+      output = optarg;
+      output_all = 1;
+      break;
     case 'T': trace = optarg; break;
     case 't':
       if (positive("--timeout", optarg, &timeout_s)) return EXIT_USAGE;
@@ -236,6 +247,7 @@ int main(int argc, char **argv) {
   ro.jobs = jobs;
   ro.timeout_ms = timeout_s * 1000;
   ro.check_only = check;
+  ro.keep_outputs = output != NULL;
   progress pg = {{0, 0}, 0};
   clock_gettime(CLOCK_MONOTONIC, &pg.start);
   if (!quiet && !json && isatty(STDERR_FILENO)) {
@@ -267,6 +279,14 @@ int main(int argc, char **argv) {
   } else if (rc != SCHEDRUN_OK) {
     fprintf(stderr, "sched-run: %s: %s\n", schedrun_strerror(rc), err.message ? err.message : "");
     status = EXIT_OTHER;
+  }
+  if (output && rep && !check) {
+    schedrun_error_t oerr = {0};
+    if (schedrun_report_write_npy(rep, output, output_all, &oerr) != SCHEDRUN_OK) {
+      fprintf(stderr, "sched-run: --output: %s\n", oerr.message);
+      schedrun_error_clear(&oerr);
+      if (status == EXIT_VERIFIED) status = EXIT_OTHER;
+    }
   }
   if (trace && rep) {
     schedrun_error_t terr = {0};

@@ -344,6 +344,13 @@ SCHEDRUN_EXTERN char *schedrun_report_json(const schedrun_report_t *r);
 /* Writes a Chrome trace event file (opens in Perfetto): one lane per actor
  * and per device, with each job's compile, record and execution spans. */
 SCHEDRUN_EXTERN int schedrun_report_write_trace(const schedrun_report_t *r, const char *path, schedrun_error_t *err);
+/* Writes output buffers as NumPy .npy files (dtype and shape set) under dir,
+ * created if needed: dir/<buffer>.npy for run 0, job 0, and, when the run
+ * has several runs or jobs, dir/run<R>/job<J>/<buffer>.npy for each. Which
+ * buffers: every one with all; else those the config marks `output: true`,
+ * or, when it marks none, those it has expectations for. The run must have
+ * kept its outputs (keep_outputs); jobs that failed are left out. */
+SCHEDRUN_EXTERN int schedrun_report_write_npy(const schedrun_report_t *r, const char *dir, int all, schedrun_error_t *err);
 SCHEDRUN_EXTERN void schedrun_report_free(schedrun_report_t **r);
 
 #ifdef __cplusplus

@@ -26,6 +26,8 @@ struct schedrun_report {
   char *first_error_text;
   schedrun_summary_t sum;
   const gpu_backend *backend;
+  report_buffer *buffers;
+  size_t nbuffers;
   gpu_counters at_start[SCHEDRUN_MAX_DEVICES]; /* counters are reported as growth over the run */
 };
 
@@ -47,6 +49,17 @@ schedrun_report_t *report_new(const schedrun_t *s, const prog_program *p, int re
     return NULL;
   }
   r->sum.ndevices = nd;
+  r->buffers = calloc(p->nbuffers ? p->nbuffers : 1, sizeof *r->buffers);
+  for (uint32_t b = 0; r->buffers && b < p->nbuffers; b++) {
+    report_buffer *rb = &r->buffers[r->nbuffers];
+    rb->name = xstrdup(p->buffers[b].name);
+    if (!rb->name) break;
+    rb->type = p->buffers[b].type;
+    rb->count = p->buffers[b].count;
+    rb->output = p->buffers[b].output;
+    for (uint32_t e = 0; e < p->nexpects; e++) rb->expected |= p->expects[e].buffer == b;
+    r->nbuffers++;
+  }
   r->backend = s->core.backend;
   for (int d = 0; d < nd; d++) r->backend->ops->counters(r->backend, d, &r->at_start[d]);
   for (int d = 0; d < nd; d++) {
@@ -348,6 +361,18 @@ void schedrun_report_free(schedrun_report_t **pr) {
   free(r->failures);
   free(r->first_error_text);
   free(r->name);
+  for (size_t b = 0; b < r->nbuffers; b++) free(r->buffers[b].name);
+  free(r->buffers);
   free(r);
   *pr = NULL;
+}
+
+const report_buffer *report_buffers(const schedrun_report_t *r, size_t *n) {
+  *n = r->nbuffers;
+  return r->buffers;
+}
+
+void report_shape(const schedrun_report_t *r, int *repeat, int *jobs) {
+  *repeat = r->repeat;
+  *jobs = r->jobs;
 }

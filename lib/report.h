@@ -6,6 +6,15 @@
 #include "program/program.h"
 #include "schedrun.h"
 
+/* What the report keeps of the program's buffers (the program may go first). */
+typedef struct report_buffer {
+  char *name;
+  prog_type type;
+  uint64_t count;
+  bool output;   /* marked `output: true` */
+  bool expected; /* has an expectation */
+} report_buffer;
+
 schedrun_report_t *report_new(const schedrun_t *s, const prog_program *p, int repeat, int jobs, bool keep);
 /* Files the result of job `index` (run * jobs + job), taking it over (it is
  * freed here). Returns false for a duplicate. */
@@ -13,5 +22,8 @@ bool report_add(schedrun_report_t *r, size_t index, schedrun_job_result_t *res);
 void report_finish(schedrun_report_t *r, uint64_t wall_ns);
 /* SCHEDRUN_OK, SCHEDRUN_EVERIFY, or the first job error, with err filled. */
 int report_status(const schedrun_report_t *r, schedrun_error_t *err);
+const report_buffer *report_buffers(const schedrun_report_t *r, size_t *n);
+/* The run's shape: repeat and jobs. */
+void report_shape(const schedrun_report_t *r, int *repeat, int *jobs);
 
 #endif

@@ -13,6 +13,7 @@
 #include <yaml.h>
 
 #include "program/load_util.h"
+#include "program/npy.h"
 #include "program/yaml_depth.h"
 
 /* ---- kernels ---- */
@@ -139,6 +140,18 @@ static void load_init(ld *l, node *n, prog_buffer *b) {
     if (!rel) return;
     size_t len = 0;
     char *data = ld_read_file(l, f[3], rel, "init", PROG_MAX_BUFFER_BYTES, &len, NULL);
+    if (data && npy_is((const uint8_t *)data, len)) {
+      /* a NumPy file: its dtype and element count must be the buffer's */
+      char why[200];
+      size_t at = 0;
+      if (npy_check((const uint8_t *)data, len, b->type, b->count, &at, why, sizeof why)) {
+        ld_problem(l, f[3], "init file '%s' %s", rel, why);
+        free(data);
+        return;
+      }
+      len -= at;
+      memmove(data, data + at, len);
+    }
     if (data && len != b->count * es)
       ld_problem(l, f[3], "init file '%s' has %zu bytes; buffer '%s' needs %llu", rel, len, b->name,
               (unsigned long long)(b->count * es));
@@ -216,8 +229,8 @@ static void load_buffers(ld *l, node *n) {
     b->name = xstrdup(ld_sval(k));
     b->loc = ld_loc_of(k);
     b->type = PT_F32;
-    static const char *const keys[] = {"type", "count", "init", NULL};
-    node *f[3];
+    static const char *const keys[] = {"type", "count", "init", "output", NULL};
+    node *f[4];
     char what[160];
     snprintf(what, sizeof what, "buffer '%s'", b->name);
     if (!ld_read_map(l, v, what, keys, f)) continue;
@@ -237,6 +250,11 @@ static void load_buffers(ld *l, node *n) {
       ok = false;
     }
     b->count = (uint64_t)c;
+    if (f[3] && ld_is_scalar(l, f[3], "output")) {
+      const char *o = ld_sval(f[3]);
+      if (!strcmp(o, "true")) b->output = true;
+      else if (strcmp(o, "false")) ld_problem(l, f[3], "output of buffer '%s' is true or false, not '%s'", b->name, o);
+    }
     if (ok) {
       uint64_t bytes = b->count * prog_type_size(b->type);
       l->buffer_bytes += bytes;
@@ -366,6 +384,17 @@ static void load_expect(ld *l, node *n) {
         if (!rel) continue;
         size_t len = 0, es = prog_type_size(buf->type);
         char *data = ld_read_file(l, fk, rel, "expect", PROG_MAX_BUFFER_BYTES, &len, NULL);
+        char why[200];
+        size_t at = 0;
+        if (data && npy_is((const uint8_t *)data, len)) {
+          if (npy_check((const uint8_t *)data, len, buf->type, buf->count, &at, why, sizeof why)) {
+            ld_problem(l, fk, "expect file '%s' %s", rel, why);
+            free(data);
+            continue;
+          }
+          len -= at;
+          memmove(data, data + at, len);
+        }
         if (data && len != buf->count * es)
           ld_problem(l, fk, "expect file '%s' has %zu bytes; buffer '%s' holds %llu", rel, len, buf->name,
                   (unsigned long long)(buf->count * es));

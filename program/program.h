@@ -99,6 +99,7 @@ typedef struct prog_buffer {
   prog_type type;
   uint64_t count;
   uint8_t *image; /* initial contents, count * size bytes; NULL: zeroed */
+  bool output;    /* `output: true`: written by --output */
   prog_loc loc;
 } prog_buffer;
 

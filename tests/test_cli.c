@@ -271,6 +271,114 @@ static void test_check(void **st) {
   free(err);
 }
 
+/* Runs a Python snippet with Debian's numpy (argv: dir); its exit status. */
+static int numpy(const char *code, const char *dir, char **out, char **err) {
+  char *argv[] = {"/usr/bin/python3", "-c", (char *)code, (char *)dir, NULL};
+  return tu_run(argv, out, err);
+}
+
+/* --output writes the output buffers as .npy files that numpy.load reads
+ * back with their dtype and shape, for every run and job; --output-all
+ * every buffer. .npy files serve as init and expect, their dtype and count
+ * checked with a located error. */
+static void test_output_npy(void **st) {
+  (void)st;
+  char dir[] = "/tmp/schedrun-npy-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char text[2048];
+  snprintf(text, sizeof text,
+           "version: 1\nrepeat: 2\njobs: 3\n"
+           "buffers:\n  out: {type: i32, count: 8, output: true}\n  tmp: {type: f64, count: 4}\n"
+           "  raw: {type: u8, count: 5, init: {fill: 7}}\n"
+           "program:\n  - fill: {buffer: out, value: \"$run * 10 + $job\"}\n"
+           "  - fill: {buffer: tmp, value: \"$job + 0.5\"}\n"
+           "expect:\n  out: {sum: \"8 * ($run * 10 + $job)\"}\n");
+  const char *cfg = tu_write_temp(0, "npy.yaml", text);
+  char outdir[256];
+  snprintf(outdir, sizeof outdir, "%s/out", dir);
+  char *out, *err;
+  assert_int_equal(run_cli("--output", outdir, cfg, &out, &err), 0);
+  free(out);
+  free(err);
+  static const char check[] =
+      "import sys, os, numpy as np\n"
+      "d = sys.argv[1]\n"
+      "for r in range(2):\n"
+      "  for j in range(3):\n"
+      "    a = np.load(f'{d}/run{r}/job{j}/out.npy')\n"
+      "    assert a.dtype == np.int32 and a.shape == (8,), (a.dtype, a.shape)\n"
+      "    assert (a == r * 10 + j).all(), (r, j, a)\n"
+      "    assert not os.path.exists(f'{d}/run{r}/job{j}/tmp.npy')\n"
+      "assert (np.load(f'{d}/out.npy') == np.load(f'{d}/run0/job0/out.npy')).all()\n"
+      "print('ok')\n";
+  if (numpy(check, outdir, &out, &err) != 0) fail_msg("numpy: %s%s", out, err);
+  free(out);
+  free(err);
+  snprintf(outdir, sizeof outdir, "%s/all", dir);
+  assert_int_equal(run_cli("--output-all", outdir, cfg, &out, &err), 0);
+  free(out);
+  free(err);
+  static const char check_all[] =
+      "import sys, numpy as np\n"
+      "d = sys.argv[1]\n"
+      "t = np.load(f'{d}/run1/job2/tmp.npy'); assert t.dtype == np.float64 and (t == 2.5).all(), t\n"
+      "u = np.load(f'{d}/raw.npy'); assert u.dtype == np.uint8 and u.shape == (5,) and (u == 7).all(), u\n";
+  if (numpy(check_all, outdir, &out, &err) != 0) fail_msg("numpy: %s%s", out, err);
+  free(out);
+  free(err);
+
+  /* .npy as init and expect */
+  static const char make[] =
+      "import sys, numpy as np\n"
+      "d = sys.argv[1]\n"
+      "np.save(f'{d}/in.npy', np.arange(6, dtype=np.float32) * 1.5)\n"
+      "np.save(f'{d}/want.npy', np.arange(6, dtype=np.float32) * 1.5)\n"
+      "np.save(f'{d}/wide.npy', np.arange(6, dtype=np.float64))\n"
+      "np.save(f'{d}/short.npy', np.arange(5, dtype=np.float32))\n"
+      "np.save(f'{d}/grid.npy', np.arange(6, dtype=np.float32).reshape(2, 3))\n";
+  if (numpy(make, dir, &out, &err) != 0) fail_msg("numpy: %s%s", out, err);
+  free(out);
+  free(err);
+  static const char *const inits[] = {"in", "grid"};
+  for (int k = 0; k < 2; k++) {
+    snprintf(text, sizeof text,
+             "version: 1\nbuffers:\n  a: {type: f32, count: 6, init: {file: %s/%s.npy}}\n  b: {type: i32, count: 1}\n"
+             "program:\n  - fill: {buffer: b, value: 1}\nexpect:\n  a: {file: %s/%s.npy}\n",
+             dir, inits[k], dir, k ? "grid" : "want");
+    cfg = tu_write_temp(1, "npy-in.yaml", text);
+    assert_int_equal(run_cli(cfg, NULL, NULL, &out, &err), 0);
+    free(out);
+    free(err);
+  }
+  static const struct { const char *file, *says; } bad[] = {
+      {"wide", "holds elements of dtype '<f8'; the buffer is f32 ('<f4')"},
+      {"short", "holds 5 elements; the buffer has 6"},
+  };
+  for (size_t k = 0; k < 2; k++) {
+    snprintf(text, sizeof text,
+             "version: 1\nbuffers:\n  a: {type: f32, count: 6, init: {file: %s/%s.npy}}\nprogram:\n"
+             "  - fill: {buffer: a, value: 1, count: 0}\n",
+             dir, bad[k].file);
+    cfg = tu_write_temp(1, "npy-bad.yaml", text);
+    assert_int_equal(run_cli(cfg, NULL, NULL, &out, &err), 2);
+    if (!strstr(err, "npy-bad.yaml:3:41: init file") || !strstr(err, bad[k].says)) fail_msg("%s", err);
+    free(out);
+    free(err);
+    snprintf(text, sizeof text,
+             "version: 1\nbuffers:\n  a: {type: f32, count: 6}\nprogram:\n  - fill: {buffer: a, value: 1}\n"
+             "expect:\n  a: {file: %s/%s.npy}\n",
+             dir, bad[k].file);
+    cfg = tu_write_temp(1, "npy-bad.yaml", text);
+    assert_int_equal(run_cli(cfg, NULL, NULL, &out, &err), 2);
+    if (!strstr(err, "npy-bad.yaml:7:13: expect file") || !strstr(err, bad[k].says)) fail_msg("%s", err);
+    free(out);
+    free(err);
+  }
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 static void test_usage(void **st) {
   (void)st;
   char *out, *err;
@@ -656,7 +764,8 @@ int main(void) {
       cmocka_unit_test(test_compile_error_exit_3),  cmocka_unit_test(test_wrong_expect_exit_1),
       cmocka_unit_test(test_usage),
       cmocka_unit_test(test_json_every_outcome),
-      cmocka_unit_test(test_check),                 cmocka_unit_test(test_embed_example),
+      cmocka_unit_test(test_check),
+      cmocka_unit_test(test_output_npy),                 cmocka_unit_test(test_embed_example),
       cmocka_unit_test(test_demo_json_and_trace),   cmocka_unit_test(test_signals_stop_cleanly),
       cmocka_unit_test(test_dead_process_temp_dirs_swept), cmocka_unit_test(test_kill_9_leaves_no_worker),
       cmocka_unit_test(test_gpu_script_never_passes_by_skipping),
