@@ -40,6 +40,8 @@ static void usage(FILE *f) {
           "                   (run 0, job 0) and DIR/run<R>/job<J>/<buffer>.npy; the\n"
           "                   buffers marked output: true, else those with an expect\n"
           "  --output-all DIR the same with every buffer\n"
+          "  --dot FILE       write the program as recorded as Graphviz DOT (- for\n"
+          "                   standard output): a cluster per device and binding slot\n"
           "  --trace FILE     write a Chrome trace event file (opens in Perfetto);\n"
           "                   - writes it to standard output\n"
           "  --timeout SECS   bound on the whole run (default 600); jobs still running\n"
@@ -133,9 +135,10 @@ int main(int argc, char **argv) {
       {"json", no_argument, NULL, 'J'},          {"trace", required_argument, NULL, 'T'},
       {"timeout", required_argument, NULL, 't'}, {"check", no_argument, NULL, 'c'},
       {"output", required_argument, NULL, 'o'}, {"output-all", required_argument, NULL, 'O'},
+      {"dot", required_argument, NULL, 'D'},
       {NULL, 0, NULL, 0}};
   const char *devices = NULL;
-  const char *trace = NULL, *output = NULL;
+  const char *trace = NULL, *output = NULL, *dotfile = NULL;
   int output_all = 0;
   int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, json = 0, timeout_s = 600, check = 0, c;
   opterr = 0;
@@ -155,6 +158,7 @@ int main(int argc, char **argv) {
     case 'J': json = 1; break;
     case 'c': check = 1; break;
     case 'o': output = optarg; break;
+    case 'D': dotfile = optarg; break;
     case 'O':
       output = optarg;
       output_all = 1;
@@ -285,6 +289,14 @@ int main(int argc, char **argv) {
     if (schedrun_report_write_npy(rep, output, output_all, &oerr) != SCHEDRUN_OK) {
       fprintf(stderr, "sched-run: --output: %s\n", oerr.message);
       schedrun_error_clear(&oerr);
+      if (status == EXIT_VERIFIED) status = EXIT_OTHER;
+    }
+  }
+  if (dotfile && rep) {
+    schedrun_error_t derr = {0};
+    if (schedrun_program_write_dot(prog, rep, dotfile, &derr) != SCHEDRUN_OK) {
+      fprintf(stderr, "sched-run: --dot: %s\n", derr.message);
+      schedrun_error_clear(&derr);
       if (status == EXIT_VERIFIED) status = EXIT_OTHER;
     }
   }

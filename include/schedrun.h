@@ -350,6 +350,13 @@ SCHEDRUN_EXTERN int schedrun_report_write_trace(const schedrun_report_t *r, cons
  * buffers: every one with all; else those the config marks `output: true`,
  * or, when it marks none, those it has expectations for. The run must have
  * kept its outputs (keep_outputs); jobs that failed are left out. */
+/* Writes program p as it is recorded, as Graphviz DOT, to path ("-":
+ * standard output): one cluster per {device, binding slot} a job of report r
+ * ran in (r NULL: one, for device 0 and slot 0), with its launches, copies
+ * and fills in order, each with its command and record id and its values
+ * as recorded for that context's first job; while loops as clusters. */
+SCHEDRUN_EXTERN int schedrun_program_write_dot(const schedrun_program_t *p, const schedrun_report_t *r, const char *path,
+                                               schedrun_error_t *err);
 SCHEDRUN_EXTERN int schedrun_report_write_npy(const schedrun_report_t *r, const char *dir, int all, schedrun_error_t *err);
 SCHEDRUN_EXTERN void schedrun_report_free(schedrun_report_t **r);
 

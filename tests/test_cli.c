@@ -379,6 +379,46 @@ static void test_output_npy(void **st) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* --dot: the program as recorded, a cluster per device and binding slot,
+ * nodes in order with their record ids and values, rendered by dot. */
+static void test_dot(void **st) {
+  (void)st;
+  char path[1024], *out, *err;
+  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "-q", "--dot", "-", path, NULL};
+  assert_int_equal(tu_run(argv, &out, &err), 0);
+  /* two buffer sets on one device: two clusters of 10 nodes */
+  assert_int_equal(tu_count(out, "subgraph cluster_"), 2);
+  assert_non_null(strstr(out, "label=\"device 0, binding slot 1 (as recorded for run 1, job 0)\""));
+  assert_int_equal(tu_count(out, "shape=box"), 2 * 9);
+  assert_int_equal(tu_count(out, "shape=cds"), 2);
+  /* the unrolled loop in order: iteration i is record id i, at offset i * 1024, value i + 1 + 10 * run */
+  const char *at = strstr(out, "cluster_d0s1");
+  assert_non_null(at);
+  for (int i = 0; i < 8; i++) {
+    char want[160];
+    snprintf(want, sizeof want, "(out+%d, 1024, %d)\\ncommand 2, record id %d\"", i * 1024, i + 1 + 10, i);
+    const char *p = strstr(at, want);
+    if (!p) fail_msg("no '%s' after the last one in:\n%s", want, at);
+    at = p;
+  }
+  assert_non_null(strstr(at, "copy 16 elements\\ny[0] -> out[0]\\ncommand 3, record id 0"));
+  /* dot renders it */
+  const char *file = tu_write_temp(0, "saxpy.dot", out);
+  free(out);
+  free(err);
+  char svg[1100];
+  snprintf(svg, sizeof svg, "%s.svg", file);
+  char *dot[] = {"/usr/bin/dot", "-Tsvg", (char *)file, "-o", svg, NULL};
+  if (tu_run(dot, &out, &err) != 0) fail_msg("dot: %s", err);
+  free(out);
+  free(err);
+  struct stat sb;
+  assert_int_equal(stat(svg, &sb), 0);
+  assert_true(sb.st_size > 1000);
+  unlink(svg);
+}
+
 static void test_usage(void **st) {
   (void)st;
   char *out, *err;
@@ -765,7 +805,8 @@ int main(void) {
       cmocka_unit_test(test_usage),
       cmocka_unit_test(test_json_every_outcome),
       cmocka_unit_test(test_check),
-      cmocka_unit_test(test_output_npy),                 cmocka_unit_test(test_embed_example),
+      cmocka_unit_test(test_output_npy),
+      cmocka_unit_test(test_dot),                 cmocka_unit_test(test_embed_example),
       cmocka_unit_test(test_demo_json_and_trace),   cmocka_unit_test(test_signals_stop_cleanly),
       cmocka_unit_test(test_dead_process_temp_dirs_swept), cmocka_unit_test(test_kill_9_leaves_no_worker),
       cmocka_unit_test(test_gpu_script_never_passes_by_skipping),
