@@ -491,18 +491,28 @@ static int compile_handle(actor_t *self, msg *m) {
   case MSG_STATUS: {
     msg r;
     msg_init(&r, MSG_STATUS, m->job, ACTOR_COMPILE);
-    r.body.status.items.v = calloc(5, sizeof(msg_stat));
+    r.body.status.items.v = calloc(7, sizeof(msg_stat));
     if (r.body.status.items.v) {
       pthread_mutex_lock(&s->lock);
       int64_t compiles = (int64_t)s->compiles;
       pthread_mutex_unlock(&s->lock);
+      /* the open sessions' kernels, and how many of them are still pending */
+      int64_t kernels = 0, pending = 0;
+      size_t pos = 0;
+      void *v;
+      while (hmap_next(&s->sessions, &pos, NULL, &v)) {
+        kernels += (int64_t)((session *)v)->n;
+        pending += (int64_t)((session *)v)->pending;
+      }
       msg_stat items[] = {{xstrdup("compile_mode_active"), (int64_t)s->sessions.count},
                           {xstrdup("cache_entries"), (int64_t)s->cache.count},
                           {xstrdup("compiles_in_flight"), (int64_t)s->inflight.count},
                           {xstrdup("compile_workers"), s->nworkers},
-                          {xstrdup("compiles"), compiles}};
+                          {xstrdup("compiles"), compiles},
+                          {xstrdup("session_kernels"), kernels},
+                          {xstrdup("session_pending"), pending}};
       memcpy(r.body.status.items.v, items, sizeof items);
-      r.body.status.items.n = 5;
+      r.body.status.items.n = 7;
     }
     actor_send(self, m->from, &r);
     msg_free(&r);

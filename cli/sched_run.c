@@ -105,7 +105,8 @@ static int read_stdin(char **out) {
 /* The progress line: on a terminal only, and only once a run has taken a
  * moment, so short runs and pipes see nothing extra. */
 typedef struct progress {
-  struct timespec start;
+  struct timespec start, running; /* the run's start; when jobs began to complete */
+  uint32_t done_at_running;
   int shown;
 } progress;
 
@@ -115,13 +116,27 @@ static double since(const struct timespec *t0) {
   return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
 }
 
-static void show_progress(uint32_t done, uint32_t total, void *user) {
+/* The phase, its counts and its rate: compiling k/n kernels, recording,
+ * running d/t jobs (the rate and ETA from when jobs began to complete). */
+static void show_progress(const char *phase, uint32_t done, uint32_t total, uint32_t kdone, uint32_t ktotal,
+                          void *user) {
   progress *p = user;
   double t = since(&p->start);
   if (t < 0.5 && !p->shown) return;
-  double rate = t > 0 ? done / t : 0;
-  double eta = rate > 0 ? (total - done) / rate : 0;
-  fprintf(stderr, "\r  %u/%u jobs  %.0f jobs/s  ETA %.1f s   ", done, total, rate, eta);
+  if (!strcmp(phase, "compiling")) {
+    fprintf(stderr, "\r  compiling kernels: %u/%u  (%.1f s)                    ", kdone, ktotal, t);
+  } else if (!strcmp(phase, "recording")) {
+    fprintf(stderr, "\r  recording and starting %u jobs  (%.1f s)               ", total, t);
+  } else {
+    if (p->running.tv_sec == 0 && p->running.tv_nsec == 0) {
+      clock_gettime(CLOCK_MONOTONIC, &p->running);
+      p->done_at_running = done;
+    }
+    double rt = since(&p->running);
+    double rate = rt > 0.05 ? (done - p->done_at_running) / rt : 0;
+    double eta = rate > 0 ? (total - done) / rate : 0;
+    fprintf(stderr, "\r  running jobs: %u/%u  %.0f jobs/s  ETA %.1f s        ", done, total, rate, eta);
+  }
   fflush(stderr);
   p->shown = 1;
 }
@@ -252,15 +267,15 @@ int main(int argc, char **argv) {
   ro.timeout_ms = timeout_s * 1000;
   ro.check_only = check;
   ro.keep_outputs = output != NULL;
-  progress pg = {{0, 0}, 0};
+  progress pg = {{0, 0}, {0, 0}, 0, 0};
   clock_gettime(CLOCK_MONOTONIC, &pg.start);
   if (!quiet && !json && isatty(STDERR_FILENO)) {
-    ro.progress = show_progress;
+    ro.progress_phase = show_progress;
     ro.progress_user = &pg;
   }
   schedrun_report_t *rep = NULL;
   rc = schedrun_run(s, prog, &ro, &rep, &err);
-  if (pg.shown) fprintf(stderr, "\r%60s\r", "");
+  if (pg.shown) fprintf(stderr, "\r%70s\r", "");
   const schedrun_summary_t *sum = schedrun_report_summary(rep);
   int status = EXIT_VERIFIED;
   int sig = interrupt_signal();

@@ -125,6 +125,9 @@ SCHEDRUN_EXTERN int schedrun_device_count(const schedrun_t *s);
 /* Whether a compile session (the active compile mode) is open right now, and
  * how many kernels the in-memory cache knows. */
 SCHEDRUN_EXTERN int schedrun_compile_status(schedrun_t *s, int *active_sessions, int *cache_entries, schedrun_error_t *err);
+/* The kernels of the compile sessions open now, and how many of them are
+ * compiled (resolved: from a cache, compiled, or failed). */
+SCHEDRUN_EXTERN int schedrun_compile_progress(schedrun_t *s, int *kernels, int *done, schedrun_error_t *err);
 /* The library's own counters. messages_dropped counts messages that could not
  * be decoded, on every actor's mailbox and the client's; a job whose message
  * was dropped still completes, with an error naming the cause. */
@@ -291,6 +294,11 @@ typedef struct schedrun_run_options {
   void (*progress)(uint32_t done, uint32_t total, void *user);
   void *progress_user;
   int check_only;   /* 1: every job is compiled and recorded, none runs (record_only) */
+  /* called like progress, saying the phase: "compiling" (kernels_done of
+     kernels_total compiled), "recording" (compiled, no job done yet) or
+     "running" (done of total jobs) */
+  void (*progress_phase)(const char *phase, uint32_t done, uint32_t total, uint32_t kernels_done,
+                         uint32_t kernels_total, void *user);
 } schedrun_run_options_t;
 
 SCHEDRUN_EXTERN void schedrun_run_options_init(schedrun_run_options_t *opts);

@@ -81,6 +81,20 @@ int schedrun_compile_status(schedrun_t *s, int *active_sessions, int *cache_entr
   return rc;
 }
 
+int schedrun_compile_progress(schedrun_t *s, int *kernels, int *done, schedrun_error_t *err) {
+  if (!s) return err_set(err, SCHEDRUN_EINVAL, "schedrun_compile_progress: the scheduler is NULL");
+  int rc = closed(s, "schedrun_compile_progress", err);
+  msg m;
+  if (rc == SCHEDRUN_OK) rc = ask_status(s, ACTOR_COMPILE, NULL, 0, &m, err);
+  if (rc == SCHEDRUN_OK) {
+    int64_t n = stat_value(&m, "session_kernels"), pending = stat_value(&m, "session_pending");
+    if (kernels) *kernels = (int)n;
+    if (done) *done = (int)(n - pending);
+    msg_free(&m);
+  }
+  return rc;
+}
+
 int schedrun_record_counters(schedrun_t *s, const schedrun_program_t *p, int device, int slot,
                              schedrun_counters_t *out, schedrun_error_t *err) {
   if (!s || !p || !out)

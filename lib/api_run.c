@@ -34,20 +34,34 @@ static int left_ms(const run_state *r) {
   return now >= r->deadline ? 0 : (int)((r->deadline - now) / 1000000ull);
 }
 
+/* Tells progress_phase where the run is: before its first job is done,
+ * compiling (while a compile session is open) or recording. */
+static void report_phase(run_state *r) {
+  int kernels = 0, compiled = 0;
+  if (r->done == 0 && schedrun_compile_progress(r->s, &kernels, &compiled, NULL) == SCHEDRUN_OK && kernels > 0) {
+    r->o->progress_phase("compiling", 0, (uint32_t)r->total, (uint32_t)compiled, (uint32_t)kernels,
+                         r->o->progress_user);
+    return;
+  }
+  r->o->progress_phase(r->done == 0 ? "recording" : "running", (uint32_t)r->done, (uint32_t)r->total, 0, 0,
+                       r->o->progress_user);
+}
+
 /* Collects the oldest submitted job into the report. */
 static int collect_one(run_state *r, schedrun_error_t *err) {
   schedrun_job_result_t *res = NULL;
   schedrun_job_t id = r->ids[r->head];
   for (;;) {
     uint64_t now = now_ns();
-    if (r->o->progress && now - r->last_progress > 100000000ull) {
-      r->o->progress((uint32_t)r->done, (uint32_t)r->total, r->o->progress_user);
+    if ((r->o->progress || r->o->progress_phase) && now - r->last_progress > 100000000ull) {
+      if (r->o->progress) r->o->progress((uint32_t)r->done, (uint32_t)r->total, r->o->progress_user);
+      if (r->o->progress_phase) report_phase(r);
       r->last_progress = now;
     }
     int left = left_ms(r);
     /* past the run's deadline the jobs' own deadlines (no later) end them:
      * wait a little more for those completions */
-    int slice = left == 0 ? 2000 : r->o->progress && left > 100 ? 100 : left;
+    int slice = left == 0 ? 2000 : (r->o->progress || r->o->progress_phase) && left > 100 ? 100 : left;
     int wrc = schedrun_wait(r->s, id, slice, &res, NULL);
     if (wrc == SCHEDRUN_OK) break;
     if (wrc != SCHEDRUN_ETIMEOUT || left == 0)

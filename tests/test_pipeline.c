@@ -1,6 +1,7 @@
 /* End to end through the public API: SUBMIT -> COMPILE -> RECORD -> EXECUTE ->
  * COMPLETE over the actors, checking every element of every loop iteration of
  * every run, job and device, and the record counters. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,72 @@ static void test_expression_operators(void **st) {
         if (out[i] != want) fail_msg("run %d job %d: out[%d] = %g, want %g", run, job, i, out[i], want);
       }
     }
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+}
+
+/* Progress says the phase: compiling k of n kernels while the kernels
+ * compile (no job can be done then), then running d of t jobs, d never
+ * going back. */
+typedef struct phases {
+  int compiling, recording, running;
+  uint32_t last_done, kernels_total, kernels_done_max;
+  bool order_broken;
+} phases;
+
+static void on_phase(const char *phase, uint32_t done, uint32_t total, uint32_t kdone, uint32_t ktotal, void *user) {
+  phases *ph = user;
+  if (!strcmp(phase, "compiling")) {
+    if (ph->running || done != 0 || kdone > ktotal) ph->order_broken = true;
+    ph->compiling++;
+    ph->kernels_total = ktotal;
+    if (kdone > ph->kernels_done_max) ph->kernels_done_max = kdone;
+  } else if (!strcmp(phase, "recording")) {
+    if (done != 0 || ph->running) ph->order_broken = true;
+    ph->recording++;
+  } else if (!strcmp(phase, "running")) {
+    if (done < ph->last_done || done > total) ph->order_broken = true;
+    ph->running++;
+    ph->last_done = done;
+  } else {
+    ph->order_broken = true;
+  }
+}
+
+static void test_progress_phases(void **st) {
+  (void)st;
+  schedrun_options_t so;
+  schedrun_options_init(&so);
+  so.devices = "host:1";
+  so.no_disk_cache = 1;
+  schedrun_t *s = tu_open(&so);
+  char text[4096];
+  size_t at = (size_t)snprintf(text, sizeof text, "version: 1\njobs: 30000\nkernels:\n");
+  for (int k = 0; k < 4; k++)
+    at += (size_t)snprintf(text + at, sizeof text - at,
+                           "  k%d:\n    params: [ptr]\n    source: |\n"
+                           "      extern \"C\" __global__ void k%d(int *p) { p[%d] += %d; }\n", k, k, k, k + 1);
+  snprintf(text + at, sizeof text - at,
+           "buffers:\n  a: {type: i32, count: 4}\nprogram:\n"
+           "  - launch: {kernel: k0, grid: 1, block: 1, args: [a]}\n  - launch: {kernel: k1, grid: 1, block: 1, args: [a]}\n"
+           "  - launch: {kernel: k2, grid: 1, block: 1, args: [a]}\n  - launch: {kernel: k3, grid: 1, block: 1, args: [a]}\n"
+           "expect:\n  a: {values: [1, 2, 3, 4]}\n");
+  schedrun_program_t *p = load(s, text);
+  schedrun_run_options_t o;
+  schedrun_run_options_init(&o);
+  phases ph = {0};
+  o.progress_phase = on_phase;
+  o.progress_user = &ph;
+  schedrun_report_t *r;
+  schedrun_error_t err = {0};
+  if (schedrun_run(s, p, &o, &r, &err)) fail_msg("%s", err.message);
+  assert_int_equal(schedrun_report_summary(r)->verified, 30000);
+  assert_false(ph.order_broken);
+  assert_true(ph.compiling > 0); /* four c++ runs take longer than the 100 ms between reports */
+  assert_int_equal(ph.kernels_total, 4);
+  assert_true(ph.kernels_done_max <= 4);
+  assert_true(ph.running > 0);
   schedrun_report_free(&r);
   schedrun_program_free(&p);
   schedrun_close(&s);
@@ -415,6 +482,7 @@ int main(void) {
       cmocka_unit_test(test_saxpy_every_run),
       cmocka_unit_test(test_unrolled_loop_every_slice),
       cmocka_unit_test(test_expression_operators),
+      cmocka_unit_test(test_progress_phases),
       cmocka_unit_test(test_nested_loops),
       cmocka_unit_test(test_while_loop),
       cmocka_unit_test(test_two_devices_every_job),
