@@ -35,6 +35,8 @@ void sb_add(strbuf *sb, const void *p, size_t n);
 void sb_adds(strbuf *sb, const char *s);
 void sb_addf(strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sb_vaddf(strbuf *sb, const char *fmt, va_list ap);
+/* s as a JSON string, quotes included; bytes that are not UTF-8 become U+FFFD. */
+void sb_add_json(strbuf *sb, const char *s);
 /* Hands the buffer over (caller frees); sb is empty afterwards. */
 char *sb_take(strbuf *sb);
 

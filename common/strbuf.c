@@ -60,3 +60,29 @@ char *sb_take(strbuf *sb) {
   sb_init(sb);
   return p;
 }
+
+/* The length of the UTF-8 sequence at p (1 to 4), or 0 when it is not one
+ * (a stray byte, an overlong form, a surrogate, past U+10FFFF). */
+static size_t utf8_len(const unsigned char *p) {
+  unsigned c = p[0];
+  size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+  for (size_t k = 1; k < n; k++)
+    if ((p[k] & 0xc0) != 0x80) return 0;
+  if ((n == 2 && c < 0xc2) || (n == 3 && c == 0xe0 && p[1] < 0xa0) || (n == 3 && c == 0xed && p[1] >= 0xa0) ||
+      (n == 4 && ((c == 0xf0 && p[1] < 0x90) || c > 0xf4 || (c == 0xf4 && p[1] >= 0x90))))
+    return 0;
+  return n;
+}
+
+void sb_add_json(strbuf *sb, const char *s) {
+  sb_adds(sb, "\"");
+  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p;) {
+    size_t n = utf8_len(p);
+    if (*p == '"' || *p == '\\') sb_addf(sb, "\\%c", *p);
+    else if (*p < 0x20) sb_addf(sb, "\\u%04x", *p);
+    else if (n == 0) sb_adds(sb, "\\ufffd");
+    else sb_add(sb, p, n);
+    p += n ? n : 1;
+  }
+  sb_adds(sb, "\"");
+}

@@ -204,40 +204,13 @@ int schedrun_report_job(const schedrun_report_t *r, int run, int job, schedrun_j
 
 /* ---- JSON ---- */
 
-/* The length of the UTF-8 sequence at p (1 to 4), or 0 when it is not one
- * (a stray byte, an overlong form, a surrogate, past U+10FFFF). */
-static size_t utf8_len(const unsigned char *p) {
-  unsigned c = p[0];
-  size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-  for (size_t k = 1; k < n; k++)
-    if ((p[k] & 0xc0) != 0x80) return 0;
-  if ((n == 2 && c < 0xc2) || (n == 3 && c == 0xe0 && p[1] < 0xa0) || (n == 3 && c == 0xed && p[1] >= 0xa0) ||
-      (n == 4 && ((c == 0xf0 && p[1] < 0x90) || c > 0xf4 || (c == 0xf4 && p[1] >= 0x90))))
-    return 0;
-  return n;
-}
-
-/* A JSON string; bytes that are not UTF-8 become U+FFFD. */
-static void json_str(strbuf *sb, const char *s) {
-  sb_adds(sb, "\"");
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p;) {
-    size_t n = utf8_len(p);
-    if (*p == '"' || *p == '\\') sb_addf(sb, "\\%c", *p);
-    else if (*p < 0x20) sb_addf(sb, "\\u%04x", *p);
-    else if (n == 0) sb_adds(sb, "\\ufffd");
-    else sb_add(sb, p, n);
-    p += n ? n : 1;
-  }
-  sb_adds(sb, "\"");
-}
-
 char *schedrun_report_json(const schedrun_report_t *r) {
   if (!r) return NULL;
   const schedrun_summary_t *s = &r->sum;
   strbuf sb;
   sb_init(&sb);
   sb_adds(&sb, "{\"program\": ");
-  json_str(&sb, r->name);
+  sb_add_json(&sb, r->name);
   sb_addf(&sb,
           ", \"verified\": %s, \"runs\": %u, \"jobs\": %u, \"jobs_verified\": %u, \"jobs_failed\": %u, "
           "\"compile_ms\": %.3f, \"record_ms\": %.3f, \"execute_ms\": %.3f, \"wall_ms\": %.3f, "
@@ -251,20 +224,20 @@ char *schedrun_report_json(const schedrun_report_t *r) {
   for (int d = 0; d < s->ndevices; d++) {
     const schedrun_device_stats_t *ds = &s->devices[d];
     sb_addf(&sb, "%s{\"name\": ", d ? ", " : "");
-    json_str(&sb, ds->name);
+    sb_add_json(&sb, ds->name);
     sb_addf(&sb,
             ", \"jobs\": %llu, \"nodes_created\": %llu, \"nodes_updated\": %llu, \"nodes_reused\": %llu, "
             "\"busy_ms\": %.3f, \"launches\": %llu, \"loop_syncs\": %llu, \"loops\": ",
             (unsigned long long)ds->jobs, (unsigned long long)ds->nodes_created,
             (unsigned long long)ds->nodes_updated, (unsigned long long)ds->nodes_reused, ds->busy_ns / 1e6,
             (unsigned long long)ds->launches, (unsigned long long)ds->loop_syncs);
-    json_str(&sb, ds->loops);
+    sb_add_json(&sb, ds->loops);
     sb_adds(&sb, "}");
   }
   sb_adds(&sb, "], \"failures\": [");
   for (size_t i = 0; i < r->nfailures && i < 100; i++) {
     if (i) sb_adds(&sb, ", ");
-    json_str(&sb, r->failures[i]);
+    sb_add_json(&sb, r->failures[i]);
   }
   sb_adds(&sb, "]}");
   if (sb.failed) {
@@ -275,73 +248,6 @@ char *schedrun_report_json(const schedrun_report_t *r) {
 }
 
 /* ---- Chrome trace ---- */
-
-enum { LANE_SCHEDULER = 1, LANE_COMPILE, LANE_RECORD, LANE_DEVICE0 };
-
-static void span(strbuf *sb, bool *first, const char *name, int lane, uint64_t t0, uint64_t dur_ns, uint64_t base,
-                 int run, int job) {
-  if (!t0 || t0 < base) return;
-  sb_addf(sb, "%s\n{\"name\": ", *first ? "" : ",");
-  *first = false;
-  json_str(sb, name);
-  sb_addf(sb, ", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
-              "\"args\": {\"run\": %d, \"job\": %d}}",
-          lane, (t0 - base) / 1e3, dur_ns / 1e3, run, job);
-}
-
-static void lane_name(strbuf *sb, bool *first, int lane, const char *name) {
-  sb_addf(sb, "%s\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": ",
-          *first ? "" : ",", lane);
-  *first = false;
-  json_str(sb, name);
-  sb_adds(sb, "}}");
-}
-
-int schedrun_report_write_trace(const schedrun_report_t *r, const char *path, schedrun_error_t *err) {
-  if (!r || !path) return err_set(err, SCHEDRUN_EINVAL, "schedrun_report_write_trace: %s is NULL", r ? "path" : "the report");
-  size_t total = (size_t)r->repeat * (size_t)r->jobs;
-  uint64_t base = UINT64_MAX;
-  for (size_t i = 0; i < total; i++)
-    if (r->entries[i].seen && r->entries[i].t_submit && r->entries[i].t_submit < base) base = r->entries[i].t_submit;
-  if (base == UINT64_MAX) base = 0;
-  strbuf sb;
-  sb_init(&sb);
-  bool first = true;
-  sb_adds(&sb, "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [");
-  sb_addf(&sb, "\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": ");
-  json_str(&sb, r->name);
-  sb_adds(&sb, "}}");
-  first = false;
-  lane_name(&sb, &first, LANE_SCHEDULER, "scheduler");
-  lane_name(&sb, &first, LANE_COMPILE, "compile");
-  lane_name(&sb, &first, LANE_RECORD, "record");
-  for (int d = 0; d < r->sum.ndevices; d++) {
-    char name[64];
-    snprintf(name, sizeof name, "execute %s", r->device_names[d]);
-    lane_name(&sb, &first, LANE_DEVICE0 + d, name);
-  }
-  for (size_t i = 0; i < total; i++) {
-    const job_entry *e = &r->entries[i];
-    if (!e->seen) continue;
-    int run = (int)(i / (size_t)r->jobs), job = (int)(i % (size_t)r->jobs);
-    char label[64];
-    snprintf(label, sizeof label, "job %d.%d", run, job);
-    span(&sb, &first, label, LANE_SCHEDULER, e->t_submit, e->t_done > e->t_submit ? e->t_done - e->t_submit : 0,
-         base, run, job);
-    if (e->t_compile) span(&sb, &first, "compile session", LANE_COMPILE, e->t_compile, e->info.compile_ns, base, run, job);
-    if (e->t_record) span(&sb, &first, "record", LANE_RECORD, e->t_record, e->info.record_ns, base, run, job);
-    if (e->t_execute && e->info.device >= 0)
-      span(&sb, &first, label, LANE_DEVICE0 + e->info.device, e->t_execute, e->info.execute_ns, base, run, job);
-  }
-  sb_adds(&sb, "\n]}\n");
-  if (sb.failed) {
-    sb_free(&sb);
-    return err_set(err, SCHEDRUN_ENOMEM, "out of memory writing the trace");
-  }
-  int rc = fs_write_output(path, sb.data, sb.len, err);
-  sb_free(&sb);
-  return rc;
-}
 
 void schedrun_report_free(schedrun_report_t **pr) {
   if (!pr || !*pr) return;
@@ -375,4 +281,19 @@ const report_buffer *report_buffers(const schedrun_report_t *r, size_t *n) {
 void report_shape(const schedrun_report_t *r, int *repeat, int *jobs) {
   *repeat = r->repeat;
   *jobs = r->jobs;
+}
+
+bool report_timeline(const schedrun_report_t *r, size_t i, report_times *out) {
+  if (i >= (size_t)r->repeat * (size_t)r->jobs || !r->entries[i].seen) return false;
+  const job_entry *e = &r->entries[i];
+  *out = (report_times){(int)(i / (size_t)r->jobs), (int)(i % (size_t)r->jobs), e->info.device,
+                        e->t_submit, e->t_compile, e->info.compile_ns, e->t_record, e->info.record_ns,
+                        e->t_execute, e->info.execute_ns, e->t_done};
+  return true;
+}
+
+const char *report_name(const schedrun_report_t *r) { return r->name; }
+
+const char *report_device_name(const schedrun_report_t *r, int d) {
+  return d >= 0 && d < r->sum.ndevices ? r->device_names[d] : "-";
 }

@@ -23,6 +23,16 @@ void report_finish(schedrun_report_t *r, uint64_t wall_ns);
 /* SCHEDRUN_OK, SCHEDRUN_EVERIFY, or the first job error, with err filled. */
 int report_status(const schedrun_report_t *r, schedrun_error_t *err);
 const report_buffer *report_buffers(const schedrun_report_t *r, size_t *n);
+
+/* One job's timeline (CLOCK_MONOTONIC ns; 0: the phase did not happen). */
+typedef struct report_times {
+  int run, job, device;
+  uint64_t t_submit, t_compile, compile_ns, t_record, record_ns, t_execute, execute_ns, t_done;
+} report_times;
+/* Job i (run * jobs + job)'s timeline; false when it is not in the report. */
+bool report_timeline(const schedrun_report_t *r, size_t i, report_times *out);
+const char *report_name(const schedrun_report_t *r);
+const char *report_device_name(const schedrun_report_t *r, int d);
 /* The run's shape: repeat and jobs. */
 void report_shape(const schedrun_report_t *r, int *repeat, int *jobs);
 

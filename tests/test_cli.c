@@ -531,7 +531,8 @@ static void test_demo_json_and_trace(void **st) {
     assert_true(jobs_per_device[d] > 0); /* every device worked */
   }
   json_object_put(sum);
-  /* the trace: valid JSON, one lane per actor and per device, a span per phase */
+  /* the trace (Trace Event Format): spans on every lane nest, each job's
+   * flow goes submit -> its phases -> done, counters track the jobs */
   char *text;
   size_t len;
   schedrun_error_t e = {0};
@@ -540,31 +541,96 @@ static void test_demo_json_and_trace(void **st) {
   free(text);
   assert_non_null(tr);
   json_object *events = get(tr, "traceEvents");
-  const char *lanes[] = {"scheduler", "compile", "record", "execute host:0", "execute host:1", "execute host:2",
-                         "execute host:3"};
-  int lane_tid[7];
-  for (int i = 0; i < 7; i++) lane_tid[i] = -1;
-  int spans[16] = {0};
-  for (size_t i = 0; i < json_object_array_length(events); i++) {
+  size_t nev = json_object_array_length(events);
+  char lane_name[64][64];
+  memset(lane_name, 0, sizeof lane_name);
+  /* X spans per lane, sorted by start below */
+  typedef struct { double t0, t1; } iv;
+  iv *spans = calloc(nev, sizeof *spans);
+  int *span_lane = calloc(nev, sizeof *span_lane);
+  size_t nspans = 0;
+  int flow_s[128] = {0}, flow_t[128] = {0}, flow_f[128] = {0}, async_b = 0, async_e = 0, exec_spans[4] = {0};
+  double last_inflight = -1;
+  int inflight_samples = 0, queued_samples = 0;
+  bool inflight_negative = false;
+  for (size_t i = 0; i < nev; i++) {
     json_object *ev = json_object_array_get_idx(events, i);
     const char *ph = json_object_get_string(get(ev, "ph"));
-    if (!strcmp(ph, "M") && !strcmp(json_object_get_string(get(ev, "name")), "thread_name")) {
-      const char *lane = json_object_get_string(get(get(ev, "args"), "name"));
-      for (int k = 0; k < 7; k++)
-        if (!strcmp(lane, lanes[k])) lane_tid[k] = json_object_get_int(get(ev, "tid"));
+    if (!strcmp(ph, "M")) {
+      if (!strcmp(json_object_get_string(get(ev, "name")), "thread_name")) {
+        int tid = json_object_get_int(get(ev, "tid"));
+        assert_true(tid > 0 && tid < 64);
+        snprintf(lane_name[tid], sizeof lane_name[tid], "%s", json_object_get_string(get(get(ev, "args"), "name")));
+      }
     } else if (!strcmp(ph, "X")) {
       int tid = json_object_get_int(get(ev, "tid"));
-      assert_true(tid >= 0 && tid < 16);
-      assert_true(json_object_get_double(get(ev, "dur")) >= 0);
-      assert_true(json_object_get_double(get(ev, "ts")) >= 0);
-      spans[tid]++;
+      double ts = json_object_get_double(get(ev, "ts")), dur = json_object_get_double(get(ev, "dur"));
+      assert_true(tid > 0 && tid < 64 && ts >= 0 && dur >= 0);
+      spans[nspans] = (iv){ts, ts + dur};
+      span_lane[nspans++] = tid;
+      if (!strcmp(json_object_get_string(get(ev, "name")), "execute")) {
+        const char *ln = lane_name[tid];
+        assert_true(!strncmp(ln, "execute host:", 13));
+        exec_spans[ln[13] - '0']++;
+      }
+    } else if (!strcmp(ph, "s") || !strcmp(ph, "t") || !strcmp(ph, "f")) {
+      int id = json_object_get_int(get(ev, "id"));
+      assert_true(id >= 0 && id < 128);
+      (ph[0] == 's' ? flow_s : ph[0] == 't' ? flow_t : flow_f)[id]++;
+    } else if (!strcmp(ph, "b")) {
+      async_b++;
+    } else if (!strcmp(ph, "e")) {
+      async_e++;
+    } else if (!strcmp(ph, "C")) {
+      const char *name = json_object_get_string(get(ev, "name"));
+      double v = json_object_get_double(get(get(ev, "args"), "value"));
+      if (!strcmp(name, "jobs in flight")) {
+        inflight_samples++;
+        last_inflight = v;
+        if (v < 0) inflight_negative = true;
+      } else if (!strcmp(name, "jobs waiting to execute")) {
+        queued_samples++;
+      }
     }
   }
-  for (int k = 0; k < 7; k++) if (lane_tid[k] < 0) fail_msg("no lane '%s'", lanes[k]);
-  assert_int_equal(spans[lane_tid[0]], 128); /* every job */
-  assert_true(spans[lane_tid[1]] >= 1);      /* the compile session */
-  assert_int_equal(spans[lane_tid[2]], 128); /* every record */
-  for (int d = 0; d < 4; d++) assert_int_equal(spans[lane_tid[3 + d]], jobs_per_device[d]);
+  /* nesting: on each lane, a span that starts inside another ends inside it */
+  for (int lane = 1; lane < 64; lane++) {
+    iv stack[1024];
+    int depth = 0;
+    iv *mine = calloc(nspans + 1, sizeof *mine);
+    size_t n = 0;
+    for (size_t i = 0; i < nspans; i++)
+      if (span_lane[i] == lane) mine[n++] = spans[i];
+    for (size_t i = 1; i < n; i++) /* insertion sort: by start, the longer first */
+      for (size_t k = i; k > 0 && (mine[k].t0 < mine[k - 1].t0 ||
+                                   (mine[k].t0 == mine[k - 1].t0 && mine[k].t1 > mine[k - 1].t1)); k--) {
+        iv x = mine[k];
+        mine[k] = mine[k - 1];
+        mine[k - 1] = x;
+      }
+    for (size_t i = 0; i < n; i++) {
+      while (depth && stack[depth - 1].t1 <= mine[i].t0) depth--;
+      if (depth && mine[i].t1 > stack[depth - 1].t1)
+        fail_msg("lane %d (%s): span [%.3f, %.3f] overlaps [%.3f, %.3f] without nesting", lane, lane_name[lane],
+                 mine[i].t0, mine[i].t1, stack[depth - 1].t0, stack[depth - 1].t1);
+      if (depth < 1024) stack[depth++] = mine[i];
+    }
+    if (n) assert_true(lane_name[lane][0] != '\0'); /* every lane with spans is named */
+    free(mine);
+  }
+  for (int j = 0; j < 128; j++) {
+    assert_int_equal(flow_s[j], 1);
+    assert_int_equal(flow_f[j], 1);
+    assert_true(flow_t[j] >= 2); /* record and execute at least */
+  }
+  assert_int_equal(async_b, 128);
+  assert_int_equal(async_e, 128);
+  for (int d = 0; d < 4; d++) assert_int_equal(exec_spans[d], jobs_per_device[d]);
+  assert_true(inflight_samples >= 2 && queued_samples >= 2);
+  assert_false(inflight_negative);
+  assert_true(last_inflight == 0);
+  free(spans);
+  free(span_lane);
   json_object_put(tr);
   free(out);
   free(err);
