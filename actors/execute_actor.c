@@ -16,10 +16,17 @@ _Static_assert(PROG_MAX_BUFFER_BYTES + (1u << 20) <= MSG_MAX_BYTES,
               "a job's buffers fit one message (EXECUTE in, COMPLETE out)");
 _Static_assert(PROG_MAX_SOURCE_BYTES <= MSG_MAX_STRING, "a kernel's source fits one string of a message");
 
+/* The first jobs of a device have their replay timed node by node (for the
+ * trace), when the backend can: so many jobs, so many nodes each. */
+#define TIMED_JOBS 16
+#define TIMED_NODES 1024
+
 struct execute_state {
   schedrun_core *core;
   int device;
   char name[32];
+  uint32_t timed; /* jobs timed so far */
+  uint64_t *times; /* TIMED_NODES {tag, start, end}, while timing */
 };
 
 execute_state *execute_state_new(schedrun_core *core, int device) {
@@ -31,7 +38,10 @@ execute_state *execute_state_new(schedrun_core *core, int device) {
   return s;
 }
 
-void execute_state_free(execute_state *s) { free(s); }
+void execute_state_free(execute_state *s) {
+  if (s) free(s->times);
+  free(s);
+}
 
 static bool wanted(const prog_program *p, uint32_t b, bool keep) {
   if (keep) return true;
@@ -76,11 +86,20 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
              : be->ops->mem_zero(be, s->device, x->bindings.v[b], bytes, &err);
   }
   gpu_failure f = {GPU_NO_TAG, false};
+  uint32_t ntimed = 0;
   if (rc == SCHEDRUN_OK && x->deadline && now_ns() >= x->deadline)
     rc = err_set(&err, SCHEDRUN_ETIMEOUT, "job %llu (run %u, job %u) reached its deadline before it started on %s",
                  (unsigned long long)m->job, x->run, x->job_index, be->ops->device_name(be, s->device));
   else if (rc == SCHEDRUN_OK) {
-    rc = be->ops->seq_launch((gpu_seq *)(uintptr_t)x->sequence, x->deadline, &f, &err);
+    if (s->timed < TIMED_JOBS && be->ops->seq_launch_timed && !s->times)
+      s->times = malloc(TIMED_NODES * 3 * sizeof *s->times);
+    if (s->timed < TIMED_JOBS && be->ops->seq_launch_timed && s->times) {
+      s->timed++;
+      rc = be->ops->seq_launch_timed((gpu_seq *)(uintptr_t)x->sequence, x->deadline, &f, s->times, TIMED_NODES,
+                                     &ntimed, &err);
+    } else {
+      rc = be->ops->seq_launch((gpu_seq *)(uintptr_t)x->sequence, x->deadline, &f, &err);
+    }
     if (rc) {
       /* name the step that was running, and the job */
       char what[512];
@@ -135,6 +154,15 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
     cp->job_index = x->job_index;
     cp->outputs = out->outputs;
     memset(&out->outputs, 0, sizeof out->outputs);
+    if (ntimed && (cp->launches.v = malloc((size_t)ntimed * 3 * sizeof(uint64_t)))) {
+      memcpy(cp->launches.v, s->times, (size_t)ntimed * 3 * sizeof(uint64_t));
+      cp->launches.n = (size_t)ntimed * 3;
+    }
+    if (s->timed == TIMED_JOBS) {
+      free(s->times); /* timing is over for this device */
+      s->times = NULL;
+      s->timed++;
+    }
     cp->compile_ns = x->compile_ns;
     cp->record_ns = x->record_ns;
     cp->execute_ns = out->exec_ns;

@@ -110,6 +110,11 @@ typedef struct gpu_ops {
    * deadline_ns (CLOCK_MONOTONIC; 0: none). Past the deadline, or when a kernel
    * faults, the device is lost (f says so, with the running node's tag). */
   int (*seq_launch)(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err);
+  /* seq_launch that also times the sequence's first `max` nodes: times gets
+   * {tag, start, end} (CLOCK_MONOTONIC ns) for each, *n how many. NULL where
+   * the backend cannot time nodes. */
+  int (*seq_launch_timed)(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64_t *times, uint32_t max, uint32_t *n,
+                          schedrun_error_t *err);
   void (*seq_destroy)(gpu_seq *s);
 
   /* Why device dev was lost (a fault, a deadline), or NULL. Any thread. */

@@ -10,6 +10,7 @@ typedef struct job_entry {
   bool seen;
   schedrun_job_info_t info;
   uint64_t t_submit, t_compile, t_record, t_execute, t_done;
+  msg_u64s launches;   /* timed nodes, for the first jobs of each device */
   msg_outputs outputs; /* kept outputs */
   char **names;
 } job_entry;
@@ -28,6 +29,8 @@ struct schedrun_report {
   const gpu_backend *backend;
   report_buffer *buffers;
   size_t nbuffers;
+  char **commands; /* what each command (step) is, for the trace's launch spans */
+  uint32_t ncommands;
   gpu_counters at_start[SCHEDRUN_MAX_DEVICES]; /* counters are reported as growth over the run */
 };
 
@@ -59,6 +62,13 @@ schedrun_report_t *report_new(const schedrun_t *s, const prog_program *p, int re
     rb->output = p->buffers[b].output;
     for (uint32_t e = 0; e < p->nexpects; e++) rb->expected |= p->expects[e].buffer == b;
     r->nbuffers++;
+  }
+  r->commands = calloc(p->ncommands ? p->ncommands : 1, sizeof *r->commands);
+  for (uint32_t c = 0; r->commands && c < p->ncommands && c < 4096; c++) {
+    char what[256];
+    prog_describe_command(p, c, what, sizeof what);
+    r->commands[c] = xstrdup(what);
+    r->ncommands = c + 1;
   }
   r->backend = s->core.backend;
   for (int d = 0; d < nd; d++) r->backend->ops->counters(r->backend, d, &r->at_start[d]);
@@ -98,6 +108,8 @@ bool report_add(schedrun_report_t *r, size_t index, schedrun_job_result_t *res) 
   e->t_record = res->t_record;
   e->t_execute = res->t_execute;
   e->t_done = res->t_done;
+  e->launches = res->launches;
+  memset(&res->launches, 0, sizeof res->launches);
   const schedrun_job_info_t *c = &res->info;
   int run = (int)(index / (size_t)r->jobs), job = (int)(index % (size_t)r->jobs);
   const char *dev = c->device >= 0 && c->device < r->sum.ndevices ? r->device_names[c->device] : "-";
@@ -260,6 +272,7 @@ void schedrun_report_free(schedrun_report_t **pr) {
     }
     free(r->entries[i].outputs.v);
     free(r->entries[i].names);
+    free(r->entries[i].launches.v);
   }
   free(r->entries);
   free(r->device_names);
@@ -269,6 +282,8 @@ void schedrun_report_free(schedrun_report_t **pr) {
   free(r->name);
   for (size_t b = 0; b < r->nbuffers; b++) free(r->buffers[b].name);
   free(r->buffers);
+  for (uint32_t c = 0; c < r->ncommands; c++) free(r->commands[c]);
+  free(r->commands);
   free(r);
   *pr = NULL;
 }
@@ -296,4 +311,15 @@ const char *report_name(const schedrun_report_t *r) { return r->name; }
 
 const char *report_device_name(const schedrun_report_t *r, int d) {
   return d >= 0 && d < r->sum.ndevices ? r->device_names[d] : "-";
+}
+
+const uint64_t *report_launches(const schedrun_report_t *r, size_t i, size_t *n) {
+  *n = 0;
+  if (i >= (size_t)r->repeat * (size_t)r->jobs || !r->entries[i].seen) return NULL;
+  *n = r->entries[i].launches.n / 3;
+  return r->entries[i].launches.v;
+}
+
+const char *report_command(const schedrun_report_t *r, uint64_t tag) {
+  return tag < r->ncommands && r->commands[tag] ? r->commands[tag] : "a step";
 }

@@ -32,6 +32,10 @@ typedef struct report_times {
 /* Job i (run * jobs + job)'s timeline; false when it is not in the report. */
 bool report_timeline(const schedrun_report_t *r, size_t i, report_times *out);
 const char *report_name(const schedrun_report_t *r);
+/* Job i's timed nodes: n triples {tag, start, end}; NULL when none. */
+const uint64_t *report_launches(const schedrun_report_t *r, size_t i, size_t *n);
+/* What command `tag` of the program is ("kernel 'k' (file:line:col)"). */
+const char *report_command(const schedrun_report_t *r, uint64_t tag);
 const char *report_device_name(const schedrun_report_t *r, int d);
 /* The run's shape: repeat and jobs. */
 void report_shape(const schedrun_report_t *r, int *repeat, int *jobs);

@@ -24,6 +24,8 @@ schedrun_job_result_t *result_from_complete(uint64_t id, msg_complete *c, const 
   r->t_done = c->t_done;
   r->cache_hits = c->cache_hits;
   r->cache_misses = c->cache_misses;
+  r->launches = c->launches;
+  memset(&c->launches, 0, sizeof c->launches);
   if (c->status != SCHEDRUN_OK) {
     r->error = xstrdup(c->text ? c->text : "");
     return r;
@@ -83,6 +85,7 @@ void schedrun_job_result_free(schedrun_job_result_t **pr) {
   free(r->outputs.v);
   free(r->names);
   free(r->error);
+  free(r->launches.v);
   free(r);
   *pr = NULL;
 }

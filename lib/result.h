@@ -14,6 +14,7 @@ struct schedrun_job_result {
   char **names; /* the buffer name of each output */
   uint64_t t_submit, t_compile, t_record, t_execute, t_done;
   uint32_t cache_hits, cache_misses;
+  msg_u64s launches; /* {tag, start, end} per timed node (msg_complete.launches) */
 };
 
 /* Takes c's outputs; verifies them against p's expectations (a failure makes

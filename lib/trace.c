@@ -11,6 +11,9 @@
  *   mailbox while another is handled) they go to the first lane of their
  *   kind that is free: "record", "record #2", ... Each lane's spans are
  *   then disjoint by construction.
+ * - The first jobs of each device whose backend times its nodes (host
+ *   devices: 16 jobs, 1024 nodes each) have a span per node of their replay
+ *   on a lane of the device's launches, named after the program's step.
  * - Flow events link a job's submission, its phases and its completion
  *   (submit and done are zero-length spans on the client lanes), for the
  *   first MAX_FLOW_JOBS jobs.
@@ -31,9 +34,10 @@ enum { KIND_CLIENT, KIND_COMPILE, KIND_RECORD, KIND_DEVICE0 };
 typedef struct span {
   uint64_t t0, t1;
   uint32_t job;  /* index into the timelines */
-  uint16_t kind; /* KIND_* (+ device) */
-  uint16_t phase; /* 0 submit, 1 compile, 2 record, 3 execute, 4 done */
+  uint16_t kind; /* KIND_* (+ device; + ndevices + device for launches) */
+  uint16_t phase; /* 0 submit, 1 compile, 2 record, 3 execute, 4 done, 5 a timed node */
   int lane;      /* the tid it lands on */
+  uint64_t tag;  /* a timed node's command */
 } span;
 
 typedef struct lanes {
@@ -92,23 +96,29 @@ int schedrun_report_write_trace(const schedrun_report_t *r, const char *path, sc
   if (!r || !path) return err_set(err, SCHEDRUN_EINVAL, "schedrun_report_write_trace: %s is NULL", r ? "path" : "the report");
   int repeat, jobs;
   report_shape(r, &repeat, &jobs);
-  size_t total = (size_t)repeat * (size_t)jobs, nt = 0;
+  size_t total = (size_t)repeat * (size_t)jobs, nt = 0, nlaunch = 0;
+  for (size_t i = 0; i < total; i++) {
+    size_t n;
+    report_launches(r, i, &n);
+    nlaunch += n;
+  }
   report_times *tl = calloc(total ? total : 1, sizeof *tl);
-  span *sp = calloc(total ? total * 5 : 1, sizeof *sp);
+  size_t *index = calloc(total ? total : 1, sizeof *index); /* timeline -> job index */
+  span *sp = calloc(total * 5 + nlaunch + 1, sizeof *sp);
   change *inflight = calloc(total ? total * 2 : 1, sizeof *inflight), *queued = calloc(total ? total * 2 : 1, sizeof *queued);
-  int ndev = schedrun_report_summary(r)->ndevices, nkinds = KIND_DEVICE0 + ndev;
+  int ndev = schedrun_report_summary(r)->ndevices, nkinds = KIND_DEVICE0 + 2 * ndev;
   lanes *ln = calloc((size_t)nkinds, sizeof *ln);
   tracer t = {{0}, true, UINT64_MAX};
   sb_init(&t.sb);
   int rc = SCHEDRUN_OK;
-  if (!tl || !sp || !inflight || !queued || !ln) {
+  if (!tl || !index || !sp || !inflight || !queued || !ln) {
     rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory writing the trace");
     goto out;
   }
   for (size_t i = 0; i < total; i++)
     if (report_timeline(r, i, &tl[nt]) && tl[nt].t_submit) {
       if (tl[nt].t_submit < t.base) t.base = tl[nt].t_submit;
-      nt++;
+      index[nt++] = i;
     }
   if (t.base == UINT64_MAX) t.base = 0;
   /* every phase as a span, then the spans of each kind onto free lanes */
@@ -116,12 +126,19 @@ int schedrun_report_write_trace(const schedrun_report_t *r, const char *path, sc
   for (size_t k = 0; k < nt; k++) {
     const report_times *j = &tl[k];
     uint64_t done = j->t_done > j->t_submit ? j->t_done : j->t_submit;
-    sp[ns++] = (span){j->t_submit, j->t_submit, (uint32_t)k, KIND_CLIENT, 0, 0};
-    if (j->t_compile) sp[ns++] = (span){j->t_compile, j->t_compile + j->compile_ns, (uint32_t)k, KIND_COMPILE, 1, 0};
-    if (j->t_record) sp[ns++] = (span){j->t_record, j->t_record + j->record_ns, (uint32_t)k, KIND_RECORD, 2, 0};
+    sp[ns++] = (span){j->t_submit, j->t_submit, (uint32_t)k, KIND_CLIENT, 0, 0, 0};
+    if (j->t_compile) sp[ns++] = (span){j->t_compile, j->t_compile + j->compile_ns, (uint32_t)k, KIND_COMPILE, 1, 0, 0};
+    if (j->t_record) sp[ns++] = (span){j->t_record, j->t_record + j->record_ns, (uint32_t)k, KIND_RECORD, 2, 0, 0};
     if (j->t_execute && j->device >= 0 && j->device < ndev)
-      sp[ns++] = (span){j->t_execute, j->t_execute + j->execute_ns, (uint32_t)k, (uint16_t)(KIND_DEVICE0 + j->device), 3, 0};
-    sp[ns++] = (span){done, done, (uint32_t)k, KIND_CLIENT, 4, 0};
+      sp[ns++] = (span){j->t_execute, j->t_execute + j->execute_ns, (uint32_t)k, (uint16_t)(KIND_DEVICE0 + j->device),
+                        3, 0, 0};
+    sp[ns++] = (span){done, done, (uint32_t)k, KIND_CLIENT, 4, 0, 0};
+    size_t nl;
+    const uint64_t *l = report_launches(r, index[k], &nl);
+    for (size_t q = 0; l && j->device >= 0 && j->device < ndev && q < nl; q++)
+      if (l[3 * q + 1] && l[3 * q + 2] >= l[3 * q + 1])
+        sp[ns++] = (span){l[3 * q + 1], l[3 * q + 2], (uint32_t)k, (uint16_t)(KIND_DEVICE0 + ndev + j->device), 5, 0,
+                          l[3 * q]};
     inflight[ni++] = (change){j->t_submit, +1};
     inflight[ni++] = (change){done, -1};
     queued[nq++] = (change){j->t_submit, +1};
@@ -162,7 +179,8 @@ int schedrun_report_write_trace(const schedrun_report_t *r, const char *path, sc
       const char *base = k == KIND_CLIENT ? "client" : k == KIND_COMPILE ? "compile" : k == KIND_RECORD ? "record" : NULL;
       char dev[64];
       if (!base) {
-        snprintf(dev, sizeof dev, "execute %s", report_device_name(r, k - KIND_DEVICE0));
+        int d = k - KIND_DEVICE0;
+        snprintf(dev, sizeof dev, "%s %s", d < ndev ? "execute" : "launches", report_device_name(r, d % ndev));
         base = dev;
       }
       if (s) snprintf(name, sizeof name, "%s #%d", base, s + 1);
@@ -182,6 +200,15 @@ int schedrun_report_write_trace(const schedrun_report_t *r, const char *path, sc
     const report_times *j = &tl[s->job];
     int lane = ln[s->kind].tid0 + s->lane;
     comma(&t);
+    if (s->phase == 5) {
+      sb_adds(&t.sb, "{\"name\": ");
+      sb_add_json(&t.sb, report_command(r, s->tag));
+      sb_addf(&t.sb,
+              ", \"cat\": \"launch\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
+              "\"args\": {\"run\": %d, \"job\": %d, \"command\": %llu}}",
+              lane, us(&t, s->t0), (double)(s->t1 - s->t0) / 1e3, j->run, j->job, (unsigned long long)s->tag);
+      continue;
+    }
     sb_addf(&t.sb,
             "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
             "\"args\": {\"run\": %d, \"job\": %d}}",
@@ -215,6 +242,7 @@ out:
   for (int k = 0; ln && k < nkinds; k++) free(ln[k].busy_until);
   free(ln);
   free(tl);
+  free(index);
   free(sp);
   free(inflight);
   free(queued);

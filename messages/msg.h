@@ -161,6 +161,9 @@ typedef struct msg_complete {
   char *text; /* the error, "" when none */
   /* the job's timeline (CLOCK_MONOTONIC ns; 0 for a phase it did not have) */
   uint64_t t_submit, t_compile, t_record, t_execute, t_done;
+  /* {tag, start, end} of each node of the replay, for the first jobs of a
+   * device whose backend times its nodes; empty otherwise */
+  msg_u64s launches;
 } msg_complete;
 
 typedef struct msg_error {

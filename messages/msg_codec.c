@@ -93,7 +93,7 @@ SCHEMA(complete_s, msg_complete, F(msg_complete, status, FK_I32),
        FN(msg_complete, counts.reused, "reused", FK_U32), F(msg_complete, cache_hits, FK_U32),
        F(msg_complete, cache_misses, FK_U32), F(msg_complete, text, FK_STR),
        F(msg_complete, t_submit, FK_U64), F(msg_complete, t_compile, FK_U64), F(msg_complete, t_record, FK_U64),
-       F(msg_complete, t_execute, FK_U64), F(msg_complete, t_done, FK_U64));
+       F(msg_complete, t_execute, FK_U64), F(msg_complete, t_done, FK_U64), F(msg_complete, launches, FK_U64S));
 SCHEMA(error_s, msg_error, F(msg_error, code, FK_I32), F(msg_error, origin, FK_STR),
        F(msg_error, job, FK_U64), F(msg_error, text, FK_STR),
        F(msg_error, teardown, FK_STRS));

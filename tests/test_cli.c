@@ -549,7 +549,8 @@ static void test_demo_json_and_trace(void **st) {
   iv *spans = calloc(nev, sizeof *spans);
   int *span_lane = calloc(nev, sizeof *span_lane);
   size_t nspans = 0;
-  int flow_s[128] = {0}, flow_t[128] = {0}, flow_f[128] = {0}, async_b = 0, async_e = 0, exec_spans[4] = {0};
+  int flow_s[128] = {0}, flow_t[128] = {0}, flow_f[128] = {0}, async_b = 0, async_e = 0, exec_spans[4] = {0},
+      launch_spans[4] = {0};
   double last_inflight = -1;
   int inflight_samples = 0, queued_samples = 0;
   bool inflight_negative = false;
@@ -568,6 +569,13 @@ static void test_demo_json_and_trace(void **st) {
       assert_true(tid > 0 && tid < 64 && ts >= 0 && dur >= 0);
       spans[nspans] = (iv){ts, ts + dur};
       span_lane[nspans++] = tid;
+      json_object *cat = NULL;
+      if (json_object_object_get_ex(ev, "cat", &cat) && !strcmp(json_object_get_string(cat), "launch")) {
+        const char *ln = lane_name[tid];
+        assert_true(!strncmp(ln, "launches host:", 14));
+        assert_non_null(strstr(json_object_get_string(get(ev, "name")), "kernel '"));
+        launch_spans[ln[14] - '0']++;
+      }
       if (!strcmp(json_object_get_string(get(ev, "name")), "execute")) {
         const char *ln = lane_name[tid];
         assert_true(!strncmp(ln, "execute host:", 13));
@@ -626,6 +634,9 @@ static void test_demo_json_and_trace(void **st) {
   assert_int_equal(async_b, 128);
   assert_int_equal(async_e, 128);
   for (int d = 0; d < 4; d++) assert_int_equal(exec_spans[d], jobs_per_device[d]);
+  /* the first 16 jobs of each device, node by node: 10 launches each */
+  for (int d = 0; d < 4; d++)
+    assert_int_equal(launch_spans[d], 10 * (jobs_per_device[d] < 16 ? jobs_per_device[d] : 16));
   assert_true(inflight_samples >= 2 && queued_samples >= 2);
   assert_false(inflight_negative);
   assert_true(last_inflight == 0);

@@ -91,6 +91,27 @@ static void run_seq(hw_ctl *ctl, const hw_seq *s) {
   for (; n < end; n++) run_node(ctl, n, args + n->arg0);
 }
 
+static uint64_t clock_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* run_seq, writing {tag, start, end} of each of the first `max` nodes to
+ * `times` (a while loop is one node: its trips inside its span). */
+static void run_seq_timed(hw_ctl *ctl, const hw_seq *s, uint64_t *times, uint64_t max) {
+  const hw_node *n = (const hw_node *)(uintptr_t)s->nodes;
+  const uint64_t *args = (const uint64_t *)(uintptr_t)s->args;
+  for (uint32_t i = 0; i < s->n; i++) {
+    if (i < max) {
+      times[3 * i] = n[i].tag;
+      times[3 * i + 1] = clock_ns();
+    }
+    run_node(ctl, &n[i], args + n[i].arg0);
+    if (i < max) times[3 * i + 2] = clock_ns();
+  }
+}
+
 static void run_node(hw_ctl *ctl, const hw_node *n, const uint64_t *args) {
   __atomic_store_n(&ctl->running_tag, n->tag, __ATOMIC_RELAXED);
   switch (n->kind) {
@@ -170,7 +191,10 @@ int hw_handle(hw_ctl *ctl, uint32_t op, uint64_t arena) {
     free(m);
     return 0;
   }
-  case HW_OP_RUN_SEQ: run_seq(ctl, (const hw_seq *)(uintptr_t)ctl->a[0]); break;
+  case HW_OP_RUN_SEQ:
+    if (ctl->a[1]) run_seq_timed(ctl, (const hw_seq *)(uintptr_t)ctl->a[0], (uint64_t *)(uintptr_t)ctl->a[1], ctl->a[2]);
+    else run_seq(ctl, (const hw_seq *)(uintptr_t)ctl->a[0]);
+    break;
   case HW_OP_RUN_NODE: run_node(ctl, (const hw_node *)(uintptr_t)ctl->a[0], (const uint64_t *)(uintptr_t)ctl->a[1]); break;
 #ifndef HW_IN_PROCESS
   case HW_OP_EXIT: _exit(0);

@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#define HW_ABI_VERSION 1
+#define HW_ABI_VERSION 2
 #define HW_CTL_BYTES 4096 /* the control block's share of the arena's start */
 #define HW_TEXT 1024
 #define HW_NO_TAG 0xffffffffu
@@ -32,7 +32,8 @@ enum {
   HW_OP_LOAD,      /* a[0], a[1]: a module image in the arena -> a[0]: handle */
   HW_OP_SYM,       /* a[0]: handle, text: symbol -> a[0]: its address */
   HW_OP_UNLOAD,    /* a[0]: handle */
-  HW_OP_RUN_SEQ,   /* a[0]: a hw_seq */
+  HW_OP_RUN_SEQ,   /* a[0]: a hw_seq; a[1]: 0, or where to write {tag, start, end}
+                      (CLOCK_MONOTONIC ns) of each of its first a[2] nodes */
   HW_OP_RUN_NODE,  /* a[0]: one hw_node, a[1]: its argument slots */
   HW_OP_EXIT
 };
