@@ -69,6 +69,14 @@ static int positive(const char *opt, const char *v, int *out) {
 
 static double ms(uint64_t ns) { return (double)ns / 1e6; }
 
+/* A file the run was asked to write could not be: says so; a run that
+ * verified then fails with exit status 4. */
+static int file_failed(const char *opt, schedrun_error_t *e, int status) {
+  fprintf(stderr, "sched-run: %s%s%s\n", opt ? opt : "", opt ? ": " : "", e->message ? e->message : "failed");
+  schedrun_error_clear(e);
+  return status == EXIT_VERIFIED ? EXIT_OTHER : status;
+}
+
 #define MAX_CONFIG_BYTES (320ull << 20)
 
 /* All of standard input as a string; -1 on a read error, or past the limit
@@ -299,30 +307,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sched-run: %s: %s\n", schedrun_strerror(rc), err.message ? err.message : "");
     status = EXIT_OTHER;
   }
-  if (output && rep && !check) {
-    schedrun_error_t oerr = {0};
-    if (schedrun_report_write_npy(rep, output, output_all, &oerr) != SCHEDRUN_OK) {
-      fprintf(stderr, "sched-run: --output: %s\n", oerr.message);
-      schedrun_error_clear(&oerr);
-      if (status == EXIT_VERIFIED) status = EXIT_OTHER;
-    }
-  }
-  if (dotfile && rep) {
-    schedrun_error_t derr = {0};
-    if (schedrun_program_write_dot(prog, rep, dotfile, &derr) != SCHEDRUN_OK) {
-      fprintf(stderr, "sched-run: --dot: %s\n", derr.message);
-      schedrun_error_clear(&derr);
-      if (status == EXIT_VERIFIED) status = EXIT_OTHER;
-    }
-  }
-  if (trace && rep) {
-    schedrun_error_t terr = {0};
-    if (schedrun_report_write_trace(rep, trace, &terr) != SCHEDRUN_OK) {
-      fprintf(stderr, "sched-run: %s\n", terr.message);
-      schedrun_error_clear(&terr);
-      if (status == EXIT_VERIFIED) status = EXIT_OTHER;
-    }
-  }
+  schedrun_error_t ferr = {0};
+  if (output && rep && !check && schedrun_report_write_npy(rep, output, output_all, &ferr) != SCHEDRUN_OK)
+    status = file_failed("--output", &ferr, status);
+  if (dotfile && rep && schedrun_program_write_dot(prog, rep, dotfile, &ferr) != SCHEDRUN_OK)
+    status = file_failed("--dot", &ferr, status);
+  if (trace && rep && schedrun_report_write_trace(rep, trace, &ferr) != SCHEDRUN_OK)
+    status = file_failed(NULL, &ferr, status);
   if (json) {
     const char *what = sig                         ? "interrupted"
                        : status == EXIT_VERIFIED   ? (check ? "checked" : "verified")
