@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "bench/bench_util.h"
@@ -139,6 +140,37 @@ static void throughput_many(int devices, int n) {
   schedrun_close(&s);
 }
 
+/* CPU seconds and context switches of this process and of its children that
+ * have ended (the host devices' workers, once the scheduler is closed). */
+static void usage_now(double *cpu, long *csw) {
+  *cpu = 0;
+  *csw = 0;
+  const int who[] = {RUSAGE_SELF, RUSAGE_CHILDREN};
+  for (int k = 0; k < 2; k++) {
+    struct rusage ru;
+    getrusage(who[k], &ru);
+    *cpu += ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+    *csw += ru.ru_nvcsw + ru.ru_nivcsw;
+  }
+}
+
+/* What n jobs cost the machine: CPU time and context switches per job, the
+ * scheduler's threads and the device's worker process together, from open
+ * to close (warm caches, so start-up is a small part of n jobs). */
+static void cost(int devices, int n) {
+  double cpu0, cpu1;
+  long csw0, csw1;
+  usage_now(&cpu0, &csw0);
+  schedrun_t *s = open_host(devices);
+  schedrun_program_t *p = load(s, empty_program);
+  run_jobs(s, p, n);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+  usage_now(&cpu1, &csw1);
+  printf("cpu_%ddev_us_per_job=%.2f\ncsw_%ddev_per_job=%.2f\n", devices, (cpu1 - cpu0) * 1e6 / n, devices,
+         (double)(csw1 - csw0) / n);
+}
+
 static void throughput(int devices, int n) {
   schedrun_t *s = open_host(devices);
   schedrun_program_t *p = load(s, empty_program);
@@ -215,6 +247,7 @@ int main(int argc, char **argv) {
       latency(d, 1000);
       chain(d, 1000);
       if (mode == 0) throughput_many(d, jobs);
+      if (mode == 0) cost(d, jobs);
     }
   }
   return 0;

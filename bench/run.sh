@@ -98,13 +98,16 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
       local v=() r=()
       for w in 1 2; do
         local sp; sp=$(get "starpu${w}_$3" "$S"); local me; me=$(get "$(printf "$4" "$w")" "$J")
-        if [ "$6" = higher ]; then r+=("$(ratio "$me" "$sp")x the rate"); else r+=("$(ratio "$sp" "$me")x as fast"); fi
+        if [ "$6" = higher ]; then r+=("$(ratio "$me" "$sp")x the rate")
+        elif [ "$6" = cost ]; then r+=("$(ratio "$me" "$sp")x as much"); else r+=("$(ratio "$sp" "$me")x as fast"); fi
         v+=("$sp $2" "$me $2")
       done
       echo "| $1 | ${v[0]} | ${v[1]} | **${r[0]}** | ${v[2]} | ${v[3]} | **${r[1]}** | $(get "$5" "$S") $2 |"
     }
     row "(a) 100,000 empty single-kernel jobs, submitted one by one" "per s" throughput_tasks_per_s "throughput_%ddev_jobs_per_s" starpu_throughput_tasks_per_s higher
     row "(a') the same through \`schedrun_submit_many\` / \`schedrun_wait_many\`" "per s" throughput_tasks_per_s "many_throughput_%ddev_jobs_per_s" starpu_throughput_tasks_per_s higher
+    row "(a2) CPU time per job of (a), all its threads and processes" "us" cpu_us_per_task "cpu_%ddev_us_per_job" starpu_cpu_us_per_task cost
+    row "(a3) context switches per job of (a)" "" csw_per_task "csw_%ddev_per_job" starpu_csw_per_task cost
     row "(b) submit-and-wait latency of one empty job, median" "us" latency_median_us "latency_%ddev_median_us" starpu_latency_median_us lower
     row "(b') the same, 99th percentile" "us" latency_p99_us "latency_%ddev_p99_us" starpu_latency_p99_us lower
     for w in 1 2; do
