@@ -14,7 +14,13 @@ median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a
 # process is forked inside a timed span
 us_between() { echo $(( ${2/./} - ${1/./} )); }
 get() { sed -n "s/^$1=//p" "$2"; }
-ratio() { awk "BEGIN {printf \"%.1f\", $1 / $2}"; }
+ratio() { # a / b to one decimal, or n/a when either is not a number
+  if [[ "$1" =~ ^[0-9.]+$ && "$2" =~ ^[0-9.]+$ ]] && awk "BEGIN {exit !($2 > 0)}"; then
+    awk "BEGIN {printf \"%.1f\", $1 / $2}"
+  else
+    echo "n/a"
+  fi
+}
 
 # key=value lines of several runs -> the median of each key
 median_keys() {
@@ -39,8 +45,26 @@ for round in 1 2 3; do
   fi
 done
 median_keys "$tmp"/jobs.? > "$tmp/jobs"
+# system calls per job, counted by perf (when it can count tracepoints here)
+syscalls() { # command... -> system calls per job of 100,000, or n/a
+  if perf stat -x, -e raw_syscalls:sys_enter -o "$tmp/perf" -- "$@" >/dev/null 2>&1; then
+    awk -F, '/raw_syscalls/ {printf "%.2f", $1 / 100000}' "$tmp/perf"
+  else
+    echo "n/a"
+  fi
+}
+for w in 1 2; do
+  echo "system calls: schedrun with $w device(s)" >&2
+  echo "syscalls_${w}dev_per_job=$(syscalls "$build/jobs_bench" --only-jobs 100000 $w)" >> "$tmp/jobs"
+  if [ -x "$build/starpu_bench" ]; then
+    echo "system calls: StarPU with $w worker(s)" >&2
+    echo "starpu${w}_syscalls_per_task=$(syscalls env STARPU_SILENT=1 STARPU_NCPU=$w "$build/starpu_bench" --only-tasks 100000)" \
+      >> "$tmp/starpu_sys"
+  fi
+done
 if [ -x "$build/starpu_bench" ]; then
   median_keys "$tmp"/starpu1.? "$tmp"/starpu2.? "$tmp"/starpud.? > "$tmp/starpu"
+  cat "$tmp/starpu_sys" >> "$tmp/starpu" 2>/dev/null || true
 else
   : > "$tmp/starpu"
 fi
@@ -108,6 +132,7 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
     row "(a') the same through \`schedrun_submit_many\` / \`schedrun_wait_many\`" "per s" throughput_tasks_per_s "many_throughput_%ddev_jobs_per_s" starpu_throughput_tasks_per_s higher
     row "(a2) CPU time per job of (a), all its threads and processes" "us" cpu_us_per_task "cpu_%ddev_us_per_job" starpu_cpu_us_per_task cost
     row "(a3) context switches per job of (a)" "" csw_per_task "csw_%ddev_per_job" starpu_csw_per_task cost
+    row "(a4) system calls per job of (a), counted by perf" "" syscalls_per_task "syscalls_%ddev_per_job" starpu_syscalls_per_task cost
     row "(b) submit-and-wait latency of one empty job, median" "us" latency_median_us "latency_%ddev_median_us" starpu_latency_median_us lower
     row "(b') the same, 99th percentile" "us" latency_p99_us "latency_%ddev_p99_us" starpu_latency_p99_us lower
     for w in 1 2; do

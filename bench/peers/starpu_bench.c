@@ -10,7 +10,9 @@
  * Prints key=value lines.
  */
 #include <starpu.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <stdlib.h>
 #include <time.h>
@@ -49,10 +51,21 @@ static struct starpu_codelet empty_cl = {.cpu_funcs = {empty}, .nbuffers = 0, .n
 static struct starpu_codelet tiny_cl = {.cpu_funcs = {tiny}, .nbuffers = 1, .modes = {STARPU_RW}, .name = "tiny"};
 
 int main(int argc, char **argv) {
-  int n = argc > 1 ? atoi(argv[1]) : 100000;
+  bool only = argc == 3 && !strcmp(argv[1], "--only-tasks"); /* N empty tasks and nothing else */
+  int n = only ? atoi(argv[2]) : argc > 1 ? atoi(argv[1]) : 100000;
   if (starpu_init(NULL) != 0) {
     fprintf(stderr, "starpu_init failed\n");
     return 1;
+  }
+  if (only) {
+    for (int i = 0; i < n; i++) {
+      struct starpu_task *t = starpu_task_create();
+      t->cl = &empty_cl;
+      if (starpu_task_submit(t) != 0) return 1;
+    }
+    starpu_task_wait_for_all();
+    starpu_shutdown();
+    return 0;
   }
   double best = 0, cpu0, cpu1;
   long csw0, csw1;
