@@ -47,17 +47,22 @@ static void report_phase(run_state *r) {
                        r->o->progress_user);
 }
 
+/* Calls the progress callbacks, at most every 100 ms. */
+static void maybe_progress(run_state *r) {
+  uint64_t now = now_ns();
+  if ((r->o->progress || r->o->progress_phase) && now - r->last_progress > 100000000ull) {
+    if (r->o->progress) r->o->progress((uint32_t)r->done, (uint32_t)r->total, r->o->progress_user);
+    if (r->o->progress_phase) report_phase(r);
+    r->last_progress = now;
+  }
+}
+
 /* Collects the oldest submitted job into the report. */
 static int collect_one(run_state *r, schedrun_error_t *err) {
   schedrun_job_result_t *res = NULL;
   schedrun_job_t id = r->ids[r->head];
   for (;;) {
-    uint64_t now = now_ns();
-    if ((r->o->progress || r->o->progress_phase) && now - r->last_progress > 100000000ull) {
-      if (r->o->progress) r->o->progress((uint32_t)r->done, (uint32_t)r->total, r->o->progress_user);
-      if (r->o->progress_phase) report_phase(r);
-      r->last_progress = now;
-    }
+    maybe_progress(r);
     int left = left_ms(r);
     /* past the run's deadline the jobs' own deadlines (no later) end them:
      * wait a little more for those completions */
@@ -133,6 +138,7 @@ int schedrun_run(schedrun_t *s, schedrun_program_t *h, const schedrun_run_option
       if (rc == SCHEDRUN_OK) {
         r.count++;
         submitted++;
+        if ((submitted & 255) == 0) maybe_progress(&r); /* while a long run is submitted, too */
       }
     }
   /* collect what is still out; every submitted job is waited for */
