@@ -195,15 +195,23 @@ static int apply_update(record_state *s, rec_seq *q, rec_node *have, const node_
   return SCHEDRUN_OK;
 }
 
-/* Brings q up to the wanted list: same shape assumed. Each wanted node finds
- * its recorded state by its key. */
+/* Brings q up to the wanted list: same shape assumed, so each wanted node's
+ * recorded state is at its own position (the keys were compared). The
+ * shared-slot build looks it up by its (broken) key instead, to show what
+ * that costs in correctness. */
 static int update_seq(record_state *s, rec_seq *q, msg_counts *c, schedrun_error_t *err) {
   for (uint32_t i = 0; i < s->want.n; i++) {
     const rec_node *want = &s->want.v[i];
+#ifdef SCHEDRUN_RECORD_SHARED_SLOT
     node_key k = store_key(want->key);
     uintptr_t pos = (uintptr_t)hmap_get(&q->index, &k);
     if (pos == 0 || pos > q->nodes.n) return err_set(err, SCHEDRUN_EINTERNAL, "recorded node missing from its key store");
     rec_node *have = &q->nodes.v[pos - 1];
+#else
+    /* same_shape compared the keys position by position: node i is the one */
+    rec_node *have = &q->nodes.v[i];
+    assert(have->key.command == want->key.command && have->key.record_id == want->key.record_id);
+#endif
     if (same_params(&q->nodes, have, &s->want, want)) {
       c->reused++;
       continue;
