@@ -215,7 +215,9 @@ void cu_seq_destroy(gpu_seq *s) {
   free(s);
 }
 
-static cu_segment *push_segment(gpu_seq *s, int kind, schedrun_error_t *err) {
+/* Appends a segment; a graph segment gets a graph of its own, unless it is
+ * given one (a conditional node's body, which that node owns). */
+static cu_segment *push_segment(gpu_seq *s, int kind, CUgraph given, schedrun_error_t *err) {
   if (s->nsegs == s->segcap) {
     uint32_t cap = s->segcap ? s->segcap * 2 : 4;
     cu_segment *p = realloc(s->segs, cap * sizeof *p);
@@ -229,7 +231,8 @@ static cu_segment *push_segment(gpu_seq *s, int kind, schedrun_error_t *err) {
   cu_segment *sg = &s->segs[s->nsegs];
   memset(sg, 0, sizeof *sg);
   sg->kind = kind;
-  if (kind == SEG_GRAPH) {
+  sg->graph = given;
+  if (kind == SEG_GRAPH && !given) {
     CUresult r = s->b->api.cuGraphCreate(&sg->graph, 0);
     if (r != CUDA_SUCCESS) {
       cu_fail(&s->b->api, err, r, "cuGraphCreate", s->b->devs[s->dev].name);
@@ -293,7 +296,7 @@ static int fill_params(const gpu_node *n, CUDA_MEMSET_NODE_PARAMS mp[2]) {
 }
 
 static int add_while_host(gpu_seq *s, cu_node *cn, gpu_node *n, schedrun_error_t *err) {
-  cu_segment *sg = push_segment(s, SEG_WHILE, err);
+  cu_segment *sg = push_segment(s, SEG_WHILE, NULL, err);
   if (!sg) return err && err->code ? err->code : SCHEDRUN_ENOMEM;
   sg->flag = n->u.loop.flag;
   sg->max_trips = n->u.loop.max_trips;
@@ -336,15 +339,11 @@ static int add_while_cond(gpu_seq *s, cu_segment *sg, cu_node *cn, gpu_node *n, 
   sg->last = cn->cu[1];
   cn->ncu = 2;
   gpu_seq *body = seq_new(b, s->dev);
-  cu_segment *bs = body ? push_segment(body, SEG_GRAPH, err) : NULL;
-  if (!bs) {
-    if (body) cu_seq_destroy(body); /* push_segment failed before creating a graph */
-    return body ? (err && err->code ? err->code : SCHEDRUN_EBACKEND) : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  if (!body) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  if (!push_segment(body, SEG_GRAPH, np.conditional.phGraph_out[0], err)) {
+    free(body); /* holds nothing yet: the body graph is the conditional node's */
+    return SCHEDRUN_ENOMEM;
   }
-  /* push_segment created a graph of its own: the body is the node's instead */
-  a->cuGraphDestroy(bs->graph);
-  bs->graph = np.conditional.phGraph_out[0];
-  bs->owned = false;
   body->parent = s;
   body->parent_seg = (uint16_t)(sg - s->segs);
   body->handle = h;
@@ -378,7 +377,7 @@ int cu_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err) 
     return SCHEDRUN_OK;
   }
   cu_segment *sg = s->nsegs && s->segs[s->nsegs - 1].kind == SEG_GRAPH ? &s->segs[s->nsegs - 1]
-                                                                       : push_segment(s, SEG_GRAPH, err);
+                                                                       : push_segment(s, SEG_GRAPH, NULL, err);
   if (!sg) return err && err->code ? err->code : SCHEDRUN_ENOMEM;
   cn->seg = (uint16_t)(sg - s->segs);
   if (n->kind == GN_WHILE) {
