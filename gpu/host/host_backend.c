@@ -367,34 +367,34 @@ static int h_launch(gpu_backend *b, int dev, const gpu_node *n, bool wait, sched
   return rc;
 }
 
-static int h_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
+/* Posts RUN_SEQ for s; times, when not 0, is where the worker writes
+ * {tag, start, end} of the first max nodes. */
+static int run_seq(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64_t times, uint32_t max,
+                   schedrun_error_t *err) {
   host_device *d = &s->b->devs[s->dev];
   gpu_failure ignored;
   if (!f) f = &ignored;
   pthread_mutex_lock(&d->lock);
   d->ctl->a[0] = s->hdr;
-  d->ctl->a[1] = 0; /* untimed */
+  d->ctl->a[1] = times;
+  d->ctl->a[2] = max;
   atomic_fetch_add(&d->launches, 1);
   int rc = host_device_request(d, HW_OP_RUN_SEQ, deadline_ns, f, err);
   pthread_mutex_unlock(&d->lock);
   return rc;
 }
 
+static int h_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
+  return run_seq(s, deadline_ns, f, 0, 0, err);
+}
+
 static int h_seq_launch_timed(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64_t *times, uint32_t max,
                               uint32_t *n, schedrun_error_t *err) {
   host_device *d = &s->b->devs[s->dev];
-  gpu_failure ignored;
-  if (!f) f = &ignored;
   *n = 0;
   uint64_t at = 0, bytes = (uint64_t)(max ? max : 1) * 3 * sizeof(uint64_t);
-  if (dev_alloc(d, bytes, &at)) return h_seq_launch(s, deadline_ns, f, err); /* no room to time it: run it */
-  pthread_mutex_lock(&d->lock);
-  d->ctl->a[0] = s->hdr;
-  d->ctl->a[1] = at;
-  d->ctl->a[2] = max;
-  atomic_fetch_add(&d->launches, 1);
-  int rc = host_device_request(d, HW_OP_RUN_SEQ, deadline_ns, f, err);
-  pthread_mutex_unlock(&d->lock);
+  if (dev_alloc(d, bytes, &at)) return run_seq(s, deadline_ns, f, 0, 0, err); /* no room to time it: run it */
+  int rc = run_seq(s, deadline_ns, f, at, max, err);
   if (rc == SCHEDRUN_OK) {
     *n = s->n < max ? s->n : max;
     if (*n) memcpy(times, dev_range(d, at, (uint64_t)*n * 3 * sizeof(uint64_t)), (size_t)*n * 3 * sizeof(uint64_t));
