@@ -122,6 +122,24 @@ static void load_kernels(ld *l, node *n) {
 
 /* ---- buffers ---- */
 
+/* A file read for buffer b (`what`: init or expect) that is a NumPy file
+ * keeps only its elements, after its dtype and element count are checked
+ * against the buffer's; false, with the problem reported, when they do not
+ * match. Any other file is left as it is (raw elements). */
+static bool npy_elements(ld *l, node *n, const char *what, const char *rel, const prog_buffer *b, char *data,
+                         size_t *len) {
+  if (!npy_is((const uint8_t *)data, *len)) return true;
+  char why[200];
+  size_t at = 0;
+  if (npy_check((const uint8_t *)data, *len, b->type, b->count, &at, why, sizeof why)) {
+    ld_problem(l, n, "%s file '%s' %s", what, rel, why);
+    return false;
+  }
+  *len -= at;
+  memmove(data, data + at, *len);
+  return true;
+}
+
 static void load_init(ld *l, node *n, prog_buffer *b) {
   static const char *const keys[] = {"fill", "iota", "values", "file", NULL};
   node *f[4];
@@ -140,17 +158,9 @@ static void load_init(ld *l, node *n, prog_buffer *b) {
     if (!rel) return;
     size_t len = 0;
     char *data = ld_read_file(l, f[3], rel, "init", PROG_MAX_BUFFER_BYTES, &len, NULL);
-    if (data && npy_is((const uint8_t *)data, len)) {
-      /* a NumPy file: its dtype and element count must be the buffer's */
-      char why[200];
-      size_t at = 0;
-      if (npy_check((const uint8_t *)data, len, b->type, b->count, &at, why, sizeof why)) {
-        ld_problem(l, f[3], "init file '%s' %s", rel, why);
-        free(data);
-        return;
-      }
-      len -= at;
-      memmove(data, data + at, len);
+    if (data && !npy_elements(l, f[3], "init", rel, b, data, &len)) {
+      free(data);
+      return;
     }
     if (data && len != b->count * es)
       ld_problem(l, f[3], "init file '%s' has %zu bytes; buffer '%s' needs %llu", rel, len, b->name,
@@ -384,16 +394,9 @@ static void load_expect(ld *l, node *n) {
         if (!rel) continue;
         size_t len = 0, es = prog_type_size(buf->type);
         char *data = ld_read_file(l, fk, rel, "expect", PROG_MAX_BUFFER_BYTES, &len, NULL);
-        char why[200];
-        size_t at = 0;
-        if (data && npy_is((const uint8_t *)data, len)) {
-          if (npy_check((const uint8_t *)data, len, buf->type, buf->count, &at, why, sizeof why)) {
-            ld_problem(l, fk, "expect file '%s' %s", rel, why);
-            free(data);
-            continue;
-          }
-          len -= at;
-          memmove(data, data + at, len);
+        if (data && !npy_elements(l, fk, "expect", rel, buf, data, &len)) {
+          free(data);
+          continue;
         }
         if (data && len != buf->count * es)
           ld_problem(l, fk, "expect file '%s' has %zu bytes; buffer '%s' holds %llu", rel, len, buf->name,
