@@ -92,8 +92,8 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
                  (unsigned long long)m->job, x->run, x->job_index, be->ops->device_name(be, s->device));
   else if (rc == SCHEDRUN_OK) {
     if (s->timed < TIMED_JOBS && be->ops->seq_launch_timed && !s->times)
-      s->times = malloc(TIMED_NODES * 3 * sizeof *s->times);
-    if (s->timed < TIMED_JOBS && be->ops->seq_launch_timed && s->times) {
+      s->times = malloc(TIMED_NODES * 3 * sizeof *s->times); /* freed once the last timed job is answered */
+    if (s->timed < TIMED_JOBS && s->times) {
       s->timed++;
       rc = be->ops->seq_launch_timed((gpu_seq *)(uintptr_t)x->sequence, x->deadline, &f, s->times, TIMED_NODES,
                                      &ntimed, &err);
@@ -158,10 +158,9 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
       memcpy(cp->launches.v, s->times, (size_t)ntimed * 3 * sizeof(uint64_t));
       cp->launches.n = (size_t)ntimed * 3;
     }
-    if (s->timed == TIMED_JOBS) {
+    if (s->timed == TIMED_JOBS && s->times) {
       free(s->times); /* timing is over for this device */
       s->times = NULL;
-      s->timed++;
     }
     cp->compile_ns = x->compile_ns;
     cp->record_ns = x->record_ns;
