@@ -417,6 +417,17 @@ static void test_dot(void **st) {
   assert_int_equal(stat(svg, &sb), 0);
   assert_true(sb.st_size > 1000);
   unlink(svg);
+  /* files that cannot be written: said with the option, exit 4 */
+  static const char *const opts[] = {"--dot", "--output"};
+  for (int k = 0; k < 2; k++) {
+    char *bad[] = {(char *)tu_env("SCHEDRUN_RUN"), "-q", (char *)opts[k], "/proc/no/such/place", path, NULL};
+    assert_int_equal(tu_run(bad, &out, &err), 4);
+    char want[64];
+    snprintf(want, sizeof want, "sched-run: %s: ", opts[k]);
+    if (!strstr(err, want) || !strstr(err, "/proc/no/such/place")) fail_msg("%s: %s", opts[k], err);
+    free(out);
+    free(err);
+  }
 }
 
 static void test_usage(void **st) {

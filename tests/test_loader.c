@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "program/program.h"
+#include "program/npy.h"
 #include "test_util.h"
 
 static prog_program *load_ok(const char *text) {
@@ -181,6 +182,51 @@ static void test_single_problems(void **st) {
                  "t.yaml:3:41", "cannot read init file");
   expect_problem(HEAD "program:\n  - loop: {trips: 100000, body: [{loop: {trips: 100000, body: [{fill: {buffer: a, value: 1}}]}}]}\nbuffers:\n  a: {type: f32, count: 2}\n",
                  "t.yaml:3:3", "unrolls to more than");
+}
+
+/* Bad NumPy files for init and expect, and a bad `output` value: each a
+ * located error saying what is wrong. */
+static void test_npy_and_output_mistakes(void **st) {
+  (void)st;
+  expect_problem(HEAD "buffers:\n  a: {type: f32, count: 2, output: maybe}\nprogram:\n  - fill: {buffer: a, value: 1}\n",
+                 "t.yaml:3:36", "output of buffer 'a' is true or false, not 'maybe'");
+  uint8_t good[256];
+  size_t hl = npy_header(PT_F32, 2, good, sizeof good);
+  assert_true(hl > 0 && hl % 64 == 0); /* the data starts aligned */
+  float two[2] = {1, 2};
+  memcpy(good + hl, two, sizeof two);
+  static const struct { const char *name, *says; size_t cut; int patch; } bad[] = {
+      {"short.npy", "is a .npy file cut short in its header", 40, 0},
+      {"v9.npy", "is a .npy file of version 9.0, which is not known", 0, 1},
+      {"fortran.npy", "is in Fortran order; only C order is read", 0, 2},
+      {"nodata.npy", "has 4 bytes of data; 2 elements of f32 take 8", 4, 0},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    uint8_t img[256];
+    size_t len = hl + sizeof two;
+    memcpy(img, good, len);
+    if (bad[k].cut) len -= bad[k].cut;
+    if (bad[k].patch == 1) img[6] = 9;
+    if (bad[k].patch == 2) {
+      /* a 2-D shape in Fortran order, the same number of elements */
+      char dict[64];
+      snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': True, 'shape': (1, 2), }");
+      memset(img + 10, ' ', hl - 11);
+      memcpy(img + 10, dict, strlen(dict));
+    }
+    char *text = NULL;
+    const char *path = tu_write_temp(1, bad[k].name, "");
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(img, 1, len, f), len);
+    fclose(f);
+    assert_true(asprintf(&text, HEAD "buffers:\n  a: {type: f32, count: 2, init: {file: %s}}\n"
+                                    "program:\n  - fill: {buffer: a, value: 1, count: 0}\n", path) > 0);
+    char needle[300];
+    snprintf(needle, sizeof needle, "init file '%s' %s", path, bad[k].says);
+    expect_problem(text, "t.yaml:3:", needle);
+    free(text);
+  }
 }
 
 static void test_files_and_inits(void **st) {
@@ -393,6 +439,7 @@ int main(void) {
       cmocka_unit_test(test_damaged_configs),
       cmocka_unit_test(test_config_md_example), cmocka_unit_test(test_five_mistakes),
       cmocka_unit_test(test_single_problems),   cmocka_unit_test(test_files_and_inits),
+      cmocka_unit_test(test_npy_and_output_mistakes),
       cmocka_unit_test(test_nested_and_while_ok), cmocka_unit_test(test_message_limits),
       cmocka_unit_test(test_expect_expressions),
   };
