@@ -56,6 +56,7 @@ struct actor {
 void *actor_state(const actor_t *a) { return a->state; }
 const char *actor_name(const actor_t *a) { return a->name; }
 uint64_t actor_malformed(const actor_t *a) { return atomic_load(&((actor_t *)a)->malformed); }
+void actor_count_malformed(actor_t *a) { atomic_fetch_add(&a->malformed, 1); }
 
 static void *new_socket(void *zctx, int type, schedrun_error_t *err) {
   void *s = zmq_socket(zctx, type);
@@ -237,8 +238,26 @@ static void undeliverable(actor_t *self, const char *to, const msg *m, int code,
     msg_free(&c);
     return;
   }
+  if (m->type == MSG_COMPLETE_MANY) {
+    /* each job of the batch completes alone, with the cause */
+    const msg_complete_many *b = &m->body.complete_many;
+    for (size_t k = 0; k < b->jobs.n; k++) {
+      msg c;
+      msg_init(&c, MSG_COMPLETE, b->jobs.v[k], self->name);
+      c.body.complete.status = code;
+      c.body.complete.program = b->program;
+      c.body.complete.device = b->device;
+      c.body.complete.run = (uint32_t)b->runs.v[k];
+      c.body.complete.job_index = (uint32_t)b->job_indexes.v[k];
+      c.body.complete.text = (char *)why;
+      actor_send(self, to, &c);
+      c.body.complete.text = NULL;
+      msg_free(&c);
+    }
+    return;
+  }
   bool request = m->type == MSG_COMPILE || m->type == MSG_RECORD || m->type == MSG_EXECUTE || m->type == MSG_SUBMIT ||
-                 m->type == MSG_SUBMIT_MANY;
+                 m->type == MSG_SUBMIT_MANY || m->type == MSG_EXECUTE_MANY;
   char step[96];
   snprintf(step, sizeof step, "drop the %s that could not be sent", msg_type_name(m->type));
   const char *steps[] = {step};
@@ -351,4 +370,87 @@ uint64_t actor_join(actor_t **pa) {
   free(a);
   *pa = NULL;
   return malformed;
+}
+
+/* ---- a queue beside a mailbox ---- */
+
+void msgq_init(msg_queue *q) {
+  memset(q, 0, sizeof *q);
+  pthread_mutex_init(&q->lock, NULL);
+}
+
+void msgq_destroy(msg_queue *q) {
+  pthread_mutex_destroy(&q->lock);
+  free(q->buf);
+  memset(q, 0, sizeof *q);
+}
+
+/* Each message is a 4-byte length, then its bytes. */
+int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err) {
+  *ring = false;
+  pthread_mutex_lock(&q->lock);
+  size_t at = q->len;
+  uint8_t hdr[4] = {0};
+  int rc = SCHEDRUN_OK;
+  if (q->cap - q->len < sizeof hdr) {
+    size_t cap = q->cap ? 2 * q->cap : 4096;
+    uint8_t *b = realloc(q->buf, cap);
+    if (b) {
+      q->buf = b;
+      q->cap = cap;
+    } else {
+      rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory queueing %s", msg_type_name(m->type));
+    }
+  }
+  if (rc == SCHEDRUN_OK) {
+    memcpy(q->buf + q->len, hdr, sizeof hdr);
+    q->len += sizeof hdr;
+    rc = msg_encode_append(m, &q->buf, &q->len, &q->cap, err);
+    if (rc) q->len = at;
+  }
+  if (rc == SCHEDRUN_OK) {
+    uint32_t n = (uint32_t)(q->len - at - sizeof hdr); /* at most MSG_MAX_BYTES */
+    for (int i = 0; i < 4; i++) q->buf[at + (size_t)i] = (uint8_t)(n >> (8 * i));
+    *ring = !q->rung;
+    q->rung = true;
+  }
+  pthread_mutex_unlock(&q->lock);
+  return rc;
+}
+
+void msgq_unring(msg_queue *q) {
+  pthread_mutex_lock(&q->lock);
+  q->rung = false;
+  pthread_mutex_unlock(&q->lock);
+}
+
+uint8_t *msgq_take(msg_queue *q, size_t *len) {
+  pthread_mutex_lock(&q->lock);
+  uint8_t *b = q->len ? q->buf : NULL;
+  *len = q->len;
+  if (b) {
+    q->buf = NULL;
+    q->len = q->cap = 0;
+  }
+  q->rung = false;
+  pthread_mutex_unlock(&q->lock);
+  return b;
+}
+
+int msgq_next(const uint8_t *data, size_t len, size_t *off, msg *m, schedrun_error_t *err) {
+  memset(m, 0, sizeof *m);
+  if (*off >= len) return err_set(err, SCHEDRUN_ECLOSED, "end of the queue");
+  uint32_t n = 0;
+  if (len - *off < 4) {
+    *off = len;
+    return err_set(err, SCHEDRUN_EPROTO, "a queued message's length is cut short");
+  }
+  for (int i = 0; i < 4; i++) n |= (uint32_t)data[*off + (size_t)i] << (8 * i);
+  if (n > len - *off - 4) {
+    *off = len;
+    return err_set(err, SCHEDRUN_EPROTO, "a queued message runs past the queue's end");
+  }
+  int rc = msg_decode(data + *off + 4, n, m, err);
+  *off += 4 + (size_t)n;
+  return rc;
 }

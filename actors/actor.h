@@ -12,6 +12,9 @@
 #ifndef SCHEDRUN_ACTOR_H
 #define SCHEDRUN_ACTOR_H
 
+#include <pthread.h>
+#include <stdbool.h>
+
 #include "common/common.h"
 #include "messages/msg.h"
 
@@ -48,6 +51,10 @@ const char *actor_name(const actor_t *a);
  * sender to answer). Safe from any thread while the actor lives. */
 uint64_t actor_malformed(const actor_t *a);
 
+/* Counts a malformed message the actor's handler found (one that came by
+ * another way than its mailbox). */
+void actor_count_malformed(actor_t *a);
+
 /* Encodes m and sends it to the actor named `to`. From the actor's own
  * thread only (the sockets are the actor's). m stays the caller's. */
 int actor_send(actor_t *self, const char *to, const msg *m);
@@ -69,5 +76,33 @@ int mbox_recv(void *sock, int timeout_ms, msg *m, uint64_t *malformed, schedrun_
 /* The same, polling for up to spin_ns before sleeping. */
 int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg *m, uint64_t *malformed,
                    schedrun_error_t *err);
+
+/* ---- a queue beside a mailbox ----
+ *
+ * Encoded messages that a sender appends and the receiver takes all at once,
+ * for a stream of small messages to a busy receiver: the sender rings the
+ * receiver's mailbox (a SUBMITTED message, over ZeroMQ) only when the queue
+ * was idle, and the receiver, on that doorbell, takes everything queued
+ * since. A lone message waits for nothing; a burst costs one wake. The bytes
+ * are the same msgpack messages, decoded as strictly as the mailbox's. */
+typedef struct msg_queue {
+  pthread_mutex_t lock;
+  uint8_t *buf;
+  size_t len, cap;
+  bool rung; /* a doorbell is on its way, and the queue not taken since */
+} msg_queue;
+
+void msgq_init(msg_queue *q);
+void msgq_destroy(msg_queue *q);
+/* Appends m; *ring is true when the caller must now ring the receiver. */
+int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err);
+/* The doorbell could not be sent: the next push rings again. */
+void msgq_unring(msg_queue *q);
+/* Takes everything queued (malloc'ed, *len bytes; NULL when empty). */
+uint8_t *msgq_take(msg_queue *q, size_t *len);
+/* Decodes the message at *off of taken bytes, moving *off past it.
+ * SCHEDRUN_ECLOSED at the end; a malformed message gives SCHEDRUN_EPROTO
+ * and ends the walk (*off = len). */
+int msgq_next(const uint8_t *data, size_t len, size_t *off, msg *m, schedrun_error_t *err);
 
 #endif

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "actors/actor.h"
 #include "common/hmap.h"
 #include "gpu/backend.h"
 #include "program/program.h"
@@ -33,8 +34,12 @@ typedef struct schedrun_core {
   int compile_workers;
   bool record_always;
   bool record_whole_program; /* every RECORD walks the whole program (measurements) */
+  bool no_batching;          /* one message per job per hop (measurements) */
   pthread_mutex_t reg_lock;
   hmap programs; /* uint64_t id -> prog_program* */
+  /* SUBMITs from the library to the scheduler: queued, with a SUBMITTED
+   * doorbell in the scheduler's mailbox when the queue was idle */
+  msg_queue submits;
 } schedrun_core;
 
 const prog_program *core_program(schedrun_core *c, uint64_t id);

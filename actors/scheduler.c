@@ -5,6 +5,13 @@
  *   SUBMIT -> (COMPILE -> COMPILED, once per program) -> placed on a device
  *          -> RECORD -> RECORDED -> EXECUTE -> EXECUTED -> COMPLETE
  *
+ * Jobs that can replay their context's recording as it is skip the RECORD
+ * and go, as many as are ready, in one EXECUTE_MANY; the execute actor answers
+ * the client with COMPLETE_MANY and the scheduler with EXECUTED_MANY.
+ * Dispatch waits until the message at hand has been handled, so a
+ * SUBMIT_MANY, or the EXECUTED_MANY that makes room, starts its jobs in as
+ * few messages as it can; a lone job still leaves at once.
+ *
  * An ERROR from any actor completes the job it names with that error (a
  * compile ERROR completes every job waiting for that compile). Buffers are
  * allocated per {program, device, slot} the first time a job needs them; jobs
@@ -15,7 +22,6 @@
  * already recording or executing finish, then the scheduler frees the buffers,
  * answers TERM, and stops. Every job completes exactly once.
  */
-#include <stdio.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +145,25 @@ static void handle_submit_many(actor_t *self, scheduler_state *s, msg *m) {
   }
 }
 
+/* SUBMITTED: the library has queued SUBMITs (core->submits); all of them,
+ * in order. */
+static void handle_submitted(actor_t *self, scheduler_state *s) {
+  size_t len = 0, off = 0;
+  uint8_t *q = msgq_take(&s->core->submits, &len);
+  for (;;) {
+    msg one;
+    schedrun_error_t err = {0};
+    int rc = msgq_next(q, len, &off, &one, &err);
+    schedrun_error_clear(&err);
+    if (rc == SCHEDRUN_ECLOSED) break;
+    if (rc == SCHEDRUN_OK && one.type == MSG_SUBMIT) handle_submit(self, s, &one);
+    else if (rc == SCHEDRUN_OK && one.type == MSG_SUBMIT_MANY) handle_submit_many(self, s, &one);
+    else actor_count_malformed(self); /* only SUBMITs are queued */
+    msg_free(&one);
+  }
+  free(q);
+}
+
 static void release_waiting(actor_t *self, scheduler_state *s, prog_state *ps) {
   job *j;
   while ((j = scheduler_q_pop(&ps->waiting))) scheduler_place(self, s, ps, j);
@@ -232,6 +257,14 @@ static void handle_executed(actor_t *self, scheduler_state *s, msg *m) {
   scheduler_retire(self, s, j);
 }
 
+static void handle_executed_many(actor_t *self, scheduler_state *s, msg *m) {
+  const msg_u64s *ids = &m->body.executed_many.jobs;
+  for (size_t k = 0; k < ids->n; k++) {
+    job *j = hmap_get(&s->jobs, &ids->v[k]);
+    if (j && j->state == JOB_EXECUTING) scheduler_retire(self, s, j);
+  }
+}
+
 /* RELEASE from the client: the program's jobs finish first (new ones are
  * refused), then its buffers and recordings go, then the client hears back
  * and frees the program itself. */
@@ -264,12 +297,15 @@ static void handle_release(actor_t *self, scheduler_state *s, msg *m) {
 
 static int scheduler_handle(actor_t *self, msg *m) {
   scheduler_state *s = actor_state(self);
+  s->defer = true;
   switch (m->type) {
   case MSG_SUBMIT: handle_submit(self, s, m); break;
   case MSG_SUBMIT_MANY: handle_submit_many(self, s, m); break;
+  case MSG_SUBMITTED: handle_submitted(self, s); break;
   case MSG_COMPILED: handle_compiled(self, s, m); break;
   case MSG_RECORDED: handle_recorded(self, s, m); break;
   case MSG_EXECUTED: handle_executed(self, s, m); break;
+  case MSG_EXECUTED_MANY: handle_executed_many(self, s, m); break;
   case MSG_ERROR: handle_error(self, s, m); break;
   case MSG_RELEASE: handle_release(self, s, m); break;
   case MSG_TERM: {
@@ -331,6 +367,8 @@ static int scheduler_handle(actor_t *self, msg *m) {
   }
   default: break;
   }
+  s->defer = false;
+  scheduler_flush(self, s);
   if (s->closing && s->jobs.count == 0) {
     scheduler_reply_simple(self, s->close_to, MSG_TERM, s->close_job, 0);
     return ACTOR_STOP;

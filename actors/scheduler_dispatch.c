@@ -4,6 +4,7 @@
  * when the recording may have changed, a few EXECUTEs ahead). See scheduler.c
  * for the job flow and scheduler_state.h for the state.
  */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,7 @@ void scheduler_state_free(scheduler_state *s) {
   pos = 0;
   while (hmap_next(&s->progs, &pos, NULL, &v)) scheduler_prog_state_free(s, v);
   hmap_destroy(&s->progs);
+  free(s->dirty);
   free(s->load);
   free(s);
 }
@@ -273,14 +275,77 @@ static bool needs_record(const scheduler_state *s, const prog_program *p, const 
   return false;
 }
 
+/* Sends one EXECUTE_MANY for jobs already counted as executing in ss; what
+ * they carried as inputs goes with them. A batch that cannot be sent fails
+ * its jobs. */
+static void send_execute_many(actor_t *self, scheduler_state *s, const prog_program *p, slot_state *ss, job **batch,
+                              size_t n) {
+  assert(n > 0 && n <= EXECUTE_BATCH);
+  msg x;
+  msg_init(&x, MSG_EXECUTE_MANY, batch[0]->id, ACTOR_SCHEDULER);
+  msg_execute_many *e = &x.body.execute_many;
+  e->program = batch[0]->program;
+  e->device = (uint32_t)batch[0]->device;
+  e->slot = batch[0]->slot;
+  e->sequence = ss->sequence;
+  e->client = xstrdup(batch[0]->client);
+  e->nodes = ss->nodes;
+  size_t ninputs = 0;
+  for (size_t k = 0; k < n; k++) ninputs += batch[k]->inputs.n;
+  msg_u64s *cols[] = {&e->jobs, &e->runs, &e->job_indexes, &e->keeps, &e->t_submits, &e->deadlines};
+  int rc = SCHEDRUN_OK;
+  for (size_t c = 0; c < SCHEDRUN__ARRAY_LEN(cols); c++)
+    if (!(cols[c]->v = malloc(n * sizeof(uint64_t)))) rc = SCHEDRUN_ENOMEM;
+  e->bindings.v = malloc((p->nbuffers ? p->nbuffers : 1) * sizeof(uint64_t));
+  e->input_jobs.v = malloc((ninputs ? ninputs : 1) * sizeof(uint64_t));
+  e->inputs.v = calloc(ninputs ? ninputs : 1, sizeof(msg_output));
+  if (!e->bindings.v || !e->input_jobs.v || !e->inputs.v) rc = SCHEDRUN_ENOMEM;
+  if (rc == SCHEDRUN_OK) {
+    memcpy(e->bindings.v, ss->bindings, p->nbuffers * sizeof(uint64_t));
+    e->bindings.n = p->nbuffers;
+    for (size_t k = 0; k < n; k++) {
+      const job *j = batch[k];
+      /* one client per batch: jobs of one slot come from the library's one inbox */
+      assert(!strcmp(j->client, e->client) && j->program == e->program && j->slot == e->slot);
+      e->jobs.v[k] = j->id;
+      e->runs.v[k] = j->run;
+      e->job_indexes.v[k] = j->job_index;
+      e->keeps.v[k] = j->keep;
+      e->t_submits.v[k] = j->t_submit;
+      e->deadlines.v[k] = j->deadline;
+      for (size_t i = 0; i < j->inputs.n; i++) {
+        e->input_jobs.v[e->inputs.n] = k;
+        e->inputs.v[e->inputs.n++] = j->inputs.v[i]; /* handed over: needed once */
+      }
+      free(batch[k]->inputs.v);
+      memset(&batch[k]->inputs, 0, sizeof batch[k]->inputs);
+    }
+    e->input_jobs.n = e->inputs.n;
+    for (size_t c = 0; c < SCHEDRUN__ARRAY_LEN(cols); c++) cols[c]->n = n;
+    char to[32];
+    snprintf(to, sizeof to, ACTOR_EXECUTE_FMT, batch[0]->device);
+    rc = actor_send(self, to, &x);
+  }
+  msg_free(&x);
+  if (rc) {
+    /* the ids first: completing a job frees it */
+    for (size_t k = 0; k < n; k++) {
+      job *j = hmap_get(&s->jobs, &batch[k]->id);
+      if (j) scheduler_complete(self, s, j, rc, "cannot send EXECUTE_MANY", NULL);
+    }
+  }
+}
+
 /* Starts what can start, in order: jobs that change nothing go straight to
- * EXECUTE (the device's actor runs them in turn), a job that needs a RECORD
- * waits until nothing of this slot is executing, and holds up the ones
- * behind it. */
-void scheduler_dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss) {
+ * the device's execute actor, together in EXECUTE_MANYs (it runs them in
+ * turn); a job that needs a RECORD waits until nothing of this slot is
+ * executing, and holds up the ones behind it. */
+static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss) {
+  job *batch[EXECUTE_BATCH];
+  size_t nb = 0;
+  const prog_program *p = core_program(s->core, ps->id);
   job *j;
   while ((j = ss->queue.head) && !ss->recording) {
-    const prog_program *p = core_program(s->core, j->program);
     if (j->deadline && now_ns() >= j->deadline) {
       scheduler_q_pop(&ss->queue);
       char why[160];
@@ -291,20 +356,70 @@ void scheduler_dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, 
       continue;
     }
     if (p && needs_record(s, p, ss, j)) {
-      if (ss->inflight) return;
+      if (ss->inflight) break; /* after the batch in hand, and what is out, has run */
       scheduler_q_pop(&ss->queue);
       start_record(self, s, ps, ss, j);
-      return;
+      break;
     }
     /* a few EXECUTEs ahead keep the device busy; the rest wait here, where a
      * shutdown or a deadline can still reach them */
-    if (ss->inflight >= EXECUTE_AHEAD && !j->record_only) return;
+    if (ss->inflight >= (s->core->no_batching ? EXECUTE_AHEAD_ALONE : EXECUTE_AHEAD) && !j->record_only) break;
     scheduler_q_pop(&ss->queue);
     j->counts = (msg_counts){0, 0, ss->nodes}; /* reused as it is, without asking */
     ss->fast_reuses += ss->nodes;
-    if (j->record_only) scheduler_complete(self, s, j, SCHEDRUN_OK, NULL, NULL); /* its recording is there */
-    else scheduler_start_execute(self, s, ss, j);
+    if (j->record_only) {
+      scheduler_complete(self, s, j, SCHEDRUN_OK, NULL, NULL); /* its recording is there */
+      continue;
+    }
+    if (!p) {
+      scheduler_complete(self, s, j, SCHEDRUN_EINTERNAL, "the job's program is gone", NULL);
+      continue;
+    }
+    if (s->core->no_batching) {
+      scheduler_start_execute(self, s, ss, j); /* one EXECUTE per job */
+      continue;
+    }
+    j->state = JOB_EXECUTING;
+    s->active++;
+    ss->inflight++;
+    batch[nb++] = j;
+    if (nb == EXECUTE_BATCH) {
+      send_execute_many(self, s, p, ss, batch, nb);
+      nb = 0;
+    }
   }
+  if (nb) send_execute_many(self, s, p, ss, batch, nb);
+}
+
+void scheduler_dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss) {
+  (void)self;
+  if (ss->dirty) return;
+  if (s->ndirty == s->dirty_cap) {
+    size_t cap = s->dirty_cap ? 2 * s->dirty_cap : 16;
+    dirty_slot *d = realloc(s->dirty, cap * sizeof *d);
+    if (!d) return; /* the slot's next event dispatches it */
+    s->dirty = d;
+    s->dirty_cap = cap;
+  }
+  /* noted by key: the handler may free the slot (a release) before the flush */
+  assert(hmap_get(&ps->slots, &ss->key) == ss);
+  s->dirty[s->ndirty++] = (dirty_slot){ps->id, ss->key};
+  ss->dirty = true;
+  if (!s->defer) scheduler_flush(self, s);
+}
+
+void scheduler_flush(actor_t *self, scheduler_state *s) {
+  bool was = s->defer;
+  s->defer = true; /* what dispatching makes startable is noted, not recursed into */
+  while (s->ndirty) {
+    dirty_slot d = s->dirty[--s->ndirty];
+    prog_state *ps = scheduler_prog_get(s, d.program, false);
+    slot_state *ss = ps ? hmap_get(&ps->slots, &d.key) : NULL;
+    if (!ss) continue;
+    ss->dirty = false;
+    dispatch_now(self, s, ps, ss);
+  }
+  s->defer = was;
 }
 
 /* A pinned job goes where it is pinned. Otherwise the least loaded device,
@@ -344,6 +459,7 @@ void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) 
   schedrun_error_t err = {0};
   if (!ss) {
     ss = calloc(1, sizeof *ss);
+    if (ss) ss->key = sk;
     if (!ss || hmap_put(&ps->slots, &sk, ss) != 0) {
       free(ss);
       scheduler_complete(self, s, j, SCHEDRUN_ENOMEM, "out of memory", NULL);

@@ -13,7 +13,11 @@
 #include "actors/core.h"
 
 #define MAX_SLOTS 64
-#define EXECUTE_AHEAD 4 /* EXECUTEs out per execution context */
+/* Jobs out to the execute actor per execution context: two full batches, so
+ * the device has the next batch while the scheduler hears about the last. */
+#define EXECUTE_BATCH 256
+#define EXECUTE_AHEAD (2 * EXECUTE_BATCH)
+#define EXECUTE_AHEAD_ALONE 4 /* EXECUTEs out per context without batches */
 
 enum { JOB_COMPILING, JOB_PLACED_WAITING, JOB_RECORDING, JOB_EXECUTING };
 
@@ -39,12 +43,17 @@ typedef struct job_queue {
   job *head, *tail;
 } job_queue;
 
+typedef struct slot_key {
+  uint32_t device, slot;
+} slot_key;
+
 /* One execution context {program, device, slot}: its buffers, what its
  * recording was made for, and the jobs waiting for it. Jobs of one slot run
  * on one device, whose execute actor takes them one at a time, so they never
  * overlap; what must not happen is a RECORD while EXECUTEs are out, since it
  * may update the sequence they replay. */
 typedef struct slot_state {
+  slot_key key;       /* its key in its program's slots */
   uint64_t *bindings; /* one device address per buffer; NULL until allocated */
   bool recording;     /* a RECORD is out */
   uint32_t inflight;  /* EXECUTEs out */
@@ -53,6 +62,7 @@ typedef struct slot_state {
   uint64_t sequence;
   uint32_t nodes;
   uint64_t fast_reuses; /* nodes reused without a RECORD, over the slot's life */
+  bool dirty;           /* on the scheduler's dirty list */
   job_queue queue;
 } slot_state;
 
@@ -70,9 +80,11 @@ typedef struct prog_state {
   bool releasing, release_sent;
 } prog_state;
 
-typedef struct slot_key {
-  uint32_t device, slot;
-} slot_key;
+/* An execution context whose queue may have work that can start. */
+typedef struct dirty_slot {
+  uint64_t program;
+  slot_key key;
+} dirty_slot;
 
 struct scheduler_state {
   schedrun_core *core;
@@ -83,6 +95,11 @@ struct scheduler_state {
   bool closing;
   char close_to[32];
   uint64_t close_job;
+  /* Dispatch waits until the message being handled is done with, so that
+   * what it made startable leaves in as few EXECUTE_MANYs as possible. */
+  bool defer;
+  dirty_slot *dirty;
+  size_t ndirty, dirty_cap;
 };
 
 /* ---- scheduler_dispatch.c ---- */
@@ -102,8 +119,12 @@ void scheduler_complete(actor_t *self, scheduler_state *s, job *j, int status, c
 void scheduler_retire(actor_t *self, scheduler_state *s, job *j);
 /* Puts j on a device (or fails it when none is left) and queues it there. */
 void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j);
-/* Starts what can start in an execution context: a RECORD, or EXECUTEs. */
+/* Starts what can start in an execution context: a RECORD, or EXECUTEs.
+ * While a message is being handled this only notes the context; the handler
+ * then calls scheduler_flush. */
 void scheduler_dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss);
+/* Dispatches every noted execution context, until none is left. */
+void scheduler_flush(actor_t *self, scheduler_state *s);
 void scheduler_start_execute(actor_t *self, scheduler_state *s, slot_state *ss, job *j);
 /* A device was lost: its queued jobs go elsewhere (or fail). */
 void scheduler_replace_jobs_of(actor_t *self, scheduler_state *s, int device);

@@ -5,10 +5,11 @@
  *   latency: one such job submitted and waited for, median and p99;
  *   chain: one job of 100 tiny launches (a recorded sequence), run many
  *          times; cost per kernel.
- * With 1 and with 2 host devices, and in four modes measured in this one
- * run: as shipped, without the receive spin, also without the reuse fast
- * path, and as shipped but with the kernels in this process (host_in_process:
- * what containing faults in worker processes costs). Prints key=value lines.
+ * With 1 and with 2 host devices, and in five modes measured in this one
+ * run: as shipped, without batches, also without the receive spin, also
+ * without the reuse fast path, and as shipped but with the kernels in this
+ * process (host_in_process: what containing faults in worker processes
+ * costs). Prints key=value lines.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,11 +40,13 @@ static const char chain_program[] =
     "        - launch: {kernel: tiny, grid: 1, block: 1, args: [p]}\n"
     "expect:\n  p: {values: [100]}\n";
 
-/* mode 0: as shipped; 1: without the receive spin; 2: also without the
- * reuse fast path (every job RECORDed), i.e. the pipeline as first built;
- * 3: as shipped, kernels in this process (no fault containment) */
+/* mode 0: as shipped; 1: without batches; 2: also without the receive
+ * spin; 3: also without the reuse fast path (every job RECORDed), i.e. the
+ * pipeline as first built; 4: as shipped, kernels in this process (no fault
+ * containment) */
 static int mode;
-static const char *mode_name[] = {"", "nospin_", "plain_", "inprocess_"};
+static const char *mode_name[] = {"", "nobatch_", "nospin_", "plain_", "inprocess_"};
+#define NMODES 5
 
 static schedrun_t *open_host(int n) {
   char spec[16];
@@ -51,9 +54,10 @@ static schedrun_t *open_host(int n) {
   schedrun_options_t o;
   schedrun_options_init(&o);
   o.devices = spec;
-  o.spin_us = mode == 1 || mode == 2 ? -1 : 0;
-  o.record_always = mode == 2;
-  o.host_in_process = mode == 3;
+  o.no_batching = mode >= 1 && mode <= 3;
+  o.spin_us = mode == 2 || mode == 3 ? -1 : 0;
+  o.record_always = mode == 3;
+  o.host_in_process = mode == 4;
   schedrun_t *s;
   schedrun_error_t err = {0};
   if (schedrun_open(&s, &o, &err)) die("open", &err);
@@ -243,12 +247,27 @@ int main(int argc, char **argv) {
     cost(atoi(argv[3]), atoi(argv[2]));
     return 0;
   }
+  if (argc == 4 && !strcmp(argv[1], "--only-many")) {
+    throughput_many(atoi(argv[3]), atoi(argv[2]));
+    return 0;
+  }
+  if (argc == 3 && !strcmp(argv[1], "--shipped")) {
+    /* the shipped pipeline's figures only, for a quick look */
+    int n = atoi(argv[2]) < 100 ? 100 : atoi(argv[2]);
+    for (int d = 1; d <= 2; d++) {
+      throughput(d, n);
+      throughput_many(d, n);
+      latency(d, 1000);
+      chain(d, 1000);
+    }
+    return 0;
+  }
   int n = argc > 1 ? atoi(argv[1]) : 100000;
   if (n < 100) n = 100;
   /* resident memory first, while the heap holds nothing of the other phases */
   for (int d = 1; d <= 2; d++) memory(d);
-  for (mode = 0; mode < 4; mode++) {
-    int jobs = mode == 1 || mode == 2 ? n / 5 : n; /* the slower pipelines get fewer jobs */
+  for (mode = 0; mode < NMODES; mode++) {
+    int jobs = mode >= 1 && mode <= 3 ? n / 5 : n; /* the slower pipelines get fewer jobs */
     for (int d = 1; d <= 2; d++) {
       throughput(d, jobs);
       latency(d, 1000);

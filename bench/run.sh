@@ -160,23 +160,28 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo
   echo "## What changed, before and after (same run)"
   echo
-  echo "The pipeline as first built (every job RECORDed, receivers sleeping at once),"
-  echo "then with the reuse fast path, then with the short receive spin: the three modes"
-  echo "of \`jobs_bench\`, in this one run."
+  echo "The pipeline as first built (every job RECORDed, one message per job at every"
+  echo "hop, receivers sleeping at once), then with the reuse fast path, then with the"
+  echo "short receive spin, then with batches (the submit queue, EXECUTE_MANY and"
+  echo "COMPLETE_MANY, one device submission for many jobs): the four modes of"
+  echo "\`jobs_bench\`, in this one run."
   echo
-  echo "| figure | as first built | + reuse without RECORD | + receive spin (shipped) | first built / shipped |"
-  echo "|---|---|---|---|---|"
+  echo "| figure | as first built | + reuse without RECORD | + receive spin | + batches (shipped) | first built / shipped | before batches / shipped |"
+  echo "|---|---|---|---|---|---|---|"
   for d in 1 2; do
-    a=$(get plain_throughput_${d}dev_jobs_per_s "$J"); b=$(get nospin_throughput_${d}dev_jobs_per_s "$J"); c=$(get throughput_${d}dev_jobs_per_s "$J")
-    echo "| throughput, $d device(s) | $a jobs/s | $b jobs/s | $c jobs/s | $(ratio "$c" "$a")x the rate |"
+    a=$(get plain_throughput_${d}dev_jobs_per_s "$J"); b=$(get nospin_throughput_${d}dev_jobs_per_s "$J")
+    n=$(get nobatch_throughput_${d}dev_jobs_per_s "$J"); c=$(get throughput_${d}dev_jobs_per_s "$J")
+    echo "| throughput, $d device(s) | $a jobs/s | $b jobs/s | $n jobs/s | $c jobs/s | $(ratio "$c" "$a")x the rate | $(ratio "$c" "$n")x the rate |"
   done
   for d in 1 2; do
-    a=$(get plain_latency_${d}dev_median_us "$J"); b=$(get nospin_latency_${d}dev_median_us "$J"); c=$(get latency_${d}dev_median_us "$J")
-    echo "| latency, $d device(s) | $a us | $b us | $c us | $(ratio "$a" "$c")x as fast |"
+    a=$(get plain_latency_${d}dev_median_us "$J"); b=$(get nospin_latency_${d}dev_median_us "$J")
+    n=$(get nobatch_latency_${d}dev_median_us "$J"); c=$(get latency_${d}dev_median_us "$J")
+    echo "| latency, $d device(s) | $a us | $b us | $n us | $c us | $(ratio "$a" "$c")x as fast | $(ratio "$n" "$c")x as fast |"
   done
   for d in 1 2; do
-    a=$(get plain_chain_${d}dev_ns_per_kernel "$J"); b=$(get nospin_chain_${d}dev_ns_per_kernel "$J"); c=$(get chain_${d}dev_ns_per_kernel "$J")
-    echo "| chain, per kernel, $d device(s) | $a ns | $b ns | $c ns | $(ratio "$a" "$c")x cheaper |"
+    a=$(get plain_chain_${d}dev_ns_per_kernel "$J"); b=$(get nospin_chain_${d}dev_ns_per_kernel "$J")
+    n=$(get nobatch_chain_${d}dev_ns_per_kernel "$J"); c=$(get chain_${d}dev_ns_per_kernel "$J")
+    echo "| chain, per kernel, $d device(s) | $a ns | $b ns | $n ns | $c ns | $(ratio "$a" "$c")x cheaper | $(ratio "$n" "$c")x cheaper |"
   done
   echo
   echo "## What containing kernel faults costs (same run)"

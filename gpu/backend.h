@@ -67,6 +67,19 @@ typedef struct gpu_counters {
   const char *loops;   /* how while loops run on this device, or "" before the first */
 } gpu_counters;
 
+/* One step of a batch of jobs (gpu_ops.run_batch): a job's buffer filled
+ * from host bytes or zeroed, a sequence run, a buffer read back. */
+typedef enum { GB_HTOD, GB_ZERO, GB_SEQ, GB_DTOH } gpu_batch_kind;
+typedef struct gpu_batch_op {
+  gpu_batch_kind kind;
+  uint64_t addr;   /* the device bytes (not GB_SEQ) */
+  uint64_t bytes;
+  const void *src; /* GB_HTOD */
+  void *dst;       /* GB_DTOH */
+  gpu_seq *seq;    /* GB_SEQ */
+  uint64_t t_end;  /* GB_SEQ: when it ended (CLOCK_MONOTONIC ns), set by run_batch */
+} gpu_batch_op;
+
 typedef struct gpu_ops {
   const char *name;
   void (*destroy)(gpu_backend *b);
@@ -116,6 +129,12 @@ typedef struct gpu_ops {
   int (*seq_launch_timed)(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64_t *times, uint32_t max, uint32_t *n,
                           schedrun_error_t *err);
   void (*seq_destroy)(gpu_seq *s);
+  /* Runs ops in order on device dev as one submission, until deadline_ns;
+   * *done is how many finished (all of them on success; on failure the one
+   * that failed is ops[*done], and f says whether the device is lost). NULL
+   * where the backend has no cheaper way than the ops one by one. */
+  int (*run_batch)(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uint64_t deadline_ns, size_t *done,
+                   gpu_failure *f, schedrun_error_t *err);
 
   /* Why device dev was lost (a fault, a deadline), or NULL. Any thread. */
   const char *(*device_lost)(const gpu_backend *b, int dev);

@@ -93,6 +93,10 @@ typedef struct schedrun_options {
   int record_whole_program; /* 1: every RECORD walks and compares the whole program,
                             not only the steps that depend on the job (slower; for
                             diagnosis and for measuring the difference) */
+  int no_batching;       /* 1: every job its own message at every hop and its own
+                            submission to its device, as the pipeline was first built
+                            (slower under load; for diagnosis and for measuring
+                            batches) */
 } schedrun_options_t;
 
 SCHEDRUN_EXTERN void schedrun_options_init(schedrun_options_t *opts);

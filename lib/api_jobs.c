@@ -118,6 +118,29 @@ static void unregister_job(schedrun_t *s, pending_job *pj) {
   pthread_cond_broadcast(&s->cond);
 }
 
+/* Hands a SUBMIT or SUBMIT_MANY to the scheduler: queued, with a doorbell
+ * when the queue was idle (actor.h: a queue beside a mailbox). */
+static int send_submit(schedrun_t *s, const msg *m, schedrun_error_t *err) {
+  bool ring = false;
+  int rc = SCHEDRUN_OK;
+  if (s->core.no_batching) {
+    pthread_mutex_lock(&s->send_lock);
+    rc = mbox_send(s->outbox, m, err);
+    pthread_mutex_unlock(&s->send_lock);
+    return rc;
+  }
+  rc = msgq_push(&s->core.submits, m, &ring, err);
+  if (rc || !ring) return rc;
+  msg bell;
+  msg_init(&bell, MSG_SUBMITTED, m->job, ACTOR_CLIENT);
+  pthread_mutex_lock(&s->send_lock);
+  rc = mbox_send(s->outbox, &bell, err);
+  pthread_mutex_unlock(&s->send_lock);
+  msg_free(&bell);
+  if (rc) msgq_unring(&s->core.submits); /* the scheduler is gone: what is queued is never read */
+  return rc;
+}
+
 int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, bool hidden, schedrun_job_t *out,
                schedrun_error_t *err) {
   const prog_program *p = h->p;
@@ -145,9 +168,7 @@ int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_
   schedrun_job_t id = pj->id; /* pj may complete (and go) as soon as it is sent */
   m.job = id;
   m.body.submit.program = h->id;
-  pthread_mutex_lock(&s->send_lock);
-  rc = mbox_send(s->outbox, &m, err);
-  pthread_mutex_unlock(&s->send_lock);
+  rc = send_submit(s, &m, err);
   msg_free(&m);
   if (rc) {
     pthread_mutex_lock(&s->lock);
@@ -336,11 +357,7 @@ int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const s
       rc = fill_submit(p, fn, opts ? &opts[at + j] : &d, sb, err);
       sb->program = h->id;
     }
-    if (rc == SCHEDRUN_OK) {
-      pthread_mutex_lock(&s->send_lock);
-      rc = mbox_send(s->outbox, &m, err);
-      pthread_mutex_unlock(&s->send_lock);
-    }
+    if (rc == SCHEDRUN_OK) rc = send_submit(s, &m, err);
     msg_free(&m);
     if (rc == SCHEDRUN_OK) {
       for (size_t j = 0; j < k; j++) out[at + j] = first + j; /* the pending jobs may be gone already */

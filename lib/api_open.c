@@ -147,38 +147,100 @@ static void released(schedrun_t *s, uint64_t id) {
   pthread_mutex_unlock(&s->lock);
 }
 
-/* A COMPLETE: the job's result goes to its callback, or is filed for a waiter. */
-static void completed(schedrun_t *s, msg *m) {
+/* Completed jobs, as many as one message brings: each result goes to its
+ * job's callback, or is filed for a waiter. Verification runs outside the
+ * lock; waiters are woken once. */
+static void completed(schedrun_t *s, const uint64_t *ids, msg_complete *cs, size_t n) {
+  pending_job *pj1 = NULL;
+  schedrun_job_result_t *r1 = NULL;
+  pending_job **pjs = n == 1 ? &pj1 : calloc(n, sizeof *pjs);
+  schedrun_job_result_t **rs = n == 1 ? &r1 : calloc(n, sizeof *rs);
+  if (!pjs || !rs) {
+    /* without memory for the batch: one at a time */
+    free(pjs);
+    free(rs);
+    for (size_t k = 0; k < n; k++) completed(s, &ids[k], &cs[k], 1);
+    return;
+  }
   pthread_mutex_lock(&s->lock);
-  pending_job *pj = hmap_get(&s->jobs, &m->job);
+  for (size_t k = 0; k < n; k++) {
+    pending_job *pj = hmap_get(&s->jobs, &ids[k]);
+    pjs[k] = pj && !pj->result ? pj : NULL; /* not ours, or a duplicate: a job completes once */
+  }
   pthread_mutex_unlock(&s->lock);
-  if (!pj || pj->result) return; /* not ours, or a duplicate: a job completes once */
-  /* verification runs here, outside the lock */
-  schedrun_job_result_t *r = result_from_complete(m->job, &m->body.complete, pj->prog, pj->keep);
+  for (size_t k = 0; k < n; k++)
+    if (pjs[k]) rs[k] = result_from_complete(ids[k], &cs[k], pjs[k]->prog, pjs[k]->keep);
+  size_t ncb = 0, done = 0;
   pthread_mutex_lock(&s->lock);
-  if (pj->cb) {
-    hmap_remove(&s->jobs, &pj->id);
-    pthread_mutex_unlock(&s->lock);
-    pj->cb(pj->id, r, pj->user);
-    free(pj);
-    /* complete only once its callback has returned: wait_all means it */
-    pthread_mutex_lock(&s->lock);
-  } else {
-    pj->result = r;
+  for (size_t k = 0; k < n; k++) {
+    pending_job *pj = pjs[k];
+    if (!pj) continue;
+    if (pj->cb) {
+      hmap_remove(&s->jobs, &pj->id);
+      pjs[ncb] = pj; /* callbacks run below, in order, outside the lock */
+      rs[ncb++] = rs[k];
+      continue;
+    }
+    pj->result = rs[k];
     if (!pj->hidden) {
       pj->prev_done = s->done_tail;
       if (s->done_tail) s->done_tail->next_done = pj;
       else s->done_head = pj;
       s->done_tail = pj;
     }
+    done++;
   }
-  assert(s->incomplete > 0);
-  s->incomplete--;
-  s->completed++;
+  if (ncb) {
+    pthread_mutex_unlock(&s->lock);
+    for (size_t k = 0; k < ncb; k++) {
+      pjs[k]->cb(pjs[k]->id, rs[k], pjs[k]->user);
+      free(pjs[k]);
+    }
+    /* complete only once its callback has returned: wait_all means it */
+    pthread_mutex_lock(&s->lock);
+    done += ncb;
+  }
+  assert(s->incomplete >= done);
+  s->incomplete -= done;
+  s->completed += done;
   atomic_fetch_add(&s->completions, 1);
   if (s->ndoomed) free_doomed(s);
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
+  if (n > 1) {
+    free(pjs);
+    free(rs);
+  }
+}
+
+/* COMPLETE_MANY: each job's COMPLETE, from the columns (outputs are lent to
+ * the results, which take them). */
+static void completed_many(schedrun_t *s, msg *m) {
+  msg_complete_many *b = &m->body.complete_many;
+  size_t n = b->jobs.n;
+  msg_complete *cs = calloc(n, sizeof *cs);
+  if (!cs) return; /* the waits time out: nothing can be said without memory */
+  size_t o = 0;
+  for (size_t k = 0; k < n; k++) {
+    msg_complete *c = &cs[k];
+    c->status = SCHEDRUN_OK;
+    c->program = b->program;
+    c->device = b->device;
+    c->run = (uint32_t)b->runs.v[k];
+    c->job_index = (uint32_t)b->job_indexes.v[k];
+    c->execute_ns = b->execute_ns.v[k];
+    c->counts = (msg_counts){0, 0, b->nodes};
+    c->text = "";
+    c->t_submit = b->t_submits.v[k];
+    c->t_execute = b->t_executes.v[k];
+    c->t_done = b->t_dones.v[k];
+    size_t first = o;
+    while (o < b->outputs.n && b->output_jobs.v[o] == k) o++;
+    c->outputs.v = o > first ? b->outputs.v + first : NULL;
+    c->outputs.n = o - first;
+  }
+  completed(s, b->jobs.v, cs, n);
+  free(cs);
 }
 
 static void *completer_main(void *arg) {
@@ -199,7 +261,9 @@ static void *completer_main(void *arg) {
     if (dropped) atomic_fetch_add(&s->malformed, dropped);
     if (rc != SCHEDRUN_OK) break;
     if (m.type == MSG_COMPLETE) {
-      completed(s, &m);
+      completed(s, &m.job, &m.body.complete, 1);
+    } else if (m.type == MSG_COMPLETE_MANY) {
+      completed_many(s, &m);
     } else if (m.type == MSG_RELEASE && !strcmp(m.from, ACTOR_SCHEDULER)) {
       released(s, m.body.release.program);
     } else if (m.type == MSG_TERM) {
@@ -264,6 +328,7 @@ static void teardown(schedrun_t *s) {
   free(s->doomed);
   free(s->doomed_ids);
   pthread_mutex_destroy(&s->core.reg_lock);
+  msgq_destroy(&s->core.submits);
   pthread_mutex_destroy(&s->lock);
   pthread_mutex_destroy(&s->send_lock);
   pthread_mutex_destroy(&s->ctl_lock);
@@ -292,6 +357,7 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   pthread_mutex_init(&s->ctl_lock, NULL);
   pthread_cond_init(&s->cond, NULL);
   pthread_mutex_init(&s->core.reg_lock, NULL);
+  msgq_init(&s->core.submits);
   hmap_init(&s->core.programs, sizeof(uint64_t));
   hmap_init(&s->jobs, sizeof(uint64_t));
   s->max_inflight = o.max_inflight ? (size_t)o.max_inflight : DEFAULT_MAX_INFLIGHT;
@@ -321,6 +387,7 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   s->core.compile_workers = o.compile_workers ? o.compile_workers : (int)(cores > 0 ? cores : 1);
   s->core.record_always = o.record_always != 0;
   s->core.record_whole_program = o.record_whole_program != 0;
+  s->core.no_batching = o.no_batching != 0;
   s->core.zctx = zmq_ctx_new();
   if (!s->core.zctx) {
     rc = err_set(err, SCHEDRUN_EINTERNAL, "zmq_ctx_new failed");

@@ -41,6 +41,10 @@ typedef enum msg_type {
   MSG_RELEASE,
   MSG_CANCEL,
   MSG_SUBMIT_MANY,
+  MSG_EXECUTE_MANY,
+  MSG_COMPLETE_MANY,
+  MSG_EXECUTED_MANY,
+  MSG_SUBMITTED,
   MSG__END
 } msg_type;
 
@@ -141,6 +145,45 @@ typedef struct msg_execute {
   uint64_t deadline; /* the job's (msg_submit.deadline): the device is given until then */
 } msg_execute;
 
+/* EXECUTE for a run of jobs of one execution context that replay its
+ * recording as it is (no RECORD before them; each job's counts are
+ * {0, 0, nodes}). What they share is sent once; what differs per job is in
+ * columns, one element per job in batch order: job k has id jobs.v[k]. The
+ * envelope's job is the first one's. Inputs are listed in job order, each
+ * with the batch position of its job in input_jobs. */
+typedef struct msg_execute_many {
+  uint64_t program;
+  uint32_t device, slot;
+  uint64_t sequence;
+  msg_u64s bindings;
+  char *client;
+  uint32_t nodes;
+  msg_u64s jobs, runs, job_indexes, keeps, t_submits, deadlines;
+  msg_u64s input_jobs;
+  msg_outputs inputs;
+} msg_execute_many;
+
+/* The successful COMPLETEs of several jobs run by one device, to their
+ * client, in columns as in EXECUTE_MANY (outputs in job order, each with its
+ * job's batch position in output_jobs). A job that failed is answered alone,
+ * with COMPLETE. */
+typedef struct msg_complete_many {
+  uint64_t program;
+  int32_t device;
+  uint32_t nodes;
+  msg_u64s jobs, runs, job_indexes, t_submits, t_executes, t_dones, execute_ns;
+  msg_u64s output_jobs;
+  msg_outputs outputs;
+} msg_complete_many;
+
+/* The jobs of EXECUTE_MANYs that completed, to the scheduler; each job that
+ * failed came back as its own ERROR. */
+typedef struct msg_executed_many {
+  uint64_t program;
+  uint32_t device;
+  msg_u64s jobs;
+} msg_executed_many;
+
 typedef struct msg_executed {
   uint64_t program;
   uint32_t device;
@@ -199,6 +242,9 @@ typedef struct msg {
     msg_release release;
     msg_cancel cancel;
     msg_submit_many submit_many;
+    msg_execute_many execute_many;
+    msg_complete_many complete_many;
+    msg_executed_many executed_many;
   } body;
 } msg;
 
@@ -208,6 +254,9 @@ void msg_free(msg *m);
 
 /* Encodes m into a malloc'ed buffer. Fails only on a bad type or no memory. */
 int msg_encode(const msg *m, uint8_t **out, size_t *len, schedrun_error_t *err);
+/* Encodes m at the end of a growable buffer (*buf of *cap bytes, *len used);
+ * on failure the buffer holds what it held. */
+int msg_encode_append(const msg *m, uint8_t **buf, size_t *len, size_t *cap, schedrun_error_t *err);
 /* Decodes data into m. Malformed input gives SCHEDRUN_EPROTO and a sentence naming
  * the field; m is then empty (nothing to free, but msg_free is harmless). */
 int msg_decode(const void *data, size_t len, msg *m, schedrun_error_t *err);

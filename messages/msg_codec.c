@@ -102,13 +102,29 @@ static const schema term_s = {"msg_term", 0, 0, NULL};
 SCHEMA(release_s, msg_release, F(msg_release, program, FK_U64));
 SCHEMA(cancel_s, msg_cancel, F(msg_cancel, program, FK_U64));
 SCHEMA(submit_many_s, msg_submit_many, FA(msg_submit_many, jobs, submit_s));
+SCHEMA(execute_many_s, msg_execute_many, F(msg_execute_many, program, FK_U64), F(msg_execute_many, device, FK_U32),
+       F(msg_execute_many, slot, FK_U32), F(msg_execute_many, sequence, FK_U64),
+       F(msg_execute_many, bindings, FK_U64S), F(msg_execute_many, client, FK_STR), F(msg_execute_many, nodes, FK_U32),
+       F(msg_execute_many, jobs, FK_U64S), F(msg_execute_many, runs, FK_U64S),
+       F(msg_execute_many, job_indexes, FK_U64S), F(msg_execute_many, keeps, FK_U64S),
+       F(msg_execute_many, t_submits, FK_U64S), F(msg_execute_many, deadlines, FK_U64S),
+       F(msg_execute_many, input_jobs, FK_U64S), FA(msg_execute_many, inputs, output_s));
+SCHEMA(complete_many_s, msg_complete_many, F(msg_complete_many, program, FK_U64),
+       F(msg_complete_many, device, FK_I32), F(msg_complete_many, nodes, FK_U32), F(msg_complete_many, jobs, FK_U64S),
+       F(msg_complete_many, runs, FK_U64S), F(msg_complete_many, job_indexes, FK_U64S),
+       F(msg_complete_many, t_submits, FK_U64S), F(msg_complete_many, t_executes, FK_U64S),
+       F(msg_complete_many, t_dones, FK_U64S), F(msg_complete_many, execute_ns, FK_U64S),
+       F(msg_complete_many, output_jobs, FK_U64S), FA(msg_complete_many, outputs, output_s));
+SCHEMA(executed_many_s, msg_executed_many, F(msg_executed_many, program, FK_U64),
+       F(msg_executed_many, device, FK_U32), F(msg_executed_many, jobs, FK_U64S));
 
 static const schema *const body_schema[MSG__END] = {
     [MSG_SUBMIT] = &submit_s,     [MSG_COMPILE] = &compile_s,   [MSG_COMPILED] = &compiled_s,
     [MSG_RECORD] = &record_s,     [MSG_RECORDED] = &recorded_s, [MSG_EXECUTE] = &execute_s,
     [MSG_EXECUTED] = &executed_s, [MSG_COMPLETE] = &complete_s, [MSG_ERROR] = &error_s,
     [MSG_STATUS] = &status_s,     [MSG_TERM] = &term_s,         [MSG_RELEASE] = &release_s,
-    [MSG_CANCEL] = &cancel_s,     [MSG_SUBMIT_MANY] = &submit_many_s,
+    [MSG_CANCEL] = &cancel_s,     [MSG_SUBMIT_MANY] = &submit_many_s, [MSG_EXECUTE_MANY] = &execute_many_s,
+    [MSG_COMPLETE_MANY] = &complete_many_s, [MSG_EXECUTED_MANY] = &executed_many_s, [MSG_SUBMITTED] = &term_s,
 };
 
 
@@ -161,6 +177,7 @@ static void pack_key(msgpack_packer *pk, const field *f) {
 typedef struct outbuf {
   char *data;
   size_t len, cap;
+  size_t start; /* where this message begins (the buffer may hold others before it) */
   bool failed;
   const char *too_big; /* which limit was passed */
 } outbuf;
@@ -224,7 +241,7 @@ static void pack_struct(msgpack_packer *pk, const schema *s, const void *base) {
 static int outbuf_write(void *data, const char *buf, size_t len) {
   outbuf *o = data;
   if (o->failed) return -1;
-  if (o->len + len > MSG_MAX_BYTES) {
+  if (o->len - o->start + len > MSG_MAX_BYTES) {
     o->too_big = "the message is over 1 GiB";
     o->failed = true;
     return -1;
@@ -245,14 +262,13 @@ static int outbuf_write(void *data, const char *buf, size_t len) {
   return 0;
 }
 
-int msg_encode(const msg *m, uint8_t **out, size_t *len, schedrun_error_t *err) {
-  *out = NULL;
-  *len = 0;
+/* Encodes m after the ob->len bytes ob holds. */
+static int encode_into(const msg *m, outbuf *ob, schedrun_error_t *err) {
   if (m->type <= 0 || m->type >= MSG__END)
     return err_set(err, SCHEDRUN_EINVAL, "cannot encode a message of unknown type %d", m->type);
-  outbuf ob = {NULL, 0, 0, false, NULL};
+  size_t start = ob->start = ob->len;
   msgpack_packer pk;
-  msgpack_packer_init(&pk, &ob, outbuf_write);
+  msgpack_packer_init(&pk, ob, outbuf_write);
   msgpack_pack_map(&pk, 5);
   pack_str(&pk, "v");
   msgpack_pack_uint32(&pk, m->v);
@@ -264,18 +280,37 @@ int msg_encode(const msg *m, uint8_t **out, size_t *len, schedrun_error_t *err) 
   pack_str(&pk, m->from);
   pack_str(&pk, "body");
   pack_struct(&pk, body_schema[m->type], &m->body);
-  if (ob.too_big) {
-    free(ob.data);
-    return err_set(err, SCHEDRUN_EPROTO, "%s for job %llu cannot be sent: %s", msg_type_name(m->type),
-                   (unsigned long long)m->job, ob.too_big);
-  }
-  if (ob.failed || !ob.data) {
-    free(ob.data);
+  if (ob->too_big || ob->failed || !ob->data) {
+    ob->len = start;
+    if (ob->too_big)
+      return err_set(err, SCHEDRUN_EPROTO, "%s for job %llu cannot be sent: %s", msg_type_name(m->type),
+                     (unsigned long long)m->job, ob->too_big);
     return err_set(err, SCHEDRUN_ENOMEM, "out of memory encoding %s", msg_type_name(m->type));
+  }
+  return SCHEDRUN_OK;
+}
+
+int msg_encode(const msg *m, uint8_t **out, size_t *len, schedrun_error_t *err) {
+  *out = NULL;
+  *len = 0;
+  outbuf ob = {NULL, 0, 0, 0, false, NULL};
+  int rc = encode_into(m, &ob, err);
+  if (rc) {
+    free(ob.data);
+    return rc;
   }
   *len = ob.len;
   *out = (uint8_t *)ob.data;
   return SCHEDRUN_OK;
+}
+
+int msg_encode_append(const msg *m, uint8_t **buf, size_t *len, size_t *cap, schedrun_error_t *err) {
+  outbuf ob = {(char *)*buf, *len, *cap, *len, false, NULL};
+  int rc = encode_into(m, &ob, err);
+  *buf = (uint8_t *)ob.data; /* it may have grown even when the message did not fit */
+  *len = ob.len;
+  *cap = ob.cap;
+  return rc;
 }
 
 /* ---- step 1: structural scan ------------------------------------------- */
@@ -512,6 +547,42 @@ static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void
   return SCHEDRUN_OK;
 }
 
+/* Batch messages: every column has one element per job, job ids are not 0,
+ * and each input or output names a job of the batch, in job order. */
+static int check_columns(dctx *d, const msg_u64s *jobs, const msg_u64s *const *cols, const char *const *names,
+                         size_t ncols, const msg_u64s *owners, const char *owner_name, size_t nitems) {
+  if (jobs->n == 0) return bad(d, "jobs", "a batch of no jobs");
+  for (size_t k = 0; k < jobs->n; k++)
+    if (jobs->v[k] == 0) return bad(d, "jobs", "job id 0");
+  for (size_t c = 0; c < ncols; c++)
+    if (cols[c]->n != jobs->n) return bad(d, names[c], "the column's length is not the number of jobs");
+  if (owners->n != nitems) return bad(d, owner_name, "the column's length is not the number of items it places");
+  for (size_t i = 0; i < owners->n; i++)
+    if (owners->v[i] >= jobs->n || (i && owners->v[i] < owners->v[i - 1]))
+      return bad(d, owner_name, "names no job of the batch, or is out of job order");
+  return SCHEDRUN_OK;
+}
+
+static int check_batch(dctx *d, const msg *m) {
+  static const msg_u64s none = {NULL, 0};
+  if (m->type == MSG_EXECUTE_MANY) {
+    const msg_execute_many *x = &m->body.execute_many;
+    const msg_u64s *cols[] = {&x->runs, &x->job_indexes, &x->keeps, &x->t_submits, &x->deadlines};
+    const char *names[] = {"runs", "job_indexes", "keeps", "t_submits", "deadlines"};
+    return check_columns(d, &x->jobs, cols, names, SCHEDRUN__ARRAY_LEN(cols), &x->input_jobs, "input_jobs",
+                         x->inputs.n);
+  }
+  if (m->type == MSG_COMPLETE_MANY) {
+    const msg_complete_many *c = &m->body.complete_many;
+    const msg_u64s *cols[] = {&c->runs, &c->job_indexes, &c->t_submits, &c->t_executes, &c->t_dones, &c->execute_ns};
+    const char *names[] = {"runs", "job_indexes", "t_submits", "t_executes", "t_dones", "execute_ns"};
+    return check_columns(d, &c->jobs, cols, names, SCHEDRUN__ARRAY_LEN(cols), &c->output_jobs, "output_jobs",
+                         c->outputs.n);
+  }
+  if (m->type == MSG_EXECUTED_MANY) return check_columns(d, &m->body.executed_many.jobs, NULL, NULL, 0, &none, "jobs", 0);
+  return SCHEDRUN_OK;
+}
+
 int msg_decode(const void *data, size_t len, msg *m, schedrun_error_t *err) {
   memset(m, 0, sizeof *m);
   dctx d = {err, "?"};
@@ -572,6 +643,7 @@ int msg_decode(const void *data, size_t len, msg *m, schedrun_error_t *err) {
     /* type is known here: all five distinct keys were seen */
     d.type = msg_type_name(m->type);
     rc = decode_struct(&d, body_schema[m->type], body, &m->body);
+    if (rc == SCHEDRUN_OK) rc = check_batch(&d, m);
   }
 out:
   msgpack_unpacked_destroy(&up);

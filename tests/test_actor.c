@@ -143,11 +143,70 @@ static void test_failing_start(void **st) {
   zmq_ctx_term(z);
 }
 
+/* The queue beside a mailbox: the first push of an idle queue rings, later
+ * ones do not until the receiver takes; what was pushed comes back in order,
+ * every field; a cut message ends the walk with SCHEDRUN_EPROTO. */
+static void test_queue(void **st) {
+  (void)st;
+  msg_queue q;
+  msgq_init(&q);
+  schedrun_error_t err = {0};
+  bool ring = false;
+  size_t len = 0, off = 0;
+  assert_null(msgq_take(&q, &len));
+  assert_int_equal(len, 0);
+  for (uint32_t k = 0; k < 500; k++) {
+    msg m;
+    msg_init(&m, MSG_SUBMIT, 1000 + k, "client");
+    m.body.submit.program = 7;
+    m.body.submit.job_index = k;
+    m.body.submit.device = -1;
+    assert_int_equal(msgq_push(&q, &m, &ring, &err), SCHEDRUN_OK);
+    assert_int_equal(ring, k == 0); /* one doorbell for the burst */
+    msg_free(&m);
+  }
+  uint8_t *data = msgq_take(&q, &len);
+  assert_non_null(data);
+  for (uint32_t k = 0; k < 500; k++) {
+    msg m;
+    assert_int_equal(msgq_next(data, len, &off, &m, &err), SCHEDRUN_OK);
+    assert_int_equal(m.type, MSG_SUBMIT);
+    assert_true(m.job == 1000 + k && m.body.submit.program == 7 && m.body.submit.job_index == k);
+    assert_int_equal(m.body.submit.device, -1);
+    msg_free(&m);
+  }
+  msg end;
+  assert_int_equal(msgq_next(data, len, &off, &end, &err), SCHEDRUN_ECLOSED);
+  schedrun_error_clear(&err);
+  /* a length that runs past the end */
+  off = 0;
+  data[0] = 0xff;
+  data[1] = 0xff;
+  assert_int_equal(msgq_next(data, len, &off, &end, &err), SCHEDRUN_EPROTO);
+  assert_non_null(strstr(err.message, "past the queue's end"));
+  assert_int_equal(off, len);
+  schedrun_error_clear(&err);
+  free(data);
+  /* taken: the next push rings again; a doorbell that could not go is forgotten */
+  msg m;
+  msg_init(&m, MSG_TERM, 1, "client");
+  assert_int_equal(msgq_push(&q, &m, &ring, &err), SCHEDRUN_OK);
+  assert_true(ring);
+  msgq_unring(&q);
+  assert_int_equal(msgq_push(&q, &m, &ring, &err), SCHEDRUN_OK);
+  assert_true(ring);
+  assert_int_equal(msgq_push(&q, &m, &ring, &err), SCHEDRUN_OK);
+  assert_false(ring);
+  msg_free(&m);
+  msgq_destroy(&q);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trips_in_order),
       cmocka_unit_test(test_malformed_counted),
       cmocka_unit_test(test_failing_start),
+      cmocka_unit_test(test_queue),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -190,12 +190,77 @@ static void test_in_process_devices_run(void **st) {
   schedrun_close(&s);
 }
 
+/* Jobs that go to a device as one submission (run_batch): when the 21st of
+ * 40 faults, the 20 before it verify, it fails naming the kernel, the job and
+ * the fault, and the 19 after it, never run, fail as lost naming it. */
+static void test_fault_inside_a_batch(void **st) {
+  (void)st;
+  const char *yaml = "version: 1\nname: batch\n"
+                     "kernels:\n  k:\n    params: [ptr, ptr]\n    source: |\n"
+                     "      extern \"C\" __global__ void k(float *out, int *mode) {\n"
+                     "        int i = threadIdx.x;\n"
+                     "        if (mode[0] == 1 && i == 0) { *(volatile int *)0 = 1; }\n"
+                     "        out[i] = 7.0f;\n"
+                     "      }\n"
+                     "buffers:\n  out: {type: f32, count: 64}\n  mode: {type: i32, count: 1}\n"
+                     "program:\n  - launch: {kernel: k, grid: 1, block: 64, args: [out, mode]}\n"
+                     "expect:\n  out: {sum: 448}\n";
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "host:1";
+  schedrun_t *s = tu_open(&o);
+  schedrun_program_t *p = tu_load(s, yaml, "batch.yaml");
+  schedrun_error_t err = {0};
+  enum { WARM = 20, N = 40, BAD = 20 };
+  schedrun_job_options_t jo[N];
+  schedrun_job_t id[N];
+  schedrun_job_result_t *r[N];
+  /* the device's first jobs are timed node by node, and run alone: past them */
+  for (int j = 0; j < WARM; j++) schedrun_job_options_init(&jo[j]);
+  assert_int_equal(schedrun_submit_many(s, p, WARM, jo, id, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait_many(s, WARM, id, 30000, r, &err), SCHEDRUN_OK);
+  for (int j = 0; j < WARM; j++) {
+    assert_true(schedrun_job_result_info(r[j])->verified);
+    schedrun_job_result_free(&r[j]);
+  }
+  int32_t bad = 1;
+  schedrun_input_t in = {"mode", &bad, sizeof bad};
+  for (int j = 0; j < N; j++) {
+    schedrun_job_options_init(&jo[j]);
+    jo[j].job = j;
+    if (j == BAD) {
+      jo[j].inputs = &in;
+      jo[j].ninputs = 1;
+    }
+  }
+  assert_int_equal(schedrun_submit_many(s, p, N, jo, id, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait_many(s, N, id, 30000, r, &err), SCHEDRUN_OK);
+  char bad_job[64];
+  snprintf(bad_job, sizeof bad_job, "job %llu failed before this one ran", (unsigned long long)id[BAD]);
+  for (int j = 0; j < N; j++) {
+    const schedrun_job_info_t *info = schedrun_job_result_info(r[j]);
+    const char *text = schedrun_job_result_error(r[j]);
+    if (j < BAD && (info->status != SCHEDRUN_OK || !info->verified))
+      fail_msg("job %d: status %d: %s", j, info->status, text);
+    if (j == BAD && (info->status != SCHEDRUN_EFAULT || !strstr(text, "kernel 'k' (batch.yaml:") ||
+                     !strstr(text, "job 20)") || !strstr(text, "invalid memory access")))
+      fail_msg("the faulting job: status %d: %s", info->status, text);
+    if (j > BAD && (info->status != SCHEDRUN_ELOST || !strstr(text, bad_job) || !strstr(text, "host:0")))
+      fail_msg("job %d after the fault: status %d: %s", j, info->status, text);
+    schedrun_job_result_free(&r[j]);
+  }
+  assert_non_null(schedrun_device_lost(s, 0));
+  schedrun_program_free(&p);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_out_of_bounds_write), cmocka_unit_test(test_null_pointer),
       cmocka_unit_test(test_division_by_zero),    cmocka_unit_test(test_abort),
       cmocka_unit_test(test_exit_cannot_fake_success), cmocka_unit_test(test_kernel_that_never_returns),
       cmocka_unit_test(test_in_process_devices_run),
+      cmocka_unit_test(test_fault_inside_a_batch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,6 +92,166 @@ static void test_submit_many(void **st) {
   msg_free(&o);
 }
 
+/* Writes m's bytes to $SCHEDRUN_WRITE_SEED_DIR/<TYPE> when set: the fuzzer's
+ * seed for the type (tests/fuzz/corpus/codec). */
+static void write_seed(const msg *m) {
+  const char *dir = getenv("SCHEDRUN_WRITE_SEED_DIR");
+  if (!dir) return;
+  size_t len;
+  uint8_t *buf = enc(m, &len);
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, msg_type_name(m->type));
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(buf, 1, len, f), len);
+  fclose(f);
+  free(buf);
+}
+
+static msg_u64s col(size_t n, uint64_t base) {
+  msg_u64s c = {calloc(n ? n : 1, sizeof(uint64_t)), n};
+  for (size_t k = 0; k < n; k++) c.v[k] = base + k;
+  return c;
+}
+
+static msg_outputs outs(size_t n) {
+  msg_outputs o = {calloc(n ? n : 1, sizeof(msg_output)), n};
+  for (size_t i = 0; i < n; i++) {
+    o.v[i].buffer = (uint32_t)i;
+    o.v[i].data.data = (uint8_t *)strdup("wxyz");
+    o.v[i].data.len = 4;
+  }
+  return o;
+}
+
+/* The batch messages: every column back, element by element. */
+static void test_batches(void **st) {
+  (void)st;
+  msg m, o;
+  msg_init(&m, MSG_EXECUTE_MANY, 40, "scheduler");
+  msg_execute_many *x = &m.body.execute_many;
+  x->program = 3;
+  x->device = 1;
+  x->slot = 2;
+  x->sequence = 0xabcdef;
+  x->bindings = col(2, 0x1000);
+  x->client = s("client");
+  x->nodes = 7;
+  x->jobs = col(3, 40);
+  x->runs = col(3, 0);
+  x->job_indexes = col(3, 10);
+  x->keeps = col(3, 0);
+  x->t_submits = col(3, 1000);
+  x->deadlines = col(3, 0);
+  x->input_jobs = col(2, 0);
+  x->input_jobs.v[1] = 2;
+  x->inputs = outs(2);
+  roundtrip(&m, &o);
+  const msg_execute_many *y = &o.body.execute_many;
+  assert_true(y->program == 3 && y->device == 1 && y->slot == 2 && y->sequence == 0xabcdef && y->nodes == 7);
+  assert_string_equal(y->client, "client");
+  assert_int_equal(y->jobs.n, 3);
+  for (size_t k = 0; k < 3; k++) {
+    assert_true(y->jobs.v[k] == 40 + k && y->runs.v[k] == k && y->job_indexes.v[k] == 10 + k);
+    assert_true(y->t_submits.v[k] == 1000 + k && y->deadlines.v[k] == k && y->keeps.v[k] == k);
+  }
+  assert_int_equal(y->inputs.n, 2);
+  assert_true(y->input_jobs.v[0] == 0 && y->input_jobs.v[1] == 2);
+  assert_memory_equal(y->inputs.v[1].data.data, "wxyz", 4);
+  write_seed(&m);
+  msg_free(&o);
+
+  /* a column one short, an input of no job, inputs out of job order: refused by name */
+  schedrun_error_t err = {0};
+  size_t len;
+  x->runs.n = 2;
+  uint8_t *buf = enc(&m, &len);
+  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_EPROTO);
+  assert_non_null(strstr(err.message, "runs"));
+  free(buf);
+  schedrun_error_clear(&err);
+  x->runs.n = 3;
+  x->input_jobs.v[1] = 3;
+  buf = enc(&m, &len);
+  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_EPROTO);
+  assert_non_null(strstr(err.message, "input_jobs"));
+  free(buf);
+  schedrun_error_clear(&err);
+  x->input_jobs.v[0] = 2;
+  x->input_jobs.v[1] = 1;
+  buf = enc(&m, &len);
+  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_EPROTO);
+  assert_non_null(strstr(err.message, "job order"));
+  free(buf);
+  schedrun_error_clear(&err);
+  x->jobs.v[1] = 0;
+  x->input_jobs.v[0] = 0;
+  buf = enc(&m, &len);
+  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_EPROTO);
+  assert_non_null(strstr(err.message, "job id 0"));
+  free(buf);
+  schedrun_error_clear(&err);
+  msg_free(&m);
+
+  msg_init(&m, MSG_COMPLETE_MANY, 50, "execute.0");
+  msg_complete_many *c = &m.body.complete_many;
+  c->program = 3;
+  c->device = 1;
+  c->nodes = 9;
+  c->jobs = col(2, 50);
+  c->runs = col(2, 4);
+  c->job_indexes = col(2, 8);
+  c->t_submits = col(2, 100);
+  c->t_executes = col(2, 200);
+  c->t_dones = col(2, 300);
+  c->execute_ns = col(2, 5);
+  c->output_jobs = col(3, 0);
+  c->output_jobs.v[2] = 1;
+  c->outputs = outs(3);
+  roundtrip(&m, &o);
+  const msg_complete_many *d = &o.body.complete_many;
+  assert_true(d->program == 3 && d->device == 1 && d->nodes == 9 && d->jobs.n == 2);
+  for (size_t k = 0; k < 2; k++)
+    assert_true(d->jobs.v[k] == 50 + k && d->runs.v[k] == 4 + k && d->job_indexes.v[k] == 8 + k &&
+                d->t_submits.v[k] == 100 + k && d->t_executes.v[k] == 200 + k && d->t_dones.v[k] == 300 + k &&
+                d->execute_ns.v[k] == 5 + k);
+  assert_true(d->outputs.n == 3 && d->output_jobs.v[0] == 0 && d->output_jobs.v[1] == 1 && d->output_jobs.v[2] == 1);
+  write_seed(&m);
+  msg_free(&o);
+  c->output_jobs.n = 2; /* an output without its job */
+  buf = enc(&m, &len);
+  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_EPROTO);
+  assert_non_null(strstr(err.message, "output_jobs"));
+  free(buf);
+  schedrun_error_clear(&err);
+  msg_free(&m);
+
+  msg_init(&m, MSG_EXECUTED_MANY, 60, "execute.1");
+  m.body.executed_many.program = 5;
+  m.body.executed_many.device = 1;
+  m.body.executed_many.jobs = col(4, 60);
+  roundtrip(&m, &o);
+  assert_true(o.body.executed_many.program == 5 && o.body.executed_many.device == 1);
+  for (size_t k = 0; k < 4; k++) assert_true(o.body.executed_many.jobs.v[k] == 60 + k);
+  write_seed(&m);
+  msg_free(&o);
+  m.body.executed_many.jobs.n = 0; /* a batch of nothing */
+  buf = enc(&m, &len);
+  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_EPROTO);
+  assert_non_null(strstr(err.message, "no jobs"));
+  free(buf);
+  schedrun_error_clear(&err);
+  m.body.executed_many.jobs.n = 4;
+  msg_free(&m);
+
+  msg_init(&m, MSG_SUBMITTED, 70, "client");
+  roundtrip(&m, &o);
+  assert_string_equal(msg_type_name(MSG_SUBMITTED), "SUBMITTED");
+  write_seed(&m);
+  msg_free(&o);
+  msg_free(&m);
+}
+
 static void test_compile_and_compiled(void **st) {
   (void)st;
   msg m, o;
@@ -538,6 +698,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_submit),
       cmocka_unit_test(test_submit_many),
+      cmocka_unit_test(test_batches),
       cmocka_unit_test(test_compile_and_compiled),
       cmocka_unit_test(test_record_family),
       cmocka_unit_test(test_complete_error_status_term_release),

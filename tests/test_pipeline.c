@@ -221,7 +221,7 @@ static void test_progress_phases(void **st) {
                            "      extern \"C\" __global__ void k%d(int *p) {\n"
                            "        for (volatile int s = 0; s < %d; s = s + 1) {}\n"
                            "        p[%d] += %d; }\n",
-                           k, k, k == 0 ? 20000 : 0, k, k + 1);
+                           k, k, k == 0 ? 60000 : 0, k, k + 1);
   snprintf(text + at, sizeof text - at,
            "buffers:\n  a: {type: i32, count: 4}\nprogram:\n"
            "  - launch: {kernel: k0, grid: 1, block: 1, args: [a]}\n  - launch: {kernel: k1, grid: 1, block: 1, args: [a]}\n"

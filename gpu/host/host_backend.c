@@ -403,6 +403,66 @@ static int h_seq_launch_timed(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, 
   return rc;
 }
 
+/* A batch as one RUN_STEPS request: host bytes are staged in the arena
+ * first (the worker copies them in between the jobs' sequences), what is
+ * read back is staged by the worker and copied out after. */
+static int h_run_batch(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uint64_t deadline_ns, size_t *done,
+                       gpu_failure *f, schedrun_error_t *err) {
+  host_device *d = dev_of(b, dev);
+  *done = 0;
+  uint64_t staged = 0;
+  for (size_t i = 0; i < n; i++)
+    if (ops[i].kind == GB_HTOD || ops[i].kind == GB_DTOH) staged += (ops[i].bytes + 15) & ~15ull;
+  uint64_t at = 0, steps_bytes = n * sizeof(hw_step);
+  if (dev_alloc(d, steps_bytes + staged, &at))
+    return err_set(err, SCHEDRUN_ENOMEM, "%s: no room to stage a batch of %zu steps (%llu bytes)", d->name, n,
+                   (unsigned long long)(steps_bytes + staged));
+  hw_step *steps = dev_range(d, at, steps_bytes);
+  uint64_t stage = at + steps_bytes, seqs = 0;
+  for (size_t i = 0; i < n; i++) {
+    const gpu_batch_op *o = &ops[i];
+    hw_step *st = &steps[i];
+    memset(st, 0, sizeof *st);
+    switch (o->kind) {
+    case GB_HTOD:
+      if (o->bytes) memcpy(dev_range(d, stage, o->bytes), o->src, o->bytes);
+      *st = (hw_step){HW_STEP_COPY, 0, o->addr, stage, o->bytes, 0};
+      stage += (o->bytes + 15) & ~15ull;
+      break;
+    case GB_ZERO: *st = (hw_step){HW_STEP_ZERO, 0, o->addr, 0, o->bytes, 0}; break;
+    case GB_SEQ:
+      assert(o->seq->b == hb(b) && o->seq->dev == dev);
+      *st = (hw_step){HW_STEP_SEQ, 0, 0, o->seq->hdr, 0, 0};
+      seqs++;
+      break;
+    case GB_DTOH:
+      *st = (hw_step){HW_STEP_COPY, 0, stage, o->addr, o->bytes, 0};
+      stage += (o->bytes + 15) & ~15ull;
+      break;
+    }
+  }
+  assert(stage == at + steps_bytes + staged);
+  pthread_mutex_lock(&d->lock);
+  d->ctl->a[0] = at;
+  d->ctl->a[1] = n;
+  d->ctl->a[2] = 0;
+  atomic_fetch_add(&d->launches, seqs);
+  int rc = host_device_request(d, HW_OP_RUN_STEPS, deadline_ns, f, err);
+  uint64_t ran = __atomic_load_n(&d->ctl->a[2], __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&d->lock);
+  /* the steps that ran: read back what they staged */
+  *done = rc == SCHEDRUN_OK ? n : (size_t)(ran < n ? ran : n);
+  stage = at + steps_bytes;
+  for (size_t i = 0; i < *done; i++) {
+    gpu_batch_op *o = &ops[i];
+    if (o->kind == GB_SEQ) o->t_end = steps[i].t_end;
+    if (o->kind == GB_DTOH && o->bytes) memcpy(o->dst, dev_range(d, stage, o->bytes), o->bytes);
+    if (o->kind == GB_HTOD || o->kind == GB_DTOH) stage += (o->bytes + 15) & ~15ull;
+  }
+  dev_free(d, at);
+  return rc;
+}
+
 static void h_seq_destroy(gpu_seq *s) {
   if (!s) return;
   host_device *d = &s->b->devs[s->dev];
@@ -452,6 +512,7 @@ static const gpu_ops host_ops = {
     .seq_finalize = h_seq_finalize,
     .seq_launch = h_seq_launch,
     .seq_launch_timed = h_seq_launch_timed,
+    .run_batch = h_run_batch,
     .seq_destroy = h_seq_destroy,
     .device_lost = h_device_lost,
     .abandon = h_abandon,

@@ -130,6 +130,22 @@ static void run_node(hw_ctl *ctl, const hw_node *n, const uint64_t *args) {
   }
 }
 
+/* A batch of jobs' steps; a[2] tells which one runs, for a fault. */
+static void run_steps(hw_ctl *ctl, hw_step *steps, uint64_t n) {
+  for (uint64_t i = 0; i < n; i++) {
+    hw_step *st = &steps[i];
+    __atomic_store_n(&ctl->a[2], i, __ATOMIC_RELAXED);
+    switch (st->kind) {
+    case HW_STEP_COPY: memmove((void *)(uintptr_t)st->dst, (const void *)(uintptr_t)st->src, st->bytes); break;
+    case HW_STEP_ZERO: memset((void *)(uintptr_t)st->dst, 0, st->bytes); break;
+    case HW_STEP_SEQ: run_seq(ctl, (const hw_seq *)(uintptr_t)st->src); break;
+    default: break;
+    }
+    if (st->kind == HW_STEP_SEQ) st->t_end = clock_ns();
+  }
+  __atomic_store_n(&ctl->a[2], n, __ATOMIC_RELAXED);
+}
+
 typedef struct module {
   void *dl;
   int fd; /* kept open while loaded: dlopen knows modules by path name */
@@ -196,6 +212,7 @@ int hw_handle(hw_ctl *ctl, uint32_t op, uint64_t arena) {
     else run_seq(ctl, (const hw_seq *)(uintptr_t)ctl->a[0]);
     break;
   case HW_OP_RUN_NODE: run_node(ctl, (const hw_node *)(uintptr_t)ctl->a[0], (const uint64_t *)(uintptr_t)ctl->a[1]); break;
+  case HW_OP_RUN_STEPS: run_steps(ctl, (hw_step *)(uintptr_t)ctl->a[0], ctl->a[1]); break;
 #ifndef HW_IN_PROCESS
   case HW_OP_EXIT: _exit(0);
 #endif

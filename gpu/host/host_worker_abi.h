@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#define HW_ABI_VERSION 2
+#define HW_ABI_VERSION 3
 #define HW_CTL_BYTES 4096 /* the control block's share of the arena's start */
 #define HW_TEXT 1024
 #define HW_NO_TAG 0xffffffffu
@@ -35,6 +35,7 @@ enum {
   HW_OP_RUN_SEQ,   /* a[0]: a hw_seq; a[1]: 0, or where to write {tag, start, end}
                       (CLOCK_MONOTONIC ns) of each of its first a[2] nodes */
   HW_OP_RUN_NODE,  /* a[0]: one hw_node, a[1]: its argument slots */
+  HW_OP_RUN_STEPS, /* a[0]: hw_step[a[1]], run in order; a[2]: the step running */
   HW_OP_EXIT
 };
 
@@ -89,6 +90,16 @@ typedef struct hw_seq {
   uint64_t args;  /* uint64_t[] */
   uint32_t n, pad;
 } hw_seq;
+
+/* A step of a batch of jobs (HW_OP_RUN_STEPS): copy bytes within the arena
+ * (a job's buffers from staged contents, or back to staging), zero them, or
+ * run a sequence. The worker writes when each step ended. */
+enum { HW_STEP_COPY = 1, HW_STEP_ZERO = 2, HW_STEP_SEQ = 3 };
+typedef struct hw_step {
+  uint32_t kind, pad;
+  uint64_t dst, src, bytes; /* SEQ: src is the hw_seq */
+  uint64_t t_end;           /* CLOCK_MONOTONIC ns, written by the worker */
+} hw_step;
 
 /* The launcher each kernel module exports per kernel ("__sched_launch_<entry>"). */
 typedef void (*hw_launcher)(const uint32_t *grid, const uint32_t *block, const uint64_t *args);

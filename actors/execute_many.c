@@ -1,0 +1,391 @@
+/*
+ * EXECUTE_MANY in the execute actor: the jobs of one execution context, run
+ * in turn. Consecutive jobs that need nothing of their own from the device
+ * (no deadline, no node timing) go to it as one submission (run_batch: each
+ * job's buffer fills, its replay and its reads back, in order), so a batch
+ * of small jobs costs one wake of the device instead of one per job. Answers
+ * go in columns too: COMPLETE_MANY to the client, EXECUTED_MANY to the
+ * scheduler, every FLUSH_JOBS jobs and at the end. A job that fails is
+ * answered alone (ERROR to the scheduler); so is a timed one (its COMPLETE
+ * carries its node times).
+ */
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/execute_state.h"
+
+/* Answers leave after so many jobs, or so many bytes of outputs. */
+#define FLUSH_JOBS 128
+#define FLUSH_BYTES (64u << 20)
+/* At most this many bytes staged (filled or read back) per submission;
+ * a job with more runs alone. */
+#define SEGMENT_BYTES (8u << 20)
+
+/* The answers of a batch being run, in columns. */
+typedef struct batch_out {
+  msg complete, executed;
+  size_t cap;  /* of every job column */
+  size_t ocap;  /* of outputs */
+  size_t ojcap; /* of output_jobs */
+  uint64_t out_bytes;
+  const char *client, *scheduler;
+} batch_out;
+
+#define NCOMPLETE_COLS 7
+static void complete_cols(msg_complete_many *c, msg_u64s **cols) {
+  msg_u64s *v[NCOMPLETE_COLS] = {&c->jobs,     &c->runs,    &c->job_indexes, &c->t_submits,
+                                 &c->t_executes, &c->t_dones, &c->execute_ns};
+  memcpy(cols, v, sizeof v);
+}
+
+static void batch_begin(batch_out *b, execute_state *s, const msg_execute_many *x, const char *client,
+                        const char *scheduler) {
+  memset(b, 0, sizeof *b);
+  msg_init(&b->complete, MSG_COMPLETE_MANY, 0, s->name);
+  msg_init(&b->executed, MSG_EXECUTED_MANY, 0, s->name);
+  b->complete.body.complete_many.program = x->program;
+  b->complete.body.complete_many.device = s->device;
+  b->complete.body.complete_many.nodes = x->nodes;
+  b->executed.body.executed_many.program = x->program;
+  b->executed.body.executed_many.device = (uint32_t)s->device;
+  b->client = client;
+  b->scheduler = scheduler;
+}
+
+/* Room for `more` jobs in every column; false without memory. */
+static bool batch_room(batch_out *b, size_t more) {
+  size_t need = b->complete.body.complete_many.jobs.n + more;
+  if (need <= b->cap) return true;
+  size_t cap = b->cap ? 2 * b->cap : 16;
+  while (cap < need) cap *= 2;
+  msg_u64s *cols[NCOMPLETE_COLS + 1];
+  complete_cols(&b->complete.body.complete_many, cols);
+  cols[NCOMPLETE_COLS] = &b->executed.body.executed_many.jobs;
+  for (size_t c = 0; c <= NCOMPLETE_COLS; c++) {
+    uint64_t *v = realloc(cols[c]->v, cap * sizeof *v);
+    if (!v) return false;
+    cols[c]->v = v;
+  }
+  b->cap = cap;
+  return true;
+}
+
+/* Room in output_jobs for `need` outputs; false without memory. */
+static bool batch_output_jobs(batch_out *b, size_t need) {
+  if (need <= b->ojcap) return true;
+  size_t cap = b->ojcap ? 2 * b->ojcap : 4;
+  while (cap < need) cap *= 2;
+  uint64_t *oj = realloc(b->complete.body.complete_many.output_jobs.v, cap * sizeof *oj);
+  if (!oj) return false;
+  b->complete.body.complete_many.output_jobs.v = oj;
+  b->ojcap = cap;
+  return true;
+}
+
+/* Room for one more output (and its entry in output_jobs). */
+static msg_output *batch_output(batch_out *b) {
+  msg_complete_many *c = &b->complete.body.complete_many;
+  if (!batch_output_jobs(b, c->outputs.n + 1)) return NULL;
+  return execute_add_output(&c->outputs, &b->ocap);
+}
+
+/* Drops outputs [from, n) that no job will answer with. */
+static void batch_drop_outputs(batch_out *b, size_t from) {
+  msg_outputs *o = &b->complete.body.complete_many.outputs;
+  for (size_t i = from; i < o->n; i++) free(o->v[i].data.data);
+  o->n = from;
+}
+
+static void batch_flush(actor_t *self, batch_out *b) {
+  msg_complete_many *c = &b->complete.body.complete_many;
+  if (c->jobs.n == 0) return;
+  b->complete.job = c->jobs.v[0];
+  b->executed.job = c->jobs.v[0];
+  c->output_jobs.n = c->outputs.n;
+  actor_send(self, b->client, &b->complete);
+  actor_send(self, b->scheduler, &b->executed);
+  msg_u64s *cols[NCOMPLETE_COLS];
+  complete_cols(c, cols);
+  for (size_t k = 0; k < NCOMPLETE_COLS; k++) cols[k]->n = 0;
+  b->executed.body.executed_many.jobs.n = 0;
+  batch_drop_outputs(b, 0);
+  c->output_jobs.n = 0;
+  b->out_bytes = 0;
+}
+
+static void batch_end(actor_t *self, batch_out *b) {
+  batch_flush(self, b);
+  msg_free(&b->complete);
+  msg_free(&b->executed);
+}
+
+/* Job jr succeeded; its outputs are [outs_from, outputs.n). batch_room was
+ * called for it. */
+static void batch_add(batch_out *b, const job_run *jr, uint64_t t_submit, uint64_t t0, uint64_t t1, size_t outs_from) {
+  msg_complete_many *cm = &b->complete.body.complete_many;
+  size_t n = cm->jobs.n;
+  assert(n < b->cap);
+  cm->jobs.v[n] = jr->id;
+  cm->runs.v[n] = jr->run;
+  cm->job_indexes.v[n] = jr->job_index;
+  cm->t_submits.v[n] = t_submit;
+  cm->t_executes.v[n] = t0;
+  cm->t_dones.v[n] = t1;
+  cm->execute_ns.v[n] = t1 - t0;
+  b->executed.body.executed_many.jobs.v[n] = jr->id;
+  msg_u64s *cols[NCOMPLETE_COLS];
+  complete_cols(cm, cols);
+  for (size_t i = 0; i < NCOMPLETE_COLS; i++) cols[i]->n = n + 1;
+  b->executed.body.executed_many.jobs.n = n + 1;
+  for (size_t i = outs_from; i < cm->outputs.n; i++) {
+    cm->output_jobs.v[i] = n;
+    b->out_bytes += cm->outputs.v[i].data.len;
+  }
+}
+
+static void batch_flush_if_full(actor_t *self, batch_out *b) {
+  if (b->complete.body.complete_many.jobs.n >= FLUSH_JOBS || b->out_bytes >= FLUSH_BYTES) batch_flush(self, b);
+}
+
+/* A timed job answers alone, with its node times; the answers before it go
+ * first. Its outputs are [outs_from, outputs.n) of the batch. */
+static void answer_timed(actor_t *self, execute_state *s, batch_out *b, const msg_execute_many *x, const job_run *jr,
+                         uint64_t t_submit, uint64_t t0, uint64_t t1, size_t outs_from, uint32_t ntimed) {
+  msg_outputs *bo = &b->complete.body.complete_many.outputs;
+  msg_outputs mine = {NULL, 0};
+  size_t nmine = bo->n - outs_from;
+  if (nmine && (mine.v = malloc(nmine * sizeof *mine.v))) {
+    memcpy(mine.v, bo->v + outs_from, nmine * sizeof *mine.v);
+    mine.n = nmine;
+    bo->n = outs_from; /* moved */
+  }
+  batch_drop_outputs(b, outs_from);
+  batch_flush(self, b);
+  msg one;
+  msg_init(&one, MSG_COMPLETE, jr->id, s->name);
+  msg_complete *cp = &one.body.complete;
+  cp->program = x->program;
+  cp->device = s->device;
+  cp->run = jr->run;
+  cp->job_index = jr->job_index;
+  cp->status = mine.n == nmine ? SCHEDRUN_OK : SCHEDRUN_ENOMEM;
+  cp->outputs = mine;
+  cp->execute_ns = t1 - t0;
+  cp->counts = (msg_counts){0, 0, x->nodes};
+  cp->text = xstrdup(cp->status ? "out of memory" : "");
+  cp->t_submit = t_submit;
+  cp->t_execute = t0;
+  cp->t_done = t1;
+  execute_take_times(s, ntimed, &cp->launches);
+  actor_send(self, b->client, &one);
+  msg_free(&one);
+  msg done;
+  msg_init(&done, MSG_EXECUTED, jr->id, s->name);
+  done.body.executed.program = x->program;
+  done.body.executed.device = (uint32_t)s->device;
+  done.body.executed.exec_start = t0;
+  done.body.executed.exec_ns = t1 - t0;
+  actor_send(self, b->scheduler, &done);
+  msg_free(&done);
+}
+
+/* Job k of x, with its inputs (in_at[k] .. in_at[k + 1]). */
+static job_run job_of(const msg_execute_many *x, const size_t *in_at, size_t k) {
+  return (job_run){x->jobs.v[k],      (uint32_t)x->runs.v[k], (uint32_t)x->job_indexes.v[k], (uint32_t)x->keeps.v[k],
+                   x->deadlines.v[k], x->inputs.v ? x->inputs.v + in_at[k] : NULL, in_at[k + 1] - in_at[k]};
+}
+
+/* The contents job jr's buffer b starts from: its input, the program's
+ * `init`, or NULL (zeros). *ok is false when an input has the wrong size. */
+static const uint8_t *buffer_source(const prog_program *p, const job_run *jr, uint32_t b, bool *ok) {
+  const prog_buffer *buf = &p->buffers[b];
+  const uint8_t *src = buf->image;
+  for (size_t i = 0; i < jr->ninputs; i++)
+    if (jr->inputs[i].buffer == b) {
+      if (jr->inputs[i].data.len != buf->count * prog_type_size(buf->type)) *ok = false;
+      src = jr->inputs[i].data.data;
+    }
+  return src;
+}
+
+/* The bytes job jr stages in a submission, or UINT64_MAX when it must run
+ * alone (a deadline, timing, an input of the wrong size). */
+static uint64_t staged_bytes(const execute_state *s, const prog_program *p, const job_run *jr) {
+  if (jr->deadline || execute_timing(s)) return UINT64_MAX;
+  uint64_t total = 0;
+  bool ok = true;
+  for (uint32_t b = 0; b < p->nbuffers; b++) {
+    uint64_t bytes = p->buffers[b].count * prog_type_size(p->buffers[b].type);
+    if (buffer_source(p, jr, b, &ok)) total += bytes;
+    if (execute_wanted(p, b, jr->keep)) total += bytes;
+  }
+  return ok ? total : UINT64_MAX;
+}
+
+/* Runs job k alone (the one-job path); its answer joins the batch. */
+static void run_alone(actor_t *self, execute_state *s, const context_run *c, const msg_execute_many *x, const job_run *jr,
+                      uint64_t t_submit, batch_out *b) {
+  schedrun_error_t err = {0};
+  gpu_failure f = {GPU_NO_TAG, false};
+  uint32_t ntimed = 0;
+  msg_complete_many *cm = &b->complete.body.complete_many;
+  size_t outs_from = cm->outputs.n;
+  uint64_t t0 = now_ns();
+  int rc = batch_room(b, 1) ? SCHEDRUN_OK : err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
+  if (rc == SCHEDRUN_OK) rc = execute_run_job(s, c, jr, &cm->outputs, &b->ocap, &ntimed, &f, &err);
+  if (rc == SCHEDRUN_OK && !batch_output_jobs(b, cm->outputs.n)) rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
+  if (rc) {
+    batch_drop_outputs(b, outs_from);
+    execute_job_failed(self, s, b->scheduler, jr->id, rc, &f, &err);
+    schedrun_error_clear(&err);
+    return;
+  }
+  uint64_t t1 = now_ns();
+  if (ntimed) answer_timed(self, s, b, x, jr, t_submit, t0, t1, outs_from, ntimed);
+  else batch_add(b, jr, t_submit, t0, t1, outs_from);
+}
+
+/* Runs jobs [k0, k1) as one submission and answers them. Returns the first
+ * job it did not answer: k0 when it could run nothing (no memory, no room to
+ * stage: they then run alone), the one after a job that failed without
+ * losing the device, else k1. */
+static size_t run_segment(actor_t *self, execute_state *s, const context_run *c, const msg_execute_many *x,
+                        const size_t *in_at, size_t k0, size_t k1, batch_out *b) {
+  const prog_program *p = c->p;
+  gpu_backend *be = s->core->backend;
+  size_t nj = k1 - k0, per_job = 2 * (size_t)p->nbuffers + 1;
+  gpu_batch_op *ops = malloc(nj * per_job * sizeof *ops);
+  size_t *seq_at = malloc(nj * sizeof *seq_at), *end_at = malloc(nj * sizeof *end_at);
+  size_t *outs_end = malloc(nj * sizeof *outs_end);
+  msg_complete_many *cm = &b->complete.body.complete_many;
+  size_t outs0 = cm->outputs.n, nops = 0;
+  bool ok = ops && seq_at && end_at && outs_end && batch_room(b, nj);
+  for (size_t i = 0; ok && i < nj; i++) {
+    job_run jr = job_of(x, in_at, k0 + i);
+    for (uint32_t bi = 0; ok && bi < p->nbuffers; bi++) {
+      uint64_t bytes = p->buffers[bi].count * prog_type_size(p->buffers[bi].type);
+      bool fine = true;
+      const uint8_t *src = buffer_source(p, &jr, bi, &fine);
+      assert(fine); /* staged_bytes let only well-formed jobs in */
+      ops[nops++] = (gpu_batch_op){src ? GB_HTOD : GB_ZERO, c->bindings->v[bi], bytes, src, NULL, NULL, 0};
+    }
+    seq_at[i] = nops;
+    ops[nops++] = (gpu_batch_op){GB_SEQ, 0, 0, NULL, NULL, (gpu_seq *)(uintptr_t)c->sequence, 0};
+    for (uint32_t bi = 0; ok && bi < p->nbuffers; bi++) {
+      if (!execute_wanted(p, bi, jr.keep)) continue;
+      uint64_t bytes = p->buffers[bi].count * prog_type_size(p->buffers[bi].type);
+      msg_output *o = batch_output(b);
+      if (!o || !(o->data.data = malloc(bytes ? bytes : 1))) {
+        ok = false;
+        break;
+      }
+      o->buffer = bi;
+      o->data.len = bytes;
+      cm->outputs.n++;
+      ops[nops++] = (gpu_batch_op){GB_DTOH, c->bindings->v[bi], bytes, NULL, o->data.data, NULL, 0};
+    }
+    end_at[i] = nops;
+    outs_end[i] = cm->outputs.n;
+  }
+  size_t done = 0;
+  gpu_failure f = {GPU_NO_TAG, false};
+  schedrun_error_t err = {0};
+  uint64_t t0 = now_ns();
+  int rc = ok ? be->ops->run_batch(be, s->device, ops, nops, 0, &done, &f, &err) : SCHEDRUN_ENOMEM;
+  if (rc && !f.lost && done == 0) {
+    batch_drop_outputs(b, outs0);
+    schedrun_error_clear(&err);
+    free(ops);
+    free(seq_at);
+    free(end_at);
+    free(outs_end);
+    return k0;
+  }
+  /* the jobs whose every step ran completed; the rest failed with the device */
+  size_t ok_jobs = 0;
+  while (ok_jobs < nj && end_at[ok_jobs] <= done) ok_jobs++;
+  batch_drop_outputs(b, ok_jobs ? outs_end[ok_jobs - 1] : outs0);
+  uint64_t prev = t0;
+  for (size_t i = 0; i < ok_jobs; i++) {
+    job_run jr = job_of(x, in_at, k0 + i);
+    uint64_t t1 = ops[seq_at[i]].t_end;
+    batch_add(b, &jr, x->t_submits.v[k0 + i], prev, t1, i ? outs_end[i - 1] : outs0);
+    prev = t1;
+  }
+  size_t next = k1;
+  if (ok_jobs < nj) {
+    job_run jr = job_of(x, in_at, k0 + ok_jobs);
+    execute_name_failure(p, &jr, &f, rc, &err);
+    execute_job_failed(self, s, b->scheduler, jr.id, rc, &f, &err);
+    next = f.lost ? k1 : k0 + ok_jobs + 1; /* with the device alive, the rest run alone */
+  }
+  for (size_t i = ok_jobs + 1; f.lost && i < nj; i++) {
+    /* not run: the device was lost under an earlier job of the submission */
+    schedrun_error_t lost = {0};
+    const char *why = be->ops->device_lost(be, s->device);
+    err_set(&lost, SCHEDRUN_ELOST, "%s is lost (job %llu failed before this one ran): %s",
+            be->ops->device_name(be, s->device), (unsigned long long)x->jobs.v[k0 + ok_jobs], why ? why : "?");
+    execute_job_failed(self, s, b->scheduler, x->jobs.v[k0 + i], SCHEDRUN_ELOST, &f, &lost);
+    schedrun_error_clear(&lost);
+  }
+  schedrun_error_clear(&err);
+  free(ops);
+  free(seq_at);
+  free(end_at);
+  free(outs_end);
+  return next;
+}
+
+void execute_handle_many(actor_t *self, execute_state *s, msg *m) {
+  msg_execute_many *x = &m->body.execute_many;
+  context_run c = {core_program(s->core, x->program), &x->bindings, x->sequence};
+  schedrun_error_t err = {0};
+  size_t n = x->jobs.n;
+  size_t *in_at = malloc((n + 1) * sizeof *in_at);
+  int rc = execute_check_context(s, "EXECUTE_MANY", x->program, x->device, &c, &err);
+  if (rc == SCHEDRUN_OK && !in_at) rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
+  if (rc) {
+    gpu_failure f = {GPU_NO_TAG, false};
+    for (size_t k = 0; k < n; k++) execute_job_failed(self, s, m->from, x->jobs.v[k], rc, &f, &err);
+    schedrun_error_clear(&err);
+    free(in_at);
+    return;
+  }
+  /* where each job's inputs start (the decoder checked they are in job order) */
+  for (size_t k = 0, i = 0; k <= n; k++) {
+    in_at[k] = i;
+    while (k < n && i < x->inputs.n && x->input_jobs.v[i] == k) i++;
+  }
+  batch_out b;
+  batch_begin(&b, s, x, *x->client ? x->client : ACTOR_CLIENT, m->from);
+  gpu_backend *be = s->core->backend;
+  for (size_t k = 0; k < n;) {
+    /* the longest run of jobs from k that can go as one submission */
+    size_t k1 = k;
+    uint64_t bytes = 0;
+    while (be->ops->run_batch && !s->core->no_batching && k1 < n && k1 - k < FLUSH_JOBS) {
+      job_run jr = job_of(x, in_at, k1);
+      uint64_t more = staged_bytes(s, c.p, &jr);
+      if (more == UINT64_MAX || bytes + more > SEGMENT_BYTES) break;
+      bytes += more;
+      k1++;
+    }
+    if (k1 > k) {
+      batch_flush(self, &b); /* the segment's outputs stay in place until it is answered */
+      size_t next = run_segment(self, s, &c, x, in_at, k, k1, &b);
+      batch_flush_if_full(self, &b);
+      if (next > k) {
+        k = next;
+        continue;
+      }
+    }
+    job_run jr = job_of(x, in_at, k);
+    run_alone(self, s, &c, x, &jr, x->t_submits.v[k], &b);
+    batch_flush_if_full(self, &b);
+    k++;
+  }
+  batch_end(self, &b);
+  free(in_at);
+}

@@ -1,0 +1,71 @@
+/*
+ * The execute actor's state and the helpers its two files share:
+ * execute_actor.c (one job: EXECUTE) and execute_many.c (EXECUTE_MANY: jobs
+ * run in turn, consecutive ones as one submission to the device). Private to
+ * actors/.
+ */
+#ifndef SCHEDRUN_EXECUTE_STATE_H
+#define SCHEDRUN_EXECUTE_STATE_H
+
+#include "actors/actor.h"
+#include "actors/core.h"
+
+/* The first jobs of a device have their replay timed node by node (for the
+ * trace), when the backend can: so many jobs, so many nodes each. */
+#define TIMED_JOBS 16
+#define TIMED_NODES 1024
+
+struct execute_state {
+  schedrun_core *core;
+  int device;
+  char name[32];
+  uint32_t timed;  /* jobs timed so far */
+  uint64_t *times; /* TIMED_NODES {tag, start, end}, while timing */
+};
+
+/* One job of an EXECUTE or EXECUTE_MANY: what differs from job to job. */
+typedef struct job_run {
+  uint64_t id;
+  uint32_t run, job_index, keep;
+  uint64_t deadline;
+  const msg_output *inputs;
+  size_t ninputs;
+} job_run;
+
+/* What the jobs of one message share: the execution context. */
+typedef struct context_run {
+  const prog_program *p;
+  const msg_u64s *bindings;
+  uint64_t sequence;
+} context_run;
+
+/* Whether job reads buffer b back: all of them when it keeps its outputs,
+ * else those its program's expectations check. */
+bool execute_wanted(const prog_program *p, uint32_t b, bool keep);
+/* Checks what a message says of its execution context. */
+int execute_check_context(const execute_state *s, const char *type, uint64_t program, uint32_t device,
+                          const context_run *c, schedrun_error_t *err);
+/* Appends one zeroed output slot to *o (growing it); NULL without memory. */
+msg_output *execute_add_output(msg_outputs *o, size_t *cap);
+/* Runs one job: its buffers from its inputs or the program's `init`, the
+ * replay, then the buffers it wants read back, appended to *outs. Times the
+ * replay node by node into s->times while the device's first jobs run
+ * (*ntimed nodes). On failure err names the step and the job. */
+int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, msg_outputs *outs, size_t *cap,
+                    uint32_t *ntimed, gpu_failure *f, schedrun_error_t *err);
+/* Names the step that was running (f->tag) and the job in err. */
+void execute_name_failure(const prog_program *p, const job_run *jr, const gpu_failure *f, int rc,
+                          schedrun_error_t *err);
+/* A job failed: the scheduler completes it with the error. */
+void execute_job_failed(actor_t *self, execute_state *s, const char *scheduler, uint64_t job, int rc,
+                        const gpu_failure *f, schedrun_error_t *err);
+/* Hands the node times of a timed job to its COMPLETE; timing ends after
+ * the device's first TIMED_JOBS jobs. */
+void execute_take_times(execute_state *s, uint32_t ntimed, msg_u64s *launches);
+/* Whether the device's next job is timed. */
+bool execute_timing(const execute_state *s);
+
+/* execute_many.c */
+void execute_handle_many(actor_t *self, execute_state *s, msg *m);
+
+#endif
