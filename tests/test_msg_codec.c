@@ -108,6 +108,18 @@ static void write_seed(const msg *m) {
   free(buf);
 }
 
+/* m's bytes are refused by the decoder, with `named` in the sentence. */
+static void refused(const msg *m, const char *named) {
+  size_t len;
+  uint8_t *buf = enc(m, &len);
+  msg o;
+  schedrun_error_t err = {0};
+  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_EPROTO);
+  if (!strstr(err.message, named)) fail_msg("'%s' does not name %s", err.message, named);
+  free(buf);
+  schedrun_error_clear(&err);
+}
+
 static msg_u64s col(size_t n, uint64_t base) {
   msg_u64s c = {calloc(n ? n : 1, sizeof(uint64_t)), n};
   for (size_t k = 0; k < n; k++) c.v[k] = base + k;
@@ -162,35 +174,17 @@ static void test_batches(void **st) {
   msg_free(&o);
 
   /* a column one short, an input of no job, inputs out of job order: refused by name */
-  schedrun_error_t err = {0};
-  size_t len;
   x->runs.n = 2;
-  uint8_t *buf = enc(&m, &len);
-  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_EPROTO);
-  assert_non_null(strstr(err.message, "runs"));
-  free(buf);
-  schedrun_error_clear(&err);
+  refused(&m, "runs");
   x->runs.n = 3;
   x->input_jobs.v[1] = 3;
-  buf = enc(&m, &len);
-  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_EPROTO);
-  assert_non_null(strstr(err.message, "input_jobs"));
-  free(buf);
-  schedrun_error_clear(&err);
+  refused(&m, "input_jobs");
   x->input_jobs.v[0] = 2;
   x->input_jobs.v[1] = 1;
-  buf = enc(&m, &len);
-  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_EPROTO);
-  assert_non_null(strstr(err.message, "job order"));
-  free(buf);
-  schedrun_error_clear(&err);
+  refused(&m, "job order");
   x->jobs.v[1] = 0;
   x->input_jobs.v[0] = 0;
-  buf = enc(&m, &len);
-  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_EPROTO);
-  assert_non_null(strstr(err.message, "job id 0"));
-  free(buf);
-  schedrun_error_clear(&err);
+  refused(&m, "job id 0");
   msg_free(&m);
 
   msg_init(&m, MSG_COMPLETE_MANY, 50, "execute.0");
@@ -219,11 +213,7 @@ static void test_batches(void **st) {
   write_seed(&m);
   msg_free(&o);
   c->output_jobs.n = 2; /* an output without its job */
-  buf = enc(&m, &len);
-  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_EPROTO);
-  assert_non_null(strstr(err.message, "output_jobs"));
-  free(buf);
-  schedrun_error_clear(&err);
+  refused(&m, "output_jobs");
   msg_free(&m);
 
   msg_init(&m, MSG_EXECUTED_MANY, 60, "execute.1");
@@ -236,11 +226,7 @@ static void test_batches(void **st) {
   write_seed(&m);
   msg_free(&o);
   m.body.executed_many.jobs.n = 0; /* a batch of nothing */
-  buf = enc(&m, &len);
-  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_EPROTO);
-  assert_non_null(strstr(err.message, "no jobs"));
-  free(buf);
-  schedrun_error_clear(&err);
+  refused(&m, "no jobs");
   m.body.executed_many.jobs.n = 4;
   msg_free(&m);
 
