@@ -46,6 +46,7 @@ struct actor {
   int npeers;
   _Atomic uint64_t malformed; /* read by other threads (schedrun_get_stats) */
   uint64_t spin_ns;
+  msg_queue *queue; /* beside the mailbox, or NULL */
   /* start handshake */
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -156,10 +157,10 @@ static int take_now(void *sock, zmq_msg_t *zm) {
 }
 
 int mbox_recv(void *sock, int timeout_ms, msg *m, uint64_t *malformed, schedrun_error_t *err) {
-  return mbox_recv_spin(sock, timeout_ms, 0, m, malformed, err);
+  return mbox_recv_spin(sock, timeout_ms, 0, NULL, m, malformed, err);
 }
 
-int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg *m, uint64_t *malformed,
+int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg_queue *q, msg *m, uint64_t *malformed,
                    schedrun_error_t *err) {
   uint64_t start = now_ns();
   uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000ull;
@@ -167,11 +168,26 @@ int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg *m, uint64_
     zmq_msg_t zm;
     zmq_msg_init(&zm);
     /* Spin a moment before sleeping: in a pipeline the next message is often
-     * microseconds away, and waking a sleeping thread costs more than that. */
+     * microseconds away, and waking a sleeping thread costs more than that.
+     * Meanwhile the queue is ours to watch: pushes to it do not ring. */
+    if (q && msgq_any(q)) {
+      zmq_msg_close(&zm);
+      return SCHEDRUN_EAGAIN;
+    }
     int got = take_now(sock, &zm);
+    bool polling = got == 0 && spin_ns && q;
+    if (polling) msgq_poll_begin(q);
     while (got == 0 && now_ns() - start < spin_ns && now_ns() < deadline) {
+      if (q && msgq_any(q)) break;
       sched_yield(); /* a spinning thread must not keep a core from one with work */
       got = take_now(sock, &zm);
+    }
+    /* no longer watching: a push now rings, and one that came before this
+     * saw the watch and rang nobody, so look once more */
+    if (polling) msgq_poll_end(q);
+    if (got == 0 && q && msgq_any(q)) {
+      zmq_msg_close(&zm);
+      return SCHEDRUN_EAGAIN;
     }
     while (got == 0) {
       uint64_t now = now_ns();
@@ -299,8 +315,23 @@ static void *actor_main(void *arg) {
     for (;;) {
       msg m;
       uint64_t dropped = 0;
-      int got = mbox_recv_spin(a->mailbox, -1, a->spin_ns, &m, &dropped, NULL);
+      int got = mbox_recv_spin(a->mailbox, -1, a->spin_ns, a->queue, &m, &dropped, NULL);
       if (dropped) atomic_fetch_add(&a->malformed, dropped);
+      if (got == SCHEDRUN_EAGAIN) {
+        /* the queue has messages: as if its doorbell had rung */
+        msg_init(&m, MSG_QUEUED, 0, a->name);
+        got = SCHEDRUN_OK;
+      } else if (got == SCHEDRUN_OK && a->queue && m.type != MSG_QUEUED && msgq_any(a->queue)) {
+        /* what a sender queued before it sent m comes first */
+        msg bell;
+        msg_init(&bell, MSG_QUEUED, 0, a->name);
+        int what = a->def->handle(a, &bell);
+        msg_free(&bell);
+        if (what == ACTOR_STOP) {
+          msg_free(&m);
+          break;
+        }
+      }
       if (got != SCHEDRUN_OK) break;
       int what = a->def->handle(a, &m);
       msg_free(&m);
@@ -318,15 +349,16 @@ static void *actor_main(void *arg) {
 
 int actor_start(void *zctx, const actor_def *def, const char *name, void *state, actor_t **out,
                 schedrun_error_t *err) {
-  return actor_start_spin(zctx, def, name, state, ACTOR_SPIN_NS, out, err);
+  return actor_start_spin(zctx, def, name, state, ACTOR_SPIN_NS, NULL, out, err);
 }
 
 int actor_start_spin(void *zctx, const actor_def *def, const char *name, void *state, uint64_t spin_ns,
-                     actor_t **out, schedrun_error_t *err) {
+                     msg_queue *queue, actor_t **out, schedrun_error_t *err) {
   *out = NULL;
   actor_t *a = calloc(1, sizeof *a);
   if (!a) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   a->spin_ns = spin_ns;
+  a->queue = queue;
   a->zctx = zctx;
   a->def = def;
   a->state = state;
@@ -411,12 +443,19 @@ int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err) {
   if (rc == SCHEDRUN_OK) {
     uint32_t n = (uint32_t)(q->len - at - sizeof hdr); /* at most MSG_MAX_BYTES */
     for (int i = 0; i < 4; i++) q->buf[at + (size_t)i] = (uint8_t)(n >> (8 * i));
-    *ring = !q->rung;
-    q->rung = true;
+    /* queued, then pollers; a poller stops in the other order (both
+     * sequentially consistent), so one of the two sees the other */
+    atomic_store(&q->queued, q->len);
+    *ring = !q->rung && atomic_load(&q->pollers) == 0;
+    if (*ring) q->rung = true;
   }
   pthread_mutex_unlock(&q->lock);
   return rc;
 }
+
+bool msgq_any(msg_queue *q) { return atomic_load(&q->queued) != 0; }
+void msgq_poll_begin(msg_queue *q) { atomic_fetch_add(&q->pollers, 1); }
+void msgq_poll_end(msg_queue *q) { atomic_fetch_sub(&q->pollers, 1); }
 
 void msgq_unring(msg_queue *q) {
   pthread_mutex_lock(&q->lock);
@@ -433,6 +472,7 @@ uint8_t *msgq_take(msg_queue *q, size_t *len) {
     q->len = q->cap = 0;
   }
   q->rung = false;
+  atomic_store_explicit(&q->queued, 0, memory_order_relaxed);
   pthread_mutex_unlock(&q->lock);
   return b;
 }

@@ -13,12 +13,14 @@
 #define SCHEDRUN_ACTOR_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "common/common.h"
 #include "messages/msg.h"
 
 typedef struct actor actor_t;
+typedef struct msg_queue msg_queue;
 
 enum { ACTOR_CONTINUE = 0, ACTOR_STOP = 1 };
 
@@ -38,9 +40,12 @@ typedef struct actor_def {
 
 int actor_start(void *zctx, const actor_def *def, const char *name, void *state, actor_t **out,
                 schedrun_error_t *err);
-/* The same, with the actor's receive spin (0: sleep at once). */
+/* The same, with the actor's receive spin (0: sleep at once), and a queue
+ * beside its mailbox (below; NULL: none) that it polls while it spins: when
+ * the queue has messages its handler gets a QUEUED message, as when the
+ * doorbell rings, and takes them. */
 int actor_start_spin(void *zctx, const actor_def *def, const char *name, void *state, uint64_t spin_ns,
-                     actor_t **out, schedrun_error_t *err);
+                     msg_queue *queue, actor_t **out, schedrun_error_t *err);
 /* Waits for the actor's thread and frees it; returns how many malformed
  * messages it dropped over its life. */
 uint64_t actor_join(actor_t **a);
@@ -73,29 +78,41 @@ int mbox_send(void *sock, const msg *m, schedrun_error_t *err);
  * SCHEDRUN_ETIMEOUT when none came; malformed ones are skipped and counted in
  * *malformed when given. */
 int mbox_recv(void *sock, int timeout_ms, msg *m, uint64_t *malformed, schedrun_error_t *err);
-/* The same, polling for up to spin_ns before sleeping. */
-int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg *m, uint64_t *malformed,
+/* The same, polling for up to spin_ns before sleeping; with a queue (may be
+ * NULL), polling it too: SCHEDRUN_EAGAIN when it has messages (m is then
+ * untouched). */
+int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg_queue *q, msg *m, uint64_t *malformed,
                    schedrun_error_t *err);
 
 /* ---- a queue beside a mailbox ----
  *
  * Encoded messages that a sender appends and the receiver takes all at once,
  * for a stream of small messages to a busy receiver: the sender rings the
- * receiver's mailbox (a SUBMITTED message, over ZeroMQ) only when the queue
+ * receiver's mailbox (a QUEUED message, over ZeroMQ) only when the queue
  * was idle, and the receiver, on that doorbell, takes everything queued
  * since. A lone message waits for nothing; a burst costs one wake. The bytes
  * are the same msgpack messages, decoded as strictly as the mailbox's. */
-typedef struct msg_queue {
+struct msg_queue {
   pthread_mutex_t lock;
   uint8_t *buf;
   size_t len, cap;
   bool rung; /* a doorbell is on its way, and the queue not taken since */
-} msg_queue;
+  _Atomic size_t queued; /* bytes queued, for a look without the lock */
+  _Atomic int pollers;   /* receivers polling the queue themselves */
+};
 
 void msgq_init(msg_queue *q);
 void msgq_destroy(msg_queue *q);
 /* Appends m; *ring is true when the caller must now ring the receiver. */
 int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err);
+/* Whether anything is queued now (no lock: a hint for a polling receiver). */
+bool msgq_any(msg_queue *q);
+/* A receiver polls the queue itself (msgq_any, then msgq_take) between
+ * these two: pushes meanwhile do not ring. After msgq_poll_end the receiver
+ * must look once more, and take what it finds: a push that saw it polling
+ * rang nobody. */
+void msgq_poll_begin(msg_queue *q);
+void msgq_poll_end(msg_queue *q);
 /* The doorbell could not be sent: the next push rings again. */
 void msgq_unring(msg_queue *q);
 /* Takes everything queued (malloc'ed, *len bytes; NULL when empty). */

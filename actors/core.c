@@ -1,4 +1,5 @@
 /* The shared program registry. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,4 +11,31 @@ const prog_program *core_program(schedrun_core *c, uint64_t id) {
   const prog_program *p = hmap_get(&c->programs, &id);
   pthread_mutex_unlock(&c->reg_lock);
   return p;
+}
+
+int core_send_queued(actor_t *self, msg_queue *q, const char *to, const msg *m) {
+  bool ring = false;
+  schedrun_error_t err = {0};
+  int rc = msgq_push(q, m, &ring, &err);
+  schedrun_error_clear(&err);
+  if (rc) return actor_send(self, to, m); /* the mailbox says what cannot be sent, job by job */
+  if (!ring) return SCHEDRUN_OK;
+  msg bell;
+  msg_init(&bell, MSG_QUEUED, m->job, actor_name(self));
+  rc = actor_send(self, to, &bell);
+  msg_free(&bell);
+  if (rc) msgq_unring(q);
+  return rc;
+}
+
+int core_send_complete(actor_t *self, schedrun_core *c, const char *to, const msg *m) {
+  if (!c->queue_completions || strcmp(to, ACTOR_CLIENT) != 0) return actor_send(self, to, m);
+  return core_send_queued(self, &c->completions, to, m);
+}
+
+int core_send_execute(actor_t *self, schedrun_core *c, int dev, const msg *m) {
+  char to[32];
+  snprintf(to, sizeof to, ACTOR_EXECUTE_FMT, dev);
+  if (c->no_batching) return actor_send(self, to, m);
+  return core_send_queued(self, &c->executes[dev], to, m);
 }

@@ -37,12 +37,27 @@ typedef struct schedrun_core {
   bool no_batching;          /* one message per job per hop (measurements) */
   pthread_mutex_t reg_lock;
   hmap programs; /* uint64_t id -> prog_program* */
-  /* SUBMITs from the library to the scheduler: queued, with a SUBMITTED
-   * doorbell in the scheduler's mailbox when the queue was idle */
+  /* Queues beside mailboxes (actor.h), each rung with QUEUED when idle:
+   * SUBMITs from the library to the scheduler; EXECUTEs from the scheduler
+   * to each device's execute actor; COMPLETEs from the actors to the library
+   * (when queue_completions), which a caller waiting for a job also takes
+   * itself while it polls. */
   msg_queue submits;
+  msg_queue executes[SCHEDRUN_MAX_DEVICES];
+  msg_queue completions;
+  bool queue_completions;
 } schedrun_core;
 
 const prog_program *core_program(schedrun_core *c, uint64_t id);
+
+/* Sends m to actor `to` through queue q, ringing `to` when q was idle.
+ * From an actor's thread. */
+int core_send_queued(actor_t *self, msg_queue *q, const char *to, const msg *m);
+/* Sends a COMPLETE or COMPLETE_MANY to `to`: to the library through its
+ * completion queue, to any other mailbox directly. */
+int core_send_complete(actor_t *self, schedrun_core *c, const char *to, const msg *m);
+/* Sends an EXECUTE or EXECUTE_MANY to device dev's execute actor. */
+int core_send_execute(actor_t *self, schedrun_core *c, int dev, const msg *m);
 
 /* Actor definitions; each actor's state is created by its *_new and freed by
  * its *_free after the actor has been joined. */

@@ -31,6 +31,7 @@ typedef struct batch_out {
   size_t ojcap; /* of output_jobs */
   uint64_t out_bytes;
   const char *client, *scheduler;
+  schedrun_core *core;
 } batch_out;
 
 #define NCOMPLETE_COLS 7
@@ -52,6 +53,7 @@ static void batch_begin(batch_out *b, execute_state *s, const msg_execute_many *
   b->executed.body.executed_many.device = (uint32_t)s->device;
   b->client = client;
   b->scheduler = scheduler;
+  b->core = s->core;
 }
 
 /* Room for `more` jobs in every column; false without memory. */
@@ -104,7 +106,7 @@ static void batch_flush(actor_t *self, batch_out *b) {
   b->complete.job = c->jobs.v[0];
   b->executed.job = c->jobs.v[0];
   c->output_jobs.n = c->outputs.n;
-  actor_send(self, b->client, &b->complete);
+  core_send_complete(self, b->core, b->client, &b->complete);
   actor_send(self, b->scheduler, &b->executed);
   msg_u64s *cols[NCOMPLETE_COLS];
   complete_cols(c, cols);
@@ -179,7 +181,7 @@ static void answer_timed(actor_t *self, execute_state *s, batch_out *b, const ms
   cp->t_execute = t0;
   cp->t_done = t1;
   execute_take_times(s, ntimed, &cp->launches);
-  actor_send(self, b->client, &one);
+  core_send_complete(self, s->core, b->client, &one);
   msg_free(&one);
   msg done;
   msg_init(&done, MSG_EXECUTED, jr->id, s->name);

@@ -111,7 +111,7 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
     r.body.complete.run = tmp.run;
     r.body.complete.job_index = tmp.job_index;
     r.body.complete.text = xstrdup(bad);
-    actor_send(self, tmp.client, &r);
+    core_send_complete(self, s->core, tmp.client, &r);
     msg_free(&r);
     return;
   }
@@ -145,7 +145,7 @@ static void handle_submit_many(actor_t *self, scheduler_state *s, msg *m) {
   }
 }
 
-/* SUBMITTED: the library has queued SUBMITs (core->submits); all of them,
+/* QUEUED: the library has queued SUBMITs (core->submits); all of them,
  * in order. */
 static void handle_submitted(actor_t *self, scheduler_state *s) {
   size_t len = 0, off = 0;
@@ -301,7 +301,7 @@ static int scheduler_handle(actor_t *self, msg *m) {
   switch (m->type) {
   case MSG_SUBMIT: handle_submit(self, s, m); break;
   case MSG_SUBMIT_MANY: handle_submit_many(self, s, m); break;
-  case MSG_SUBMITTED: handle_submitted(self, s); break;
+  case MSG_QUEUED: handle_submitted(self, s); break;
   case MSG_COMPILED: handle_compiled(self, s, m); break;
   case MSG_RECORDED: handle_recorded(self, s, m); break;
   case MSG_EXECUTED: handle_executed(self, s, m); break;

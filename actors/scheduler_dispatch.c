@@ -167,7 +167,7 @@ void scheduler_complete(actor_t *self, scheduler_state *s, job *j, int status, c
   c->t_record = j->t_record;
   c->t_execute = j->t_execute;
   c->t_done = now_ns();
-  actor_send(self, j->client, &m);
+  core_send_complete(self, s->core, j->client, &m);
   msg_free(&m);
   scheduler_retire(self, s, j);
 }
@@ -258,9 +258,7 @@ void scheduler_start_execute(actor_t *self, scheduler_state *s, slot_state *ss, 
   if (rc == SCHEDRUN_OK) {
     memcpy(x.body.execute.bindings.v, ss->bindings, p->nbuffers * sizeof(uint64_t));
     x.body.execute.bindings.n = p->nbuffers;
-    char to[32];
-    snprintf(to, sizeof to, ACTOR_EXECUTE_FMT, j->device);
-    rc = actor_send(self, to, &x);
+    rc = core_send_execute(self, s->core, j->device, &x);
   }
   msg_free(&x);
   if (rc) scheduler_complete(self, s, j, rc, "cannot send EXECUTE", NULL);
@@ -322,9 +320,7 @@ static void send_execute_many(actor_t *self, scheduler_state *s, const prog_prog
     }
     e->input_jobs.n = e->inputs.n;
     for (size_t c = 0; c < SCHEDRUN__ARRAY_LEN(cols); c++) cols[c]->n = n;
-    char to[32];
-    snprintf(to, sizeof to, ACTOR_EXECUTE_FMT, batch[0]->device);
-    rc = actor_send(self, to, &x);
+    rc = core_send_execute(self, s->core, batch[0]->device, &x);
   }
   msg_free(&x);
   if (rc) {

@@ -93,6 +93,14 @@ struct schedrun {
   char *temp_cache; /* removed at close */
   char *fallback;   /* why auto/all runs on the host */
   uint64_t spin_ns; /* how long waiting threads poll before they sleep */
+  /* callbacks of jobs whose COMPLETE a waiting thread took from the
+   * completion queue: they run on the completion thread (under lock) */
+  pending_job **deferred;
+  schedrun_job_result_t **deferred_results;
+  size_t ndeferred, deferred_cap;
+  /* a doorbell to the completion thread from any thread (under bell_lock) */
+  void *bell;
+  pthread_mutex_t bell_lock;
 };
 
 /* Whether the calling thread is s's completion thread (where callbacks run).
@@ -102,6 +110,9 @@ bool api_on_completer(schedrun_t *s);
 struct timespec api_deadline_in(int timeout_ms);
 /* Registers program h with s on its first job (under s->lock). */
 int api_attach(schedrun_t *s, schedrun_program_t *h, schedrun_error_t *err);
+/* Takes what is in the completion queue and files it; from a thread other
+ * than the completion thread the callbacks it meets are left to that thread. */
+void api_drain_completions(schedrun_t *s, bool on_completer);
 /* Submits a job; `hidden` ones (schedrun_run's) are not for schedrun_wait_any. */
 int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, bool hidden,
                schedrun_job_t *out, schedrun_error_t *err);

@@ -22,13 +22,25 @@ void schedrun_job_options_init(schedrun_job_options_t *o) {
 
 /* Waits for the next completion or hand-over: first a short spin without the
  * lock (a job's answer is often microseconds away, and waking a sleeping
- * thread costs more), then on the condition variable. Called and returns with
+ * thread costs more), taking what arrives in the completion queue itself,
+ * then on the condition variable. Called and returns with
  * the lock held; false when the deadline passed. */
 static bool wait_completion(schedrun_t *s, const struct timespec *deadline, bool forever) {
   uint64_t seen = atomic_load(&s->completions);
   pthread_mutex_unlock(&s->lock);
   uint64_t t0 = now_ns();
-  while (atomic_load(&s->completions) == seen && now_ns() - t0 < s->spin_ns) sched_yield();
+  msg_queue *q = &s->core.completions;
+  if (s->spin_ns) msgq_poll_begin(q); /* what arrives meanwhile rings nobody: it is ours to file */
+  while (atomic_load(&s->completions) == seen && now_ns() - t0 < s->spin_ns) {
+    /* a COMPLETE waiting in the queue is filed here, without a hop through
+     * the completion thread */
+    if (msgq_any(q)) api_drain_completions(s, false);
+    else sched_yield();
+  }
+  if (s->spin_ns) {
+    msgq_poll_end(q);
+    if (msgq_any(q)) api_drain_completions(s, false);
+  }
   pthread_mutex_lock(&s->lock);
   if (atomic_load(&s->completions) != seen) return true;
   if (forever) return pthread_cond_wait(&s->cond, &s->lock) == 0;
@@ -132,7 +144,7 @@ static int send_submit(schedrun_t *s, const msg *m, schedrun_error_t *err) {
   rc = msgq_push(&s->core.submits, m, &ring, err);
   if (rc || !ring) return rc;
   msg bell;
-  msg_init(&bell, MSG_SUBMITTED, m->job, ACTOR_CLIENT);
+  msg_init(&bell, MSG_QUEUED, m->job, ACTOR_CLIENT);
   pthread_mutex_lock(&s->send_lock);
   rc = mbox_send(s->outbox, &bell, err);
   pthread_mutex_unlock(&s->send_lock);

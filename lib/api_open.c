@@ -147,10 +147,27 @@ static void released(schedrun_t *s, uint64_t id) {
   pthread_mutex_unlock(&s->lock);
 }
 
+/* Leaves a callback for the completion thread (lock held); false without
+ * memory. */
+static bool defer_callback(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r) {
+  if (s->ndeferred == s->deferred_cap) {
+    size_t cap = s->deferred_cap ? 2 * s->deferred_cap : 16;
+    pending_job **d = realloc(s->deferred, cap * sizeof *d);
+    if (d) s->deferred = d;
+    schedrun_job_result_t **dr = realloc(s->deferred_results, cap * sizeof *dr);
+    if (dr) s->deferred_results = dr;
+    if (!d || !dr) return false;
+    s->deferred_cap = cap;
+  }
+  s->deferred[s->ndeferred] = pj;
+  s->deferred_results[s->ndeferred++] = r;
+  return true;
+}
+
 /* Completed jobs, as many as one message brings: each result goes to its
  * job's callback, or is filed for a waiter. Verification runs outside the
  * lock; waiters are woken once. */
-static void completed(schedrun_t *s, const uint64_t *ids, msg_complete *cs, size_t n) {
+static void completed(schedrun_t *s, const uint64_t *ids, msg_complete *cs, size_t n, bool on_completer) {
   pending_job *pj1 = NULL;
   schedrun_job_result_t *r1 = NULL;
   pending_job **pjs = n == 1 ? &pj1 : calloc(n, sizeof *pjs);
@@ -159,7 +176,7 @@ static void completed(schedrun_t *s, const uint64_t *ids, msg_complete *cs, size
     /* without memory for the batch: one at a time */
     free(pjs);
     free(rs);
-    for (size_t k = 0; k < n; k++) completed(s, &ids[k], &cs[k], 1);
+    for (size_t k = 0; k < n; k++) completed(s, &ids[k], &cs[k], 1, on_completer);
     return;
   }
   pthread_mutex_lock(&s->lock);
@@ -177,6 +194,11 @@ static void completed(schedrun_t *s, const uint64_t *ids, msg_complete *cs, size
     if (!pj) continue;
     if (pj->cb) {
       hmap_remove(&s->jobs, &pj->id);
+      if (!on_completer) {
+        /* callbacks run on the completion thread, which is rung below */
+        if (defer_callback(s, pj, rs[k])) continue;
+        /* no memory to defer it: it runs here, as a last resort */
+      }
       pjs[ncb] = pj; /* callbacks run below, in order, outside the lock */
       rs[ncb++] = rs[k];
       continue;
@@ -215,7 +237,7 @@ static void completed(schedrun_t *s, const uint64_t *ids, msg_complete *cs, size
 
 /* COMPLETE_MANY: each job's COMPLETE, from the columns (outputs are lent to
  * the results, which take them). */
-static void completed_many(schedrun_t *s, msg *m) {
+static void completed_many(schedrun_t *s, msg *m, bool on_completer) {
   msg_complete_many *b = &m->body.complete_many;
   size_t n = b->jobs.n;
   msg_complete *cs = calloc(n, sizeof *cs);
@@ -239,8 +261,69 @@ static void completed_many(schedrun_t *s, msg *m) {
     c->outputs.v = o > first ? b->outputs.v + first : NULL;
     c->outputs.n = o - first;
   }
-  completed(s, b->jobs.v, cs, n);
+  completed(s, b->jobs.v, cs, n, on_completer);
   free(cs);
+}
+
+/* Runs the callbacks a waiting thread left (completion thread only). */
+static void run_deferred(schedrun_t *s) {
+  pthread_mutex_lock(&s->lock);
+  while (s->ndeferred) {
+    pending_job **pjs = s->deferred;
+    schedrun_job_result_t **rs = s->deferred_results;
+    size_t n = s->ndeferred;
+    s->deferred = NULL;
+    s->deferred_results = NULL;
+    s->ndeferred = s->deferred_cap = 0;
+    pthread_mutex_unlock(&s->lock);
+    for (size_t k = 0; k < n; k++) {
+      pjs[k]->cb(pjs[k]->id, rs[k], pjs[k]->user);
+      free(pjs[k]);
+    }
+    free(pjs);
+    free(rs);
+    pthread_mutex_lock(&s->lock);
+    assert(s->incomplete >= n);
+    s->incomplete -= n;
+    s->completed += n;
+    atomic_fetch_add(&s->completions, 1);
+    pthread_cond_broadcast(&s->cond);
+  }
+  pthread_mutex_unlock(&s->lock);
+}
+
+void api_drain_completions(schedrun_t *s, bool on_completer) {
+  size_t len = 0, off = 0;
+  uint8_t *q = msgq_take(&s->core.completions, &len);
+  bool deferred = false;
+  while (q) {
+    msg m;
+    schedrun_error_t err = {0};
+    int rc = msgq_next(q, len, &off, &m, &err);
+    schedrun_error_clear(&err);
+    if (rc == SCHEDRUN_ECLOSED) break;
+    if (rc == SCHEDRUN_OK && m.type == MSG_COMPLETE) completed(s, &m.job, &m.body.complete, 1, on_completer);
+    else if (rc == SCHEDRUN_OK && m.type == MSG_COMPLETE_MANY) completed_many(s, &m, on_completer);
+    else atomic_fetch_add(&s->malformed, 1); /* only COMPLETEs are queued */
+    msg_free(&m);
+  }
+  free(q);
+  if (on_completer) {
+    run_deferred(s);
+    return;
+  }
+  pthread_mutex_lock(&s->lock);
+  deferred = s->ndeferred > 0;
+  pthread_mutex_unlock(&s->lock);
+  if (deferred) {
+    /* the completion thread runs them: ring it */
+    msg bell;
+    msg_init(&bell, MSG_QUEUED, 0, ACTOR_CLIENT);
+    pthread_mutex_lock(&s->bell_lock);
+    mbox_send(s->bell, &bell, NULL);
+    pthread_mutex_unlock(&s->bell_lock);
+    msg_free(&bell);
+  }
 }
 
 static void *completer_main(void *arg) {
@@ -257,13 +340,22 @@ static void *completer_main(void *arg) {
     }
     msg m;
     uint64_t dropped = 0;
-    int rc = mbox_recv_spin(s->inbox, terminating ? DRAIN_TIMEOUT_MS : -1, s->spin_ns, &m, &dropped, NULL);
+    int rc = mbox_recv_spin(s->inbox, terminating ? DRAIN_TIMEOUT_MS : -1, s->spin_ns, &s->core.completions, &m,
+                            &dropped, NULL);
     if (dropped) atomic_fetch_add(&s->malformed, dropped);
+    if (rc == SCHEDRUN_EAGAIN) {
+      api_drain_completions(s, true); /* the queue has COMPLETEs: as if rung */
+      continue;
+    }
+    /* COMPLETEs queued before m was sent come first */
+    if (rc == SCHEDRUN_OK && m.type != MSG_QUEUED && msgq_any(&s->core.completions)) api_drain_completions(s, true);
     if (rc != SCHEDRUN_OK) break;
     if (m.type == MSG_COMPLETE) {
-      completed(s, &m.job, &m.body.complete, 1);
+      completed(s, &m.job, &m.body.complete, 1, true);
     } else if (m.type == MSG_COMPLETE_MANY) {
-      completed_many(s, &m);
+      completed_many(s, &m, true);
+    } else if (m.type == MSG_QUEUED) {
+      api_drain_completions(s, true);
     } else if (m.type == MSG_RELEASE && !strcmp(m.from, ACTOR_SCHEDULER)) {
       released(s, m.body.release.program);
     } else if (m.type == MSG_TERM) {
@@ -304,6 +396,7 @@ static void teardown(schedrun_t *s) {
   compile_state_free(s->compile_st);
   record_state_free(s->record_st);
   for (int d = 0; d < s->core.ndevices; d++) execute_state_free(s->execute_st[d]);
+  mbox_close(s->bell);
   mbox_close(s->inbox);
   mbox_close(s->ctl_inbox);
   mbox_close(s->outbox);
@@ -329,6 +422,15 @@ static void teardown(schedrun_t *s) {
   free(s->doomed_ids);
   pthread_mutex_destroy(&s->core.reg_lock);
   msgq_destroy(&s->core.submits);
+  msgq_destroy(&s->core.completions);
+  for (int d = 0; d < SCHEDRUN_MAX_DEVICES; d++) msgq_destroy(&s->core.executes[d]);
+  pthread_mutex_destroy(&s->bell_lock);
+  for (size_t k = 0; k < s->ndeferred; k++) {
+    free(s->deferred[k]);
+    schedrun_job_result_free(&s->deferred_results[k]);
+  }
+  free(s->deferred);
+  free(s->deferred_results);
   pthread_mutex_destroy(&s->lock);
   pthread_mutex_destroy(&s->send_lock);
   pthread_mutex_destroy(&s->ctl_lock);
@@ -358,6 +460,9 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   pthread_cond_init(&s->cond, NULL);
   pthread_mutex_init(&s->core.reg_lock, NULL);
   msgq_init(&s->core.submits);
+  msgq_init(&s->core.completions);
+  for (int d = 0; d < SCHEDRUN_MAX_DEVICES; d++) msgq_init(&s->core.executes[d]);
+  pthread_mutex_init(&s->bell_lock, NULL);
   hmap_init(&s->core.programs, sizeof(uint64_t));
   hmap_init(&s->jobs, sizeof(uint64_t));
   s->max_inflight = o.max_inflight ? (size_t)o.max_inflight : DEFAULT_MAX_INFLIGHT;
@@ -388,6 +493,7 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   s->core.record_always = o.record_always != 0;
   s->core.record_whole_program = o.record_whole_program != 0;
   s->core.no_batching = o.no_batching != 0;
+  s->core.queue_completions = !s->core.no_batching;
   s->core.zctx = zmq_ctx_new();
   if (!s->core.zctx) {
     rc = err_set(err, SCHEDRUN_EINTERNAL, "zmq_ctx_new failed");
@@ -397,7 +503,8 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   zmq_ctx_set(s->core.zctx, ZMQ_IO_THREADS, 0);
   s->inbox = mbox_bind(s->core.zctx, ACTOR_CLIENT, err);
   s->ctl_inbox = s->inbox ? mbox_bind(s->core.zctx, ACTOR_CONTROL, err) : NULL;
-  if (!s->inbox || !s->ctl_inbox) {
+  s->bell = s->ctl_inbox ? mbox_connect(s->core.zctx, ACTOR_CLIENT, err) : NULL;
+  if (!s->inbox || !s->ctl_inbox || !s->bell) {
     rc = SCHEDRUN_EINTERNAL;
     goto fail;
   }
@@ -408,9 +515,9 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
     rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     goto fail;
   }
-  if ((rc = actor_start_spin(s->core.zctx, &compile_actor_def, ACTOR_COMPILE, s->compile_st, s->spin_ns, &s->compile, err)))
+  if ((rc = actor_start_spin(s->core.zctx, &compile_actor_def, ACTOR_COMPILE, s->compile_st, s->spin_ns, NULL, &s->compile, err)))
     goto fail;
-  if ((rc = actor_start_spin(s->core.zctx, &record_actor_def, ACTOR_RECORD, s->record_st, s->spin_ns, &s->record, err)))
+  if ((rc = actor_start_spin(s->core.zctx, &record_actor_def, ACTOR_RECORD, s->record_st, s->spin_ns, NULL, &s->record, err)))
     goto fail;
   for (int d = 0; d < s->core.ndevices; d++) {
     char name[32];
@@ -420,10 +527,12 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
       rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
       goto fail;
     }
-    if ((rc = actor_start_spin(s->core.zctx, &execute_actor_def, name, s->execute_st[d], s->spin_ns, &s->execute[d], err)))
+    if ((rc = actor_start_spin(s->core.zctx, &execute_actor_def, name, s->execute_st[d], s->spin_ns,
+                               &s->core.executes[d], &s->execute[d], err)))
       goto fail;
   }
-  if ((rc = actor_start_spin(s->core.zctx, &scheduler_actor_def, ACTOR_SCHEDULER, s->scheduler_st, s->spin_ns, &s->scheduler, err)))
+  if ((rc = actor_start_spin(s->core.zctx, &scheduler_actor_def, ACTOR_SCHEDULER, s->scheduler_st, s->spin_ns,
+                             &s->core.submits, &s->scheduler, err)))
     goto fail;
   s->outbox = mbox_connect(s->core.zctx, ACTOR_SCHEDULER, err);
   if (!s->outbox) {

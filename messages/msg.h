@@ -44,7 +44,7 @@ typedef enum msg_type {
   MSG_EXECUTE_MANY,
   MSG_COMPLETE_MANY,
   MSG_EXECUTED_MANY,
-  MSG_SUBMITTED,
+  MSG_QUEUED,
   MSG__END
 } msg_type;
 

@@ -124,7 +124,7 @@ static const schema *const body_schema[MSG__END] = {
     [MSG_EXECUTED] = &executed_s, [MSG_COMPLETE] = &complete_s, [MSG_ERROR] = &error_s,
     [MSG_STATUS] = &status_s,     [MSG_TERM] = &term_s,         [MSG_RELEASE] = &release_s,
     [MSG_CANCEL] = &cancel_s,     [MSG_SUBMIT_MANY] = &submit_many_s, [MSG_EXECUTE_MANY] = &execute_many_s,
-    [MSG_COMPLETE_MANY] = &complete_many_s, [MSG_EXECUTED_MANY] = &executed_many_s, [MSG_SUBMITTED] = &term_s,
+    [MSG_COMPLETE_MANY] = &complete_many_s, [MSG_EXECUTED_MANY] = &executed_many_s, [MSG_QUEUED] = &term_s,
 };
 
 

@@ -144,8 +144,9 @@ static void test_failing_start(void **st) {
 }
 
 /* The queue beside a mailbox: the first push of an idle queue rings, later
- * ones do not until the receiver takes; what was pushed comes back in order,
- * every field; a cut message ends the walk with SCHEDRUN_EPROTO. */
+ * ones do not until the receiver takes, nor while a receiver polls; what was
+ * pushed comes back in order, every field; a cut message ends the walk with
+ * SCHEDRUN_EPROTO. */
 static void test_queue(void **st) {
   (void)st;
   msg_queue q;
@@ -197,6 +198,19 @@ static void test_queue(void **st) {
   assert_true(ring);
   assert_int_equal(msgq_push(&q, &m, &ring, &err), SCHEDRUN_OK);
   assert_false(ring);
+  free(msgq_take(&q, &len));
+  /* while a receiver polls, pushes ring nobody; once it stops, they ring */
+  msgq_poll_begin(&q);
+  assert_false(msgq_any(&q));
+  assert_int_equal(msgq_push(&q, &m, &ring, &err), SCHEDRUN_OK);
+  assert_false(ring);
+  assert_true(msgq_any(&q));
+  msgq_poll_end(&q);
+  assert_true(msgq_any(&q)); /* the look after polling finds it */
+  free(msgq_take(&q, &len));
+  assert_false(msgq_any(&q));
+  assert_int_equal(msgq_push(&q, &m, &ring, &err), SCHEDRUN_OK);
+  assert_true(ring);
   msg_free(&m);
   msgq_destroy(&q);
 }

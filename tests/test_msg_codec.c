@@ -230,9 +230,9 @@ static void test_batches(void **st) {
   m.body.executed_many.jobs.n = 4;
   msg_free(&m);
 
-  msg_init(&m, MSG_SUBMITTED, 70, "client");
+  msg_init(&m, MSG_QUEUED, 70, "client");
   roundtrip(&m, &o);
-  assert_string_equal(msg_type_name(MSG_SUBMITTED), "SUBMITTED");
+  assert_string_equal(msg_type_name(MSG_QUEUED), "QUEUED");
   write_seed(&m);
   msg_free(&o);
   msg_free(&m);

@@ -101,10 +101,28 @@ void host_grid_loops(strbuf *sb, const char *call) {
   sb_addf(sb, "      %s\n    }\n  }\n", call);
 }
 
+#if defined(__SANITIZE_THREAD__)
+#define SCHEDRUN_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SCHEDRUN_TSAN 1
+#endif
+#endif
+
 /* The options every kernel is compiled with (the compiler, -o and the files
- * around them). */
+ * around them). Under ThreadSanitizer a kernel's thread-local indices use
+ * the initial-exec model: its interceptor of __tls_get_addr (GCC 12, LLVM
+ * 14) guesses the size of a module's dynamic TLS block from the bytes before
+ * it and, now and then, resets the shadow of a range of hundreds of
+ * terabytes and dies. Initial-exec TLS needs no __tls_get_addr; it takes
+ * glibc's static TLS surplus, which the sanitized tests enlarge
+ * (GLIBC_TUNABLES in tests/CMakeLists.txt). */
 static const char *const host_flags[] = {"-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
-                                         "-fno-exceptions", "-fno-rtti"};
+                                         "-fno-exceptions", "-fno-rtti"
+#ifdef SCHEDRUN_TSAN
+                                         , "-ftls-model=initial-exec"
+#endif
+};
 
 void host_build_flags(strbuf *sb) {
   for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(host_flags); i++) sb_addf(sb, "%s ", host_flags[i]);

@@ -214,8 +214,15 @@ static CUresult build(dmod *m) {
     sb_free(&tu);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  /* the built module is known by its source and the options it is built with */
+  strbuf key;
+  sb_init(&key);
+  host_build_flags(&key);
+  sb_adds(&key, "\n");
+  sb_add(&key, tu.data, tu.len);
   char th[65], so[700];
-  image_hash(tu.data, tu.len, th);
+  image_hash(key.failed ? tu.data : key.data, key.failed ? tu.len : key.len, th);
+  sb_free(&key);
   snprintf(so, sizeof so, "%s/cpu-%s.so", dbl_state_dir(), th);
   CUresult r = CUDA_SUCCESS;
   if (access(so, R_OK) != 0) {
