@@ -88,17 +88,17 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   const prog_program *p = core_program(s->core, sb->program);
   prog_state *ps = NULL;
   const char *bad = NULL;
-  if (hmap_get(&s->jobs, &j->id)) bad = "a job with this id is already in flight";
+  if (idmap_get(&s->jobs, j->id)) bad = "a job with this id is already in flight";
   else if (!p) bad = "no such program";
   else if (!inputs_fit(p, &j->inputs)) bad = "inputs do not match the program's buffers";
   else if (sb->slot >= MAX_SLOTS) bad = "binding slot out of range (at most 64)";
   else if (sb->device >= s->core->ndevices || sb->device < -1) bad = "no such device";
   else if (s->closing) bad = "the scheduler is shutting down";
-  else if (!(ps = scheduler_prog_get(s, sb->program, true)) || hmap_put(&s->jobs, &j->id, j) != 0) bad = "out of memory";
+  else if (!(ps = scheduler_prog_get(s, sb->program, true)) || idmap_put(&s->jobs, j->id, j) != 0) bad = "out of memory";
   else if (ps->releasing) bad = "the program is being released";
   if (bad) {
     int code = s->closing ? SCHEDRUN_ECLOSED : SCHEDRUN_EINVAL;
-    if (hmap_get(&s->jobs, &j->id) == j) hmap_remove(&s->jobs, &j->id);
+    if (idmap_get(&s->jobs, j->id) == j) idmap_remove(&s->jobs, j->id);
     job tmp = *j;
     scheduler_job_free(j);
     tmp.state = JOB_COMPILING;
@@ -183,7 +183,7 @@ static void handle_compiled(actor_t *self, scheduler_state *s, msg *m) {
     return;
   }
   /* the compile is charged to the job that asked for it, once */
-  job *trigger = hmap_get(&s->jobs, &m->job);
+  job *trigger = idmap_get(&s->jobs, m->job);
   if (trigger) {
     trigger->compile_ns = now_ns() - trigger->t_submit;
     trigger->hits = m->body.compiled.hits;
@@ -194,7 +194,7 @@ static void handle_compiled(actor_t *self, scheduler_state *s, msg *m) {
 
 static void handle_error(actor_t *self, scheduler_state *s, msg *m) {
   const msg_error *e = &m->body.error;
-  job *j = hmap_get(&s->jobs, &m->job);
+  job *j = idmap_get(&s->jobs, m->job);
   if (!j) return;
   strbuf text;
   sb_init(&text);
@@ -219,7 +219,7 @@ static void handle_error(actor_t *self, scheduler_state *s, msg *m) {
 }
 
 static void handle_recorded(actor_t *self, scheduler_state *s, msg *m) {
-  job *j = hmap_get(&s->jobs, &m->job);
+  job *j = idmap_get(&s->jobs, m->job);
   if (!j || j->state != JOB_RECORDING) return;
   uint64_t now = now_ns();
   j->record_ns = now - j->t_phase;
@@ -251,7 +251,7 @@ static void handle_recorded(actor_t *self, scheduler_state *s, msg *m) {
 }
 
 static void handle_executed(actor_t *self, scheduler_state *s, msg *m) {
-  job *j = hmap_get(&s->jobs, &m->job);
+  job *j = idmap_get(&s->jobs, m->job);
   if (!j || j->state != JOB_EXECUTING) return;
   /* the execute actor has sent the client its COMPLETE already */
   scheduler_retire(self, s, j);
@@ -260,7 +260,7 @@ static void handle_executed(actor_t *self, scheduler_state *s, msg *m) {
 static void handle_executed_many(actor_t *self, scheduler_state *s, msg *m) {
   const msg_u64s *ids = &m->body.executed_many.jobs;
   for (size_t k = 0; k < ids->n; k++) {
-    job *j = hmap_get(&s->jobs, &ids->v[k]);
+    job *j = idmap_get(&s->jobs, ids->v[k]);
     if (j && j->state == JOB_EXECUTING) scheduler_retire(self, s, j);
   }
 }
@@ -320,7 +320,7 @@ static int scheduler_handle(actor_t *self, msg *m) {
     job **pending = calloc(s->jobs.count + 1, sizeof *pending);
     size_t n = 0;
     bool compiling = false;
-    while (pending && hmap_next(&s->jobs, &pos, NULL, &v)) {
+    while (pending && idmap_next(&s->jobs, &pos, NULL, &v)) {
       if (((job *)v)->state == JOB_PLACED_WAITING) pending[n++] = v;
       if (((job *)v)->state == JOB_COMPILING) compiling = true;
     }

@@ -51,7 +51,7 @@ scheduler_state *scheduler_state_new(schedrun_core *core) {
     free(s);
     return NULL;
   }
-  hmap_init(&s->jobs, sizeof(uint64_t));
+  idmap_init(&s->jobs);
   hmap_init(&s->progs, sizeof(uint64_t));
   return s;
 }
@@ -92,8 +92,8 @@ void scheduler_state_free(scheduler_state *s) {
   if (!s) return;
   size_t pos = 0;
   void *v;
-  while (hmap_next(&s->jobs, &pos, NULL, &v)) scheduler_job_free(v);
-  hmap_destroy(&s->jobs);
+  while (idmap_next(&s->jobs, &pos, NULL, &v)) scheduler_job_free(v);
+  idmap_destroy(&s->jobs);
   pos = 0;
   while (hmap_next(&s->progs, &pos, NULL, &v)) scheduler_prog_state_free(s, v);
   hmap_destroy(&s->progs);
@@ -134,7 +134,7 @@ void scheduler_retire(actor_t *self, scheduler_state *s, job *j) {
       ss->inflight--;
     }
   }
-  hmap_remove(&s->jobs, &j->id);
+  idmap_remove(&s->jobs, j->id);
   scheduler_job_free(j);
   if (ss) scheduler_dispatch_slot(self, s, ps, ss);
   if (ps && ps->releasing && ps->jobs == 0) scheduler_finish_release(self, s, ps);
@@ -326,7 +326,7 @@ static void send_execute_many(actor_t *self, scheduler_state *s, const prog_prog
   if (rc) {
     /* the ids first: completing a job frees it */
     for (size_t k = 0; k < n; k++) {
-      job *j = hmap_get(&s->jobs, &batch[k]->id);
+      job *j = idmap_get(&s->jobs, batch[k]->id);
       if (j) scheduler_complete(self, s, j, rc, "cannot send EXECUTE_MANY", NULL);
     }
   }

@@ -11,6 +11,7 @@
 
 #include "actors/actor.h"
 #include "actors/core.h"
+#include "common/idmap.h"
 
 #define MAX_SLOTS 64
 /* Jobs out to the execute actor per execution context: two full batches, so
@@ -88,7 +89,7 @@ typedef struct dirty_slot {
 
 struct scheduler_state {
   schedrun_core *core;
-  hmap jobs;  /* id -> job* */
+  idmap jobs; /* id -> job* */
   hmap progs; /* id -> prog_state* */
   uint32_t *load;
   size_t active; /* recording or executing */

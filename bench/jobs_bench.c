@@ -9,7 +9,8 @@
  * run: as shipped, without batches, also without the receive spin, also
  * without the reuse fast path, and as shipped but with the kernels in this
  * process (host_in_process: what containing faults in worker processes
- * costs). Prints key=value lines.
+ * costs); and the cost per job with 10 to 300,000 jobs kept in flight.
+ * Prints key=value lines.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,47 @@ static schedrun_program_t *load(schedrun_t *s, const char *text) {
   if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) die(schedrun_job_result_error(r), NULL);
   schedrun_job_result_free(&r);
   return p;
+}
+
+/* Cost per job with W jobs kept in flight (a completion collected, another
+ * submitted), W from 10 to 300,000: flat when the bookkeeping is. */
+static void in_flight(int devices) {
+  static const int windows[] = {10, 1000, 100000, 300000};
+  char spec[16];
+  snprintf(spec, sizeof spec, "host:%d", devices);
+  schedrun_options_t so;
+  schedrun_options_init(&so);
+  so.devices = spec;
+  so.max_inflight = 400000;
+  schedrun_t *s;
+  schedrun_error_t err = {0};
+  if (schedrun_open(&s, &so, &err)) die("open", &err);
+  schedrun_program_t *p = load(s, empty_program);
+  for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++) {
+    int window = windows[w], total = window * 2 < 200000 ? 200000 : window * 2;
+    schedrun_job_options_t *o = calloc((size_t)window, sizeof *o);
+    schedrun_job_t *ids = calloc((size_t)window, sizeof *ids);
+    if (!o || !ids) die("out of memory", NULL);
+    for (int j = 0; j < window; j++) schedrun_job_options_init(&o[j]);
+    uint64_t t0 = bench_ns();
+    if (schedrun_submit_many(s, p, (size_t)window, o, ids, &err)) die("submit_many", &err);
+    for (int done = 0, sent = window; done < total; done++) {
+      schedrun_job_t id;
+      schedrun_job_result_t *r;
+      if (schedrun_wait_any(s, -1, &id, &r, &err)) die("wait", &err);
+      if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) die(schedrun_job_result_error(r), NULL);
+      schedrun_job_result_free(&r);
+      if (sent < total) {
+        if (schedrun_submit(s, p, NULL, &id, &err)) die("submit", &err);
+        sent++;
+      }
+    }
+    printf("inflight_%ddev_%d_ns_per_job=%.0f\n", devices, window, (double)(bench_ns() - t0) / total);
+    free(o);
+    free(ids);
+  }
+  schedrun_program_free(&p);
+  schedrun_close(&s);
 }
 
 static long resident_kib(void) {
@@ -247,6 +289,10 @@ int main(int argc, char **argv) {
     cost(atoi(argv[3]), atoi(argv[2]));
     return 0;
   }
+  if (argc == 2 && !strcmp(argv[1], "--in-flight")) {
+    for (int d = 1; d <= 2; d++) in_flight(d);
+    return 0;
+  }
   if (argc == 4 && !strcmp(argv[1], "--only-many")) {
     throughput_many(atoi(argv[3]), atoi(argv[2]));
     return 0;
@@ -266,6 +312,7 @@ int main(int argc, char **argv) {
   if (n < 100) n = 100;
   /* resident memory first, while the heap holds nothing of the other phases */
   for (int d = 1; d <= 2; d++) memory(d);
+  for (int d = 1; d <= 2; d++) in_flight(d);
   for (mode = 0; mode < NMODES; mode++) {
     int jobs = mode >= 1 && mode <= 3 ? n / 5 : n; /* the slower pipelines get fewer jobs */
     for (int d = 1; d <= 2; d++) {

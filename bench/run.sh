@@ -158,6 +158,16 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "| resident memory after 200,000 jobs in waves of 1,000 | | $(get rss_1dev_kib "$J") KiB | $(get rss_2dev_kib "$J") KiB | |"
   echo "| **its growth over the last 100,000 of them** (flat: no growth per job) | | $(get rss_1dev_growth_kib "$J") KiB | $(get rss_2dev_growth_kib "$J") KiB | |"
   echo
+  echo "Cost per job with W jobs kept in flight (each completion collected, another"
+  echo "submitted; at least 200,000 jobs), \`build/jobs_bench\` in the same run: flat"
+  echo "when the bookkeeping is (jobs are kept in id-indexed tables, common/idmap.h)."
+  echo
+  echo "| jobs in flight | 1 device | 2 devices |"
+  echo "|---|---|---|"
+  for w in 10 1000 100000 300000; do
+    echo "| $w | $(get inflight_1dev_${w}_ns_per_job "$J") ns | $(get inflight_2dev_${w}_ns_per_job "$J") ns |"
+  done
+  echo
   echo "## What changed, before and after (same run)"
   echo
   echo "The pipeline as first built (every job RECORDed, one message per job at every"

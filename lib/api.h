@@ -22,6 +22,7 @@
 
 #include "actors/actor.h"
 #include "actors/core.h"
+#include "common/idmap.h"
 #include "lib/result.h"
 
 #define ACTOR_CONTROL "client.ctl"
@@ -67,7 +68,8 @@ struct schedrun {
   /* under lock: jobs, completions, control replies */
   pthread_mutex_t lock;
   pthread_cond_t cond;
-  hmap jobs; /* id -> pending_job* until handed over */
+  idmap jobs; /* id -> pending_job* until handed over */
+  size_t waitable; /* of them, those schedrun_wait_any may hand over (no callback, not hidden) */
   pending_job *done_head, *done_tail;
   size_t incomplete; /* submitted, not yet complete */
   size_t max_inflight;

@@ -116,7 +116,8 @@ static int register_job(schedrun_t *s, const prog_program *p, const schedrun_job
   pj->hidden = hidden;
   pj->cb = o->on_complete;
   pj->user = o->user;
-  if (hmap_put(&s->jobs, &pj->id, pj) != 0) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  if (idmap_put(&s->jobs, pj->id, pj) != 0) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  if (!pj->cb && !hidden) s->waitable++;
   s->incomplete++;
   s->submitted++;
   return SCHEDRUN_OK;
@@ -124,7 +125,8 @@ static int register_job(schedrun_t *s, const prog_program *p, const schedrun_job
 
 /* Forgets a registered job that was never sent (lock held). */
 static void unregister_job(schedrun_t *s, pending_job *pj) {
-  hmap_remove(&s->jobs, &pj->id);
+  idmap_remove(&s->jobs, pj->id);
+  if (!pj->cb && !pj->hidden) s->waitable--;
   s->incomplete--;
   s->submitted--;
   pthread_cond_broadcast(&s->cond);
@@ -210,7 +212,8 @@ static schedrun_job_result_t *take(schedrun_t *s, pending_job *pj) {
   schedrun_job_result_t *r = pj->result;
   pj->result = NULL;
   pj->taken = true;
-  hmap_remove(&s->jobs, &pj->id);
+  idmap_remove(&s->jobs, pj->id);
+  if (!pj->cb && !pj->hidden) s->waitable--;
   /* unlink from the done list (schedrun_run's hidden jobs are not on it) */
   if (pj->prev_done || s->done_head == pj) {
     if (pj->prev_done) pj->prev_done->next_done = pj->next_done;
@@ -238,7 +241,7 @@ int schedrun_wait(schedrun_t *s, schedrun_job_t job, int timeout_ms, schedrun_jo
   if (!s || !out) return err_set(err, SCHEDRUN_EINVAL, "schedrun_wait: %s is NULL", !s ? "the scheduler" : "out");
   if (timeout_ms != 0 && api_on_completer(s)) return deadlock(err, "schedrun_wait");
   pthread_mutex_lock(&s->lock);
-  pending_job *pj = hmap_get(&s->jobs, &job);
+  pending_job *pj = idmap_get(&s->jobs, job);
   int rc = SCHEDRUN_OK;
   if (!pj) {
     rc = job == 0 || job > s->next_id
@@ -277,12 +280,7 @@ int schedrun_wait_any(schedrun_t *s, int timeout_ms, schedrun_job_t *job, schedr
   struct timespec ts = api_deadline_in(timeout_ms < 0 ? 0 : timeout_ms);
   int rc = SCHEDRUN_OK;
   while (!s->done_head && rc == SCHEDRUN_OK) {
-    bool any_waitable = false;
-    size_t pos = 0;
-    void *v;
-    while (!any_waitable && hmap_next(&s->jobs, &pos, NULL, &v))
-      any_waitable = !((pending_job *)v)->cb && !((pending_job *)v)->hidden;
-    if (!any_waitable) rc = err_set(err, SCHEDRUN_EINVAL, "schedrun_wait_any: no job to wait for");
+    if (s->waitable == 0) rc = err_set(err, SCHEDRUN_EINVAL, "schedrun_wait_any: no job to wait for");
     else if (timeout_ms == 0 || (!wait_completion(s, &ts, timeout_ms < 0) && !s->done_head))
       rc = err_set(err, SCHEDRUN_ETIMEOUT, "schedrun_wait_any: nothing completed within %d ms", timeout_ms);
   }
@@ -379,7 +377,7 @@ int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const s
       pthread_mutex_lock(&s->lock);
       for (size_t j = 0; j < reg; j++) {
         if (!pjs[j]) continue;
-        if (hmap_get(&s->jobs, &pjs[j]->id) == pjs[j]) unregister_job(s, pjs[j]);
+        if (idmap_get(&s->jobs, pjs[j]->id) == pjs[j]) unregister_job(s, pjs[j]);
         free(pjs[j]);
       }
       pthread_mutex_unlock(&s->lock);
@@ -398,21 +396,21 @@ int schedrun_wait_many(schedrun_t *s, size_t n, const schedrun_job_t *jobs, int 
   if (n && timeout_ms != 0 && api_on_completer(s)) return deadlock(err, "schedrun_wait_many");
   /* the jobs, and which of them each completed one is (an index by id) */
   pending_job **pjs = calloc(n ? n : 1, sizeof *pjs);
-  hmap want;
-  hmap_init(&want, sizeof(schedrun_job_t));
+  idmap want;
+  idmap_init(&want);
   int rc = pjs ? SCHEDRUN_OK : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   pthread_mutex_lock(&s->lock);
   for (size_t i = 0; i < n && rc == SCHEDRUN_OK; i++) {
-    pending_job *pj = hmap_get(&s->jobs, &jobs[i]);
+    pending_job *pj = idmap_get(&s->jobs, jobs[i]);
     if (!pj)
       rc = err_set(err, SCHEDRUN_EINVAL, "schedrun_wait_many: job %llu (at %zu) is %s", (unsigned long long)jobs[i], i,
                    jobs[i] == 0 || jobs[i] > s->next_id ? "unknown" : "already handed over");
     else if (pj->cb || pj->hidden)
       rc = err_set(err, SCHEDRUN_EINVAL, "schedrun_wait_many: job %llu reports to its callback",
                    (unsigned long long)jobs[i]);
-    else if (hmap_get(&want, &jobs[i]))
+    else if (idmap_get(&want, jobs[i]))
       rc = err_set(err, SCHEDRUN_EINVAL, "schedrun_wait_many: job %llu is listed twice", (unsigned long long)jobs[i]);
-    else if (hmap_put(&want, &jobs[i], (void *)(uintptr_t)(i + 1)) != 0)
+    else if (idmap_put(&want, jobs[i], (void *)(uintptr_t)(i + 1)) != 0)
       rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     else
       pjs[i] = pj;
@@ -428,7 +426,7 @@ int schedrun_wait_many(schedrun_t *s, size_t n, const schedrun_job_t *jobs, int 
     size_t was = left;
     for (pending_job *pj = s->done_head, *next; pj; pj = next) {
       next = pj->next_done;
-      uintptr_t at = (uintptr_t)hmap_get(&want, &pj->id);
+      uintptr_t at = (uintptr_t)idmap_get(&want, pj->id);
       if (!at || results[at - 1]) continue;
       results[at - 1] = take(s, pj);
       left--;
@@ -455,7 +453,7 @@ int schedrun_wait_many(schedrun_t *s, size_t n, const schedrun_job_t *jobs, int 
     if (pj->taken && pj->waiters == 0) free(pj); /* handed over: the last waiter frees it */
   }
   pthread_mutex_unlock(&s->lock);
-  hmap_destroy(&want);
+  idmap_destroy(&want);
   free(pjs);
   return rc;
 }

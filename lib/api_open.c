@@ -107,7 +107,7 @@ static void free_doomed(schedrun_t *s) {
     bool used = false;
     size_t pos = 0;
     void *v;
-    while (!used && hmap_next(&s->jobs, &pos, NULL, &v))
+    while (!used && idmap_next(&s->jobs, &pos, NULL, &v))
       used = ((pending_job *)v)->prog == s->doomed[i] && !((pending_job *)v)->result;
     if (used) {
       i++;
@@ -181,7 +181,7 @@ static void completed(schedrun_t *s, const uint64_t *ids, msg_complete *cs, size
   }
   pthread_mutex_lock(&s->lock);
   for (size_t k = 0; k < n; k++) {
-    pending_job *pj = hmap_get(&s->jobs, &ids[k]);
+    pending_job *pj = idmap_get(&s->jobs, ids[k]);
     pjs[k] = pj && !pj->result ? pj : NULL; /* not ours, or a duplicate: a job completes once */
   }
   pthread_mutex_unlock(&s->lock);
@@ -193,7 +193,7 @@ static void completed(schedrun_t *s, const uint64_t *ids, msg_complete *cs, size
     pending_job *pj = pjs[k];
     if (!pj) continue;
     if (pj->cb) {
-      hmap_remove(&s->jobs, &pj->id);
+      idmap_remove(&s->jobs, pj->id);
       if (!on_completer) {
         /* callbacks run on the completion thread, which is rung below */
         if (defer_callback(s, pj, rs[k])) continue;
@@ -404,11 +404,11 @@ static void teardown(schedrun_t *s) {
   if (s->core.zctx) zmq_ctx_term(s->core.zctx);
   size_t pos = 0;
   void *v;
-  while (hmap_next(&s->jobs, &pos, NULL, &v)) {
+  while (idmap_next(&s->jobs, &pos, NULL, &v)) {
     schedrun_job_result_free(&((pending_job *)v)->result);
     free(v);
   }
-  hmap_destroy(&s->jobs);
+  idmap_destroy(&s->jobs);
   /* programs still registered: hand them back to their handles, or free the
    * ones whose handle is gone */
   for (schedrun_program_t *h = s->programs; h; h = h->next) {
@@ -464,7 +464,7 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   for (int d = 0; d < SCHEDRUN_MAX_DEVICES; d++) msgq_init(&s->core.executes[d]);
   pthread_mutex_init(&s->bell_lock, NULL);
   hmap_init(&s->core.programs, sizeof(uint64_t));
-  hmap_init(&s->jobs, sizeof(uint64_t));
+  idmap_init(&s->jobs);
   s->max_inflight = o.max_inflight ? (size_t)o.max_inflight : DEFAULT_MAX_INFLIGHT;
   int rc = SCHEDRUN_OK;
   if (o.no_disk_cache) {
