@@ -39,3 +39,8 @@ int core_send_execute(actor_t *self, schedrun_core *c, int dev, const msg *m) {
   if (c->no_batching) return actor_send(self, to, m);
   return core_send_queued(self, &c->executes[dev], to, m);
 }
+
+int core_send_executed(actor_t *self, schedrun_core *c, const char *to, const msg *m) {
+  if (c->no_batching || strcmp(to, ACTOR_SCHEDULER) != 0) return actor_send(self, to, m);
+  return core_send_queued(self, &c->submits, to, m);
+}

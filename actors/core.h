@@ -38,7 +38,8 @@ typedef struct schedrun_core {
   pthread_mutex_t reg_lock;
   hmap programs; /* uint64_t id -> prog_program* */
   /* Queues beside mailboxes (actor.h), each rung with QUEUED when idle:
-   * SUBMITs from the library to the scheduler; EXECUTEs from the scheduler
+   * SUBMITs from the library and EXECUTEDs from the execute actors to the
+   * scheduler; EXECUTEs from the scheduler
    * to each device's execute actor; COMPLETEs from the actors to the library
    * (when queue_completions), which a caller waiting for a job also takes
    * itself while it polls. */
@@ -58,6 +59,9 @@ int core_send_queued(actor_t *self, msg_queue *q, const char *to, const msg *m);
 int core_send_complete(actor_t *self, schedrun_core *c, const char *to, const msg *m);
 /* Sends an EXECUTE or EXECUTE_MANY to device dev's execute actor. */
 int core_send_execute(actor_t *self, schedrun_core *c, int dev, const msg *m);
+/* Sends an EXECUTED or EXECUTED_MANY to `to`: to the scheduler through its
+ * queue, to any other mailbox directly. */
+int core_send_executed(actor_t *self, schedrun_core *c, const char *to, const msg *m);
 
 /* Actor definitions; each actor's state is created by its *_new and freed by
  * its *_free after the actor has been joined. */

@@ -191,7 +191,7 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
     reply.body.executed.device = (uint32_t)s->device;
     reply.body.executed.exec_start = t0;
     reply.body.executed.exec_ns = cp->execute_ns;
-    actor_send(self, m->from, &reply);
+    core_send_executed(self, s->core, m->from, &reply);
     msg_free(&reply);
   }
   msg_free(&c_msg);

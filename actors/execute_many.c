@@ -107,7 +107,7 @@ static void batch_flush(actor_t *self, batch_out *b) {
   b->executed.job = c->jobs.v[0];
   c->output_jobs.n = c->outputs.n;
   core_send_complete(self, b->core, b->client, &b->complete);
-  actor_send(self, b->scheduler, &b->executed);
+  core_send_executed(self, b->core, b->scheduler, &b->executed);
   msg_u64s *cols[NCOMPLETE_COLS];
   complete_cols(c, cols);
   for (size_t k = 0; k < NCOMPLETE_COLS; k++) cols[k]->n = 0;
@@ -189,7 +189,7 @@ static void answer_timed(actor_t *self, execute_state *s, batch_out *b, const ms
   done.body.executed.device = (uint32_t)s->device;
   done.body.executed.exec_start = t0;
   done.body.executed.exec_ns = t1 - t0;
-  actor_send(self, b->scheduler, &done);
+  core_send_executed(self, s->core, b->scheduler, &done);
   msg_free(&done);
 }
 

@@ -145,8 +145,11 @@ static void handle_submit_many(actor_t *self, scheduler_state *s, msg *m) {
   }
 }
 
-/* QUEUED: the library has queued SUBMITs (core->submits); all of them,
- * in order. */
+static void handle_executed(actor_t *self, scheduler_state *s, msg *m);
+static void handle_executed_many(actor_t *self, scheduler_state *s, msg *m);
+
+/* QUEUED: the library has queued SUBMITs, or execute actors EXECUTEDs
+ * (core->submits); all of them, in order. */
 static void handle_submitted(actor_t *self, scheduler_state *s) {
   size_t len = 0, off = 0;
   uint8_t *q = msgq_take(&s->core->submits, &len);
@@ -158,7 +161,9 @@ static void handle_submitted(actor_t *self, scheduler_state *s) {
     if (rc == SCHEDRUN_ECLOSED) break;
     if (rc == SCHEDRUN_OK && one.type == MSG_SUBMIT) handle_submit(self, s, &one);
     else if (rc == SCHEDRUN_OK && one.type == MSG_SUBMIT_MANY) handle_submit_many(self, s, &one);
-    else actor_count_malformed(self); /* only SUBMITs are queued */
+    else if (rc == SCHEDRUN_OK && one.type == MSG_EXECUTED) handle_executed(self, s, &one);
+    else if (rc == SCHEDRUN_OK && one.type == MSG_EXECUTED_MANY) handle_executed_many(self, s, &one);
+    else actor_count_malformed(self); /* only SUBMITs and EXECUTEDs are queued */
     msg_free(&one);
   }
   free(q);

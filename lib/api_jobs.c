@@ -313,6 +313,19 @@ int schedrun_wait_all(schedrun_t *s, int timeout_ms, schedrun_error_t *err) {
 
 #define SUBMIT_BATCH 1024 /* jobs per SUBMIT_MANY message */
 
+/* Names job i of a schedrun_submit_many in the error its checks left
+ * ("schedrun_submit_many: ..." becomes "schedrun_submit_many: job i: ..."),
+ * formatted only when there is an error. */
+static int name_job(schedrun_error_t *err, int rc, size_t i) {
+  static const char fn[] = "schedrun_submit_many";
+  if (err && err->message && !strncmp(err->message, fn, sizeof fn - 1)) {
+    schedrun_error_t named = {0};
+    err_set(&named, rc, "%s: job %zu%s", fn, i, err->message + sizeof fn - 1);
+    err_move(err, &named);
+  }
+  return rc;
+}
+
 int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const schedrun_job_options_t *opts,
                          schedrun_job_t *out, schedrun_error_t *err) {
   if (!s || !h || (n && !out))
@@ -321,11 +334,10 @@ int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const s
   for (size_t i = 0; i < n; i++) out[i] = 0;
   schedrun_job_options_t d;
   schedrun_job_options_init(&d);
-  char fn[64];
+  static const char fn[] = "schedrun_submit_many";
   for (size_t i = 0; i < n; i++) {
-    snprintf(fn, sizeof fn, "schedrun_submit_many: job %zu", i);
     int rc = check_options(s, fn, opts ? &opts[i] : &d, err);
-    if (rc) return rc;
+    if (rc) return name_job(err, rc, i);
   }
   const prog_program *p = h->p;
   int rc = SCHEDRUN_OK;
@@ -362,9 +374,9 @@ int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const s
       if (!m.body.submit_many.jobs.v) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     }
     for (size_t j = 0; rc == SCHEDRUN_OK && j < k; j++) {
-      snprintf(fn, sizeof fn, "schedrun_submit_many: job %zu", at + j);
       msg_submit *sb = &m.body.submit_many.jobs.v[m.body.submit_many.jobs.n++];
       rc = fill_submit(p, fn, opts ? &opts[at + j] : &d, sb, err);
+      if (rc) name_job(err, rc, at + j);
       sb->program = h->id;
     }
     if (rc == SCHEDRUN_OK) rc = send_submit(s, &m, err);

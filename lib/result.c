@@ -46,10 +46,11 @@ schedrun_job_result_t *result_from_complete(uint64_t id, msg_complete *c, const 
   }
   r->info.verified = ok;
   if (!ok) r->info.status = SCHEDRUN_EVERIFY;
-  r->error = sb_take(&why);
+  r->error = why.data ? sb_take(&why) : NULL; /* none: "" to the caller */
+  if (c->outputs.n == 0) return r;
   /* keep what the caller asked for */
-  r->outputs.v = calloc(c->outputs.n ? c->outputs.n : 1, sizeof(msg_output));
-  r->names = calloc(c->outputs.n ? c->outputs.n : 1, sizeof(char *));
+  r->outputs.v = calloc(c->outputs.n, sizeof(msg_output));
+  r->names = calloc(c->outputs.n, sizeof(char *));
   for (size_t i = 0; r->outputs.v && r->names && i < c->outputs.n; i++) {
     msg_output *o = &c->outputs.v[i];
     if (o->buffer >= p->nbuffers || (!keep && !expected(p, o->buffer))) continue;
