@@ -116,6 +116,21 @@ prog_state *scheduler_prog_get(scheduler_state *s, uint64_t id, bool create) {
   return ps;
 }
 
+/* One job of the oldest EXECUTE out has come back. */
+static void batch_done(slot_state *ss) {
+  assert(ss->nbatches > 0 && ss->batch_left[0] > 0);
+  if (--ss->batch_left[0] > 0) return;
+  memmove(ss->batch_left, ss->batch_left + 1, (ss->nbatches - 1) * sizeof ss->batch_left[0]);
+  ss->nbatches--;
+}
+
+/* An EXECUTE message of n jobs is going out; its jobs count as sent. */
+static void batch_out(slot_state *ss, job *const *jobs, size_t n) {
+  assert(ss->nbatches < BATCH_RING);
+  ss->batch_left[ss->nbatches++] = (uint32_t)n;
+  for (size_t k = 0; k < n; k++) jobs[k]->sent = true;
+}
+
 /* Forgets a finished job: the slot, the device's load, the program's count. */
 void scheduler_retire(actor_t *self, scheduler_state *s, job *j) {
   prog_state *ps = scheduler_prog_get(s, j->program, false);
@@ -132,6 +147,7 @@ void scheduler_retire(actor_t *self, scheduler_state *s, job *j) {
       ss->recorded = false;
     } else if (ss && ss->inflight) {
       ss->inflight--;
+      if (j->sent) batch_done(ss);
     }
   }
   idmap_remove(&s->jobs, j->id);
@@ -228,6 +244,7 @@ void scheduler_start_execute(actor_t *self, scheduler_state *s, slot_state *ss, 
   if (j->state != JOB_RECORDING) s->active++;
   j->state = JOB_EXECUTING;
   ss->inflight++;
+  batch_out(ss, &j, 1);
   msg x;
   msg_init(&x, MSG_EXECUTE, j->id, ACTOR_SCHEDULER);
   x.body.execute.program = j->program;
@@ -279,6 +296,7 @@ static bool needs_record(const scheduler_state *s, const prog_program *p, const 
 static void send_execute_many(actor_t *self, scheduler_state *s, const prog_program *p, slot_state *ss, job **batch,
                               size_t n) {
   assert(n > 0 && n <= EXECUTE_BATCH);
+  batch_out(ss, batch, n);
   msg x;
   msg_init(&x, MSG_EXECUTE_MANY, batch[0]->id, ACTOR_SCHEDULER);
   msg_execute_many *e = &x.body.execute_many;
@@ -359,7 +377,9 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
     }
     /* a few EXECUTEs ahead keep the device busy; the rest wait here, where a
      * shutdown or a deadline can still reach them */
-    if (ss->inflight >= (s->core->no_batching ? EXECUTE_AHEAD_ALONE : EXECUTE_AHEAD) && !j->record_only) break;
+    if (!j->record_only && (s->core->no_batching ? ss->inflight >= EXECUTE_AHEAD_ALONE
+                                                 : ss->inflight >= EXECUTE_AHEAD || (nb == 0 && ss->nbatches >= BATCHES_AHEAD)))
+      break;
     scheduler_q_pop(&ss->queue);
     j->counts = (msg_counts){0, 0, ss->nodes}; /* reused as it is, without asking */
     ss->fast_reuses += ss->nodes;

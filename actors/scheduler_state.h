@@ -18,6 +18,10 @@
  * the device has the next batch while the scheduler hears about the last. */
 #define EXECUTE_BATCH 256
 #define EXECUTE_AHEAD (2 * EXECUTE_BATCH)
+/* EXECUTE messages out per context: while the device has one to run and one
+ * queued, the jobs that come meanwhile wait here and leave together. */
+#define BATCHES_AHEAD 2
+#define BATCH_RING 8 /* room for BATCHES_AHEAD, or EXECUTE_AHEAD_ALONE single EXECUTEs */
 #define EXECUTE_AHEAD_ALONE 4 /* EXECUTEs out per context without batches */
 
 enum { JOB_COMPILING, JOB_PLACED_WAITING, JOB_RECORDING, JOB_EXECUTING };
@@ -37,6 +41,7 @@ typedef struct job {
   uint64_t sequence;
   uint64_t deadline; /* CLOCK_MONOTONIC ns; 0: none */
   bool record_only;  /* complete once recorded, without running */
+  bool sent;         /* in an EXECUTE or EXECUTE_MANY (slot_state.batch_left) */
   struct job *next;  /* in a wait queue */
 } job;
 
@@ -64,6 +69,10 @@ typedef struct slot_state {
   uint32_t nodes;
   uint64_t fast_reuses; /* nodes reused without a RECORD, over the slot's life */
   bool dirty;           /* on the scheduler's dirty list */
+  /* the EXECUTE messages out, oldest first: how many of each one's jobs have
+   * not come back (the device runs them, and answers, in order) */
+  uint32_t batch_left[BATCH_RING];
+  uint32_t nbatches;
   job_queue queue;
 } slot_state;
 
