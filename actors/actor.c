@@ -494,3 +494,19 @@ int msgq_next(const uint8_t *data, size_t len, size_t *off, msg *m, schedrun_err
   *off += 4 + (size_t)n;
   return rc;
 }
+
+size_t msgq_drain(msg_queue *q, bool (*fn)(void *ctx, msg *m), void *ctx) {
+  size_t len = 0, off = 0, bad = 0;
+  uint8_t *data = msgq_take(q, &len);
+  for (;;) {
+    msg one;
+    schedrun_error_t err = {0};
+    int rc = msgq_next(data, len, &off, &one, &err);
+    schedrun_error_clear(&err);
+    if (rc == SCHEDRUN_ECLOSED) break;
+    if (rc != SCHEDRUN_OK || !fn(ctx, &one)) bad++;
+    msg_free(&one);
+  }
+  free(data);
+  return bad;
+}

@@ -117,6 +117,10 @@ void msgq_poll_end(msg_queue *q);
 void msgq_unring(msg_queue *q);
 /* Takes everything queued (malloc'ed, *len bytes; NULL when empty). */
 uint8_t *msgq_take(msg_queue *q, size_t *len);
+/* Takes everything queued and hands each message, in order, to fn (which
+ * returns false for a type it does not take); returns how many messages
+ * were malformed or refused. */
+size_t msgq_drain(msg_queue *q, bool (*fn)(void *ctx, msg *m), void *ctx);
 /* Decodes the message at *off of taken bytes, moving *off past it.
  * SCHEDRUN_ECLOSED at the end; a malformed message gives SCHEDRUN_EPROTO
  * and ends the walk (*off = len). */

@@ -200,28 +200,20 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
 
 static int execute_handle(actor_t *self, msg *m);
 
-/* QUEUED: the scheduler has queued EXECUTEs (core->executes[device]); all
- * of them, in order. */
-static void handle_queued(actor_t *self, execute_state *s) {
-  size_t len = 0, off = 0;
-  uint8_t *q = msgq_take(&s->core->executes[s->device], &len);
-  for (;;) {
-    msg one;
-    schedrun_error_t err = {0};
-    int rc = msgq_next(q, len, &off, &one, &err);
-    schedrun_error_clear(&err);
-    if (rc == SCHEDRUN_ECLOSED) break;
-    if (rc == SCHEDRUN_OK && (one.type == MSG_EXECUTE || one.type == MSG_EXECUTE_MANY)) execute_handle(self, &one);
-    else actor_count_malformed(self); /* only EXECUTEs are queued */
-    msg_free(&one);
-  }
-  free(q);
+/* A queued message: only EXECUTEs are queued for an execute actor. */
+static bool take_queued(void *self, msg *m) {
+  if (m->type != MSG_EXECUTE && m->type != MSG_EXECUTE_MANY) return false;
+  execute_handle(self, m);
+  return true;
 }
 
 static int execute_handle(actor_t *self, msg *m) {
   execute_state *s = actor_state(self);
   switch (m->type) {
-  case MSG_QUEUED: handle_queued(self, s); return ACTOR_CONTINUE;
+  case MSG_QUEUED: /* the scheduler has queued EXECUTEs (core->executes[device]) */
+    for (size_t bad = msgq_drain(&s->core->executes[s->device], take_queued, self); bad; bad--)
+      actor_count_malformed(self);
+    return ACTOR_CONTINUE;
   case MSG_EXECUTE: handle_execute(self, s, m); return ACTOR_CONTINUE;
   case MSG_EXECUTE_MANY: execute_handle_many(self, s, m); return ACTOR_CONTINUE;
   case MSG_TERM: return ACTOR_STOP;

@@ -148,25 +148,18 @@ static void handle_submit_many(actor_t *self, scheduler_state *s, msg *m) {
 static void handle_executed(actor_t *self, scheduler_state *s, msg *m);
 static void handle_executed_many(actor_t *self, scheduler_state *s, msg *m);
 
-/* QUEUED: the library has queued SUBMITs, or execute actors EXECUTEDs
- * (core->submits); all of them, in order. */
-static void handle_submitted(actor_t *self, scheduler_state *s) {
-  size_t len = 0, off = 0;
-  uint8_t *q = msgq_take(&s->core->submits, &len);
-  for (;;) {
-    msg one;
-    schedrun_error_t err = {0};
-    int rc = msgq_next(q, len, &off, &one, &err);
-    schedrun_error_clear(&err);
-    if (rc == SCHEDRUN_ECLOSED) break;
-    if (rc == SCHEDRUN_OK && one.type == MSG_SUBMIT) handle_submit(self, s, &one);
-    else if (rc == SCHEDRUN_OK && one.type == MSG_SUBMIT_MANY) handle_submit_many(self, s, &one);
-    else if (rc == SCHEDRUN_OK && one.type == MSG_EXECUTED) handle_executed(self, s, &one);
-    else if (rc == SCHEDRUN_OK && one.type == MSG_EXECUTED_MANY) handle_executed_many(self, s, &one);
-    else actor_count_malformed(self); /* only SUBMITs and EXECUTEDs are queued */
-    msg_free(&one);
+/* A queued message: SUBMITs from the library and EXECUTEDs from the execute
+ * actors are queued for the scheduler (core->submits). */
+static bool take_queued(void *ctx, msg *m) {
+  actor_t *self = ctx;
+  scheduler_state *s = actor_state(self);
+  switch (m->type) {
+  case MSG_SUBMIT: handle_submit(self, s, m); return true;
+  case MSG_SUBMIT_MANY: handle_submit_many(self, s, m); return true;
+  case MSG_EXECUTED: handle_executed(self, s, m); return true;
+  case MSG_EXECUTED_MANY: handle_executed_many(self, s, m); return true;
+  default: return false;
   }
-  free(q);
 }
 
 static void release_waiting(actor_t *self, scheduler_state *s, prog_state *ps) {
@@ -306,7 +299,9 @@ static int scheduler_handle(actor_t *self, msg *m) {
   switch (m->type) {
   case MSG_SUBMIT: handle_submit(self, s, m); break;
   case MSG_SUBMIT_MANY: handle_submit_many(self, s, m); break;
-  case MSG_QUEUED: handle_submitted(self, s); break;
+  case MSG_QUEUED:
+    for (size_t bad = msgq_drain(&s->core->submits, take_queued, self); bad; bad--) actor_count_malformed(self);
+    break;
   case MSG_COMPILED: handle_compiled(self, s, m); break;
   case MSG_RECORDED: handle_recorded(self, s, m); break;
   case MSG_EXECUTED: handle_executed(self, s, m); break;

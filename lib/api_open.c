@@ -292,22 +292,25 @@ static void run_deferred(schedrun_t *s) {
   pthread_mutex_unlock(&s->lock);
 }
 
+/* A queued message: only COMPLETEs are queued for the library. */
+typedef struct drain_ctx {
+  schedrun_t *s;
+  bool on_completer;
+} drain_ctx;
+
+static bool take_completion(void *ctx, msg *m) {
+  drain_ctx *d = ctx;
+  if (m->type == MSG_COMPLETE) completed(d->s, &m->job, &m->body.complete, 1, d->on_completer);
+  else if (m->type == MSG_COMPLETE_MANY) completed_many(d->s, m, d->on_completer);
+  else return false;
+  return true;
+}
+
 void api_drain_completions(schedrun_t *s, bool on_completer) {
-  size_t len = 0, off = 0;
-  uint8_t *q = msgq_take(&s->core.completions, &len);
+  drain_ctx d = {s, on_completer};
+  size_t bad = msgq_drain(&s->core.completions, take_completion, &d);
+  if (bad) atomic_fetch_add(&s->malformed, bad);
   bool deferred = false;
-  while (q) {
-    msg m;
-    schedrun_error_t err = {0};
-    int rc = msgq_next(q, len, &off, &m, &err);
-    schedrun_error_clear(&err);
-    if (rc == SCHEDRUN_ECLOSED) break;
-    if (rc == SCHEDRUN_OK && m.type == MSG_COMPLETE) completed(s, &m.job, &m.body.complete, 1, on_completer);
-    else if (rc == SCHEDRUN_OK && m.type == MSG_COMPLETE_MANY) completed_many(s, &m, on_completer);
-    else atomic_fetch_add(&s->malformed, 1); /* only COMPLETEs are queued */
-    msg_free(&m);
-  }
-  free(q);
   if (on_completer) {
     run_deferred(s);
     return;
