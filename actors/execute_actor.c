@@ -147,6 +147,28 @@ void execute_take_times(execute_state *s, uint32_t ntimed, msg_u64s *launches) {
   }
 }
 
+void execute_answer(actor_t *self, execute_state *s, msg *complete, uint32_t ntimed, uint64_t t0, uint64_t t1,
+                    const char *client, const char *scheduler) {
+  msg_complete *cp = &complete->body.complete;
+  cp->device = s->device;
+  cp->execute_ns = t1 - t0;
+  cp->t_execute = t0;
+  cp->t_done = t1;
+  if (!cp->text) cp->text = xstrdup("");
+  execute_take_times(s, ntimed, &cp->launches);
+  /* the answer goes straight to the client, one hop sooner; the scheduler
+   * hears EXECUTED, without the outputs, after it */
+  core_send_complete(self, s->core, client, complete);
+  msg done;
+  msg_init(&done, MSG_EXECUTED, complete->job, s->name);
+  done.body.executed.program = cp->program;
+  done.body.executed.device = (uint32_t)s->device;
+  done.body.executed.exec_start = t0;
+  done.body.executed.exec_ns = t1 - t0;
+  core_send_executed(self, s->core, scheduler, &done);
+  msg_free(&done);
+}
+
 static void handle_execute(actor_t *self, execute_state *s, msg *m) {
   msg_execute *x = &m->body.execute;
   context_run c = {core_program(s->core, x->program), &x->bindings, x->sequence};
@@ -164,35 +186,19 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
   if (rc) {
     execute_job_failed(self, s, m->from, m->job, rc, &f, &err);
   } else {
-    /* the answer goes straight to the client, one hop sooner; the scheduler
-     * hears EXECUTED, without the outputs, after it */
     cp->status = SCHEDRUN_OK;
     cp->program = x->program;
-    cp->device = s->device;
     cp->run = x->run;
     cp->job_index = x->job_index;
-    execute_take_times(s, ntimed, &cp->launches);
     cp->compile_ns = x->compile_ns;
     cp->record_ns = x->record_ns;
-    cp->execute_ns = now_ns() - t0;
     cp->counts = x->counts;
     cp->cache_hits = x->cache_hits;
     cp->cache_misses = x->cache_misses;
-    cp->text = xstrdup("");
     cp->t_submit = x->t_submit;
     cp->t_compile = x->t_compile;
     cp->t_record = x->t_record;
-    cp->t_execute = t0;
-    cp->t_done = now_ns();
-    core_send_complete(self, s->core, x->client && *x->client ? x->client : ACTOR_CLIENT, &c_msg);
-    msg reply;
-    msg_init(&reply, MSG_EXECUTED, m->job, s->name);
-    reply.body.executed.program = x->program;
-    reply.body.executed.device = (uint32_t)s->device;
-    reply.body.executed.exec_start = t0;
-    reply.body.executed.exec_ns = cp->execute_ns;
-    core_send_executed(self, s->core, m->from, &reply);
-    msg_free(&reply);
+    execute_answer(self, s, &c_msg, ntimed, t0, now_ns(), x->client && *x->client ? x->client : ACTOR_CLIENT, m->from);
   }
   msg_free(&c_msg);
   schedrun_error_clear(&err);

@@ -169,28 +169,15 @@ static void answer_timed(actor_t *self, execute_state *s, batch_out *b, const ms
   msg_init(&one, MSG_COMPLETE, jr->id, s->name);
   msg_complete *cp = &one.body.complete;
   cp->program = x->program;
-  cp->device = s->device;
   cp->run = jr->run;
   cp->job_index = jr->job_index;
   cp->status = mine.n == nmine ? SCHEDRUN_OK : SCHEDRUN_ENOMEM;
   cp->outputs = mine;
-  cp->execute_ns = t1 - t0;
   cp->counts = (msg_counts){0, 0, x->nodes};
-  cp->text = xstrdup(cp->status ? "out of memory" : "");
+  if (cp->status) cp->text = xstrdup("out of memory");
   cp->t_submit = t_submit;
-  cp->t_execute = t0;
-  cp->t_done = t1;
-  execute_take_times(s, ntimed, &cp->launches);
-  core_send_complete(self, s->core, b->client, &one);
+  execute_answer(self, s, &one, ntimed, t0, t1, b->client, b->scheduler);
   msg_free(&one);
-  msg done;
-  msg_init(&done, MSG_EXECUTED, jr->id, s->name);
-  done.body.executed.program = x->program;
-  done.body.executed.device = (uint32_t)s->device;
-  done.body.executed.exec_start = t0;
-  done.body.executed.exec_ns = t1 - t0;
-  core_send_executed(self, s->core, b->scheduler, &done);
-  msg_free(&done);
 }
 
 /* Job k of x, with its inputs (in_at[k] .. in_at[k + 1]). */
