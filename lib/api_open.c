@@ -164,6 +164,21 @@ static bool defer_callback(schedrun_t *s, pending_job *pj, schedrun_job_result_t
   return true;
 }
 
+/* Runs n jobs' callbacks, in order, outside the lock (held on entry and on
+ * return), then counts the jobs complete: a job completes only once its
+ * callback has returned (schedrun_wait_all means it). */
+static void run_callbacks(schedrun_t *s, pending_job **pjs, schedrun_job_result_t **rs, size_t n) {
+  pthread_mutex_unlock(&s->lock);
+  for (size_t k = 0; k < n; k++) {
+    pjs[k]->cb(pjs[k]->id, rs[k], pjs[k]->user);
+    free(pjs[k]);
+  }
+  pthread_mutex_lock(&s->lock);
+  assert(s->incomplete >= n);
+  s->incomplete -= n;
+  s->completed += n;
+}
+
 /* Completed jobs, as many as one message brings: each result goes to its
  * job's callback, or is filed for a waiter. Verification runs outside the
  * lock; waiters are woken once. */
@@ -212,16 +227,7 @@ static void completed(schedrun_t *s, const uint64_t *ids, msg_complete *cs, size
     }
     done++;
   }
-  if (ncb) {
-    pthread_mutex_unlock(&s->lock);
-    for (size_t k = 0; k < ncb; k++) {
-      pjs[k]->cb(pjs[k]->id, rs[k], pjs[k]->user);
-      free(pjs[k]);
-    }
-    /* complete only once its callback has returned: wait_all means it */
-    pthread_mutex_lock(&s->lock);
-    done += ncb;
-  }
+  if (ncb) run_callbacks(s, pjs, rs, ncb);
   assert(s->incomplete >= done);
   s->incomplete -= done;
   s->completed += done;
@@ -275,17 +281,9 @@ static void run_deferred(schedrun_t *s) {
     s->deferred = NULL;
     s->deferred_results = NULL;
     s->ndeferred = s->deferred_cap = 0;
-    pthread_mutex_unlock(&s->lock);
-    for (size_t k = 0; k < n; k++) {
-      pjs[k]->cb(pjs[k]->id, rs[k], pjs[k]->user);
-      free(pjs[k]);
-    }
+    run_callbacks(s, pjs, rs, n);
     free(pjs);
     free(rs);
-    pthread_mutex_lock(&s->lock);
-    assert(s->incomplete >= n);
-    s->incomplete -= n;
-    s->completed += n;
     atomic_fetch_add(&s->completions, 1);
     pthread_cond_broadcast(&s->cond);
   }
@@ -310,13 +308,12 @@ void api_drain_completions(schedrun_t *s, bool on_completer) {
   drain_ctx d = {s, on_completer};
   size_t bad = msgq_drain(&s->core.completions, take_completion, &d);
   if (bad) atomic_fetch_add(&s->malformed, bad);
-  bool deferred = false;
   if (on_completer) {
     run_deferred(s);
     return;
   }
   pthread_mutex_lock(&s->lock);
-  deferred = s->ndeferred > 0;
+  bool deferred = s->ndeferred > 0;
   pthread_mutex_unlock(&s->lock);
   if (deferred) {
     /* the completion thread runs them: ring it */
