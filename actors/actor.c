@@ -422,9 +422,8 @@ int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err) {
   *ring = false;
   pthread_mutex_lock(&q->lock);
   size_t at = q->len;
-  uint8_t hdr[4] = {0};
   int rc = SCHEDRUN_OK;
-  if (q->cap - q->len < sizeof hdr) {
+  if (q->cap - q->len < 4) {
     size_t cap = q->cap ? 2 * q->cap : 4096;
     uint8_t *b = realloc(q->buf, cap);
     if (b) {
@@ -435,13 +434,12 @@ int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err) {
     }
   }
   if (rc == SCHEDRUN_OK) {
-    memcpy(q->buf + q->len, hdr, sizeof hdr);
-    q->len += sizeof hdr;
+    q->len += 4; /* the length, written once the message is there */
     rc = msg_encode_append(m, &q->buf, &q->len, &q->cap, err);
     if (rc) q->len = at;
   }
   if (rc == SCHEDRUN_OK) {
-    uint32_t n = (uint32_t)(q->len - at - sizeof hdr); /* at most MSG_MAX_BYTES */
+    uint32_t n = (uint32_t)(q->len - at - 4); /* at most MSG_MAX_BYTES */
     for (int i = 0; i < 4; i++) q->buf[at + (size_t)i] = (uint8_t)(n >> (8 * i));
     /* queued, then pollers; a poller stops in the other order (both
      * sequentially consistent), so one of the two sees the other */

@@ -30,17 +30,17 @@ int core_send_queued(actor_t *self, msg_queue *q, const char *to, const msg *m) 
 
 int core_send_complete(actor_t *self, schedrun_core *c, const char *to, const msg *m) {
   if (!c->queue_completions || strcmp(to, ACTOR_CLIENT) != 0) return actor_send(self, to, m);
-  return core_send_queued(self, &c->completions, to, m);
+  return core_send_queued(self, &c->to_client, to, m);
 }
 
 int core_send_execute(actor_t *self, schedrun_core *c, int dev, const msg *m) {
   char to[32];
   snprintf(to, sizeof to, ACTOR_EXECUTE_FMT, dev);
   if (c->no_batching) return actor_send(self, to, m);
-  return core_send_queued(self, &c->executes[dev], to, m);
+  return core_send_queued(self, &c->to_execute[dev], to, m);
 }
 
 int core_send_executed(actor_t *self, schedrun_core *c, const char *to, const msg *m) {
   if (c->no_batching || strcmp(to, ACTOR_SCHEDULER) != 0) return actor_send(self, to, m);
-  return core_send_queued(self, &c->submits, to, m);
+  return core_send_queued(self, &c->to_scheduler, to, m);
 }

@@ -39,13 +39,12 @@ typedef struct schedrun_core {
   hmap programs; /* uint64_t id -> prog_program* */
   /* Queues beside mailboxes (actor.h), each rung with QUEUED when idle:
    * SUBMITs from the library and EXECUTEDs from the execute actors to the
-   * scheduler; EXECUTEs from the scheduler
-   * to each device's execute actor; COMPLETEs from the actors to the library
-   * (when queue_completions), which a caller waiting for a job also takes
-   * itself while it polls. */
-  msg_queue submits;
-  msg_queue executes[SCHEDRUN_MAX_DEVICES];
-  msg_queue completions;
+   * scheduler; EXECUTEs from the scheduler to each device's execute actor;
+   * COMPLETEs from the actors to the library (when queue_completions), which
+   * a caller waiting for a job also takes itself while it polls. */
+  msg_queue to_scheduler;
+  msg_queue to_execute[SCHEDRUN_MAX_DEVICES];
+  msg_queue to_client;
   bool queue_completions;
 } schedrun_core;
 

@@ -216,8 +216,8 @@ static bool take_queued(void *self, msg *m) {
 static int execute_handle(actor_t *self, msg *m) {
   execute_state *s = actor_state(self);
   switch (m->type) {
-  case MSG_QUEUED: /* the scheduler has queued EXECUTEs (core->executes[device]) */
-    for (size_t bad = msgq_drain(&s->core->executes[s->device], take_queued, self); bad; bad--)
+  case MSG_QUEUED: /* the scheduler has queued EXECUTEs (core->to_execute[device]) */
+    for (size_t bad = msgq_drain(&s->core->to_execute[s->device], take_queued, self); bad; bad--)
       actor_count_malformed(self);
     return ACTOR_CONTINUE;
   case MSG_EXECUTE: handle_execute(self, s, m); return ACTOR_CONTINUE;

@@ -149,7 +149,7 @@ static void handle_executed(actor_t *self, scheduler_state *s, msg *m);
 static void handle_executed_many(actor_t *self, scheduler_state *s, msg *m);
 
 /* A queued message: SUBMITs from the library and EXECUTEDs from the execute
- * actors are queued for the scheduler (core->submits). */
+ * actors are queued for the scheduler (core->to_scheduler). */
 static bool take_queued(void *ctx, msg *m) {
   actor_t *self = ctx;
   scheduler_state *s = actor_state(self);
@@ -300,7 +300,7 @@ static int scheduler_handle(actor_t *self, msg *m) {
   case MSG_SUBMIT: handle_submit(self, s, m); break;
   case MSG_SUBMIT_MANY: handle_submit_many(self, s, m); break;
   case MSG_QUEUED:
-    for (size_t bad = msgq_drain(&s->core->submits, take_queued, self); bad; bad--) actor_count_malformed(self);
+    for (size_t bad = msgq_drain(&s->core->to_scheduler, take_queued, self); bad; bad--) actor_count_malformed(self);
     break;
   case MSG_COMPILED: handle_compiled(self, s, m); break;
   case MSG_RECORDED: handle_recorded(self, s, m); break;

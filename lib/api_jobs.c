@@ -29,7 +29,7 @@ static bool wait_completion(schedrun_t *s, const struct timespec *deadline, bool
   uint64_t seen = atomic_load(&s->completions);
   pthread_mutex_unlock(&s->lock);
   uint64_t t0 = now_ns();
-  msg_queue *q = &s->core.completions;
+  msg_queue *q = &s->core.to_client;
   if (s->spin_ns) msgq_poll_begin(q); /* what arrives meanwhile rings nobody: it is ours to file */
   while (atomic_load(&s->completions) == seen && now_ns() - t0 < s->spin_ns) {
     /* a COMPLETE waiting in the queue is filed here, without a hop through
@@ -143,7 +143,7 @@ static int send_submit(schedrun_t *s, const msg *m, schedrun_error_t *err) {
     pthread_mutex_unlock(&s->send_lock);
     return rc;
   }
-  rc = msgq_push(&s->core.submits, m, &ring, err);
+  rc = msgq_push(&s->core.to_scheduler, m, &ring, err);
   if (rc || !ring) return rc;
   msg bell;
   msg_init(&bell, MSG_QUEUED, m->job, ACTOR_CLIENT);
@@ -151,7 +151,7 @@ static int send_submit(schedrun_t *s, const msg *m, schedrun_error_t *err) {
   rc = mbox_send(s->outbox, &bell, err);
   pthread_mutex_unlock(&s->send_lock);
   msg_free(&bell);
-  if (rc) msgq_unring(&s->core.submits); /* the scheduler is gone: what is queued is never read */
+  if (rc) msgq_unring(&s->core.to_scheduler); /* the scheduler is gone: what is queued is never read */
   return rc;
 }
 

@@ -306,7 +306,7 @@ static bool take_completion(void *ctx, msg *m) {
 
 void api_drain_completions(schedrun_t *s, bool on_completer) {
   drain_ctx d = {s, on_completer};
-  size_t bad = msgq_drain(&s->core.completions, take_completion, &d);
+  size_t bad = msgq_drain(&s->core.to_client, take_completion, &d);
   if (bad) atomic_fetch_add(&s->malformed, bad);
   if (on_completer) {
     run_deferred(s);
@@ -340,7 +340,7 @@ static void *completer_main(void *arg) {
     }
     msg m;
     uint64_t dropped = 0;
-    int rc = mbox_recv_spin(s->inbox, terminating ? DRAIN_TIMEOUT_MS : -1, s->spin_ns, &s->core.completions, &m,
+    int rc = mbox_recv_spin(s->inbox, terminating ? DRAIN_TIMEOUT_MS : -1, s->spin_ns, &s->core.to_client, &m,
                             &dropped, NULL);
     if (dropped) atomic_fetch_add(&s->malformed, dropped);
     if (rc == SCHEDRUN_EAGAIN) {
@@ -348,7 +348,7 @@ static void *completer_main(void *arg) {
       continue;
     }
     /* COMPLETEs queued before m was sent come first */
-    if (rc == SCHEDRUN_OK && m.type != MSG_QUEUED && msgq_any(&s->core.completions)) api_drain_completions(s, true);
+    if (rc == SCHEDRUN_OK && m.type != MSG_QUEUED && msgq_any(&s->core.to_client)) api_drain_completions(s, true);
     if (rc != SCHEDRUN_OK) break;
     if (m.type == MSG_COMPLETE) {
       completed(s, &m.job, &m.body.complete, 1, true);
@@ -421,9 +421,9 @@ static void teardown(schedrun_t *s) {
   free(s->doomed);
   free(s->doomed_ids);
   pthread_mutex_destroy(&s->core.reg_lock);
-  msgq_destroy(&s->core.submits);
-  msgq_destroy(&s->core.completions);
-  for (int d = 0; d < SCHEDRUN_MAX_DEVICES; d++) msgq_destroy(&s->core.executes[d]);
+  msgq_destroy(&s->core.to_scheduler);
+  msgq_destroy(&s->core.to_client);
+  for (int d = 0; d < SCHEDRUN_MAX_DEVICES; d++) msgq_destroy(&s->core.to_execute[d]);
   pthread_mutex_destroy(&s->bell_lock);
   for (size_t k = 0; k < s->ndeferred; k++) {
     free(s->deferred[k]);
@@ -459,9 +459,9 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   pthread_mutex_init(&s->ctl_lock, NULL);
   pthread_cond_init(&s->cond, NULL);
   pthread_mutex_init(&s->core.reg_lock, NULL);
-  msgq_init(&s->core.submits);
-  msgq_init(&s->core.completions);
-  for (int d = 0; d < SCHEDRUN_MAX_DEVICES; d++) msgq_init(&s->core.executes[d]);
+  msgq_init(&s->core.to_scheduler);
+  msgq_init(&s->core.to_client);
+  for (int d = 0; d < SCHEDRUN_MAX_DEVICES; d++) msgq_init(&s->core.to_execute[d]);
   pthread_mutex_init(&s->bell_lock, NULL);
   hmap_init(&s->core.programs, sizeof(uint64_t));
   idmap_init(&s->jobs);
@@ -528,11 +528,11 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
       goto fail;
     }
     if ((rc = actor_start_spin(s->core.zctx, &execute_actor_def, name, s->execute_st[d], s->spin_ns,
-                               &s->core.executes[d], &s->execute[d], err)))
+                               &s->core.to_execute[d], &s->execute[d], err)))
       goto fail;
   }
   if ((rc = actor_start_spin(s->core.zctx, &scheduler_actor_def, ACTOR_SCHEDULER, s->scheduler_st, s->spin_ns,
-                             &s->core.submits, &s->scheduler, err)))
+                             &s->core.to_scheduler, &s->scheduler, err)))
     goto fail;
   s->outbox = mbox_connect(s->core.zctx, ACTOR_SCHEDULER, err);
   if (!s->outbox) {

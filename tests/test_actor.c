@@ -215,12 +215,50 @@ static void test_queue(void **st) {
   msgq_destroy(&q);
 }
 
+/* msgq_drain hands each queued message to its taker in order and counts
+ * those the taker refuses (a type that is not queued for it). */
+typedef struct taken {
+  uint64_t jobs[4];
+  int n;
+} taken;
+
+static bool take_submits(void *ctx, msg *m) {
+  taken *t = ctx;
+  if (m->type != MSG_SUBMIT) return false;
+  t->jobs[t->n++] = m->job;
+  return true;
+}
+
+static void test_queue_drain(void **st) {
+  (void)st;
+  msg_queue q;
+  msgq_init(&q);
+  schedrun_error_t err = {0};
+  bool ring;
+  const int types[] = {MSG_SUBMIT, MSG_TERM, MSG_SUBMIT};
+  for (int k = 0; k < 3; k++) {
+    msg m;
+    msg_init(&m, types[k], 10 + (uint64_t)k, "client");
+    assert_int_equal(msgq_push(&q, &m, &ring, &err), SCHEDRUN_OK);
+    msg_free(&m);
+  }
+  taken t = {{0}, 0};
+  assert_int_equal(msgq_drain(&q, take_submits, &t), 1);
+  assert_int_equal(t.n, 2);
+  assert_true(t.jobs[0] == 10 && t.jobs[1] == 12);
+  assert_false(msgq_any(&q));
+  assert_int_equal(msgq_drain(&q, take_submits, &t), 0); /* empty: nothing, nobody called */
+  assert_int_equal(t.n, 2);
+  msgq_destroy(&q);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trips_in_order),
       cmocka_unit_test(test_malformed_counted),
       cmocka_unit_test(test_failing_start),
       cmocka_unit_test(test_queue),
+      cmocka_unit_test(test_queue_drain),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
