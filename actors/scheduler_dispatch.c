@@ -350,6 +350,15 @@ static void send_execute_many(actor_t *self, scheduler_state *s, const prog_prog
   }
 }
 
+/* Whether one more job may go out to the device now: a few EXECUTEs ahead
+ * keep it busy; the rest wait here, where a shutdown or a deadline can still
+ * reach them, and, batched, leave together. `open` says a batch is in hand
+ * (joining it starts no new EXECUTE). */
+static bool room_out(const scheduler_state *s, const slot_state *ss, bool open) {
+  if (s->core->no_batching) return ss->inflight < EXECUTE_AHEAD_ALONE;
+  return ss->inflight < EXECUTE_AHEAD && (open || ss->nbatches < BATCHES_AHEAD);
+}
+
 /* Starts what can start, in order: jobs that change nothing go straight to
  * the device's execute actor, together in EXECUTE_MANYs (it runs them in
  * turn); a job that needs a RECORD waits until nothing of this slot is
@@ -375,11 +384,7 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
       start_record(self, s, ps, ss, j);
       break;
     }
-    /* a few EXECUTEs ahead keep the device busy; the rest wait here, where a
-     * shutdown or a deadline can still reach them */
-    if (!j->record_only && (s->core->no_batching ? ss->inflight >= EXECUTE_AHEAD_ALONE
-                                                 : ss->inflight >= EXECUTE_AHEAD || (nb == 0 && ss->nbatches >= BATCHES_AHEAD)))
-      break;
+    if (!j->record_only && !room_out(s, ss, nb > 0)) break;
     scheduler_q_pop(&ss->queue);
     j->counts = (msg_counts){0, 0, ss->nodes}; /* reused as it is, without asking */
     ss->fast_reuses += ss->nodes;
@@ -408,7 +413,6 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
 }
 
 void scheduler_dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss) {
-  (void)self;
   if (ss->dirty) return;
   if (s->ndirty == s->dirty_cap) {
     size_t cap = s->dirty_cap ? 2 * s->dirty_cap : 16;
