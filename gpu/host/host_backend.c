@@ -403,6 +403,12 @@ static int h_seq_launch_timed(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, 
   return rc;
 }
 
+/* The arena bytes a batch step stages (host bytes in, or read back), 16-byte
+ * aligned. */
+static uint64_t stage_len(const gpu_batch_op *o) {
+  return o->kind == GB_HTOD || o->kind == GB_DTOH ? (o->bytes + 15) & ~15ull : 0;
+}
+
 /* A batch as one RUN_STEPS request: host bytes are staged in the arena
  * first (the worker copies them in between the jobs' sequences), what is
  * read back is staged by the worker and copied out after. */
@@ -411,8 +417,7 @@ static int h_run_batch(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uin
   host_device *d = dev_of(b, dev);
   *done = 0;
   uint64_t staged = 0;
-  for (size_t i = 0; i < n; i++)
-    if (ops[i].kind == GB_HTOD || ops[i].kind == GB_DTOH) staged += (ops[i].bytes + 15) & ~15ull;
+  for (size_t i = 0; i < n; i++) staged += stage_len(&ops[i]);
   uint64_t at = 0, steps_bytes = n * sizeof(hw_step);
   if (dev_alloc(d, steps_bytes + staged, &at))
     return err_set(err, SCHEDRUN_ENOMEM, "%s: no room to stage a batch of %zu steps (%llu bytes)", d->name, n,
@@ -422,12 +427,10 @@ static int h_run_batch(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uin
   for (size_t i = 0; i < n; i++) {
     const gpu_batch_op *o = &ops[i];
     hw_step *st = &steps[i];
-    memset(st, 0, sizeof *st);
     switch (o->kind) {
     case GB_HTOD:
       if (o->bytes) memcpy(dev_range(d, stage, o->bytes), o->src, o->bytes);
       *st = (hw_step){HW_STEP_COPY, 0, o->addr, stage, o->bytes, 0};
-      stage += (o->bytes + 15) & ~15ull;
       break;
     case GB_ZERO: *st = (hw_step){HW_STEP_ZERO, 0, o->addr, 0, o->bytes, 0}; break;
     case GB_SEQ:
@@ -435,11 +438,9 @@ static int h_run_batch(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uin
       *st = (hw_step){HW_STEP_SEQ, 0, 0, o->seq->hdr, 0, 0};
       seqs++;
       break;
-    case GB_DTOH:
-      *st = (hw_step){HW_STEP_COPY, 0, stage, o->addr, o->bytes, 0};
-      stage += (o->bytes + 15) & ~15ull;
-      break;
+    case GB_DTOH: *st = (hw_step){HW_STEP_COPY, 0, stage, o->addr, o->bytes, 0}; break;
     }
+    stage += stage_len(o);
   }
   assert(stage == at + steps_bytes + staged);
   pthread_mutex_lock(&d->lock);
@@ -457,7 +458,7 @@ static int h_run_batch(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uin
     gpu_batch_op *o = &ops[i];
     if (o->kind == GB_SEQ) o->t_end = steps[i].t_end;
     if (o->kind == GB_DTOH && o->bytes) memcpy(o->dst, dev_range(d, stage, o->bytes), o->bytes);
-    if (o->kind == GB_HTOD || o->kind == GB_DTOH) stage += (o->bytes + 15) & ~15ull;
+    stage += stage_len(o);
   }
   dev_free(d, at);
   return rc;
