@@ -20,7 +20,8 @@ CUDA_INCLUDE_DIRS = $(sort /usr/local/cuda/include $(realpath /usr/local/cuda/in
 # Debian packages the build and the host backend need (python3-numpy and
 # graphviz: the tests read --output with numpy.load and render --dot with dot).
 DEB_PACKAGES = build-essential g++ clang binutils cmake pkg-config libzmq3-dev libmsgpack-dev \
-               libyaml-dev libcmocka-dev libssl-dev libjson-c-dev python3-numpy graphviz
+               libyaml-dev libcmocka-dev libssl-dev libjson-c-dev python3-numpy graphviz \
+               openmpi-bin libopenmpi-dev
 
 .PHONY: all deps build run test test-plain test-asan test-tsan test-portable test-build-types bench fuzz clean
 

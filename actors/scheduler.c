@@ -341,25 +341,33 @@ static int scheduler_handle(actor_t *self, msg *m) {
     break;
   }
   case MSG_STATUS: {
-    /* {program, device, slot} asks about one execution context */
+    /* {program, device, slot} asks about one execution context; with
+     * "modules", the program's compiled kernels come back as one item per
+     * artifact, named by its path in the cache */
     uint64_t program = 0;
     slot_key sk = {0, 0};
+    bool modules = false;
     for (size_t i = 0; i < m->body.status.items.n; i++) {
       const msg_stat *it = &m->body.status.items.v[i];
       if (!strcmp(it->name, "program")) program = (uint64_t)it->value;
       else if (!strcmp(it->name, "device")) sk.device = (uint32_t)it->value;
       else if (!strcmp(it->name, "slot")) sk.slot = (uint32_t)it->value;
+      else if (!strcmp(it->name, "modules")) modules = it->value != 0;
     }
     prog_state *ps = program ? scheduler_prog_get(s, program, false) : NULL;
     slot_state *ss = ps ? hmap_get(&ps->slots, &sk) : NULL;
+    size_t nmod = modules && ps ? ps->modules.n : 0;
     msg r;
     msg_init(&r, MSG_STATUS, m->job, ACTOR_SCHEDULER);
-    r.body.status.items.v = calloc(3, sizeof(msg_stat));
+    r.body.status.items.v = calloc(4 + nmod, sizeof(msg_stat));
     if (r.body.status.items.v) {
       r.body.status.items.v[0] = (msg_stat){xstrdup("jobs_in_flight"), (int64_t)s->jobs.count};
       r.body.status.items.v[1] = (msg_stat){xstrdup("programs"), (int64_t)s->progs.count};
       r.body.status.items.v[2] = (msg_stat){xstrdup("reused_without_record"), ss ? (int64_t)ss->fast_reuses : 0};
-      r.body.status.items.n = 3;
+      r.body.status.items.v[3] = (msg_stat){xstrdup("compiled"), ps && ps->modules.n ? 1 : 0};
+      r.body.status.items.n = 4;
+      for (size_t i = 0; i < nmod; i++)
+        r.body.status.items.v[r.body.status.items.n++] = (msg_stat){xstrdup(ps->modules.v[i].path), (int64_t)i};
     }
     actor_send(self, m->from, &r);
     msg_free(&r);

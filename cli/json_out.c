@@ -199,6 +199,7 @@ int json_print_outcome(const cli_outcome *o) {
       put(json_object_array_get_idx(names, (size_t)d), "name", str(schedrun_device_name(o->s, d)));
     put(j, "devices", names);
   }
+  if (o->ranks) put(j, "ranks", o->ranks);
   json_object *failures = json_object_new_array();
   for (size_t i = 0; o->rep && i < schedrun_report_failure_count(o->rep); i++)
     json_object_array_add(failures, str(schedrun_report_failure(o->rep, i)));

@@ -2,6 +2,8 @@
 #ifndef SCHEDRUN_CLI_JSON_OUT_H
 #define SCHEDRUN_CLI_JSON_OUT_H
 
+#include <json-c/json.h>
+
 #include "schedrun.h"
 
 #define JSON_SCHEMA 1
@@ -15,6 +17,7 @@ typedef struct cli_outcome {
   const schedrun_t *s;  /* NULL when it did not open */
   const schedrun_program_t *prog;
   const schedrun_report_t *rep;
+  json_object *ranks;   /* across MPI ranks: one entry per rank (taken over); NULL otherwise */
 } cli_outcome;
 
 /* Prints the outcome as one line of JSON; every string valid UTF-8 (bytes

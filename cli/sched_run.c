@@ -15,6 +15,7 @@
 
 #include "interrupt.h"
 #include "json_out.h"
+#include "ranks.h"
 #include "schedrun.h"
 
 enum { EXIT_VERIFIED = 0, EXIT_MISMATCH = 1, EXIT_USAGE = 2, EXIT_COMPILE = 3, EXIT_OTHER = 4 };
@@ -65,6 +66,13 @@ static int positive(const char *opt, const char *v, int *out) {
   }
   *out = (int)n;
   return 0;
+}
+
+int ranks_refuse_singleton(const char *why) {
+  const char *tasks = getenv("SLURM_NTASKS");
+  if (!tasks || atoi(tasks) <= 1) return 0;
+  fprintf(stderr, "sched-run: SLURM_NTASKS is %s, but %s; refusing to run the config alone\n", tasks, why);
+  return EXIT_USAGE;
 }
 
 static double ms(uint64_t ns) { return (double)ns / 1e6; }
@@ -165,6 +173,7 @@ int main(int argc, char **argv) {
   int output_all = 0;
   int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, json = 0, timeout_s = 600, check = 0, c;
   opterr = 0;
+  ranks_silence_others(); /* under MPI only rank 0 talks */
   /* before any thread starts: they all inherit the blocked signals */
   if (interrupt_start() != 0) {
     fprintf(stderr, "sched-run: cannot set up signal handling\n");
@@ -222,6 +231,10 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   const char *path = argv[optind];
+  cli_ranks ranks;
+  int rst = ranks_start(&ranks);
+  if (rst != 0) return rst;
+  if (ranks.active && ranks.rank != 0) return ranks_serve(&ranks, devices);
 
   schedrun_error_t err = {0};
   schedrun_program_t *prog = NULL;
@@ -244,28 +257,31 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", err.message);
     int st = load_rc == SCHEDRUN_ENOMEM ? EXIT_OTHER : EXIT_USAGE; /* out of memory is not the config's fault */
     if (json) {
-      cli_outcome oc = {st, st == EXIT_USAGE ? "config-error" : "failed", path, NULL, err.message, NULL, NULL, NULL};
+      cli_outcome oc = {st, st == EXIT_USAGE ? "config-error" : "failed", path, NULL, err.message, NULL, NULL, NULL, NULL};
       json_print_outcome(&oc);
     }
     schedrun_error_clear(&err);
-    return st;
+    ranks_share(&ranks, st, NULL, 0);
+    schedrun_t *none = NULL;
+    return ranks_end(&ranks, &none, st);
   }
+  ranks_share(&ranks, 0, devices ? devices : schedrun_program_devices(prog), no_cache);
   schedrun_options_t opts;
   schedrun_options_init(&opts);
   opts.devices = devices ? devices : schedrun_program_devices(prog);
   opts.no_disk_cache = no_cache;
   schedrun_t *s = NULL;
-  int rc = schedrun_open(&s, &opts, &err);
+  int rc = ranks_open(&ranks, &opts, &s, &err);
   if (rc != SCHEDRUN_OK) {
     fprintf(stderr, "sched-run: %s\n", err.message);
     int st = rc == SCHEDRUN_EINVAL ? EXIT_USAGE : EXIT_OTHER;
     if (json) {
-      cli_outcome oc = {st, st == EXIT_USAGE ? "usage-error" : "failed", path, NULL, err.message, NULL, prog, NULL};
+      cli_outcome oc = {st, st == EXIT_USAGE ? "usage-error" : "failed", path, NULL, err.message, NULL, prog, NULL, NULL};
       json_print_outcome(&oc);
     }
     schedrun_error_clear(&err);
     schedrun_program_free(&prog);
-    return st;
+    return ranks_end(&ranks, &s, st);
   }
   interrupt_watch(s);
   schedrun_run_options_t ro;
@@ -282,7 +298,7 @@ int main(int argc, char **argv) {
     ro.progress_user = &pg;
   }
   schedrun_report_t *rep = NULL;
-  rc = schedrun_run(s, prog, &ro, &rep, &err);
+  rc = ranks_run(&ranks, s, prog, &ro, &rep, &err);
   if (pg.shown) fprintf(stderr, "\r%70s\r", "");
   const schedrun_summary_t *sum = schedrun_report_summary(rep);
   int status = EXIT_VERIFIED;
@@ -323,7 +339,7 @@ int main(int argc, char **argv) {
                                                    : "failed";
     cli_outcome oc = {status, what, path, sig ? interrupt_name(sig) : NULL,
                       status == EXIT_VERIFIED || status == EXIT_MISMATCH || sig ? NULL : err.message,
-                      s, prog, rep};
+                      s, prog, rep, ranks_json(&ranks, rep)};
     if (json_print_outcome(&oc) != 0 && status == EXIT_VERIFIED) status = EXIT_OTHER;
   } else if (sum && !quiet && check && status == EXIT_VERIFIED) {
     printf("%s: checked: %u jobs compiled and recorded on %d device%s (%s%s); none was run\n",
@@ -354,11 +370,11 @@ int main(int argc, char **argv) {
           printf("  %-8s while loops run %s; %llu host-driven trips\n", "", ds->loops,
                  (unsigned long long)ds->loop_syncs);
       }
+    ranks_print(&ranks, stdout);
   }
   schedrun_error_clear(&err);
   schedrun_report_free(&rep);
   schedrun_program_free(&prog);
-  interrupt_watch(NULL); /* waits for a shutdown the signal thread started */
-  schedrun_close(&s);    /* removes the --no-cache directory */
-  return status;
+  interrupt_watch(NULL);                /* waits for a shutdown the signal thread started */
+  return ranks_end(&ranks, &s, status); /* closes: removes the --no-cache directory */
 }

@@ -33,6 +33,21 @@ int artifact_write(const char *path, const char *key, const void *payload, size_
   return rc;
 }
 
+const char *artifact_check(const void *file, size_t size, const char *key) {
+  const uint8_t *data = file;
+  uint32_t version;
+  uint64_t n = 0;
+  char sum[65];
+  if (size < ARTIFACT_HEADER) return "shorter than its header";
+  if (memcmp(data, magic, 8) != 0) return "not a schedrun artifact";
+  if (memcpy(&version, data + 8, 4), version != 1) return "an unknown artifact version";
+  if (memcpy(&n, data + 16, 8), n != size - ARTIFACT_HEADER) return "truncated or padded";
+  if (strlen(key) != 64 || memcmp(data + 88, key, 64) != 0) return "stored under another key";
+  if (sha_hex(data + ARTIFACT_HEADER, (size_t)n, sum), memcmp(sum, data + 24, 64) != 0)
+    return "corrupted (checksum mismatch)";
+  return NULL;
+}
+
 int artifact_read(const char *path, const char *key, uint8_t **payload, size_t *len,
                   schedrun_error_t *err) {
   *payload = NULL;
@@ -41,23 +56,14 @@ int artifact_read(const char *path, const char *key, uint8_t **payload, size_t *
   size_t size;
   int rc = fs_read_file(path, &data, &size, err);
   if (rc) return rc;
-  const char *why = NULL;
-  uint32_t version;
-  uint64_t n = 0;
-  char sum[65];
-  if (size < ARTIFACT_HEADER) why = "shorter than its header";
-  else if (memcmp(data, magic, 8) != 0) why = "not a schedrun artifact";
-  else if (memcpy(&version, data + 8, 4), version != 1) why = "an unknown artifact version";
-  else if (memcpy(&n, data + 16, 8), n != size - ARTIFACT_HEADER) why = "truncated or padded";
-  else if (memcmp(data + 88, key, 64) != 0) why = "stored under another key";
-  else if (sha_hex(data + ARTIFACT_HEADER, (size_t)n, sum), memcmp(sum, data + 24, 64) != 0)
-    why = "corrupted (checksum mismatch)";
+  const char *why = artifact_check(data, size, key);
   if (why) {
     free(data);
     return err_set(err, SCHEDRUN_EIO, "%s: %s", path, why);
   }
-  memmove(data, data + ARTIFACT_HEADER, (size_t)n);
+  size_t n = size - ARTIFACT_HEADER;
+  memmove(data, data + ARTIFACT_HEADER, n);
   *payload = (uint8_t *)data;
-  *len = (size_t)n;
+  *len = n;
   return SCHEDRUN_OK;
 }

@@ -25,4 +25,8 @@ int artifact_write(const char *path, const char *key, const void *payload, size_
 int artifact_read(const char *path, const char *key, uint8_t **payload, size_t *len,
                   schedrun_error_t *err);
 
+/* Why a whole artifact file's bytes are not a good artifact for `key`
+ * (short, foreign, truncated, another key, corrupted), or NULL when they are. */
+const char *artifact_check(const void *file, size_t size, const char *key);
+
 #endif

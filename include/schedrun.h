@@ -153,6 +153,16 @@ SCHEDRUN_EXTERN const char *schedrun_device_name(const schedrun_t *s, int i);
 /* Why "auto" or "all" fell back to host devices (no driver, no GPU), or NULL. */
 SCHEDRUN_EXTERN const char *schedrun_device_fallback(const schedrun_t *s);
 
+/* ---- the kernel cache ------------------------------------------------------ */
+
+/* What kernels compile for here: the backend's target and architecture
+ * ("host", "cuda sm_90"). Processes with the same target can share compiled
+ * kernels (schedrun_program_artifacts, schedrun_cache_publish). */
+SCHEDRUN_EXTERN const char *schedrun_compile_target(const schedrun_t *s);
+/* How many kernels this scheduler compiled since it opened (cache hits and
+ * published artifacts are not compiles). */
+SCHEDRUN_EXTERN int schedrun_compile_count(schedrun_t *s, uint64_t *compiled, schedrun_error_t *err);
+
 /* ---- programs ------------------------------------------------------------ */
 
 typedef struct schedrun_program schedrun_program_t;
@@ -183,6 +193,21 @@ SCHEDRUN_EXTERN const char *schedrun_program_devices(const schedrun_program_t *p
 typedef struct schedrun_counters {
   uint64_t nodes, created, updated, reused;
 } schedrun_counters_t;
+
+/* Called once per compiled kernel of a program: `name` is the artifact's
+ * place in the cache ("TARGET/xx/KEY.ext"), `path` the file there. */
+typedef void (*schedrun_artifact_fn)(const char *name, const char *path, void *user);
+/* The compiled kernels of p, once a job of p has compiled them here (a
+ * record_only job will do); SCHEDRUN_EINVAL before. */
+SCHEDRUN_EXTERN int schedrun_program_artifacts(schedrun_t *s, const schedrun_program_t *p, schedrun_artifact_fn fn,
+                                               void *user, schedrun_error_t *err);
+/* Publishes one artifact file made by another process with the same
+ * compile target under `name` (as schedrun_program_artifacts gave it): its
+ * name, header, key and SHA-256 are checked as a cache read checks them
+ * (SCHEDRUN_EINVAL for a bad name, SCHEDRUN_EIO for bad bytes), then it is
+ * written atomically. A kernel then found in the cache is not compiled. */
+SCHEDRUN_EXTERN int schedrun_cache_publish(schedrun_t *s, const char *name, const void *data, size_t len,
+                                           schedrun_error_t *err);
 
 SCHEDRUN_EXTERN int schedrun_record_counters(schedrun_t *s, const schedrun_program_t *p, int device, int slot,
                           schedrun_counters_t *out, schedrun_error_t *err);

@@ -94,6 +94,7 @@ struct schedrun {
   schedrun_program_t *programs;
   char *temp_cache; /* removed at close */
   char *fallback;   /* why auto/all runs on the host */
+  char target[96];  /* what kernels compile for: "host", "cuda sm_90" */
   uint64_t spin_ns; /* how long waiting threads poll before they sleep */
   /* callbacks of jobs whose COMPLETE a waiting thread took from the
    * completion queue: they run on the completion thread (under lock) */
@@ -108,6 +109,14 @@ struct schedrun {
 /* Whether the calling thread is s's completion thread (where callbacks run).
  * Takes no lock; the answer cannot change under the caller. */
 bool api_on_completer(schedrun_t *s);
+/* SCHEDRUN_ECLOSED, naming fn, once s is shut down. */
+int api_closed(schedrun_t *s, const char *fn, schedrun_error_t *err);
+/* Sends a STATUS (with `query` items) to one actor and reads its answer
+ * into *reply (the caller frees it). */
+int api_ask_status(schedrun_t *s, const char *actor, const msg_stat *query, size_t nquery, msg *reply,
+                   schedrun_error_t *err);
+/* The value of the answer's item `name`; 0 when absent. */
+int64_t api_stat_value(const msg *m, const char *name);
 /* A CLOCK_REALTIME deadline timeout_ms from now, for pthread_cond_timedwait. */
 struct timespec api_deadline_in(int timeout_ms);
 /* Registers program h with s on its first job (under s->lock). */

@@ -488,6 +488,12 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   gpu_open_opts go = {s->core.cache_dir, s->spin_ns, o.host_in_process != 0};
   if ((rc = gpu_backend_open(o.devices, &go, &s->core.backend, &s->fallback, err))) goto fail;
   s->core.ndevices = s->core.backend->ops->device_count(s->core.backend);
+  {
+    const gpu_backend *be = s->core.backend;
+    const char *arch = be->ops->arch(be, 0);
+    snprintf(s->target, sizeof s->target, "%s%s%s", be->ops->target(be, 0), arch && *arch ? " " : "",
+             arch ? arch : "");
+  }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   s->core.compile_workers = o.compile_workers ? o.compile_workers : (int)(cores > 0 ? cores : 1);
   s->core.record_always = o.record_always != 0;

@@ -9,7 +9,7 @@
 
 #include "lib/api.h"
 
-static int closed(schedrun_t *s, const char *fn, schedrun_error_t *err) {
+int api_closed(schedrun_t *s, const char *fn, schedrun_error_t *err) {
   pthread_mutex_lock(&s->lock);
   bool c = s->closed; /* while a shutdown drains, the actors still answer */
   pthread_mutex_unlock(&s->lock);
@@ -17,7 +17,7 @@ static int closed(schedrun_t *s, const char *fn, schedrun_error_t *err) {
 }
 
 /* Sends a STATUS (with `query` items) to one actor and reads its answer. */
-static int ask_status(schedrun_t *s, const char *actor, const msg_stat *query, size_t nquery, msg *reply,
+int api_ask_status(schedrun_t *s, const char *actor, const msg_stat *query, size_t nquery, msg *reply,
                       schedrun_error_t *err) {
   msg q;
   msg_init(&q, MSG_STATUS, 0, ACTOR_CONTROL);
@@ -62,7 +62,7 @@ static int ask_status(schedrun_t *s, const char *actor, const msg_stat *query, s
   return rc;
 }
 
-static int64_t stat_value(const msg *m, const char *name) {
+int64_t api_stat_value(const msg *m, const char *name) {
   for (size_t i = 0; i < m->body.status.items.n; i++)
     if (!strcmp(m->body.status.items.v[i].name, name)) return m->body.status.items.v[i].value;
   return 0;
@@ -70,12 +70,12 @@ static int64_t stat_value(const msg *m, const char *name) {
 
 int schedrun_compile_status(schedrun_t *s, int *active_sessions, int *cache_entries, schedrun_error_t *err) {
   if (!s) return err_set(err, SCHEDRUN_EINVAL, "schedrun_compile_status: the scheduler is NULL");
-  int rc = closed(s, "schedrun_compile_status", err);
+  int rc = api_closed(s, "schedrun_compile_status", err);
   msg m;
-  if (rc == SCHEDRUN_OK) rc = ask_status(s, ACTOR_COMPILE, NULL, 0, &m, err);
+  if (rc == SCHEDRUN_OK) rc = api_ask_status(s, ACTOR_COMPILE, NULL, 0, &m, err);
   if (rc == SCHEDRUN_OK) {
-    if (active_sessions) *active_sessions = (int)stat_value(&m, "compile_mode_active");
-    if (cache_entries) *cache_entries = (int)stat_value(&m, "cache_entries");
+    if (active_sessions) *active_sessions = (int)api_stat_value(&m, "compile_mode_active");
+    if (cache_entries) *cache_entries = (int)api_stat_value(&m, "cache_entries");
     msg_free(&m);
   }
   return rc;
@@ -83,11 +83,11 @@ int schedrun_compile_status(schedrun_t *s, int *active_sessions, int *cache_entr
 
 int schedrun_compile_progress(schedrun_t *s, int *kernels, int *done, schedrun_error_t *err) {
   if (!s) return err_set(err, SCHEDRUN_EINVAL, "schedrun_compile_progress: the scheduler is NULL");
-  int rc = closed(s, "schedrun_compile_progress", err);
+  int rc = api_closed(s, "schedrun_compile_progress", err);
   msg m;
-  if (rc == SCHEDRUN_OK) rc = ask_status(s, ACTOR_COMPILE, NULL, 0, &m, err);
+  if (rc == SCHEDRUN_OK) rc = api_ask_status(s, ACTOR_COMPILE, NULL, 0, &m, err);
   if (rc == SCHEDRUN_OK) {
-    int64_t n = stat_value(&m, "session_kernels"), pending = stat_value(&m, "session_pending");
+    int64_t n = api_stat_value(&m, "session_kernels"), pending = api_stat_value(&m, "session_pending");
     if (kernels) *kernels = (int)n;
     if (done) *done = (int)(n - pending);
     msg_free(&m);
@@ -103,21 +103,21 @@ int schedrun_record_counters(schedrun_t *s, const schedrun_program_t *p, int dev
   memset(out, 0, sizeof *out);
   if (device < 0 || device >= s->core.ndevices || slot < 0)
     return err_set(err, SCHEDRUN_EINVAL, "schedrun_record_counters: no device %d or slot %d", device, slot);
-  int rc = closed(s, "schedrun_record_counters", err);
+  int rc = api_closed(s, "schedrun_record_counters", err);
   if (rc) return rc;
   if (p->s != s) return SCHEDRUN_OK; /* never run here: nothing recorded */
   msg_stat q[] = {{"program", (int64_t)p->id}, {"device", device}, {"slot", slot}};
   msg m;
-  rc = ask_status(s, ACTOR_RECORD, q, 3, &m, err);
+  rc = api_ask_status(s, ACTOR_RECORD, q, 3, &m, err);
   if (rc == SCHEDRUN_OK) {
-    out->nodes = (uint64_t)stat_value(&m, "nodes");
-    out->created = (uint64_t)stat_value(&m, "created");
-    out->updated = (uint64_t)stat_value(&m, "updated");
-    out->reused = (uint64_t)stat_value(&m, "reused");
+    out->nodes = (uint64_t)api_stat_value(&m, "nodes");
+    out->created = (uint64_t)api_stat_value(&m, "created");
+    out->updated = (uint64_t)api_stat_value(&m, "updated");
+    out->reused = (uint64_t)api_stat_value(&m, "reused");
     msg_free(&m);
     /* reuses the scheduler decided on its own, without a RECORD */
-    if ((rc = ask_status(s, ACTOR_SCHEDULER, q, 3, &m, err)) == SCHEDRUN_OK) {
-      out->reused += (uint64_t)stat_value(&m, "reused_without_record");
+    if ((rc = api_ask_status(s, ACTOR_SCHEDULER, q, 3, &m, err)) == SCHEDRUN_OK) {
+      out->reused += (uint64_t)api_stat_value(&m, "reused_without_record");
       msg_free(&m);
     }
   }

@@ -1,5 +1,6 @@
 /* See report.h. Also the JSON summary and the Chrome trace writer. */
 #include <stdio.h>
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,7 @@ struct schedrun_report {
   char **commands; /* what each command (step) is, for the trace's launch spans */
   uint32_t ncommands;
   gpu_counters at_start[SCHEDRUN_MAX_DEVICES]; /* counters are reported as growth over the run */
+  int nlocal; /* devices of this process; those after them are other processes' */
 };
 
 schedrun_report_t *report_new(const schedrun_t *s, const prog_program *p, int repeat, int jobs, bool keep) {
@@ -43,7 +45,7 @@ schedrun_report_t *report_new(const schedrun_t *s, const prog_program *p, int re
   r->name = xstrdup(p->name);
   r->entries = calloc((size_t)repeat * (size_t)jobs, sizeof *r->entries);
   int nd = schedrun_device_count(s);
-  r->device_names = calloc((size_t)(nd ? nd : 1), sizeof *r->device_names);
+  r->device_names = calloc(SCHEDRUN_MAX_DEVICES, sizeof *r->device_names);
   if (!r->entries || !r->device_names || !r->name) {
     free(r->entries);
     free(r->device_names);
@@ -52,6 +54,7 @@ schedrun_report_t *report_new(const schedrun_t *s, const prog_program *p, int re
     return NULL;
   }
   r->sum.ndevices = nd;
+  r->nlocal = nd;
   r->buffers = calloc(p->nbuffers ? p->nbuffers : 1, sizeof *r->buffers);
   for (uint32_t b = 0; r->buffers && b < p->nbuffers; b++) {
     report_buffer *rb = &r->buffers[r->nbuffers];
@@ -161,7 +164,7 @@ bool report_add(schedrun_report_t *r, size_t index, schedrun_job_result_t *res) 
 
 void report_finish(schedrun_report_t *r, uint64_t wall_ns) {
   r->sum.wall_ns = wall_ns;
-  for (int d = 0; d < r->sum.ndevices; d++) {
+  for (int d = 0; d < r->nlocal; d++) {
     gpu_counters c;
     r->backend->ops->counters(r->backend, d, &c);
     schedrun_device_stats_t *ds = &r->sum.devices[d];
@@ -169,6 +172,27 @@ void report_finish(schedrun_report_t *r, uint64_t wall_ns) {
     ds->loop_syncs = c.host_trips - r->at_start[d].host_trips;
     snprintf(ds->loops, sizeof ds->loops, "%s", c.loops);
   }
+}
+
+int report_add_device(schedrun_report_t *r, const char *name) {
+  if (r->sum.ndevices >= SCHEDRUN_MAX_DEVICES) return -1;
+  int d = r->sum.ndevices++;
+  report_rename_device(r, d, name);
+  return d;
+}
+
+void report_rename_device(schedrun_report_t *r, int d, const char *name) {
+  assert(d >= 0 && d < r->sum.ndevices);
+  snprintf(r->device_names[d], sizeof r->device_names[d], "%s", name);
+  snprintf(r->sum.devices[d].name, sizeof r->sum.devices[d].name, "%s", name);
+}
+
+void report_device_counters(schedrun_report_t *r, int d, uint64_t launches, uint64_t loop_syncs, const char *loops) {
+  assert(d >= r->nlocal && d < r->sum.ndevices); /* this process's come from its backend */
+  schedrun_device_stats_t *ds = &r->sum.devices[d];
+  ds->launches = launches;
+  ds->loop_syncs = loop_syncs;
+  snprintf(ds->loops, sizeof ds->loops, "%s", loops ? loops : "");
 }
 
 int report_status(const schedrun_report_t *r, schedrun_error_t *err) {

@@ -19,6 +19,12 @@ schedrun_report_t *report_new(const schedrun_t *s, const prog_program *p, int re
 /* Files the result of job `index` (run * jobs + job), taking it over (it is
  * freed here). Returns false for a duplicate. */
 bool report_add(schedrun_report_t *r, size_t index, schedrun_job_result_t *res);
+/* A device of another process (an MPI rank), after this process's: its
+ * index, or -1 past SCHEDRUN_MAX_DEVICES. Its counters come from
+ * report_device_counters, not from this process's backend. */
+int report_add_device(schedrun_report_t *r, const char *name);
+void report_rename_device(schedrun_report_t *r, int d, const char *name);
+void report_device_counters(schedrun_report_t *r, int d, uint64_t launches, uint64_t loop_syncs, const char *loops);
 void report_finish(schedrun_report_t *r, uint64_t wall_ns);
 /* SCHEDRUN_OK, SCHEDRUN_EVERIFY, or the first job error, with err filled. */
 int report_status(const schedrun_report_t *r, schedrun_error_t *err);

@@ -535,6 +535,14 @@ int prog_load_string(const char *text, size_t len, const char *origin, prog_prog
     if (l.out_of_memory && err) err->code = SCHEDRUN_ENOMEM;
     return l.out_of_memory ? SCHEDRUN_ENOMEM : SCHEDRUN_ECONFIG;
   }
+  l.p->text = malloc(len + 1);
+  if (!l.p->text) {
+    prog_free(l.p);
+    return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  }
+  memcpy(l.p->text, text, len);
+  l.p->text[len] = '\0';
+  l.p->text_len = len;
   *out = l.p;
   return SCHEDRUN_OK;
 }

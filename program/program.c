@@ -80,6 +80,7 @@ void prog_free(prog_program *p) {
   free(p->expects);
   free(p->name);
   free(p->path);
+  free(p->text);
   free(p->devices);
   free(p);
 }

@@ -161,6 +161,8 @@ typedef struct prog_expect {
 typedef struct prog_program {
   char *name;
   char *path; /* the config file, or the origin name */
+  char *text; /* the config's text as loaded (sent as is to other processes) */
+  size_t text_len;
   char *devices;
   int repeat, buffer_sets, jobs;
   prog_kernel *kernels;

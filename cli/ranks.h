@@ -1,0 +1,50 @@
+/*
+ * sched-run across MPI ranks (mpirun -n N sched-run config.yaml, or srun):
+ * rank 0 reads the config and does all the talking; the other ranks serve
+ * it and print nothing. ranks.c when MPI is found, else ranks_absent.c
+ * (one process, as always; a Slurm job of several tasks is refused).
+ */
+#ifndef SCHED_RUN_RANKS_H
+#define SCHED_RUN_RANKS_H
+
+#include <json-c/json.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "schedrun.h"
+
+typedef struct cli_ranks {
+  bool active; /* started by an MPI launcher */
+  int rank, size;
+  struct schedrun_mpi *m;
+} cli_ranks;
+
+/* The refusal shared by both builds: 2 when SLURM_NTASKS says this process
+ * should be one of several tasks (said on stderr), else 0. */
+int ranks_refuse_singleton(const char *why);
+/* Before anything prints: on a rank other than 0, standard output and
+ * error go to /dev/null. */
+void ranks_silence_others(void);
+/* Joins MPI when an MPI launcher started this process. Refuses (exit status
+ * 2, said on stderr) a singleton that SLURM_NTASKS says should have been
+ * one of several tasks. Returns 0 or the exit status. */
+int ranks_start(cli_ranks *r);
+/* Rank 0, once the config is loaded or not: tells the other ranks the
+ * devices to open (or, status != 0, to stop). */
+void ranks_share(cli_ranks *r, int status, const char *devices, int no_cache);
+/* A rank other than 0: takes what rank 0 shares, opens, serves the run,
+ * closes; the exit status. */
+int ranks_serve(cli_ranks *r, const char *devices_override);
+/* Rank 0: opens every rank's scheduler; *s is this rank's. */
+int ranks_open(cli_ranks *r, const schedrun_options_t *o, schedrun_t **s, schedrun_error_t *err);
+/* schedrun_run on s, or across the ranks. */
+int ranks_run(cli_ranks *r, schedrun_t *s, schedrun_program_t *p, const schedrun_run_options_t *ro,
+              schedrun_report_t **rep, schedrun_error_t *err);
+/* The summary's lines about ranks, and --json's "ranks" array. */
+void ranks_print(const cli_ranks *r, FILE *f);
+json_object *ranks_json(const cli_ranks *r, const schedrun_report_t *rep);
+/* Closes (with s set to NULL) and leaves MPI (MPI_Abort when a rank was
+ * lost, MPI_Finalize otherwise); returns status. */
+int ranks_end(cli_ranks *r, schedrun_t **s, int status);
+
+#endif
