@@ -25,10 +25,19 @@ typedef struct pending_send {
   int dest;
 } pending_send;
 
+typedef struct pending_recv {
+  MPI_Request req;
+  uint8_t *data;
+  size_t len;
+  int src;
+} pending_recv;
+
 typedef struct gateway {
   schedrun_mpi_t *m;
   pending_send *sends;
   size_t nsends, cap;
+  pending_recv *recvs;
+  size_t nrecvs, rcap;
   uint64_t last_beat;
 } gateway;
 
@@ -209,43 +218,77 @@ static bool send_queued(gateway *g) {
   return any;
 }
 
+/* Takes one received message over: decoded, then into the inbox (a
+ * heartbeat ends here). */
+static void deliver(schedrun_mpi_t *m, int src, uint8_t *buf, size_t len) {
+  wire_in *w = calloc(1, sizeof *w);
+  if (!w) {
+    free(buf);
+    return;
+  }
+  w->src = src;
+  w->data = buf;
+  w->len = len;
+  msgpack_unpacked_init(&w->u);
+  size_t off = 0;
+  uint64_t kind = 0;
+  wire_rd rd;
+  if (msgpack_unpack_next(&w->u, (const char *)buf, len, &off) == MSGPACK_UNPACK_SUCCESS) {
+    wire_rd_init(&rd, &w->u.data);
+    wire_u64(&rd, &kind);
+  }
+  if (kind == 0 || kind >= W_LOST || kind == W_BEAT) { /* a heartbeat, or not ours: nothing more to do */
+    mpi_in_free(w);
+    return;
+  }
+  w->kind = (int)kind;
+  push_in(m, w);
+}
+
+/* Receives without ever blocking: a matched probe, then a receive that
+ * completes in its own time. A peer that stops in the middle of a large
+ * message (which MPI sends in pieces) leaves its receive pending here,
+ * while heartbeats go on and the peer is declared lost. */
 static bool receive(gateway *g) {
   schedrun_mpi_t *m = g->m;
   bool any = false;
   for (;;) {
     int flag = 0, count = 0;
     MPI_Status st;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, TAG, m->comm, &flag, &st) != MPI_SUCCESS || !flag) break;
+    MPI_Message mm;
+    if (MPI_Improbe(MPI_ANY_SOURCE, TAG, m->comm, &flag, &mm, &st) != MPI_SUCCESS || !flag) break;
     MPI_Get_count(&st, MPI_BYTE, &count);
-    wire_in *w = calloc(1, sizeof *w);
-    uint8_t *buf = malloc(count > 0 ? (size_t)count : 1);
-    int rc = MPI_Recv(buf ? buf : (uint8_t *)&flag, buf ? count : 0, MPI_BYTE, st.MPI_SOURCE, TAG, m->comm,
-                      MPI_STATUS_IGNORE);
     any = true;
-    int src = st.MPI_SOURCE;
-    if (src >= 0 && src < m->size) m->ranks[src].last_heard = now_ns();
-    if (rc != MPI_SUCCESS || !w || !buf) {
-      free(w);
-      free(buf);
+    if (g->nrecvs == g->rcap) {
+      size_t cap = g->rcap ? g->rcap * 2 : 16;
+      pending_recv *n = realloc(g->recvs, cap * sizeof *n);
+      if (!n) break; /* out of memory: the message waits in MPI for the next round */
+      g->recvs = n;
+      g->rcap = cap;
+    }
+    pending_recv *p = &g->recvs[g->nrecvs];
+    p->data = malloc(count > 0 ? (size_t)count : 1);
+    p->len = count > 0 ? (size_t)count : 0;
+    p->src = st.MPI_SOURCE;
+    if (!p->data || MPI_Imrecv(p->data, count, MPI_BYTE, &mm, &p->req) != MPI_SUCCESS) {
+      free(p->data); /* the matched message is dropped; its jobs end by their deadlines */
       continue;
     }
-    w->src = src;
-    w->data = buf;
-    w->len = (size_t)count;
-    msgpack_unpacked_init(&w->u);
-    size_t off = 0;
-    uint64_t kind = 0;
-    wire_rd rd;
-    if (msgpack_unpack_next(&w->u, (const char *)buf, w->len, &off) == MSGPACK_UNPACK_SUCCESS) {
-      wire_rd_init(&rd, &w->u.data);
-      wire_u64(&rd, &kind);
-    }
-    if (kind == 0 || kind >= W_LOST || kind == W_BEAT) { /* a heartbeat, or not ours: nothing more to do */
-      mpi_in_free(w);
+    g->nrecvs++;
+  }
+  for (size_t i = 0; i < g->nrecvs;) {
+    int flag = 0;
+    pending_recv *p = &g->recvs[i];
+    int rc = MPI_Test(&p->req, &flag, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS && !flag) {
+      i++;
       continue;
     }
-    w->kind = (int)kind;
-    push_in(m, w);
+    any = true;
+    if (p->src >= 0 && p->src < m->size) m->ranks[p->src].last_heard = now_ns();
+    if (rc == MPI_SUCCESS) deliver(m, p->src, p->data, p->len);
+    else free(p->data);
+    *p = g->recvs[--g->nrecvs];
   }
   return any;
 }
@@ -303,13 +346,20 @@ void *mpi_gateway_main(void *arg) {
       nanosleep(&ts, NULL);
     }
   }
-  /* sends a lost peer never took: their buffers stay with MPI */
+  /* sends a lost peer never took, and receives it never finished: their
+   * buffers stay with MPI */
   for (size_t i = 0; i < g.nsends; i++) {
     int flag = 0;
     MPI_Test(&g.sends[i].req, &flag, MPI_STATUS_IGNORE);
     if (flag) free(g.sends[i].data);
   }
   free(g.sends);
+  for (size_t i = 0; i < g.nrecvs; i++) {
+    int flag = 0;
+    MPI_Test(&g.recvs[i].req, &flag, MPI_STATUS_IGNORE);
+    if (flag) free(g.recvs[i].data);
+  }
+  free(g.recvs);
   return NULL;
 }
 

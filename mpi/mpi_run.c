@@ -33,6 +33,7 @@ typedef struct root_run {
   int32_t *where;  /* per job: the rank it is out on, OUT_NOWHERE or OUT_DONE */
   int *slot_rank;  /* per buffer set: the rank holding its recording, or -1 */
   bool stopped;    /* this rank's scheduler was shut down: place no more */
+  char lost[200];  /* the first rank lost: no job starts after it */
   int rank_error;  /* a rank that could not load the program */
   char rank_error_text[512];
 } root_run;
@@ -272,6 +273,8 @@ static void on_lost(root_run *r, int src) {
     if (r->where[i] == src) fail(r, i, SCHEDRUN_ELOST, why);
   for (int s = 0; s < r->p->buffer_sets; s++)
     if (r->slot_rank[s] == src) r->slot_rank[s] = -1;
+  /* the run cannot succeed now: what is out finishes, nothing more starts */
+  if (!r->lost[0]) snprintf(r->lost, sizeof r->lost, "%s", why);
 }
 
 static void on_ready(root_run *r, int src, wire_rd *rd) {
@@ -485,10 +488,10 @@ int mpi_run_root(schedrun_mpi_t *m, schedrun_program_t *h, const schedrun_run_op
    * is ready (or lost), so that the first jobs do not all land on rank 0 */
   while (!all_ready(&r) && left_ms(&r) > 0) take_events(&r, 20, NULL);
   while (r.done < r.total) {
-    while (r.next < r.total && !r.stopped && !r.rank_error && place(&r)) {
+    while (r.next < r.total && !r.stopped && !r.rank_error && !r.lost[0] && place(&r)) {
     }
     for (int q = 1; q < m->size; q++) flush(&r, q);
-    if ((r.stopped || r.rank_error) && r.done == r.next) break; /* what was placed is done */
+    if ((r.stopped || r.rank_error || r.lost[0]) && r.done == r.next) break; /* what was placed is done */
     take_events(&r, 20, NULL);
     maybe_progress(&r);
     if (left_ms(&r) == 0) {
@@ -505,6 +508,11 @@ int mpi_run_root(schedrun_mpi_t *m, schedrun_program_t *h, const schedrun_run_op
         if (r.where[i] >= 0) fail(&r, i, SCHEDRUN_ETIMEOUT, "the run's time limit passed");
       break;
     }
+  }
+  if (r.lost[0]) {
+    char why[260];
+    snprintf(why, sizeof why, "not started: %s", r.lost);
+    for (size_t i = r.next; i < r.total; i++) fail(&r, i, SCHEDRUN_ELOST, why);
   }
   collect_stats(&r);
   uint64_t compiled = 0;

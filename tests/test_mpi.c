@@ -1,0 +1,312 @@
+/*
+ * sched-run across MPI ranks: 3 ranks on this machine over MPI's TCP
+ * transport (oversubscribed) give the same outputs, element by element, as
+ * one process; the kernels are compiled by one rank per compile target and
+ * taken by the others; a rank that stops answering or is killed ends the run
+ * with a non-zero status within 60 s, naming the rank; a Slurm job of several
+ * tasks started without MPI is refused.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+extern char **environ;
+
+#define RANKS "3"
+
+static char *mpirun_argv[32];
+
+/* mpirun -n 3 over TCP, then sched-run and its arguments (NULL-ended). */
+static char **mpirun(const char *const *args) {
+  size_t n = 0;
+  const char *head[] = {tu_env("SCHEDRUN_MPIRUN"), "-n", RANKS, "--oversubscribe", "--mca", "btl", "self,tcp",
+                        tu_env("SCHEDRUN_RUN")};
+  for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) mpirun_argv[n++] = (char *)head[i];
+  for (size_t i = 0; args[i] && n < 31; i++) mpirun_argv[n++] = (char *)args[i];
+  mpirun_argv[n] = NULL;
+  return mpirun_argv;
+}
+
+/* A whole file (files under /proc have no size: read until the end). */
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 4096, n = 0;
+  char *s = malloc(cap + 1);
+  for (size_t got; s && (got = fread(s + n, 1, cap - n, f)) > 0;) {
+    n += got;
+    if (n == cap) {
+      char *t = realloc(s, cap * 2 + 1);
+      if (!t) break;
+      s = t;
+      cap *= 2;
+    }
+  }
+  fclose(f);
+  if (!s) return NULL;
+  s[n] = '\0';
+  *len = n;
+  return s;
+}
+
+/* Every .npy under `a` (relative path rel) equals its twin under `b`, byte
+ * for byte after the same header; a difference names the element. Returns
+ * how many files were compared. */
+static int compare_tree(const char *a, const char *b, const char *rel) {
+  char da[1024];
+  snprintf(da, sizeof da, "%s/%s", a, rel);
+  DIR *d = opendir(da);
+  assert_non_null(d);
+  int files = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char sub[512], pa[1024], pb[1024];
+    snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
+    snprintf(pa, sizeof pa, "%s/%s", a, sub);
+    snprintf(pb, sizeof pb, "%s/%s", b, sub);
+    struct stat st;
+    assert_int_equal(stat(pa, &st), 0);
+    if (S_ISDIR(st.st_mode)) {
+      files += compare_tree(a, b, sub);
+      continue;
+    }
+    size_t la = 0, lb = 0;
+    char *xa = slurp(pa, &la), *xb = slurp(pb, &lb);
+    if (!xb) fail_msg("%s is missing from the MPI run's output", sub);
+    assert_int_equal(la, lb);
+    /* NumPy v1 header: magic, version, 2-byte header length */
+    size_t header = 10 + (size_t)(unsigned char)xa[8] + 256u * (unsigned char)xa[9];
+    assert_true(header <= la);
+    assert_memory_equal(xa, xb, header);
+    const char *descr = strstr(xa, "'descr': '");
+    size_t elem = descr ? (size_t)atoi(descr + 12) : 1;
+    if (elem == 0) elem = 1;
+    for (size_t i = header; i < la; i++)
+      if (xa[i] != xb[i]) fail_msg("%s: element %zu differs between one process and 3 ranks", sub, (i - header) / elem);
+    free(xa);
+    free(xb);
+    files++;
+  }
+  closedir(d);
+  return files;
+}
+
+static json_object *json_of(const char *out) {
+  json_object *j = json_tokener_parse(out);
+  if (!j) fail_msg("not JSON: %s", out);
+  return j;
+}
+
+static int64_t geti(json_object *o, const char *key) {
+  json_object *v;
+  assert_true(json_object_object_get_ex(o, key, &v));
+  return json_object_get_int64(v);
+}
+
+/* Runs config in one process and on 3 ranks, with every buffer written;
+ * compares the outputs and checks the ranks' counters. */
+static void same_as_one_process(const char *config, int kernels, const char *repeat, bool everyone) {
+  char path[512], one[] = "/tmp/schedrun-mpi-one-XXXXXX", many[] = "/tmp/schedrun-mpi-many-XXXXXX";
+  snprintf(path, sizeof path, "%s/%s", tu_env("SCHEDRUN_CONFIGS"), config);
+  assert_non_null(mkdtemp(one));
+  assert_non_null(mkdtemp(many));
+  char *out, *err;
+  char *single[] = {(char *)tu_env("SCHEDRUN_RUN"), "-q", "--repeat", (char *)repeat, "--output-all", one, path, NULL};
+  int rc = tu_run(single, &out, &err);
+  if (rc != 0) fail_msg("one process: exit %d: %s", rc, err);
+  free(out);
+  free(err);
+  /* a private cache per rank: what a rank did not compile it must have taken */
+  const char *args[] = {"--no-cache", "--json", "--repeat", repeat, "--output-all", many, path, NULL};
+  rc = tu_run(mpirun(args), &out, &err);
+  if (rc != 0) fail_msg("3 ranks: exit %d\n%s\n%s", rc, out, err);
+  json_object *j = json_of(out);
+  assert_string_equal(json_object_get_string(json_object_object_get(j, "status")), "verified");
+  json_object *ranks;
+  assert_true(json_object_object_get_ex(j, "ranks", &ranks));
+  assert_int_equal(json_object_array_length(ranks), 3);
+  int64_t jobs = 0;
+  for (size_t r = 0; r < 3; r++) {
+    json_object *rk = json_object_array_get_idx(ranks, r);
+    assert_int_equal(geti(rk, "rank"), (int64_t)r);
+    /* least loaded first: with many jobs at once every rank gets some (with
+     * few, a buffer set's jobs stay with the rank holding its recording) */
+    if (everyone) assert_true(geti(rk, "jobs") > 0);
+    jobs += geti(rk, "jobs");
+    json_object *devs;
+    assert_true(json_object_object_get_ex(rk, "devices", &devs));
+    assert_true(json_object_array_length(devs) > 0);
+    char want[32];
+    snprintf(want, sizeof want, "r%zu/", r);
+    assert_non_null(strstr(json_object_get_string(json_object_array_get_idx(devs, 0)), want));
+    /* rank 0 compiles for the one target they share; 1 and 2 take its artifacts */
+    assert_int_equal(geti(rk, "kernels_compiled"), r == 0 ? kernels : 0);
+    assert_int_equal(geti(rk, "artifacts_received"), r == 0 ? 0 : kernels);
+  }
+  assert_int_equal(jobs, geti(j, "jobs"));
+  assert_int_equal(geti(j, "jobs_verified"), geti(j, "jobs"));
+  json_object_put(j);
+  int files = compare_tree(one, many, "");
+  assert_true(files >= 2);
+  free(out);
+  free(err);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", one, many);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void test_demo_same_as_one_process(void **st) {
+  (void)st;
+  same_as_one_process("multi_device_demo.yaml", 2, "2", true);
+}
+
+static void test_loops_same_as_one_process(void **st) {
+  (void)st;
+  same_as_one_process("nested_loops.yaml", 1, "24", false);
+}
+
+static void test_while_same_as_one_process(void **st) {
+  (void)st;
+  same_as_one_process("while_countdown.yaml", 1, "24", false);
+}
+
+/* The pid of rank `rank`'s sched-run (its environment says so), or 0. */
+static pid_t find_rank(int rank) {
+  char want[64];
+  snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+  DIR *d = opendir("/proc");
+  pid_t found = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) && !found) {
+    char p[300];
+    snprintf(p, sizeof p, "/proc/%s/cmdline", e->d_name);
+    size_t n = 0;
+    char *cmd = slurp(p, &n);
+    const char *base = cmd ? strrchr(cmd, '/') : NULL; /* argv[0]: sched-run itself, not a worker it started */
+    bool ours = base && n > 0 && !strcmp(base, "/sched-run");
+    free(cmd);
+    if (!ours) continue;
+    snprintf(p, sizeof p, "/proc/%s/environ", e->d_name);
+    char *env = slurp(p, &n);
+    for (size_t i = 0; env && i < n; i += strlen(env + i) + 1)
+      if (!strcmp(env + i, want)) found = (pid_t)atoi(e->d_name);
+    free(env);
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* A long run on 3 ranks; once rank 1 has run for a while, `sig` goes to
+ * it. The run must end non-zero within 60 s of that, naming rank 1. */
+static void rank_fails(int sig) {
+  char path[512], outp[] = "/tmp/schedrun-mpi-kill-XXXXXX";
+  snprintf(path, sizeof path, "%s/multi_device_demo.yaml", tu_env("SCHEDRUN_CONFIGS"));
+  int fd = mkstemp(outp);
+  assert_true(fd >= 0);
+  const char *args[] = {"--no-cache", "--repeat", "100000", path, NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fd, 1);
+  posix_spawn_file_actions_adddup2(&fa, fd, 2);
+  pid_t pid;
+  assert_int_equal(posix_spawn(&pid, tu_env("SCHEDRUN_MPIRUN"), &fa, NULL, mpirun(args), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  pid_t victim = 0;
+  for (int i = 0; i < 300 && !victim; i++) {
+    usleep(100000);
+    victim = find_rank(1);
+  }
+  assert_true(victim > 0);
+  sleep(3); /* mid-run: compiled, jobs flowing */
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, WNOHANG), 0); /* still running */
+  assert_int_equal(kill(victim, sig), 0);
+  double t0 = now_s();
+  pid_t w = 0;
+  while ((w = waitpid(pid, &status, WNOHANG)) == 0 && now_s() - t0 < 90) usleep(100000);
+  double took = now_s() - t0;
+  if (w == 0) { /* it hung: end it, then fail */
+    kill(victim, SIGKILL);
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    fail_msg("the run did not end within 90 s of the signal");
+  }
+  size_t n = 0;
+  char *out = slurp(outp, &n);
+  unlink(outp);
+  close(fd);
+  if (kill(victim, 0) == 0) kill(victim, SIGKILL); /* never left behind */
+  assert_true(WIFEXITED(status) || WIFSIGNALED(status));
+  assert_true(!WIFEXITED(status) || WEXITSTATUS(status) != 0);
+  if (took >= 60) fail_msg("the run took %.1f s to end after the signal", took);
+  if (!strstr(out, "rank 1")) fail_msg("the output does not name rank 1:\n%s", out);
+  free(out);
+}
+
+/* Stopped, it answers nothing: rank 0's heartbeats find it lost. */
+static void test_stopped_rank(void **st) {
+  (void)st;
+  rank_fails(SIGSTOP);
+}
+
+/* Killed: mpirun sees it exit and ends the job, naming it. */
+static void test_killed_rank(void **st) {
+  (void)st;
+  rank_fails(SIGKILL);
+}
+
+/* srun without --mpi=pmix starts N singletons: each refuses. */
+static void test_singleton_refused(void **st) {
+  (void)st;
+  char path[512];
+  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
+  setenv("SLURM_NTASKS", "4", 1);
+  char *out, *err;
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "-q", path, NULL};
+  int rc = tu_run(argv, &out, &err);
+  unsetenv("SLURM_NTASKS");
+  assert_int_equal(rc, 2);
+  assert_non_null(strstr(err, "SLURM_NTASKS is 4"));
+  assert_non_null(strstr(err, "srun --mpi=pmix"));
+  assert_string_equal(out, "");
+  free(out);
+  free(err);
+  setenv("SLURM_NTASKS", "1", 1); /* one task is one process: fine */
+  rc = tu_run(argv, &out, &err);
+  unsetenv("SLURM_NTASKS");
+  assert_int_equal(rc, 0);
+  free(out);
+  free(err);
+}
+
+int main(void) {
+  if (geteuid() == 0) { /* Open MPI refuses root unless told */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_singleton_refused),       cmocka_unit_test(test_demo_same_as_one_process),
+      cmocka_unit_test(test_loops_same_as_one_process), cmocka_unit_test(test_while_same_as_one_process),
+      cmocka_unit_test(test_stopped_rank),            cmocka_unit_test(test_killed_rank),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
