@@ -71,7 +71,7 @@ char *wire_strdup(wire_rd *r) {
   const char *d;
   size_t n;
   if (!wire_bytes(r, &d, &n)) return NULL;
-  if (memchr(d, '\0', n)) {
+  if (n && memchr(d, 0, n)) {
     r->bad = "a string with a NUL in it";
     return NULL;
   }
@@ -80,7 +80,7 @@ char *wire_strdup(wire_rd *r) {
     r->bad = "out of memory";
     return NULL;
   }
-  memcpy(s, d, n);
+  if (n) memcpy(s, d, n);
   s[n] = '\0';
   return s;
 }
