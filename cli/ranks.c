@@ -91,7 +91,10 @@ int ranks_serve(cli_ranks *r, const char *devices_override) {
 
 int ranks_open(cli_ranks *r, const schedrun_options_t *o, schedrun_t **s, schedrun_error_t *err) {
   if (!r->active) return schedrun_open(s, o, err);
-  int rc = schedrun_mpi_open(&r->m, MPI_COMM_WORLD, o, NULL, err);
+  schedrun_mpi_options_t mo;
+  schedrun_mpi_options_init(&mo);
+  mo.batch = r->batch;
+  int rc = schedrun_mpi_open(&r->m, MPI_COMM_WORLD, o, &mo, err);
   *s = rc == SCHEDRUN_OK ? schedrun_mpi_local(r->m) : NULL;
   return rc;
 }

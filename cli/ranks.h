@@ -17,6 +17,7 @@ typedef struct cli_ranks {
   bool active; /* started by an MPI launcher */
   int rank, size;
   struct schedrun_mpi *m;
+  int batch; /* --rank-batch; 0: the default */
 } cli_ranks;
 
 /* The refusal shared by both builds: 2 when SLURM_NTASKS says this process

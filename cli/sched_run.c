@@ -45,6 +45,8 @@ static void usage(FILE *f) {
           "                   standard output): a cluster per device and binding slot\n"
           "  --trace FILE     write a Chrome trace event file (opens in Perfetto);\n"
           "                   - writes it to standard output\n"
+          "  --rank-batch N   under mpirun or srun: jobs rank 0 sends another rank in one\n"
+          "                   message, at most (default 256; 1 sends each job alone)\n"
           "  --timeout SECS   bound on the whole run (default 600); jobs still running\n"
           "                   then fail naming what they ran, and their devices are lost\n"
           "  -q, --quiet      print only errors\n"
@@ -166,11 +168,12 @@ int main(int argc, char **argv) {
       {"json", no_argument, NULL, 'J'},          {"trace", required_argument, NULL, 'T'},
       {"timeout", required_argument, NULL, 't'}, {"check", no_argument, NULL, 'c'},
       {"output", required_argument, NULL, 'o'}, {"output-all", required_argument, NULL, 'O'},
-      {"dot", required_argument, NULL, 'D'},
+      {"dot", required_argument, NULL, 'D'},    {"rank-batch", required_argument, NULL, 'B'},
       {NULL, 0, NULL, 0}};
   const char *devices = NULL;
   const char *trace = NULL, *output = NULL, *dotfile = NULL;
   int output_all = 0;
+  int rank_batch = 0;
   int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, json = 0, timeout_s = 600, check = 0, c;
   opterr = 0;
   ranks_silence_others(); /* under MPI only rank 0 talks */
@@ -189,6 +192,13 @@ int main(int argc, char **argv) {
     case 'q': quiet = 1; break;
     case 'J': json = 1; break;
     case 'c': check = 1; break;
+    case 'B':
+      if (positive("--rank-batch", optarg, &rank_batch)) return EXIT_USAGE;
+      if (rank_batch > 65536) {
+        fprintf(stderr, "sched-run: --rank-batch is at most 65536 jobs\n");
+        return EXIT_USAGE;
+      }
+      break;
     case 'o': output = optarg; break;
     case 'D': dotfile = optarg; break;
     case 'O':
@@ -235,6 +245,7 @@ int main(int argc, char **argv) {
   int rst = ranks_start(&ranks);
   if (rst != 0) return rst;
   if (ranks.active && ranks.rank != 0) return ranks_serve(&ranks, devices);
+  ranks.batch = rank_batch;
 
   schedrun_error_t err = {0};
   schedrun_program_t *prog = NULL;
