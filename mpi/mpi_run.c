@@ -32,6 +32,7 @@ typedef struct root_run {
   schedrun_report_t *rep;
   int32_t *where;  /* per job: the rank it is out on, OUT_NOWHERE or OUT_DONE */
   int *slot_rank;  /* per buffer set: the rank holding its recording, or -1 */
+  int *compiler;   /* per rank: the rank that compiles for its target */
   bool stopped;    /* this rank's scheduler was shut down: place no more */
   char lost[200];  /* the first rank lost: no job starts after it */
   int rank_error;  /* a rank that could not load the program */
@@ -74,10 +75,10 @@ static int job_timeout(const root_run *r) {
   return r->o.job_timeout_ms && r->o.job_timeout_ms < left ? r->o.job_timeout_ms : left > 0 ? left : 1;
 }
 
-/* Files job i's result (taking it) and frees the rank's place. */
-static void file(root_run *r, size_t i, schedrun_job_result_t *res) {
+/* Job i is done: its rank's place is free. */
+static void release(root_run *r, size_t i) {
   int where = r->where[i];
-  assert(where != OUT_DONE); /* every job is filed once */
+  assert(where != OUT_DONE); /* every job is done once */
   if (where >= 0) {
     rank_state *rs = &r->m->ranks[where];
     assert(rs->inflight > 0);
@@ -85,15 +86,19 @@ static void file(root_run *r, size_t i, schedrun_job_result_t *res) {
     rs->info.jobs++;
   }
   r->where[i] = OUT_DONE;
-  report_add(r->rep, i, res);
   r->done++;
+}
+
+/* Files job i's result (taking it). */
+static void file(root_run *r, size_t i, schedrun_job_result_t *res) {
+  release(r, i);
+  report_add(r->rep, i, res);
 }
 
 static void fail(root_run *r, size_t i, int status, const char *why) {
   schedrun_job_result_t *res = calloc(1, sizeof *res);
   if (!res) {
-    r->where[i] = OUT_DONE; /* counted as done, missing from the report */
-    r->done++;
+    release(r, i); /* done, but missing from the report */
     return;
   }
   res->id = i + 1;
@@ -273,6 +278,16 @@ static void on_lost(root_run *r, int src) {
     if (r->where[i] == src) fail(r, i, SCHEDRUN_ELOST, why);
   for (int s = 0; s < r->p->buffer_sets; s++)
     if (r->slot_rank[s] == src) r->slot_rank[s] = -1;
+  /* ranks waiting for this one's artifacts get none: they compile themselves */
+  for (int q = 1; q < m->size; q++) {
+    if (q == src || r->compiler[q] != src || m->ranks[q].ready) continue;
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    wire_pack_begin(&sb, &pk, W_ARTIFACTS, 3);
+    msgpack_pack_uint64(&pk, r->pid);
+    msgpack_pack_array(&pk, 0);
+    mpi_send(m, q, &sb);
+  }
   /* the run cannot succeed now: what is out finishes, nothing more starts */
   if (!r->lost[0]) snprintf(r->lost, sizeof r->lost, "%s", why);
 }
@@ -376,6 +391,7 @@ static void send_program(root_run *r, const int *compiler) {
 }
 
 static bool all_ready(root_run *r) {
+  if (r->lost[0]) return true; /* nothing more will be placed */
   for (int q = 1; q < r->m->size; q++)
     if (!r->m->ranks[q].ready && !is_lost(r->m, q) && !r->rank_error) return false;
   return true;
@@ -435,7 +451,7 @@ int mpi_run_root(schedrun_mpi_t *m, schedrun_program_t *h, const schedrun_run_op
   r.rep = report_new(m->s, r.p, repeat, r.jobs, r.o.keep_outputs != 0);
   r.where = malloc((r.total ? r.total : 1) * sizeof *r.where);
   r.slot_rank = malloc((size_t)r.p->buffer_sets * sizeof *r.slot_rank);
-  int *compiler = calloc((size_t)m->size, sizeof *compiler);
+  int *compiler = r.compiler = calloc((size_t)m->size, sizeof *compiler);
   if (!r.rep || !r.where || !r.slot_rank || !compiler) {
     schedrun_report_free(&r.rep);
     free(r.where);
