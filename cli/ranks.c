@@ -61,8 +61,9 @@ void ranks_share(cli_ranks *r, int status, const char *devices, int no_cache) {
   MPI_Bcast(&sh, (int)sizeof sh, MPI_BYTE, 0, MPI_COMM_WORLD);
 }
 
+/* A serving rank's exit status: rank 0 reports the run's own outcome. */
 static int exit_for(int rc) {
-  return rc == SCHEDRUN_OK ? 0 : rc == SCHEDRUN_EINVAL || rc == SCHEDRUN_ECONFIG ? 2 : 4;
+  return rc == SCHEDRUN_OK || rc == SCHEDRUN_ECLOSED ? 0 : rc == SCHEDRUN_EINVAL || rc == SCHEDRUN_ECONFIG ? 2 : 4;
 }
 
 int ranks_serve(cli_ranks *r, const char *devices_override) {

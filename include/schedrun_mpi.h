@@ -62,8 +62,11 @@ SCHEDRUN_EXTERN schedrun_t *schedrun_mpi_local(schedrun_mpi_t *m);
  * relative kernel and data files: those must be readable at the same path
  * on every node.
  * On the other ranks: serves rank 0 until its run is over (p, opts and
- * out are ignored; *out is NULL); SCHEDRUN_OK, or SCHEDRUN_ELOST when rank 0
- * went silent. Every rank calls it once per run. */
+ * out are ignored; *out is NULL): SCHEDRUN_OK after a run, SCHEDRUN_ECLOSED
+ * when rank 0 closed instead of running again, SCHEDRUN_ELOST when rank 0
+ * went silent. Every rank calls it once per run of rank 0; a rank that does
+ * not know how many runs there will be calls it until it is not
+ * SCHEDRUN_OK. */
 SCHEDRUN_EXTERN int schedrun_mpi_run(schedrun_mpi_t *m, schedrun_program_t *p, const schedrun_run_options_t *opts,
                                      schedrun_report_t **out, schedrun_error_t *err);
 
@@ -86,8 +89,8 @@ SCHEDRUN_EXTERN int schedrun_mpi_rank_info(const schedrun_mpi_t *m, int rank, sc
  * end the job with MPI_Abort after schedrun_mpi_close. */
 SCHEDRUN_EXTERN int schedrun_mpi_lost(const schedrun_mpi_t *m);
 
-/* Stops the gateway (on rank 0 it tells every rank to stop serving) and
- * closes this rank's scheduler. Not collective when a rank was lost. */
+/* Stops the gateway and closes this rank's scheduler; on rank 0 it first
+ * tells the ranks still serving that there are no more runs. */
 SCHEDRUN_EXTERN int schedrun_mpi_close(schedrun_mpi_t **m);
 
 #ifdef __cplusplus

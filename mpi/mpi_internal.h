@@ -27,7 +27,7 @@ typedef enum wire_kind {
   W_BEAT,        /* either way: [k] */
   W_DONE,        /* 0 -> r: [k, pid]: the run is over */
   W_STATS,       /* r -> 0: [k, pid, jobs, compiled, received, [[launches, syncs, loops]...]] */
-  W_STOP,        /* 0 -> r: [k]: stop serving */
+  W_STOP,        /* 0 -> r: [k]: rank 0 closed, no more runs */
   W_LOST,        /* not sent: the gateway's word that a peer went silent */
   W_KINDS
 } wire_kind;

@@ -181,6 +181,18 @@ int schedrun_mpi_close(schedrun_mpi_t **mp) {
   if (!mp || !*mp) return SCHEDRUN_OK;
   schedrun_mpi_t *m = *mp;
   if (m->gateway_started) {
+    /* ranks still serving stop: no more runs (the gateway sends this before
+     * it stops) */
+    for (int q = 1; m->rank == 0 && q < m->size; q++) {
+      pthread_mutex_lock(&m->lock);
+      bool lost = m->ranks[q].info.lost;
+      pthread_mutex_unlock(&m->lock);
+      if (lost) continue;
+      msgpack_sbuffer sb;
+      msgpack_packer pk;
+      wire_pack_begin(&sb, &pk, W_STOP, 1);
+      mpi_send(m, q, &sb);
+    }
     atomic_store(&m->stop, true);
     pthread_join(m->gateway, NULL);
   }

@@ -253,6 +253,10 @@ int mpi_serve(schedrun_mpi_t *m, schedrun_error_t *err) {
       on_done(svp, &rd);
       over = true;
       break;
+    case W_STOP:
+      rc = err_set(err, SCHEDRUN_ECLOSED, "rank 0 closed: no more runs");
+      over = true;
+      break;
     case W_LOST:
       if (w->src == 0) {
         pthread_mutex_lock(&m->lock);

@@ -230,6 +230,38 @@ static void test_as_subproject(void **st) {
   }
 }
 
+/* libschedrun_mpi, where the build found MPI: its header and library are
+ * installed, it exports the API and schedrun_mpi_* only, and
+ * examples/embed_mpi.c built with pkg-config schedrun-mpi runs a config on
+ * 2 ranks. */
+static void test_pkgconfig_mpi(void **st) {
+  (void)st;
+  const char *mpirun = getenv("SCHEDRUN_MPIRUN");
+  if (!mpirun) skip(); /* built without MPI */
+  expect_file("include/schedrun_mpi.h");
+  expect_file("lib/libschedrun_mpi.so.0");
+  expect_file("lib/pkgconfig/schedrun-mpi.pc");
+  char *dyn = sh("nm -D --defined-only '%s/lib/libschedrun_mpi.so'", prefix);
+  only_public(dyn, "libschedrun_mpi.so");
+  assert_non_null(strstr(dyn, " schedrun_mpi_open\n"));
+  assert_non_null(strstr(dyn, " schedrun_open\n"));
+  free(dyn);
+  free(sh("cd '%s' && export PKG_CONFIG_PATH='%s/lib/pkgconfig' && "
+          "%s -std=c11 -Wall -Werror -o embed_mpi '%s/examples/embed_mpi.c' $(pkg-config --cflags --libs schedrun-mpi) "
+          "-Wl,-rpath,\"$(pkg-config --variable=libdir schedrun-mpi)\"",
+          work, prefix, tu_env("SCHEDRUN_CC"), tu_env("SCHEDRUN_SOURCE_DIR")));
+  char *ldd = sh("ldd '%s/embed_mpi'", work);
+  assert_non_null(strstr(ldd, "libschedrun_mpi.so.0 => "));
+  assert_null(strstr(ldd, "libschedrun.so.0")); /* the whole library is in libschedrun_mpi */
+  free(ldd);
+  char *out = sh("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 '%s' -n 2 --oversubscribe --mca btl self,tcp "
+                 "-x LSAN_OPTIONS=detect_leaks=0 '%s/embed_mpi' '%s'",
+                 mpirun, work, config);
+  assert_non_null(strstr(out, "embed_mpi: 3 of 3 jobs verified on 2 ranks"));
+  assert_non_null(strstr(out, "rank 1 on "));
+  free(out);
+}
+
 static void test_installed_cli(void **st) {
   (void)st;
   char *v = sh("'%s/bin/sched-run' --version", prefix);
@@ -248,6 +280,7 @@ int main(void) {
       cmocka_unit_test(test_pkgconfig_shared),  cmocka_unit_test(test_pkgconfig_static),
       cmocka_unit_test(test_cmake_package_cxx), cmocka_unit_test(test_header_in_any_order),
       cmocka_unit_test(test_as_subproject),     cmocka_unit_test(test_installed_cli),
+      cmocka_unit_test(test_pkgconfig_mpi),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
