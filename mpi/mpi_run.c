@@ -17,6 +17,7 @@
 #include "mpi/mpi_internal.h"
 
 #define STICKY_SLACK 8
+#define READY_WAIT_MS 2000ull
 #define DEFAULT_RUN_TIMEOUT_MS (10 * 60 * 1000)
 #define OUT_NOWHERE (-1)
 #define OUT_DONE (-2)
@@ -501,8 +502,11 @@ int mpi_run_root(schedrun_mpi_t *m, schedrun_program_t *h, const schedrun_run_op
   int rc = SCHEDRUN_OK;
   bool grace = false;
   /* the ranks load and compile at once; jobs are placed once every rank
-   * is ready (or lost), so that the first jobs do not all land on rank 0 */
-  while (!all_ready(&r) && left_ms(&r) > 0) take_events(&r, 20, NULL);
+   * is ready (or lost), so that the first jobs do not all land on rank 0,
+   * but not later than READY_WAIT_MS after rank 0 is: a rank still compiling
+   * (another target) or waiting for artifacts joins when it is ready */
+  uint64_t ready_by = now_ns() + READY_WAIT_MS * 1000000ull;
+  while (!all_ready(&r) && left_ms(&r) > 0 && now_ns() < ready_by) take_events(&r, 20, NULL);
   while (r.done < r.total) {
     while (r.next < r.total && !r.stopped && !r.rank_error && !r.lost[0] && place(&r)) {
     }
