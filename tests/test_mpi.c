@@ -50,28 +50,6 @@ static char **mpirun(const char *const *args) {
   return mpirun_argv;
 }
 
-/* A whole file (files under /proc have no size: read until the end). */
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 4096, n = 0;
-  char *s = malloc(cap + 1);
-  for (size_t got; s && (got = fread(s + n, 1, cap - n, f)) > 0;) {
-    n += got;
-    if (n == cap) {
-      char *t = realloc(s, cap * 2 + 1);
-      if (!t) break;
-      s = t;
-      cap *= 2;
-    }
-  }
-  fclose(f);
-  if (!s) return NULL;
-  s[n] = '\0';
-  *len = n;
-  return s;
-}
-
 /* Every .npy under `a` (relative path rel) equals its twin under `b`, byte
  * for byte after the same header; a difference names the element. Returns
  * how many files were compared. */
@@ -95,7 +73,7 @@ static int compare_tree(const char *a, const char *b, const char *rel) {
       continue;
     }
     size_t la = 0, lb = 0;
-    char *xa = slurp(pa, &la), *xb = slurp(pb, &lb);
+    char *xa = tu_slurp(pa, &la), *xb = tu_slurp(pb, &lb);
     if (!xb) fail_msg("%s is missing from the MPI run's output", sub);
     assert_int_equal(la, lb);
     /* NumPy v1 header: magic, version, 2-byte header length */
@@ -205,13 +183,13 @@ static pid_t find_rank(int rank) {
     char p[300];
     snprintf(p, sizeof p, "/proc/%s/cmdline", e->d_name);
     size_t n = 0;
-    char *cmd = slurp(p, &n);
+    char *cmd = tu_slurp(p, &n);
     const char *base = cmd ? strrchr(cmd, '/') : NULL; /* argv[0]: sched-run itself, not a worker it started */
     bool ours = base && n > 0 && !strcmp(base, "/sched-run");
     free(cmd);
     if (!ours) continue;
     snprintf(p, sizeof p, "/proc/%s/environ", e->d_name);
-    char *env = slurp(p, &n);
+    char *env = tu_slurp(p, &n);
     for (size_t i = 0; env && i < n; i += strlen(env + i) + 1)
       if (!strcmp(env + i, want)) found = (pid_t)atoi(e->d_name);
     free(env);
@@ -262,7 +240,7 @@ static void rank_fails(int sig) {
     fail_msg("the run did not end within 90 s of the signal");
   }
   size_t n = 0;
-  char *out = slurp(outp, &n);
+  char *out = tu_slurp(outp, &n);
   unlink(outp);
   close(fd);
   if (kill(victim, 0) == 0) kill(victim, SIGKILL); /* never left behind */

@@ -29,17 +29,30 @@ const char *tu_write_temp(int slot, const char *name, const char *text) {
   return paths[slot];
 }
 
-static char *slurp(const char *path) {
+char *tu_slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
-  if (!f) return strdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  size_t got = fread(s, 1, (size_t)n, f);
-  s[got] = '\0';
+  if (!f) return NULL;
+  size_t cap = 4096, n = 0;
+  char *s = malloc(cap + 1);
+  for (size_t got; s && (got = fread(s + n, 1, cap - n, f)) > 0;) {
+    n += got;
+    if (n == cap) { /* files under /proc have no size: read until the end */
+      char *t = realloc(s, cap * 2 + 1);
+      if (!t) break;
+      s = t;
+      cap *= 2;
+    }
+  }
   fclose(f);
+  if (!s) return NULL;
+  s[n] = '\0';
+  if (len) *len = n;
   return s;
+}
+
+static char *slurp(const char *path) {
+  char *s = tu_slurp(path, NULL);
+  return s ? s : strdup("");
 }
 
 int tu_run(char *const argv[], char **out, char **err) {

@@ -16,6 +16,9 @@ const char *tu_write_temp(int slot, const char *name, const char *text);
 /* Runs argv, capturing stdout and stderr (heap strings). Returns the exit
  * status, or -1. */
 int tu_run(char *const argv[], char **out, char **err);
+/* A whole file, NUL-terminated (heap; *len its length, may be NULL); NULL
+ * when it cannot be read. */
+char *tu_slurp(const char *path, size_t *len);
 /* The environment variable, which the test setup must provide. */
 const char *tu_env(const char *name);
 /* Calls fn with the path of every *.yaml in $SCHEDRUN_CONFIGS; returns how many. */
