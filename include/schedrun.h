@@ -175,6 +175,65 @@ SCHEDRUN_EXTERN int schedrun_program_load_file(schedrun_t *s, const char *path, 
 /* `origin` names the text in error messages (a file name, "<string>"). */
 SCHEDRUN_EXTERN int schedrun_program_load_string(schedrun_t *s, const char *yaml, const char *origin,
                               schedrun_program_t **out, schedrun_error_t *err);
+/*
+ * The program builder: the same program a config describes, made by calls.
+ * Each call adds what the config's keys would (docs/config.md); strings are
+ * written as in a config (types "f32", expressions "$iter * 64"). Nothing is
+ * checked until schedrun_builder_finish, which runs the config loader's
+ * checks and names, for every problem, the call it comes from:
+ * "saxpy: step 2.1 (launch of kernel 'scale'), args[1]: ...". A call whose
+ * arguments cannot be taken at all (a NULL name) is reported there too.
+ */
+typedef struct schedrun_builder schedrun_builder_t;
+
+SCHEDRUN_EXTERN int schedrun_builder_new(schedrun_builder_t **out, const char *name, schedrun_error_t *err);
+/* The config's repeat, buffer_sets and jobs (0 keeps the default, 1), and devices. */
+SCHEDRUN_EXTERN void schedrun_builder_runs(schedrun_builder_t *b, int repeat, int buffer_sets, int jobs);
+SCHEDRUN_EXTERN void schedrun_builder_devices(schedrun_builder_t *b, const char *devices);
+/* A kernel: params as "ptr, f32, i32"; entry NULL: the name. Its source as
+ * text, or from a file (relative to the current directory). */
+SCHEDRUN_EXTERN void schedrun_builder_kernel(schedrun_builder_t *b, const char *name, const char *params,
+                                             const char *source, const char *entry);
+SCHEDRUN_EXTERN void schedrun_builder_kernel_file(schedrun_builder_t *b, const char *name, const char *params,
+                                                  const char *path, const char *entry);
+/* A buffer of `count` elements of `type` ("f32", "i32", ... "u8"): its
+ * initial contents copied from init (exactly count x element size bytes;
+ * NULL: zeroed), or from a file as `init: {file: ...}` reads it. output 1:
+ * written by --output. */
+SCHEDRUN_EXTERN void schedrun_builder_buffer(schedrun_builder_t *b, const char *name, const char *type, uint64_t count,
+                                             const void *init, size_t init_bytes, int output);
+SCHEDRUN_EXTERN void schedrun_builder_buffer_file(schedrun_builder_t *b, const char *name, const char *type,
+                                                  uint64_t count, const char *path, int output);
+/* Steps, in order. A launch's args are strings: a buffer's name, "NAME[EXPR]"
+ * for a buffer from element EXPR, a number, or an expression. grid and block
+ * are x, y, z (unused ones 1). copy and fill take expressions; NULL for an
+ * optional one keeps its default. */
+SCHEDRUN_EXTERN void schedrun_builder_launch(schedrun_builder_t *b, const char *kernel, const unsigned grid[3],
+                                             const unsigned block[3], const char *const *args, size_t nargs);
+SCHEDRUN_EXTERN void schedrun_builder_copy(schedrun_builder_t *b, const char *from, const char *to, const char *count,
+                                           const char *from_offset, const char *to_offset);
+SCHEDRUN_EXTERN void schedrun_builder_fill(schedrun_builder_t *b, const char *buffer, const char *value,
+                                           const char *count, const char *offset);
+/* A loop of `trips` trips, or while flag_buffer[index] != 0 (at most
+ * max_trips): the steps added next form its body, until schedrun_builder_end.
+ * Loops nest up to 8 deep. */
+SCHEDRUN_EXTERN void schedrun_builder_loop(schedrun_builder_t *b, unsigned trips);
+SCHEDRUN_EXTERN void schedrun_builder_while(schedrun_builder_t *b, const char *flag_buffer, uint64_t index,
+                                            unsigned max_trips);
+SCHEDRUN_EXTERN void schedrun_builder_end(schedrun_builder_t *b);
+/* Expectations, checked after every job: elements by index, or the first
+ * n elements; values are numbers or expressions, as strings. Optionally the
+ * sum (an expression; NULL: none). tol: relative tolerance (0: the default). */
+SCHEDRUN_EXTERN void schedrun_builder_expect_at(schedrun_builder_t *b, const char *buffer, const uint64_t *index,
+                                                const char *const *values, size_t n, const char *sum, double tol);
+SCHEDRUN_EXTERN void schedrun_builder_expect_values(schedrun_builder_t *b, const char *buffer,
+                                                    const char *const *values, size_t n, const char *sum, double tol);
+/* Checks everything and makes the program (as schedrun_program_load_*
+ * would): SCHEDRUN_ECONFIG with one line per problem, each naming its call.
+ * The builder is spent either way; free it. */
+SCHEDRUN_EXTERN int schedrun_builder_finish(schedrun_builder_t *b, schedrun_program_t **out, schedrun_error_t *err);
+SCHEDRUN_EXTERN void schedrun_builder_free(schedrun_builder_t **b);
+
 /* Gives the program back: returns at once; its submitted jobs still finish,
  * then everything recorded or allocated for it is released. NULL is fine. */
 SCHEDRUN_EXTERN void schedrun_program_free(schedrun_program_t **p);

@@ -109,6 +109,8 @@ struct schedrun {
 /* Whether the calling thread is s's completion thread (where callbacks run).
  * Takes no lock; the answer cannot change under the caller. */
 bool api_on_completer(schedrun_t *s);
+/* A loaded program as the API hands it out (taking p; freed on failure). */
+int api_wrap_program(prog_program *p, schedrun_program_t **out, schedrun_error_t *err);
 /* SCHEDRUN_ECLOSED, naming fn, once s is shut down. */
 int api_closed(schedrun_t *s, const char *fn, schedrun_error_t *err);
 /* Sends a STATUS (with `query` items) to one actor and reads its answer

@@ -7,7 +7,7 @@
 
 #include "lib/api.h"
 
-static int wrap_program(prog_program *p, schedrun_program_t **out, schedrun_error_t *err) {
+int api_wrap_program(prog_program *p, schedrun_program_t **out, schedrun_error_t *err) {
   schedrun_program_t *h = calloc(1, sizeof *h);
   if (!h) {
     prog_free(p);
@@ -24,7 +24,7 @@ int schedrun_program_load_file(schedrun_t *s, const char *path, schedrun_program
   *out = NULL;
   prog_program *p;
   int rc = prog_load_file(path, &p, err);
-  return rc ? rc : wrap_program(p, out, err);
+  return rc ? rc : api_wrap_program(p, out, err);
 }
 
 int schedrun_program_load_string(schedrun_t *s, const char *yaml, const char *origin, schedrun_program_t **out,
@@ -34,7 +34,7 @@ int schedrun_program_load_string(schedrun_t *s, const char *yaml, const char *or
   *out = NULL;
   prog_program *p;
   int rc = prog_load_string(yaml, strlen(yaml), origin ? origin : "<string>", &p, err);
-  return rc ? rc : wrap_program(p, out, err);
+  return rc ? rc : api_wrap_program(p, out, err);
 }
 
 int api_attach(schedrun_t *s, schedrun_program_t *h, schedrun_error_t *err) {

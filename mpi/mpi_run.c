@@ -558,5 +558,8 @@ int schedrun_mpi_run(schedrun_mpi_t *m, schedrun_program_t *p, const schedrun_ru
     return err_set(err, SCHEDRUN_EINVAL, "schedrun_mpi_run: %s is NULL", !p ? "the program" : "out");
   if (p->s && p->s != m->s)
     return err_set(err, SCHEDRUN_EINVAL, "schedrun_mpi_run: the program belongs to another scheduler");
+  if (!p->p->text)
+    return err_set(err, SCHEDRUN_EINVAL, "schedrun_mpi_run: '%s' was made with the builder; only programs loaded "
+                                         "from a config can be sent to other ranks", p->p->name);
   return mpi_run_root(m, p, opts, out, err);
 }

@@ -18,7 +18,13 @@ static void problem_at(ld *l, prog_loc lc, const char *fmt, va_list ap) {
   strbuf sb;
   sb_init(&sb);
   sb_vaddf(&sb, fmt, ap);
-  err_append(l->err, SCHEDRUN_ECONFIG, "%s:%d:%d: %s", l->file, lc.line, lc.col, sb.data ? sb.data : "");
+  if (l->src) {
+    char at[256];
+    l->src->where(l->src->ctx, lc, at, sizeof at);
+    err_append(l->err, SCHEDRUN_ECONFIG, "%s: %s", at, sb.data ? sb.data : "");
+  } else {
+    err_append(l->err, SCHEDRUN_ECONFIG, "%s:%d:%d: %s", l->file, lc.line, lc.col, sb.data ? sb.data : "");
+  }
   sb_free(&sb);
 }
 

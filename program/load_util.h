@@ -26,6 +26,9 @@ typedef struct ld {
   bool loop_is_while[PROG_MAX_DEPTH];
   uint64_t buffer_bytes; /* all buffers so far */
   bool out_of_memory;    /* a problem was an allocation: the load fails with ENOMEM */
+  /* a document made by the program builder: where a place is, and the
+   * memory its buffers' `init: {memory: K}` name (NULL for YAML text) */
+  const prog_source *src;
 } ld;
 
 typedef yaml_node_t node;

@@ -141,18 +141,35 @@ static bool npy_elements(ld *l, node *n, const char *what, const char *rel, cons
 }
 
 static void load_init(ld *l, node *n, prog_buffer *b) {
-  static const char *const keys[] = {"fill", "iota", "values", "file", NULL};
-  node *f[4];
+  static const char *const keys[] = {"fill", "iota", "values", "file", "memory", NULL};
+  node *f[5];
   char what[160];
   snprintf(what, sizeof what, "init of buffer '%s'", b->name);
   if (!ld_read_map(l, n, what, keys, f)) return;
-  int given = !!f[0] + !!f[1] + !!f[2] + !!f[3];
+  int given = !!f[0] + !!f[1] + !!f[2] + !!f[3] + !!f[4];
+  if (f[4] && !l->src) {
+    ld_problem(l, f[4], "init memory is for programs made with the builder (schedrun_builder_buffer)");
+    return;
+  }
   if (given != 1) {
     ld_problem(l, n, "init of buffer '%s' needs exactly one of fill, iota, values, file", b->name);
     return;
   }
   size_t es = prog_type_size(b->type);
   if (b->count > (1ull << 32) / es) return; /* reported with count */
+  if (f[4]) {
+    int64_t k;
+    if (!ld_read_int(l, f[4], "init memory", 0, (int64_t)l->src->nblobs - 1, &k)) return;
+    const prog_blob *bl = &l->src->blobs[k];
+    if (bl->len != b->count * es) {
+      ld_problem(l, f[4], "init of buffer '%s' has %zu bytes; the buffer needs %llu", b->name, bl->len,
+                 (unsigned long long)(b->count * es));
+      return;
+    }
+    b->image = ld_calloc(l, n, b->count, es, "the buffer's contents");
+    if (b->image) memcpy(b->image, bl->data, bl->len);
+    return;
+  }
   if (f[3]) {
     const char *rel = ld_read_str(l, f[3], "init file");
     if (!rel) return;
@@ -486,6 +503,29 @@ static const char *base_name(const char *path) {
   return s ? s + 1 : path;
 }
 
+/* The document in l->doc (deleted here) becomes the program: *out, or
+ * every problem in l->err. */
+static int load_parsed(ld *l, prog_program **out) {
+  node *root = yaml_document_get_root_node(&l->doc);
+  if (!root) ld_problem(l, NULL, "the config is empty");
+  else load_doc(l, root);
+  yaml_document_delete(&l->doc);
+  if (!l->p->name) {
+    const char *b = base_name(l->file);
+    const char *dot = strrchr(b, '.');
+    l->p->name = dot && dot != b ? xstrndup(b, (size_t)(dot - b)) : xstrdup(b);
+  }
+  if (l->problems > MAX_PROBLEMS)
+    err_append(l->err, SCHEDRUN_ECONFIG, "%s: %d more problems not shown", l->file, l->problems - MAX_PROBLEMS);
+  if (l->problems) {
+    prog_free(l->p);
+    if (l->out_of_memory && l->err) l->err->code = SCHEDRUN_ENOMEM;
+    return l->out_of_memory ? SCHEDRUN_ENOMEM : SCHEDRUN_ECONFIG;
+  }
+  *out = l->p;
+  return SCHEDRUN_OK;
+}
+
 int prog_load_string(const char *text, size_t len, const char *origin, prog_program **out,
                      schedrun_error_t *err) {
   *out = NULL;
@@ -518,33 +558,38 @@ int prog_load_string(const char *text, size_t len, const char *origin, prog_prog
     return SCHEDRUN_ECONFIG;
   }
   yaml_parser_delete(&parser);
-  node *root = yaml_document_get_root_node(&l.doc);
-  if (!root) ld_problem(&l, NULL, "the config is empty");
-  else load_doc(&l, root);
-  yaml_document_delete(&l.doc);
-  if (!l.p->name) {
-    const char *b = base_name(l.file);
-    const char *dot = strrchr(b, '.');
-    l.p->name = dot && dot != b ? xstrndup(b, (size_t)(dot - b)) : xstrdup(b);
-  }
-  if (l.problems > MAX_PROBLEMS)
-    err_append(err, SCHEDRUN_ECONFIG, "%s: %d more problems not shown", l.file,
-               l.problems - MAX_PROBLEMS);
-  if (l.problems) {
-    prog_free(l.p);
-    if (l.out_of_memory && err) err->code = SCHEDRUN_ENOMEM;
-    return l.out_of_memory ? SCHEDRUN_ENOMEM : SCHEDRUN_ECONFIG;
-  }
-  l.p->text = malloc(len + 1);
-  if (!l.p->text) {
-    prog_free(l.p);
+  int rc = load_parsed(&l, out);
+  if (rc != SCHEDRUN_OK) return rc;
+  (*out)->text = malloc(len + 1);
+  if (!(*out)->text) {
+    prog_free(*out);
+    *out = NULL;
     return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
-  memcpy(l.p->text, text, len);
-  l.p->text[len] = '\0';
-  l.p->text_len = len;
-  *out = l.p;
+  memcpy((*out)->text, text, len);
+  (*out)->text[len] = '\0';
+  (*out)->text_len = len;
   return SCHEDRUN_OK;
+}
+
+int prog_load_document(void *yaml_document, const char *origin, const prog_source *src, prog_program **out,
+                       schedrun_error_t *err) {
+  *out = NULL;
+  ld l;
+  memset(&l, 0, sizeof l);
+  l.doc = *(yaml_document_t *)yaml_document;
+  memset(yaml_document, 0, sizeof(yaml_document_t)); /* ours now */
+  l.file = origin ? origin : "<builder>";
+  l.err = err;
+  l.src = src;
+  if (err) schedrun_error_clear(err);
+  l.p = calloc(1, sizeof(prog_program));
+  if (!l.p) {
+    yaml_document_delete(&l.doc);
+    return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  }
+  l.p->path = xstrdup(l.file);
+  return load_parsed(&l, out);
 }
 
 int prog_load_file(const char *path, prog_program **out, schedrun_error_t *err) {

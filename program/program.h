@@ -180,6 +180,22 @@ typedef struct prog_program {
 } prog_program;
 
 
+/* A document built in memory rather than parsed from text (the program
+ * builder): its places are the builder's own (`where` writes "step 2.1
+ * (launch of kernel 'k')" for a place), and `init: {memory: K}` takes buffer
+ * contents from blobs[K]. */
+typedef struct prog_blob { const void *data; size_t len; } prog_blob;
+typedef struct prog_source {
+  void (*where)(void *ctx, prog_loc at, char *out, size_t n);
+  void *ctx;
+  const prog_blob *blobs;
+  size_t nblobs;
+} prog_source;
+/* Loads a libyaml document (taken over and deleted) made as src describes;
+ * problems are reported as "PLACE: message". */
+int prog_load_document(void *yaml_document, const char *origin, const prog_source *src, prog_program **out,
+                       schedrun_error_t *err);
+
 /* Loads a config; every problem becomes one "file:line:col: message" line of
  * err->message, and the status is SCHEDRUN_ECONFIG. */
 int prog_load_file(const char *path, prog_program **out, schedrun_error_t *err);
