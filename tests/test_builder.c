@@ -383,12 +383,26 @@ static void test_memory_init_is_not_yaml(void **st) {
   schedrun_error_clear(&err);
 }
 
+/* examples/saxpy_builder.c runs configs/saxpy.yaml's twin: every job
+ * verified, the same recording counts as the config gives (one device). */
+static void test_saxpy_example(void **st) {
+  (void)st;
+  char *out, *err;
+  char *argv[] = {(char *)tu_env("SCHEDRUN_SAXPY_BUILDER"), "host", NULL};
+  int rc = tu_run(argv, &out, &err);
+  if (rc != 0) fail_msg("exit %d: %s", rc, err);
+  assert_string_equal(out, "saxpy-loop: 3 of 3 jobs verified; nodes 20 created, 8 updated, 2 reused\n");
+  free(out);
+  free(err);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_config_has_a_twin),
       cmocka_unit_test(test_twins_give_the_same_results),
       cmocka_unit_test(test_errors_name_the_call),
       cmocka_unit_test(test_memory_init_is_not_yaml),
+      cmocka_unit_test(test_saxpy_example),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
