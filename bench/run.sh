@@ -317,7 +317,7 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "with two kernels that compile in parallel stays under 20x."
 } > "$out"
 # across MPI ranks, and the cluster model calibrated with it (sched-run built with MPI)
-if command -v mpirun >/dev/null && ldd "$build/sched-run" | grep -q libschedrun_mpi; then
+if command -v mpirun >/dev/null && [ -x "$build/sched-run-mpi" ]; then
   { echo; bench/ranks.sh "$build"; } >> "$out"
 fi
 echo "wrote $out" >&2

@@ -16,17 +16,13 @@ typedef struct share {
   char devices[SHARE_DEVICES];
 } share;
 
-/* The launchers' variables naming this process's rank: Open MPI's
- * mpirun, PMIx (srun --mpi=pmix) and PMI-1/2 (MPICH, srun --mpi=pmi2). */
-static const char *rank_env(void) {
-  const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (getenv(names[i])) return getenv(names[i]);
-  return NULL;
+int ranks_handover(char **argv) {
+  (void)argv;
+  return 0; /* this is the program that runs across ranks */
 }
 
 void ranks_silence_others(void) {
-  const char *rank = rank_env();
+  const char *rank = ranks_launcher_rank();
   if (!rank || atoi(rank) == 0) return;
   int null = open("/dev/null", O_WRONLY);
   if (null < 0) return;
@@ -38,7 +34,7 @@ void ranks_silence_others(void) {
 int ranks_start(cli_ranks *r) {
   memset(r, 0, sizeof *r);
   r->size = 1;
-  if (!rank_env()) return ranks_refuse_singleton("this process was not started as an MPI rank; start it with "
+  if (!ranks_launcher_rank()) return ranks_refuse_singleton("this process was not started as an MPI rank; start it with "
                                                  "`srun --mpi=pmix` (or mpirun)");
   int provided = 0;
   if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {

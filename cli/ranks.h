@@ -1,8 +1,9 @@
 /*
  * sched-run across MPI ranks (mpirun -n N sched-run config.yaml, or srun):
  * rank 0 reads the config and does all the talking; the other ranks serve
- * it and print nothing. ranks.c when MPI is found, else ranks_absent.c
- * (one process, as always; a Slurm job of several tasks is refused).
+ * it and print nothing. sched-run itself is built with ranks_absent.c (one
+ * process, never MPI's libraries) and hands over to sched-run-mpi, built
+ * with ranks.c where MPI is found, when a launcher started it.
  */
 #ifndef SCHED_RUN_RANKS_H
 #define SCHED_RUN_RANKS_H
@@ -20,6 +21,12 @@ typedef struct cli_ranks {
   int batch; /* --rank-batch; 0: the default */
 } cli_ranks;
 
+/* This process's rank as an MPI launcher set it, or NULL when none started it. */
+const char *ranks_launcher_rank(void);
+/* First thing in main: a sched-run without MPI that an MPI launcher started
+ * becomes sched-run-mpi (beside it), so that only runs across ranks load
+ * MPI. Returns only to refuse (the exit status), or 0 to go on. */
+int ranks_handover(char **argv);
 /* The refusal shared by both builds: 2 when SLURM_NTASKS says this process
  * should be one of several tasks (said on stderr), else 0. */
 int ranks_refuse_singleton(const char *why);

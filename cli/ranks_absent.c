@@ -1,15 +1,48 @@
-/* ranks.h for a sched-run built without MPI: one process, as always. */
+/* ranks.h for sched-run itself: one process, as always; started by an MPI
+ * launcher, it hands over to sched-run-mpi. */
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ranks.h"
+
+int ranks_handover(char **argv) {
+  if (!ranks_launcher_rank()) return 0;
+#ifdef SCHEDRUN_CLI_HANDOVER
+  char self[PATH_MAX], mpi[PATH_MAX + 16];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = '\0';
+    snprintf(mpi, sizeof mpi, "%s/sched-run-mpi", self);
+    execv(mpi, argv); /* returns only when it could not */
+    fprintf(stderr, "sched-run: started by an MPI launcher, but %s cannot run: %s\n", mpi, strerror(errno));
+  } else {
+    fprintf(stderr, "sched-run: started by an MPI launcher, but its own path is unknown: %s\n", strerror(errno));
+  }
+  return 4;
+#else
+  (void)argv;
+  fprintf(stderr, "sched-run: started by an MPI launcher, but built without MPI (rebuild where Open MPI or MPICH "
+                  "is installed)\n");
+  return 2;
+#endif
+}
 
 void ranks_silence_others(void) {}
 
 int ranks_start(cli_ranks *r) {
   memset(r, 0, sizeof *r);
   r->size = 1;
+#ifdef SCHEDRUN_CLI_HANDOVER
+  return ranks_refuse_singleton("this process was not started as an MPI rank; start it with `srun --mpi=pmix` "
+                                "(or mpirun)");
+#else
   return ranks_refuse_singleton("this sched-run was built without MPI");
+#endif
 }
 
 void ranks_share(cli_ranks *r, int status, const char *devices, int no_cache) {

@@ -70,6 +70,14 @@ static int positive(const char *opt, const char *v, int *out) {
   return 0;
 }
 
+const char *ranks_launcher_rank(void) {
+  /* Open MPI's mpirun, PMIx (srun --mpi=pmix), PMI-1/2 (MPICH, srun --mpi=pmi2) */
+  const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (getenv(names[i])) return getenv(names[i]);
+  return NULL;
+}
+
 int ranks_refuse_singleton(const char *why) {
   const char *tasks = getenv("SLURM_NTASKS");
   if (!tasks || atoi(tasks) <= 1) return 0;
@@ -176,6 +184,8 @@ int main(int argc, char **argv) {
   int rank_batch = 0;
   int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, json = 0, timeout_s = 600, check = 0, c;
   opterr = 0;
+  int handed = ranks_handover(argv); /* started by an MPI launcher: sched-run-mpi takes over */
+  if (handed) return handed;
   ranks_silence_others(); /* under MPI only rank 0 talks */
   /* before any thread starts: they all inherit the blocked signals */
   if (interrupt_start() != 0) {

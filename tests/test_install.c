@@ -260,6 +260,17 @@ static void test_pkgconfig_mpi(void **st) {
   assert_non_null(strstr(out, "embed_mpi: 3 of 3 jobs verified on 2 ranks"));
   assert_non_null(strstr(out, "rank 1 on "));
   free(out);
+  /* the installed sched-run hands over to sched-run-mpi under a launcher, and loads no MPI itself */
+  expect_file("bin/sched-run-mpi");
+  ldd = sh("ldd '%s/bin/sched-run'", prefix);
+  assert_null(strstr(ldd, "libmpi"));
+  free(ldd);
+  out = sh("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 '%s' -n 2 --oversubscribe --mca btl self,tcp "
+           "-x LSAN_OPTIONS=detect_leaks=0 '%s/bin/sched-run' --devices host '%s'",
+           mpirun, prefix, config);
+  assert_non_null(strstr(out, "saxpy-loop: verified on 2 devices (r0/host:0, ...)"));
+  assert_non_null(strstr(out, "  rank 1 "));
+  free(out);
 }
 
 static void test_installed_cli(void **st) {
