@@ -710,6 +710,18 @@ static int leftovers(const char *prefix, pid_t pid) {
   return n;
 }
 
+/* Whether process pid's private cache (--no-cache) holds a compiled kernel. */
+static bool compiled_into_temp_cache(pid_t pid) {
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "find /tmp/schedrun-cache-%ld-* -name '*.so' 2>/dev/null | head -1", (long)pid);
+  FILE *f = popen(cmd, "r");
+  if (!f) return false;
+  char line[512];
+  bool found = fgets(line, sizeof line, f) != NULL;
+  pclose(f);
+  return found;
+}
+
 /* Starts sched-run on the long config, signals it once the run is under
  * way, and checks what it leaves: exit 128 + sig, the summary marked, the
  * trace and the JSON, and no temporary files. */
@@ -730,7 +742,10 @@ static void interrupt_with(int sig, int want_status, const char *name) {
   pid_t pid;
   assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
   posix_spawn_file_actions_destroy(&fa);
-  usleep(2500000); /* compiled (no cache) and running by now */
+  /* under way: its kernel compiled into its private cache (however long a
+   * busy machine takes), then a moment of jobs */
+  for (int tries = 0; tries < 600 && !compiled_into_temp_cache(pid); tries++) usleep(100000);
+  usleep(500000);
   uint64_t t0 = now_ns();
   kill(pid, sig);
   int status = 0;
