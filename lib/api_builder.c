@@ -291,11 +291,11 @@ void schedrun_builder_launch(schedrun_builder_t *b, const char *kernel_name, con
   pair(b, l, "block", dims(b, block, at), at);
   int a = seq(b, at);
   for (size_t i = 0; i < nargs; i++) {
-    /* "NAME+EXPR" is a buffer at an offset (elements); anything else is as in YAML */
+    /* "NAME[EXPR]" is buffer NAME from element EXPR (a '+' before the '['
+     * makes it an expression instead); anything else is as in YAML */
     const char *plus = args[i] ? strchr(args[i], '+') : NULL;
     const char *bracket = args[i] ? strchr(args[i], '[') : NULL;
     if (bracket && args[i][strlen(args[i]) - 1] == ']' && bracket != args[i] && (!plus || plus > bracket)) {
-      /* "a[EXPR]": buffer a from element EXPR */
       char *name = xstrndup(args[i], (size_t)(bracket - args[i]));
       char *off = xstrndup(bracket + 1, strlen(bracket + 1) - 1);
       int o = map(b, at);

@@ -35,11 +35,10 @@ int schedrun_program_artifacts(schedrun_t *s, const schedrun_program_t *p, sched
                    !s ? "the scheduler" : !p ? "the program" : "fn");
   int rc = api_closed(s, "schedrun_program_artifacts", err);
   if (rc) return rc;
-  if (p->s != s || p->p->nkernels == 0) {
-    if (p->p->nkernels == 0) return SCHEDRUN_OK; /* nothing to compile, nothing to share */
+  if (p->p->nkernels == 0) return SCHEDRUN_OK; /* nothing to compile, nothing to share */
+  if (p->s != s)
     return err_set(err, SCHEDRUN_EINVAL, "schedrun_program_artifacts: '%s' has not been compiled here (no job of it ran)",
                    p->p->name);
-  }
   msg_stat q[] = {{"program", (int64_t)p->id}, {"modules", 1}};
   msg m;
   if ((rc = api_ask_status(s, ACTOR_SCHEDULER, q, 2, &m, err))) return rc;

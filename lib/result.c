@@ -76,6 +76,35 @@ const void *schedrun_job_result_output(const schedrun_job_result_t *r, const cha
   return NULL;
 }
 
+void result_to_complete(schedrun_job_result_t *r, uint64_t program, msg_complete *c) {
+  bool mismatch = r->info.status == SCHEDRUN_EVERIFY;
+  c->status = mismatch ? SCHEDRUN_OK : r->info.status;
+  c->program = program;
+  c->device = r->info.device;
+  c->run = (uint32_t)r->info.run;
+  c->job_index = (uint32_t)r->info.job;
+  c->compile_ns = r->info.compile_ns;
+  c->record_ns = r->info.record_ns;
+  c->execute_ns = r->info.execute_ns;
+  c->counts = (msg_counts){(uint32_t)r->info.nodes_created, (uint32_t)r->info.nodes_updated,
+                           (uint32_t)r->info.nodes_reused};
+  c->cache_hits = r->cache_hits;
+  c->cache_misses = r->cache_misses;
+  c->t_submit = r->t_submit;
+  c->t_compile = r->t_compile;
+  c->t_record = r->t_record;
+  c->t_execute = r->t_execute;
+  c->t_done = r->t_done;
+  c->text = xstrdup(mismatch || !r->error ? "" : r->error);
+  for (size_t i = 0; i < r->outputs.n; i++) free(r->names[i]);
+  free(r->names);
+  r->names = NULL;
+  c->outputs = r->outputs;
+  memset(&r->outputs, 0, sizeof r->outputs);
+  c->launches = r->launches;
+  memset(&r->launches, 0, sizeof r->launches);
+}
+
 void schedrun_job_result_free(schedrun_job_result_t **pr) {
   if (!pr || !*pr) return;
   schedrun_job_result_t *r = *pr;

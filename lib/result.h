@@ -21,4 +21,10 @@ struct schedrun_job_result {
  * the status SCHEDRUN_EVERIFY); keeps only expected buffers unless keep. */
 schedrun_job_result_t *result_from_complete(uint64_t id, msg_complete *c, const prog_program *p, bool keep);
 
+/* The inverse, for a result that travels on (to another MPI rank): c gets
+ * r's numbers, times, error and outputs (taken from r; r is freed after as
+ * usual). A verification failure goes as SCHEDRUN_OK: the receiver verifies
+ * the outputs against its own copy of the program. */
+void result_to_complete(schedrun_job_result_t *r, uint64_t program, msg_complete *c);
+
 #endif

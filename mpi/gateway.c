@@ -110,7 +110,7 @@ static void lose(schedrun_mpi_t *m, int peer, const char *why) {
   push_in(m, w);
 }
 
-static bool is_lost(schedrun_mpi_t *m, int peer) {
+bool mpi_is_lost(schedrun_mpi_t *m, int peer) {
   pthread_mutex_lock(&m->lock);
   bool l = m->ranks[peer].info.lost != 0;
   pthread_mutex_unlock(&m->lock);
@@ -119,7 +119,7 @@ static bool is_lost(schedrun_mpi_t *m, int peer) {
 
 static void start_send(gateway *g, int dest, uint8_t *data, size_t len) {
   schedrun_mpi_t *m = g->m;
-  if (is_lost(m, dest) || len > (size_t)INT32_MAX) {
+  if (mpi_is_lost(m, dest) || len > (size_t)INT32_MAX) {
     free(data);
     return;
   }
@@ -304,10 +304,8 @@ static void beat(gateway *g, uint64_t now) {
     wire_pack_begin(&sb, &pk, W_BEAT, 1);
     size_t len = sb.size;
     uint8_t *data = (uint8_t *)msgpack_sbuffer_release(&sb);
-    if (data) start_send(g, r, data, len);
-  }
-  for (int r = 0; r < m->size; r++) {
-    if (r == m->rank || (m->rank != 0 && r != 0) || is_lost(m, r)) continue;
+    if (data) start_send(g, r, data, len); /* not to a lost peer */
+    if (mpi_is_lost(m, r)) continue;
     uint64_t heard = m->ranks[r].last_heard; /* may be after `now`: receive() runs after it is read */
     uint64_t quiet = now > heard ? now - heard : 0;
     if (quiet > (uint64_t)m->o.lost_after_ms * 1000000ull) {

@@ -123,6 +123,8 @@ typedef struct local_done {
 
 /* The gateway thread; started by schedrun_mpi_open. */
 void *mpi_gateway_main(void *arg);
+/* Whether the gateway has declared peer lost. */
+bool mpi_is_lost(schedrun_mpi_t *m, int peer);
 /* Queues a packed message (taking sb's buffer) for dest. */
 void mpi_send(schedrun_mpi_t *m, int dest, msgpack_sbuffer *sb);
 /* The next inbox message, waiting up to timeout_ms (-1: no limit); NULL when

@@ -184,10 +184,7 @@ int schedrun_mpi_close(schedrun_mpi_t **mp) {
     /* ranks still serving stop: no more runs (the gateway sends this before
      * it stops) */
     for (int q = 1; m->rank == 0 && q < m->size; q++) {
-      pthread_mutex_lock(&m->lock);
-      bool lost = m->ranks[q].info.lost;
-      pthread_mutex_unlock(&m->lock);
-      if (lost) continue;
+      if (mpi_is_lost(m, q)) continue;
       msgpack_sbuffer sb;
       msgpack_packer pk;
       wire_pack_begin(&sb, &pk, W_STOP, 1);

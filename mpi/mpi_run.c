@@ -152,11 +152,6 @@ static void flush(root_run *r, int rank) {
 
 static double load(const rank_state *rs) { return (double)rs->inflight / (rs->info.ndevices ? rs->info.ndevices : 1); }
 
-static bool is_lost(schedrun_mpi_t *m, int q) {
-  schedrun_mpi_rank_info_t info;
-  return schedrun_mpi_rank_info(m, q, &info) != SCHEDRUN_OK || info.lost;
-}
-
 /* ready: it loaded the program and is not lost (on_lost clears it) */
 static bool has_room(const root_run *r, const rank_state *rs) {
   return rs->ready &&
@@ -244,8 +239,9 @@ static void on_complete(root_run *r, int src, wire_rd *rd) {
     if (token == 0 || token > r->total || r->where[token - 1] != src) continue; /* late, or not this rank's */
     msg c;
     schedrun_error_t e = {0};
-    if (msg_decode(body, len, &c, &e) != SCHEDRUN_OK || c.type != MSG_COMPLETE) {
-      if (e.message == NULL) msg_free(&c);
+    int drc = msg_decode(body, len, &c, &e);
+    if (drc != SCHEDRUN_OK || c.type != MSG_COMPLETE) {
+      if (drc == SCHEDRUN_OK) msg_free(&c); /* decoded, but not a COMPLETE */
       char why[300];
       snprintf(why, sizeof why, "rank %d sent a result rank 0 cannot read: %s", src, e.message ? e.message : "not a COMPLETE");
       schedrun_error_clear(&e);
@@ -299,7 +295,7 @@ static void on_ready(root_run *r, int src, wire_rd *rd) {
   char *text = NULL;
   if (!wire_u64(rd, &pid) || pid != r->pid || !wire_i64(rd, &status) || !(text = wire_strdup(rd))) return;
   if (status == SCHEDRUN_OK) {
-    r->m->ranks[src].ready = !is_lost(r->m, src);
+    r->m->ranks[src].ready = !mpi_is_lost(r->m, src);
   } else if (!r->rank_error) {
     r->rank_error = (int)status;
     snprintf(r->rank_error_text, sizeof r->rank_error_text, "rank %d (host %s) cannot load the program: %s", src,
@@ -372,11 +368,11 @@ static void send_program(root_run *r, const int *compiler) {
   schedrun_mpi_t *m = r->m;
   int *members = calloc((size_t)m->size, sizeof *members);
   for (int q = 1; q < m->size; q++) {
-    if (is_lost(m, q)) continue;
+    if (mpi_is_lost(m, q)) continue;
     int role = compiler[q] == q ? ROLE_COMPILE : ROLE_WAIT;
     size_t n = 0;
     for (int o = q + 1; members && role == ROLE_COMPILE && o < m->size; o++)
-      if (compiler[o] == q && !is_lost(m, o)) members[n++] = o;
+      if (compiler[o] == q && !mpi_is_lost(m, o)) members[n++] = o;
     msgpack_sbuffer sb;
     msgpack_packer pk;
     wire_pack_begin(&sb, &pk, W_PROGRAM, 6);
@@ -391,10 +387,14 @@ static void send_program(root_run *r, const int *compiler) {
   free(members);
 }
 
+/* Nothing more will be placed: this rank's scheduler was shut down, a rank
+ * could not load the program, or a rank was lost. */
+static bool placing_over(const root_run *r) { return r->stopped || r->rank_error || r->lost[0]; }
+
 static bool all_ready(root_run *r) {
-  if (r->lost[0]) return true; /* nothing more will be placed */
+  if (placing_over(r)) return true;
   for (int q = 1; q < r->m->size; q++)
-    if (!r->m->ranks[q].ready && !is_lost(r->m, q) && !r->rank_error) return false;
+    if (!r->m->ranks[q].ready && !mpi_is_lost(r->m, q)) return false;
   return true;
 }
 
@@ -415,7 +415,7 @@ static void collect_stats(root_run *r) {
   bool *got = calloc((size_t)m->size, sizeof *got);
   if (!got) return;
   for (int q = 1; q < m->size; q++) {
-    if (is_lost(m, q)) continue;
+    if (mpi_is_lost(m, q)) continue;
     msgpack_sbuffer sb;
     msgpack_packer pk;
     wire_pack_begin(&sb, &pk, W_DONE, 2);
@@ -424,7 +424,7 @@ static void collect_stats(root_run *r) {
   }
   for (;;) {
     bool all = true;
-    for (int q = 1; q < m->size; q++) all &= got[q] || is_lost(m, q);
+    for (int q = 1; q < m->size; q++) all &= got[q] || mpi_is_lost(m, q);
     if (all) break;
     take_events(r, 50, got);
   }
@@ -483,7 +483,7 @@ int mpi_run_root(schedrun_mpi_t *m, schedrun_program_t *h, const schedrun_run_op
   for (int q = 0; q < m->size; q++) {
     compiler[q] = q;
     for (int o = 0; o < q; o++)
-      if (!strcmp(m->ranks[o].info.target, m->ranks[q].info.target) && !is_lost(m, o)) {
+      if (!strcmp(m->ranks[o].info.target, m->ranks[q].info.target) && !mpi_is_lost(m, o)) {
         compiler[q] = o;
         break;
       }
@@ -494,7 +494,7 @@ int mpi_run_root(schedrun_mpi_t *m, schedrun_program_t *h, const schedrun_run_op
     int *to = calloc((size_t)m->size, sizeof *to);
     size_t n = 0;
     for (int q = 1; to && q < m->size; q++)
-      if (compiler[q] == 0 && !is_lost(m, q)) to[n++] = q;
+      if (compiler[q] == 0 && !mpi_is_lost(m, q)) to[n++] = q;
     mpi_send_artifacts(m, h, r.pid, to, n);
     free(to);
   }
@@ -508,10 +508,10 @@ int mpi_run_root(schedrun_mpi_t *m, schedrun_program_t *h, const schedrun_run_op
   uint64_t ready_by = now_ns() + READY_WAIT_MS * 1000000ull;
   while (!all_ready(&r) && left_ms(&r) > 0 && now_ns() < ready_by) take_events(&r, 20, NULL);
   while (r.done < r.total) {
-    while (r.next < r.total && !r.stopped && !r.rank_error && !r.lost[0] && place(&r)) {
+    while (r.next < r.total && !placing_over(&r) && place(&r)) {
     }
     for (int q = 1; q < m->size; q++) flush(&r, q);
-    if ((r.stopped || r.rank_error || r.lost[0]) && r.done == r.next) break; /* what was placed is done */
+    if (placing_over(&r) && r.done == r.next) break; /* what was placed is done */
     take_events(&r, 20, NULL);
     maybe_progress(&r);
     if (left_ms(&r) == 0) {
