@@ -34,8 +34,7 @@ void ranks_silence_others(void) {
 int ranks_start(cli_ranks *r) {
   memset(r, 0, sizeof *r);
   r->size = 1;
-  if (!ranks_launcher_rank()) return ranks_refuse_singleton("this process was not started as an MPI rank; start it with "
-                                                 "`srun --mpi=pmix` (or mpirun)");
+  if (!ranks_launcher_rank()) return ranks_refuse_singleton(RANKS_NOT_A_RANK);
   int provided = 0;
   if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "sched-run: MPI did not start\n");
@@ -62,7 +61,7 @@ static int exit_for(int rc) {
   return rc == SCHEDRUN_OK || rc == SCHEDRUN_ECLOSED ? 0 : rc == SCHEDRUN_EINVAL || rc == SCHEDRUN_ECONFIG ? 2 : 4;
 }
 
-int ranks_serve(cli_ranks *r, const char *devices_override) {
+int ranks_serve(cli_ranks *r) {
   share sh;
   memset(&sh, 0, sizeof sh);
   MPI_Bcast(&sh, (int)sizeof sh, MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -73,7 +72,7 @@ int ranks_serve(cli_ranks *r, const char *devices_override) {
   }
   schedrun_options_t opts;
   schedrun_options_init(&opts);
-  opts.devices = devices_override ? devices_override : sh.devices;
+  opts.devices = sh.devices;
   opts.no_disk_cache = sh.no_cache;
   schedrun_error_t err = {0};
   int rc = schedrun_mpi_open(&r->m, MPI_COMM_WORLD, &opts, NULL, &err);

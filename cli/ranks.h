@@ -30,6 +30,8 @@ int ranks_handover(char **argv);
 /* The refusal shared by both builds: 2 when SLURM_NTASKS says this process
  * should be one of several tasks (said on stderr), else 0. */
 int ranks_refuse_singleton(const char *why);
+/* Why, for a sched-run that can run across ranks. */
+#define RANKS_NOT_A_RANK "this process was not started as an MPI rank; start it with `srun --mpi=pmix` (or mpirun)"
 /* Before anything prints: on a rank other than 0, standard output and
  * error go to /dev/null. */
 void ranks_silence_others(void);
@@ -40,9 +42,10 @@ int ranks_start(cli_ranks *r);
 /* Rank 0, once the config is loaded or not: tells the other ranks the
  * devices to open (or, status != 0, to stop). */
 void ranks_share(cli_ranks *r, int status, const char *devices, int no_cache);
-/* A rank other than 0: takes what rank 0 shares, opens, serves the run,
- * closes; the exit status. */
-int ranks_serve(cli_ranks *r, const char *devices_override);
+/* A rank other than 0: takes what rank 0 shares (the devices, as --devices
+ * or the config gave them to it), opens, serves the run, closes; the exit
+ * status. */
+int ranks_serve(cli_ranks *r);
 /* Rank 0: opens every rank's scheduler; *s is this rank's. */
 int ranks_open(cli_ranks *r, const schedrun_options_t *o, schedrun_t **s, schedrun_error_t *err);
 /* schedrun_run on s, or across the ranks. */

@@ -38,8 +38,7 @@ int ranks_start(cli_ranks *r) {
   memset(r, 0, sizeof *r);
   r->size = 1;
 #ifdef SCHEDRUN_CLI_HANDOVER
-  return ranks_refuse_singleton("this process was not started as an MPI rank; start it with `srun --mpi=pmix` "
-                                "(or mpirun)");
+  return ranks_refuse_singleton(RANKS_NOT_A_RANK);
 #else
   return ranks_refuse_singleton("this sched-run was built without MPI");
 #endif
@@ -49,8 +48,8 @@ void ranks_share(cli_ranks *r, int status, const char *devices, int no_cache) {
   (void)r, (void)status, (void)devices, (void)no_cache;
 }
 
-int ranks_serve(cli_ranks *r, const char *devices_override) {
-  (void)r, (void)devices_override;
+int ranks_serve(cli_ranks *r) {
+  (void)r;
   return 0; /* never called: without MPI there is only rank 0 */
 }
 

@@ -254,7 +254,7 @@ int main(int argc, char **argv) {
   cli_ranks ranks;
   int rst = ranks_start(&ranks);
   if (rst != 0) return rst;
-  if (ranks.active && ranks.rank != 0) return ranks_serve(&ranks, devices);
+  if (ranks.active && ranks.rank != 0) return ranks_serve(&ranks);
   ranks.batch = rank_batch;
 
   schedrun_error_t err = {0};
