@@ -430,6 +430,50 @@ static void test_dot(void **st) {
   }
 }
 
+/* What can go wrong around MPI before anything runs: a bad --rank-batch; a
+ * sched-run started by a launcher whose sched-run-mpi is not beside it; one
+ * built without MPI (the shared-slot variant) started by a launcher. */
+static void test_rank_mistakes(void **st) {
+  (void)st;
+  char *out, *err;
+  assert_int_equal(run_cli("--rank-batch", "0", "x.yaml", &out, &err), 2);
+  assert_non_null(strstr(err, "--rank-batch needs a positive integer, not '0'"));
+  free(out);
+  free(err);
+  assert_int_equal(run_cli("--rank-batch", "65537", "x.yaml", &out, &err), 2);
+  assert_non_null(strstr(err, "--rank-batch is at most 65536 jobs"));
+  free(out);
+  free(err);
+  /* a launcher's variable set: sched-run hands over, or says why it cannot */
+  char dir[] = "/tmp/schedrun-alone-XXXXXX", lone[600], cmd[1400];
+  assert_non_null(mkdtemp(dir));
+  snprintf(lone, sizeof lone, "%s/sched-run", dir);
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s'", tu_env("SCHEDRUN_RUN"), lone);
+  assert_int_equal(system(cmd), 0);
+  setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  char *alone[] = {lone, "-q", "x.yaml", NULL};
+  int rc = tu_run(alone, &out, &err);
+  char *plain[] = {(char *)tu_env("SCHEDRUN_RUN_SHARED_SLOT"), "-q", "x.yaml", NULL};
+  char *out2, *err2;
+  int rc2 = tu_run(plain, &out2, &err2);
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+  if (strstr(err, "cannot run")) { /* built with MPI: no sched-run-mpi beside the copy */
+    assert_int_equal(rc, 4);
+    assert_non_null(strstr(err, "sched-run-mpi cannot run: No such file or directory"));
+  } else { /* built without MPI */
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "built without MPI"));
+  }
+  assert_int_equal(rc2, 2);
+  assert_non_null(strstr(err2, "started by an MPI launcher, but built without MPI"));
+  free(out);
+  free(err);
+  free(out2);
+  free(err2);
+}
+
 static void test_usage(void **st) {
   (void)st;
   char *out, *err;
@@ -911,6 +955,7 @@ int main(void) {
       cmocka_unit_test(test_output_npy),
       cmocka_unit_test(test_dot),                 cmocka_unit_test(test_embed_example),
       cmocka_unit_test(test_demo_json_and_trace),   cmocka_unit_test(test_signals_stop_cleanly),
+      cmocka_unit_test(test_rank_mistakes),
       cmocka_unit_test(test_dead_process_temp_dirs_swept), cmocka_unit_test(test_kill_9_leaves_no_worker),
       cmocka_unit_test(test_gpu_script_never_passes_by_skipping),
   };

@@ -263,6 +263,34 @@ static void test_killed_rank(void **st) {
   rank_fails(SIGKILL);
 }
 
+/* A rank that cannot load the program (its kernel file is not there: the
+ * ranks run in different directories and read a config from standard input,
+ * whose files are relative to the current directory) ends the run with
+ * exit 2, naming the rank, the place in the config and the file. */
+static void test_rank_cannot_load(void **st) {
+  (void)st;
+  char a[] = "/tmp/schedrun-mpi-a-XXXXXX", b[] = "/tmp/schedrun-mpi-b-XXXXXX", cmd[2048];
+  assert_non_null(mkdtemp(a));
+  assert_non_null(mkdtemp(b));
+  snprintf(cmd, sizeof cmd,
+           "mkdir '%s/kernels' && cp '%s/kernels/histogram.cu' '%s/kernels/' && "
+           "'%s' --oversubscribe --mca btl self,tcp -x LSAN_OPTIONS=detect_leaks=0 "
+           "-n 1 -wdir '%s' '%s' --no-cache - : -n 2 -wdir '%s' '%s' --no-cache - < '%s/histogram.yaml'",
+           a, tu_env("SCHEDRUN_CONFIGS"), a, tu_env("SCHEDRUN_MPIRUN"), a, tu_env("SCHEDRUN_RUN"), b,
+           tu_env("SCHEDRUN_RUN"), tu_env("SCHEDRUN_CONFIGS"));
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  char *out, *err;
+  int rc = tu_run(argv, &out, &err);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", a, b);
+  assert_int_equal(system(cmd), 0);
+  assert_int_equal(rc, 2);
+  if (!strstr(err, "cannot load the program: <stdin>:") || !strstr(err, "kernels/histogram.cu") ||
+      (!strstr(err, "rank 1 (host ") && !strstr(err, "rank 2 (host ")))
+    fail_msg("not named:\n%s%s", out, err);
+  free(out);
+  free(err);
+}
+
 /* srun without --mpi=pmix starts N singletons: each refuses. */
 static void test_singleton_refused(void **st) {
   (void)st;
@@ -296,6 +324,7 @@ int main(void) {
       cmocka_unit_test(test_singleton_refused),       cmocka_unit_test(test_demo_same_as_one_process),
       cmocka_unit_test(test_loops_same_as_one_process), cmocka_unit_test(test_while_same_as_one_process),
       cmocka_unit_test(test_stopped_rank),            cmocka_unit_test(test_killed_rank),
+      cmocka_unit_test(test_rank_cannot_load),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
