@@ -60,7 +60,7 @@ test-asan: deps
 test-tsan: deps
 	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=Debug -DSCHEDRUN_SANITIZE=thread $(OWN_FLAGS)
 	cmake --build $(BUILD_TSAN) -j $(JOBS)
-	cd $(BUILD_TSAN) && ctest --output-on-failure -j $(JOBS) -L 'actors|cuda-double|mpi|builder'
+	cd $(BUILD_TSAN) && ctest --output-on-failure -j $(JOBS) -L 'actors|cuda-double|mpi|builder|dag'
 
 # clang, Release, with cuda.h out of reach: the CUDA backend is left out and
 # the whole plain suite still passes (test_no_cuda exists only in such a build).

@@ -83,6 +83,7 @@ int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, m
   f->tag = GPU_NO_TAG;
   f->lost = false;
   for (uint32_t b = 0; rc == SCHEDRUN_OK && b < p->nbuffers; b++) {
+    if (jr->takes && execute_taken(jr->takes, b)) continue; /* filled from its parcel below */
     const prog_buffer *buf = &p->buffers[b];
     uint64_t bytes = buf->count * prog_type_size(buf->type);
     const uint8_t *src = buf->image;
@@ -96,6 +97,7 @@ int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, m
     rc = src ? be->ops->copy_htod(be, s->device, c->bindings->v[b], src, bytes, err)
              : be->ops->mem_zero(be, s->device, c->bindings->v[b], bytes, err);
   }
+  if (rc == SCHEDRUN_OK && jr->takes && jr->takes->n) rc = execute_take_parcels(s, c, jr, err);
   if (rc) return rc;
   if (jr->deadline && now_ns() >= jr->deadline)
     return err_set(err, SCHEDRUN_ETIMEOUT, "job %llu (run %u, job %u) reached its deadline before it started on %s",
@@ -172,17 +174,20 @@ void execute_answer(actor_t *self, execute_state *s, msg *complete, uint32_t nti
 static void handle_execute(actor_t *self, execute_state *s, msg *m) {
   msg_execute *x = &m->body.execute;
   context_run c = {core_program(s->core, x->program), &x->bindings, x->sequence};
-  job_run jr = {m->job, x->run, x->job_index, x->keep, x->deadline, x->inputs.v, x->inputs.n};
-  schedrun_error_t err = {0};
-  gpu_failure f = {GPU_NO_TAG, false};
   msg c_msg;
   msg_init(&c_msg, MSG_COMPLETE, m->job, s->name);
   msg_complete *cp = &c_msg.body.complete;
+  uint32_t handoffs[2] = {0, 0};
+  job_run jr = {m->job, x->run, x->job_index, x->keep, x->deadline, x->inputs.v, x->inputs.n, &x->takes, handoffs};
+  schedrun_error_t err = {0};
+  gpu_failure f = {GPU_NO_TAG, false};
   size_t cap = 0;
   uint32_t ntimed = 0;
   uint64_t t0 = now_ns();
   int rc = execute_check_context(s, "EXECUTE", x->program, x->device, &c, &err);
   if (rc == SCHEDRUN_OK) rc = execute_run_job(s, &c, &jr, &cp->outputs, &cap, &ntimed, &f, &err);
+  execute_drop_takes(s, &x->takes);
+  if (rc == SCHEDRUN_OK && x->park.n) rc = execute_park(s, &c, &x->park, &cp->parcels, &err);
   if (rc) {
     execute_job_failed(self, s, m->from, m->job, rc, &f, &err);
   } else {
@@ -198,6 +203,8 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
     cp->t_submit = x->t_submit;
     cp->t_compile = x->t_compile;
     cp->t_record = x->t_record;
+    cp->handoffs_local = handoffs[0];
+    cp->handoffs_copied = handoffs[1];
     execute_answer(self, s, &c_msg, ntimed, t0, now_ns(), x->client && *x->client ? x->client : ACTOR_CLIENT, m->from);
   }
   msg_free(&c_msg);

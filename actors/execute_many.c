@@ -183,7 +183,8 @@ static void answer_timed(actor_t *self, execute_state *s, batch_out *b, const ms
 /* Job k of x, with its inputs (in_at[k] .. in_at[k + 1]). */
 static job_run job_of(const msg_execute_many *x, const size_t *in_at, size_t k) {
   return (job_run){x->jobs.v[k],      (uint32_t)x->runs.v[k], (uint32_t)x->job_indexes.v[k], (uint32_t)x->keeps.v[k],
-                   x->deadlines.v[k], x->inputs.v ? x->inputs.v + in_at[k] : NULL, in_at[k + 1] - in_at[k]};
+                   x->deadlines.v[k], x->inputs.v ? x->inputs.v + in_at[k] : NULL, in_at[k + 1] - in_at[k],
+                   NULL,              NULL}; /* batches carry no parcels */
 }
 
 /* The contents job jr's buffer b starts from: its input, the program's

@@ -30,6 +30,8 @@ typedef struct job_run {
   uint64_t deadline;
   const msg_output *inputs;
   size_t ninputs;
+  const msg_u64s *takes; /* parcels to fill buffers from ({buffer, device, address}); NULL: none */
+  uint32_t *handoffs;    /* [local, copied]: how the taken parcels arrived (NULL with no takes) */
 } job_run;
 
 /* What the jobs of one message share: the execution context. */
@@ -70,6 +72,20 @@ void execute_answer(actor_t *self, execute_state *s, msg *complete, uint32_t nti
                     const char *client, const char *scheduler);
 /* Whether the device's next job is timed. */
 bool execute_timing(const execute_state *s);
+
+/* execute_handoff.c: buffers handed from job to job as parcels, device
+ * memory a job leaves behind for exactly one later job. */
+/* Fills buffers from parcels: on this device a device copy, from another
+ * device one copy through the host; counts each in handoffs[0] or [1]. */
+int execute_take_parcels(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err);
+/* Leaves a parcel of each buffer in park (a copy on this device); its
+ * addresses go to *parcels. On failure none is left. */
+int execute_park(execute_state *s, const context_run *c, const msg_u64s *park, msg_u64s *parcels,
+                 schedrun_error_t *err);
+/* Frees the parcels of takes: they are consumed whether the job ran or not. */
+void execute_drop_takes(execute_state *s, const msg_u64s *takes);
+/* Whether buffer b is filled from a parcel. */
+bool execute_taken(const msg_u64s *takes, uint32_t b);
 
 /* execute_many.c */
 void execute_handle_many(actor_t *self, execute_state *s, msg *m);

@@ -68,6 +68,15 @@ static bool inputs_fit(const prog_program *p, const msg_outputs *in) {
   return true;
 }
 
+/* Parcels to leave or take name buffers of the program and devices there are. */
+static bool handoffs_fit(const scheduler_state *s, const prog_program *p, const job *j) {
+  for (size_t i = 0; i < j->park.n; i++)
+    if (j->park.v[i] >= p->nbuffers) return false;
+  for (size_t i = 0; i + 2 < j->takes.n; i += 3)
+    if (j->takes.v[i] >= p->nbuffers || j->takes.v[i + 1] >= (uint64_t)s->core->ndevices) return false;
+  return true;
+}
+
 static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   const msg_submit *sb = &m->body.submit;
   job *j = calloc(1, sizeof *j);
@@ -84,6 +93,10 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   j->t_submit = now_ns();
   j->inputs = sb->inputs;
   memset(&m->body.submit.inputs, 0, sizeof m->body.submit.inputs);
+  j->park = sb->park;
+  j->takes = sb->takes;
+  memset(&m->body.submit.park, 0, sizeof m->body.submit.park);
+  memset(&m->body.submit.takes, 0, sizeof m->body.submit.takes);
   snprintf(j->client, sizeof j->client, "%s", m->from);
   const prog_program *p = core_program(s->core, sb->program);
   prog_state *ps = NULL;
@@ -91,6 +104,7 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   if (idmap_get(&s->jobs, j->id)) bad = "a job with this id is already in flight";
   else if (!p) bad = "no such program";
   else if (!inputs_fit(p, &j->inputs)) bad = "inputs do not match the program's buffers";
+  else if (!handoffs_fit(s, p, j)) bad = "hand-offs name buffers or devices that are not there";
   else if (sb->slot >= MAX_SLOTS) bad = "binding slot out of range (at most 64)";
   else if (sb->device >= s->core->ndevices || sb->device < -1) bad = "no such device";
   else if (s->closing) bad = "the scheduler is shutting down";
@@ -100,7 +114,7 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
     int code = s->closing ? SCHEDRUN_ECLOSED : SCHEDRUN_EINVAL;
     if (idmap_get(&s->jobs, j->id) == j) idmap_remove(&s->jobs, j->id);
     job tmp = *j;
-    scheduler_job_free(j);
+    scheduler_job_free(s, j);
     tmp.state = JOB_COMPILING;
     /* not registered: answer directly */
     msg r;
@@ -142,6 +156,8 @@ static void handle_submit_many(actor_t *self, scheduler_state *s, msg *m) {
     one.body.submit = jobs->v[k];
     handle_submit(self, s, &one);
     jobs->v[k].inputs = one.body.submit.inputs; /* taken by the job, or still to free */
+    jobs->v[k].park = one.body.submit.park;
+    jobs->v[k].takes = one.body.submit.takes;
   }
 }
 

@@ -19,9 +19,16 @@ void scheduler_free_outputs(msg_outputs *o) {
   memset(o, 0, sizeof *o);
 }
 
-void scheduler_job_free(job *j) {
+void scheduler_job_free(scheduler_state *s, job *j) {
   if (!j) return;
   scheduler_free_outputs(&j->inputs);
+  /* parcels the job was to take and never did (it failed before it ran):
+   * nobody else holds them */
+  gpu_backend *be = s->core->backend;
+  for (size_t i = 0; i + 2 < j->takes.n; i += 3)
+    if (j->takes.v[i + 1] < (uint64_t)s->core->ndevices) be->ops->mem_free(be, (int)j->takes.v[i + 1], j->takes.v[i + 2]);
+  free(j->takes.v);
+  free(j->park.v);
   free(j);
 }
 
@@ -92,7 +99,7 @@ void scheduler_state_free(scheduler_state *s) {
   if (!s) return;
   size_t pos = 0;
   void *v;
-  while (idmap_next(&s->jobs, &pos, NULL, &v)) scheduler_job_free(v);
+  while (idmap_next(&s->jobs, &pos, NULL, &v)) scheduler_job_free(s, v);
   idmap_destroy(&s->jobs);
   pos = 0;
   while (hmap_next(&s->progs, &pos, NULL, &v)) scheduler_prog_state_free(s, v);
@@ -151,7 +158,7 @@ void scheduler_retire(actor_t *self, scheduler_state *s, job *j) {
     }
   }
   idmap_remove(&s->jobs, j->id);
-  scheduler_job_free(j);
+  scheduler_job_free(s, j);
   if (ss) scheduler_dispatch_slot(self, s, ps, ss);
   if (ps && ps->releasing && ps->jobs == 0) scheduler_finish_release(self, s, ps);
 }
@@ -254,6 +261,10 @@ void scheduler_start_execute(actor_t *self, scheduler_state *s, slot_state *ss, 
   x.body.execute.keep = j->keep;
   x.body.execute.inputs = j->inputs; /* handed over: needed once */
   memset(&j->inputs, 0, sizeof j->inputs);
+  x.body.execute.park = j->park; /* so are the hand-offs */
+  x.body.execute.takes = j->takes;
+  memset(&j->park, 0, sizeof j->park);
+  memset(&j->takes, 0, sizeof j->takes);
   msg_execute *e = &x.body.execute;
   e->client = xstrdup(j->client);
   e->run = j->run;
@@ -396,8 +407,10 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
       scheduler_complete(self, s, j, SCHEDRUN_EINTERNAL, "the job's program is gone", NULL);
       continue;
     }
-    if (s->core->no_batching) {
-      scheduler_start_execute(self, s, ss, j); /* one EXECUTE per job */
+    if (s->core->no_batching || j->park.n || j->takes.n) {
+      /* one EXECUTE per job (a job that hands buffers on or takes them
+       * travels alone: batches carry no parcels) */
+      scheduler_start_execute(self, s, ss, j);
       continue;
     }
     j->state = JOB_EXECUTING;

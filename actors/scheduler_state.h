@@ -36,6 +36,8 @@ typedef struct job {
   uint64_t t_submit, t_phase, compile_ns, record_ns, execute_ns;
   uint64_t t_compile, t_record, t_execute; /* phase starts, for traces */
   msg_outputs inputs; /* the submitter's buffer contents, until EXECUTE */
+  msg_u64s park, takes; /* hand-offs (msg_submit), until EXECUTE; parcels still
+                           in takes when the job is freed are freed with it */
   msg_counts counts;
   uint32_t hits, misses;
   uint64_t sequence;
@@ -115,7 +117,7 @@ struct scheduler_state {
 /* ---- scheduler_dispatch.c ---- */
 
 void scheduler_free_outputs(msg_outputs *o);
-void scheduler_job_free(job *j);
+void scheduler_job_free(scheduler_state *s, job *j);
 void scheduler_free_modules(msg_modules *mods);
 void scheduler_prog_state_free(scheduler_state *s, prog_state *ps);
 void scheduler_q_push(job_queue *q, job *j);

@@ -24,6 +24,7 @@ const char *schedrun_strerror(int code) {
   case SCHEDRUN_EAGAIN: return "too many jobs in flight";
   case SCHEDRUN_EFAULT: return "kernel fault";
   case SCHEDRUN_ELOST: return "device lost";
+  case SCHEDRUN_EDEPEND: return "a job it runs after failed";
   default: return "unknown error";
   }
 }

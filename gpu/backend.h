@@ -96,6 +96,9 @@ typedef struct gpu_ops {
                    schedrun_error_t *err);
   int (*copy_dtoh)(gpu_backend *b, int dev, void *dst, uint64_t src, uint64_t n,
                    schedrun_error_t *err);
+  /* Copies n bytes between two allocations of one device, on the device (a
+   * job's buffer handed on to the next job there never visits the host). */
+  int (*copy_dtod)(gpu_backend *b, int dev, uint64_t dst, uint64_t src, uint64_t n, schedrun_error_t *err);
 
   /* Loads a compiled artifact's payload (a shared object, a cubin). */
   int (*module_load)(gpu_backend *b, int dev, const void *image, size_t len, gpu_module **out,

@@ -54,7 +54,8 @@ enum schedrun_status {
   SCHEDRUN_EDEADLK = -13,   /* the call would wait for the thread it runs on (a callback) */
   SCHEDRUN_EAGAIN = -14,    /* no room: max_inflight jobs are in flight */
   SCHEDRUN_EFAULT = -15,    /* a kernel faulted or ended its device's process */
-  SCHEDRUN_ELOST = -16      /* the device was lost to an earlier fault or deadline */
+  SCHEDRUN_ELOST = -16,     /* the device was lost to an earlier fault or deadline */
+  SCHEDRUN_EDEPEND = -17    /* a job this one runs after did not complete successfully */
 };
 
 /* A short, static name for a status code ("config error", ...). */
@@ -305,6 +306,14 @@ typedef struct schedrun_job_options {
   void *user;
   int record_only;  /* 1: compile and record the job, then complete without running it
                        (no outputs; a recording or evaluation error fails it as usual) */
+  const schedrun_job_t *after; /* jobs this one runs after: it starts once every one of
+                                  them has completed successfully, and completes with
+                                  SCHEDRUN_EDEPEND, naming the first that did not, once
+                                  they all completed otherwise. Each must be a job whose
+                                  result has not been handed over yet (to a waiter or a
+                                  callback); others are refused. Buffers are handed from
+                                  job to job in a graph (schedrun_graph_*) */
+  size_t nafter;
 } schedrun_job_options_t;
 
 SCHEDRUN_EXTERN void schedrun_job_options_init(schedrun_job_options_t *o);
@@ -356,6 +365,10 @@ typedef struct schedrun_job_info {
   int verified; /* 1 when it ran and every expectation held */
   uint64_t compile_ns, record_ns, execute_ns;
   uint64_t nodes_created, nodes_updated, nodes_reused;
+  /* buffers handed to this job by the jobs it runs after (schedrun_graph_*):
+   * taken on the device they were left on, with no copy through the host;
+   * and copied once, from another device or from host memory */
+  uint32_t handoffs_local, handoffs_copied;
 } schedrun_job_info_t;
 
 SCHEDRUN_EXTERN const schedrun_job_info_t *schedrun_job_result_info(const schedrun_job_result_t *r);
@@ -365,6 +378,66 @@ SCHEDRUN_EXTERN const char *schedrun_job_result_error(const schedrun_job_result_
  * buffer with keep_outputs. NULL when absent. */
 SCHEDRUN_EXTERN const void *schedrun_job_result_output(const schedrun_job_result_t *r, const char *buffer, size_t *bytes);
 SCHEDRUN_EXTERN void schedrun_job_result_free(schedrun_job_result_t **r);
+
+/* ---- job graphs: jobs that run after jobs and hand buffers on --------------- */
+
+/*
+ * A graph of jobs and host tasks, submitted at once. An edge makes a node
+ * run after another; a hand-off also moves a buffer: the producer's buffer
+ * after it ran becomes the consumer's buffer before it runs (instead of its
+ * `init`). Between jobs on one device the buffer stays on the device (a
+ * device copy, counted in the consumer's handoffs_local); otherwise it is
+ * copied once, through the host (handoffs_copied). A job the caller did not
+ * pin to a device runs on the device that holds the most bytes handed to it.
+ * A node starts when every node it runs after completed successfully; when
+ * one did not, it completes with SCHEDRUN_EDEPEND naming that node's job and
+ * its error (a failure ends every path through it). Cycles and unknown nodes
+ * are refused by schedrun_graph_submit, which gives every node a job id for
+ * schedrun_wait*, or its callback.
+ */
+typedef struct schedrun_graph schedrun_graph_t;
+
+/* A host task running: its buffers, as host memory for the duration of the call. */
+typedef struct schedrun_host_task schedrun_host_task_t;
+/* A host task's work; it runs on the completion thread (keep it short, and
+ * do not wait there for jobs). Returns 0, or non-zero to fail the task (with
+ * schedrun_host_task_fail's reason, if given). */
+typedef int (*schedrun_host_fn)(schedrun_host_task_t *t, void *user);
+
+SCHEDRUN_EXTERN int schedrun_graph_new(schedrun_graph_t **out, schedrun_error_t *err);
+/* Adds a job of p with options o (NULL: defaults; `after`, `on_complete` and
+ * `user` are as in schedrun_submit; inputs are copied). *node is its index. */
+SCHEDRUN_EXTERN int schedrun_graph_job(schedrun_graph_t *g, schedrun_program_t *p, const schedrun_job_options_t *o,
+                                       int *node, schedrun_error_t *err);
+/* Adds a host task named `name`: fn runs on the host, with the buffers handed
+ * to it. Its result (schedrun_wait) holds every buffer it ends with. */
+SCHEDRUN_EXTERN int schedrun_graph_host(schedrun_graph_t *g, const char *name, schedrun_host_fn fn, void *user,
+                                        int *node, schedrun_error_t *err);
+/* node runs after `before`. */
+SCHEDRUN_EXTERN int schedrun_graph_after(schedrun_graph_t *g, int node, int before, schedrun_error_t *err);
+/* `to` runs after `from`, and from's buffer from_buffer becomes to's
+ * to_buffer (for a job, a buffer of its program of the same size; for a host
+ * task, any name). */
+SCHEDRUN_EXTERN int schedrun_graph_handoff(schedrun_graph_t *g, int from, const char *from_buffer, int to,
+                                           const char *to_buffer, schedrun_error_t *err);
+SCHEDRUN_EXTERN size_t schedrun_graph_size(const schedrun_graph_t *g);
+/* Submits every node; ids[i] (n = schedrun_graph_size) is node i's job. The
+ * graph stays the caller's: submit it again or free it. */
+SCHEDRUN_EXTERN int schedrun_graph_submit(schedrun_t *s, schedrun_graph_t *g, schedrun_job_t *ids, schedrun_error_t *err);
+/* Writes the graph as Graphviz DOT to path ("-": standard output). */
+SCHEDRUN_EXTERN int schedrun_graph_write_dot(const schedrun_graph_t *g, const char *path, schedrun_error_t *err);
+SCHEDRUN_EXTERN void schedrun_graph_free(schedrun_graph_t **g);
+
+/* In a host task: buffer `name` (handed to it, or made by schedrun_host_task_output),
+ * writable; NULL when it has none of that name. */
+SCHEDRUN_EXTERN void *schedrun_host_task_buffer(schedrun_host_task_t *t, const char *name, size_t *bytes);
+/* Makes (zeroed) or resizes buffer `name` of the task, to hand on; NULL without memory. */
+SCHEDRUN_EXTERN void *schedrun_host_task_output(schedrun_host_task_t *t, const char *name, size_t bytes);
+/* The task's name and job id. */
+SCHEDRUN_EXTERN const char *schedrun_host_task_name(const schedrun_host_task_t *t);
+SCHEDRUN_EXTERN schedrun_job_t schedrun_host_task_job(const schedrun_host_task_t *t);
+/* Says why the task fails (returned by the task, it fails with this text). */
+SCHEDRUN_EXTERN int schedrun_host_task_fail(schedrun_host_task_t *t, const char *why);
 
 /* ---- runs: a whole config, many jobs, one report ------------------------------ */
 

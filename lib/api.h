@@ -38,6 +38,8 @@ struct schedrun_program {
   struct schedrun_program *next; /* in s->programs */
 };
 
+typedef struct dep_node dep_node; /* lib/deps.h */
+
 typedef struct pending_job {
   schedrun_job_t id;
   const prog_program *prog; /* registered, so alive until the job completes */
@@ -48,6 +50,9 @@ typedef struct pending_job {
   void *user;
   schedrun_job_result_t *result; /* set on completion, unless cb */
   struct pending_job *next_done, *prev_done; /* the done list: completed, not handed over */
+  dep_node *dep;            /* jobs before or after it (lib/deps.h), or NULL */
+  uint32_t run, job_index;  /* its numbers, for a result made without running it */
+  uint32_t host_handoffs;   /* buffers handed to it from host tasks (inputs): copies */
 } pending_job;
 
 struct schedrun {
@@ -61,6 +66,7 @@ struct schedrun {
   /* the outbox to the scheduler, used under send_lock */
   void *outbox;
   pthread_mutex_t send_lock;
+  bool term_sent; /* under send_lock: the shutdown's TERM left, nothing follows it */
   /* the completion thread owns the inbox and files what arrives */
   void *inbox;
   pthread_t completer;
@@ -101,6 +107,10 @@ struct schedrun {
   pending_job **deferred;
   schedrun_job_result_t **deferred_results;
   size_t ndeferred, deferred_cap;
+  /* host tasks released, for the completion thread to run (under lock) */
+  pending_job **host_ready;
+  size_t nhost_ready, host_ready_cap;
+  bool running_host; /* the completion thread is running them */
   /* a doorbell to the completion thread from any thread (under bell_lock) */
   void *bell;
   pthread_mutex_t bell_lock;
@@ -126,6 +136,28 @@ int api_attach(schedrun_t *s, schedrun_program_t *h, schedrun_error_t *err);
 /* Takes what is in the completion queue and files it; from a thread other
  * than the completion thread the callbacks it meets are left to that thread. */
 void api_drain_completions(schedrun_t *s, bool on_completer);
+/* Files completed jobs' results (rs[k] for pjs[k]): to callbacks or for
+ * waiters, and on to the jobs after them (lib/deps.h). */
+void api_file_results(schedrun_t *s, pending_job **pjs, schedrun_job_result_t **rs, size_t n, bool on_completer);
+/* Rings the completion thread (from another thread): it has work left. */
+void api_ring_completer(schedrun_t *s);
+/* Hands a SUBMIT or SUBMIT_MANY to the scheduler; SCHEDRUN_ECLOSED once the
+ * shutdown's TERM has gone before it. */
+int api_send_submit(schedrun_t *s, const msg *m, schedrun_error_t *err);
+/* The checks of one job's options that need no lock; fn names the call. */
+int api_check_options(const schedrun_t *s, const char *fn, const schedrun_job_options_t *o, schedrun_error_t *err);
+/* Fills a SUBMIT body from job options (the program id is set later). */
+int api_fill_submit(const prog_program *p, const char *fn, const schedrun_job_options_t *o, msg_submit *sb,
+                    schedrun_error_t *err);
+/* Waits (lock held) until `need` more jobs fit under max_inflight. */
+int api_wait_for_room(schedrun_t *s, size_t need, const schedrun_job_options_t *o, schedrun_error_t *err);
+/* Registers a job about to be submitted (lock held), and forgets one never sent. */
+int api_register_job(schedrun_t *s, const prog_program *p, const schedrun_job_options_t *o, bool hidden,
+                     pending_job *pj, schedrun_error_t *err);
+void api_unregister_job(schedrun_t *s, pending_job *pj);
+/* Makes pj run after the jobs of o->after (lock held): SCHEDRUN_EINVAL
+ * naming an id that is not a job still held here. */
+int api_after_check(schedrun_t *s, const char *fn, const schedrun_job_t *after, size_t nafter, schedrun_error_t *err);
 /* Submits a job; `hidden` ones (schedrun_run's) are not for schedrun_wait_any. */
 int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, bool hidden,
                schedrun_job_t *out, schedrun_error_t *err);

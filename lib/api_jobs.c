@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/api.h"
+#include "lib/deps.h"
 
 void schedrun_job_options_init(schedrun_job_options_t *o) {
   if (!o) return;
@@ -49,7 +49,7 @@ static bool wait_completion(schedrun_t *s, const struct timespec *deadline, bool
 
 /* The arguments of one job that can be checked without the lock; `fn`
  * names the call (and the job, for a batch) in the error. */
-static int check_options(const schedrun_t *s, const char *fn, const schedrun_job_options_t *o, schedrun_error_t *err) {
+int api_check_options(const schedrun_t *s, const char *fn, const schedrun_job_options_t *o, schedrun_error_t *err) {
   if (o->run < 0 || o->job < 0 || o->timeout_ms < 0)
     return err_set(err, SCHEDRUN_EINVAL, "%s: run, job and timeout_ms must be >= 0", fn);
   if (o->device < -1 || o->device >= s->core.ndevices)
@@ -60,7 +60,7 @@ static int check_options(const schedrun_t *s, const char *fn, const schedrun_job
 
 /* Fills the SUBMIT body for one job (the program id is set later); on
  * failure what was filled is freed with its message. */
-static int fill_submit(const prog_program *p, const char *fn, const schedrun_job_options_t *o, msg_submit *sb,
+int api_fill_submit(const prog_program *p, const char *fn, const schedrun_job_options_t *o, msg_submit *sb,
                        schedrun_error_t *err) {
   *sb = (msg_submit){0, (uint32_t)o->run, (uint32_t)o->job, (uint32_t)(o->run % p->buffer_sets),
                      o->device, o->keep_outputs ? 1u : 0u, {NULL, 0}, 0, o->record_only ? 1u : 0u};
@@ -93,13 +93,13 @@ static int fill_submit(const prog_program *p, const char *fn, const schedrun_job
  * yet complete), as the job options allow. Completions make room without the
  * caller's help, so a thread that submits many jobs before it collects any
  * cannot wait for itself; only the completion thread could, so it never waits. */
-static int wait_for_room(schedrun_t *s, const schedrun_job_options_t *o, schedrun_error_t *err) {
-  if (s->incomplete < s->max_inflight) return SCHEDRUN_OK;
+int api_wait_for_room(schedrun_t *s, size_t need, const schedrun_job_options_t *o, schedrun_error_t *err) {
+  if (s->incomplete + need <= s->max_inflight) return SCHEDRUN_OK;
   int timeout = api_on_completer(s) ? 0 : o->submit_timeout_ms;
   struct timespec ts = api_deadline_in(timeout < 0 ? 0 : timeout);
-  while (s->incomplete >= s->max_inflight && !s->closing) {
+  while (s->incomplete + need > s->max_inflight && !s->closing) {
     if (timeout == 0 || (timeout > 0 && pthread_cond_timedwait(&s->cond, &s->lock, &ts) != 0 &&
-                         s->incomplete >= s->max_inflight))
+                         s->incomplete + need > s->max_inflight))
       return err_set(err, SCHEDRUN_EAGAIN, "schedrun_submit: %zu jobs are in flight (max_inflight)%s", s->incomplete,
                      timeout == 0 ? "" : " for the whole submit_timeout_ms");
     if (timeout < 0) pthread_cond_wait(&s->cond, &s->lock);
@@ -108,9 +108,11 @@ static int wait_for_room(schedrun_t *s, const schedrun_job_options_t *o, schedru
 }
 
 /* Registers a job about to be submitted (lock held): its id, its entry. */
-static int register_job(schedrun_t *s, const prog_program *p, const schedrun_job_options_t *o, bool hidden,
-                        pending_job *pj, schedrun_error_t *err) {
+int api_register_job(schedrun_t *s, const prog_program *p, const schedrun_job_options_t *o, bool hidden,
+                     pending_job *pj, schedrun_error_t *err) {
   pj->id = ++s->next_id;
+  pj->run = (uint32_t)o->run;
+  pj->job_index = (uint32_t)o->job;
   pj->prog = p;
   pj->keep = o->keep_outputs != 0;
   pj->hidden = hidden;
@@ -124,7 +126,7 @@ static int register_job(schedrun_t *s, const prog_program *p, const schedrun_job
 }
 
 /* Forgets a registered job that was never sent (lock held). */
-static void unregister_job(schedrun_t *s, pending_job *pj) {
+void api_unregister_job(schedrun_t *s, pending_job *pj) {
   idmap_remove(&s->jobs, pj->id);
   if (!pj->cb && !pj->hidden) s->waitable--;
   s->incomplete--;
@@ -134,20 +136,27 @@ static void unregister_job(schedrun_t *s, pending_job *pj) {
 
 /* Hands a SUBMIT or SUBMIT_MANY to the scheduler: queued, with a doorbell
  * when the queue was idle (actor.h: a queue beside a mailbox). */
-static int send_submit(schedrun_t *s, const msg *m, schedrun_error_t *err) {
+int api_send_submit(schedrun_t *s, const msg *m, schedrun_error_t *err) {
   bool ring = false;
   int rc = SCHEDRUN_OK;
+  /* nothing may follow the shutdown's TERM: the scheduler reads no further */
+  pthread_mutex_lock(&s->send_lock);
+  if (s->term_sent) {
+    pthread_mutex_unlock(&s->send_lock);
+    return err_set(err, SCHEDRUN_ECLOSED, "the scheduler is shut down");
+  }
   if (s->core.no_batching) {
-    pthread_mutex_lock(&s->send_lock);
     rc = mbox_send(s->outbox, m, err);
     pthread_mutex_unlock(&s->send_lock);
     return rc;
   }
   rc = msgq_push(&s->core.to_scheduler, m, &ring, err);
-  if (rc || !ring) return rc;
+  if (rc || !ring) {
+    pthread_mutex_unlock(&s->send_lock);
+    return rc;
+  }
   msg bell;
   msg_init(&bell, MSG_QUEUED, m->job, ACTOR_CLIENT);
-  pthread_mutex_lock(&s->send_lock);
   rc = mbox_send(s->outbox, &bell, err);
   pthread_mutex_unlock(&s->send_lock);
   msg_free(&bell);
@@ -155,38 +164,119 @@ static int send_submit(schedrun_t *s, const msg *m, schedrun_error_t *err) {
   return rc;
 }
 
+int api_after_check(schedrun_t *s, const char *fn, const schedrun_job_t *after, size_t nafter, schedrun_error_t *err) {
+  if (nafter && !after) return err_set(err, SCHEDRUN_EINVAL, "%s: after is NULL", fn);
+  for (size_t i = 0; i < nafter; i++) {
+    pending_job *x = idmap_get(&s->jobs, after[i]);
+    if (!x)
+      return after[i] == 0 || after[i] > s->next_id
+                 ? err_set(err, SCHEDRUN_EINVAL, "%s: after[%zu]: no job %llu was submitted", fn, i,
+                           (unsigned long long)after[i])
+                 : err_set(err, SCHEDRUN_EINVAL,
+                           "%s: after[%zu]: job %llu's result was already handed over (a job can run after jobs "
+                           "whose results are still held here)",
+                           fn, i, (unsigned long long)after[i]);
+  }
+  return SCHEDRUN_OK;
+}
+
+/* Makes pj run after the jobs of o->after (lock held, ids checked): edges
+ * from those still incomplete; *why (heap) the first that failed already.
+ * Returns how many it waits for (without memory for an edge, *why says so
+ * and it fails once those made complete). */
+static long after_attach(schedrun_t *s, pending_job *pj, const schedrun_job_options_t *o, char **why) {
+  long waiting = 0;
+  *why = NULL;
+  for (size_t i = 0; i < o->nafter; i++) {
+    pending_job *x = idmap_get(&s->jobs, o->after[i]);
+    if (x->result) {
+      if (!deps_succeeded(x->result) && !*why) {
+        strbuf sb;
+        sb_init(&sb);
+        sb_addf(&sb, "runs after job %llu ('%s'), which %s: %s", (unsigned long long)x->id,
+                x->prog ? x->prog->name : "?",
+                x->result->info.status == SCHEDRUN_EDEPEND ? "did not run" : "failed",
+                schedrun_job_result_error(x->result)[0] ? schedrun_job_result_error(x->result)
+                                                        : schedrun_strerror(x->result->info.status));
+        *why = sb_take(&sb);
+      }
+      continue;
+    }
+    if (deps_add_out(x, pj, -1, -1, NULL) != 0) {
+      if (!*why) *why = xstrdup("out of memory for the jobs it runs after");
+      continue;
+    }
+    waiting++;
+  }
+  return waiting;
+}
+
 int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, bool hidden, schedrun_job_t *out,
                schedrun_error_t *err) {
   const prog_program *p = h->p;
-  int rc = check_options(s, "schedrun_submit", o, err);
+  int rc = api_check_options(s, "schedrun_submit", o, err);
   if (rc) return rc;
   msg m;
   msg_init(&m, MSG_SUBMIT, 0, ACTOR_CLIENT);
-  rc = fill_submit(p, "schedrun_submit", o, &m.body.submit, err);
+  rc = api_fill_submit(p, "schedrun_submit", o, &m.body.submit, err);
   pending_job *pj = rc ? NULL : calloc(1, sizeof *pj);
-  if (rc || !pj) {
+  dep_node *dn = rc || !o->nafter ? NULL : deps_node_new();
+  if (rc || !pj || (o->nafter && !dn)) {
     msg_free(&m);
+    free(pj);
+    free(dn);
     return rc ? rc : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
+  char *why = NULL;
+  long waiting = 0;
   pthread_mutex_lock(&s->lock);
-  rc = wait_for_room(s, o, err);
+  rc = api_wait_for_room(s, 1, o, err);
   if (rc == SCHEDRUN_OK && s->closing) rc = err_set(err, SCHEDRUN_ECLOSED, "schedrun_submit: the scheduler is shut down");
   if (rc == SCHEDRUN_OK) rc = api_attach(s, h, err);
-  if (rc == SCHEDRUN_OK) rc = register_job(s, p, o, hidden, pj, err);
+  if (rc == SCHEDRUN_OK) rc = api_after_check(s, "schedrun_submit", o->after, o->nafter, err);
+  if (rc == SCHEDRUN_OK) rc = api_register_job(s, p, o, hidden, pj, err);
+  if (rc == SCHEDRUN_OK && o->nafter) waiting = after_attach(s, pj, o, &why);
+  schedrun_job_t id = pj->id; /* pj may complete (and go) as soon as it is sent */
+  m.job = id;
+  m.body.submit.program = h->id;
+  if (rc == SCHEDRUN_OK && waiting > 0) {
+    /* held here until the jobs it runs after complete */
+    dn->held = dn->is_job = true;
+    dn->waiting = (size_t)waiting;
+    dn->submit = m;
+    if (why) {
+      dn->fail_status = SCHEDRUN_EDEPEND;
+      dn->fail_why = why;
+      dn->root = xstrdup(why);
+    }
+    assert(!pj->dep); /* nothing can run after it before its id is out */
+    pj->dep = dn;
+    pthread_mutex_unlock(&s->lock);
+    *out = id;
+    return SCHEDRUN_OK;
+  }
   pthread_mutex_unlock(&s->lock);
+  free(dn);
   if (rc) {
+    free(why);
     free(pj);
     msg_free(&m);
     return rc;
   }
-  schedrun_job_t id = pj->id; /* pj may complete (and go) as soon as it is sent */
-  m.job = id;
-  m.body.submit.program = h->id;
-  rc = send_submit(s, &m, err);
+  if (why) {
+    /* a job it runs after failed already: it completes now */
+    msg_free(&m);
+    schedrun_job_result_t *r = deps_result(pj, SCHEDRUN_EDEPEND, why);
+    free(why);
+    *out = id;
+    api_file_results(s, &pj, &r, 1, api_on_completer(s));
+    return SCHEDRUN_OK;
+  }
+  rc = api_send_submit(s, &m, err);
   msg_free(&m);
   if (rc) {
     pthread_mutex_lock(&s->lock);
-    unregister_job(s, pj);
+    api_unregister_job(s, pj);
     pthread_mutex_unlock(&s->lock);
     free(pj);
     return rc;
@@ -336,16 +426,25 @@ int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const s
   schedrun_job_options_init(&d);
   static const char fn[] = "schedrun_submit_many";
   for (size_t i = 0; i < n; i++) {
-    int rc = check_options(s, fn, opts ? &opts[i] : &d, err);
+    int rc = api_check_options(s, fn, opts ? &opts[i] : &d, err);
     if (rc) return name_job(err, rc, i);
   }
+  for (size_t i = 0; opts && i < n; i++)
+    if (opts[i].nafter) {
+      /* jobs that run after jobs are held one by one: submitted as such */
+      for (size_t k = 0; k < n; k++) {
+        int rc = schedrun_submit(s, h, &opts[k], &out[k], err);
+        if (rc) return name_job(err, rc, k);
+      }
+      return SCHEDRUN_OK;
+    }
   const prog_program *p = h->p;
   int rc = SCHEDRUN_OK;
   for (size_t at = 0; at < n && rc == SCHEDRUN_OK;) {
     const schedrun_job_options_t *o0 = opts ? &opts[at] : &d;
     /* room first: how many of the next jobs may go now */
     pthread_mutex_lock(&s->lock);
-    rc = wait_for_room(s, o0, err);
+    rc = api_wait_for_room(s, 1, o0, err);
     if (rc == SCHEDRUN_OK && s->closing) rc = err_set(err, SCHEDRUN_ECLOSED, "schedrun_submit_many: the scheduler is shut down");
     if (rc == SCHEDRUN_OK) rc = api_attach(s, h, err);
     size_t k = 0, room = s->max_inflight > s->incomplete ? s->max_inflight - s->incomplete : 0;
@@ -353,14 +452,14 @@ int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const s
     if (rc == SCHEDRUN_OK) {
       k = n - at < SUBMIT_BATCH ? n - at : SUBMIT_BATCH;
       if (k > room) k = room;
-      assert(k > 0); /* wait_for_room made room */
+      assert(k > 0); /* api_wait_for_room made room */
       pjs = calloc(k, sizeof *pjs);
       if (!pjs) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     }
     size_t reg = 0;
     for (; rc == SCHEDRUN_OK && reg < k; reg++) {
       pjs[reg] = calloc(1, sizeof **pjs);
-      rc = pjs[reg] ? register_job(s, p, opts ? &opts[at + reg] : &d, false, pjs[reg], err)
+      rc = pjs[reg] ? api_register_job(s, p, opts ? &opts[at + reg] : &d, false, pjs[reg], err)
                     : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
       if (rc) free(pjs[reg]);
     }
@@ -375,11 +474,11 @@ int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const s
     }
     for (size_t j = 0; rc == SCHEDRUN_OK && j < k; j++) {
       msg_submit *sb = &m.body.submit_many.jobs.v[m.body.submit_many.jobs.n++];
-      rc = fill_submit(p, fn, opts ? &opts[at + j] : &d, sb, err);
+      rc = api_fill_submit(p, fn, opts ? &opts[at + j] : &d, sb, err);
       if (rc) name_job(err, rc, at + j);
       sb->program = h->id;
     }
-    if (rc == SCHEDRUN_OK) rc = send_submit(s, &m, err);
+    if (rc == SCHEDRUN_OK) rc = api_send_submit(s, &m, err);
     msg_free(&m);
     if (rc == SCHEDRUN_OK) {
       for (size_t j = 0; j < k; j++) out[at + j] = first + j; /* the pending jobs may be gone already */
@@ -389,7 +488,7 @@ int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const s
       pthread_mutex_lock(&s->lock);
       for (size_t j = 0; j < reg; j++) {
         if (!pjs[j]) continue;
-        if (idmap_get(&s->jobs, pjs[j]->id) == pjs[j]) unregister_job(s, pjs[j]);
+        if (idmap_get(&s->jobs, pjs[j]->id) == pjs[j]) api_unregister_job(s, pjs[j]);
         free(pjs[j]);
       }
       pthread_mutex_unlock(&s->lock);

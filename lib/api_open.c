@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "lib/api.h"
+#include "lib/deps.h"
 
 #define CLOSE_DRAIN_MS 1500
 
@@ -179,6 +179,78 @@ static void run_callbacks(schedrun_t *s, pending_job **pjs, schedrun_job_result_
   s->completed += n;
 }
 
+/* Files one result (lock held): to its callback (run later, in order, from
+ * cbs) or for waiters; true when the job counts as complete now. */
+static bool file_one(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r, bool on_completer, pending_job **cbs,
+                     schedrun_job_result_t **cbrs, size_t *ncb) {
+  if (pj->cb) {
+    idmap_remove(&s->jobs, pj->id);
+    /* callbacks run on the completion thread, which is rung after */
+    if (!on_completer && defer_callback(s, pj, r)) return false;
+    /* no memory to defer it: it runs here, as a last resort */
+    cbs[*ncb] = pj; /* callbacks run after, in order, outside the lock */
+    cbrs[(*ncb)++] = r;
+    return false;
+  }
+  pj->result = r;
+  if (!pj->hidden) {
+    pj->prev_done = s->done_tail;
+    if (s->done_tail) s->done_tail->next_done = pj;
+    else s->done_head = pj;
+    s->done_tail = pj;
+  }
+  return true;
+}
+
+/* Files results (lock held on entry, released on return): pjs' and those
+ * decided in w, then sends what w released. */
+static void file_locked(schedrun_t *s, pending_job **pjs, schedrun_job_result_t **rs, size_t n, deps_work *w,
+                        bool on_completer) {
+  size_t total = n + w->ndone, ncb = 0, done = 0;
+  pending_job *cb1;
+  schedrun_job_result_t *cbr1;
+  pending_job **cbs = total <= 1 ? &cb1 : calloc(total, sizeof *cbs);
+  schedrun_job_result_t **cbrs = total <= 1 ? &cbr1 : calloc(total, sizeof *cbrs);
+  bool here = on_completer && cbs && cbrs; /* without memory callbacks are deferred */
+  for (size_t k = 0; k < total; k++) {
+    pending_job *pj = k < n ? pjs[k] : w->done[k - n];
+    schedrun_job_result_t *r = k < n ? rs[k] : w->results[k - n];
+    if (pj && file_one(s, pj, r, here, cbs, cbrs, &ncb)) done++;
+  }
+  if (ncb) run_callbacks(s, cbs, cbrs, ncb);
+  assert(s->incomplete >= done);
+  s->incomplete -= done;
+  s->completed += done;
+  atomic_fetch_add(&s->completions, 1);
+  if (s->ndoomed) free_doomed(s);
+  bool ring = !here && (s->ndeferred > 0 || s->nhost_ready > 0);
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  if (total > 1) {
+    free(cbs);
+    free(cbrs);
+  }
+  deps_send(s, w, on_completer);
+  deps_work_free(w);
+  if (on_completer) deps_run_host_tasks(s);
+  else if (ring) api_ring_completer(s);
+}
+
+void api_file_work(schedrun_t *s, deps_work *w, bool on_completer) { file_locked(s, NULL, NULL, 0, w, on_completer); }
+
+void api_file_results(schedrun_t *s, pending_job **pjs, schedrun_job_result_t **rs, size_t n, bool on_completer) {
+  deps_work w = {0};
+  pthread_mutex_lock(&s->lock);
+  /* the jobs after these learn of them first: what fails for that completes
+   * in this same round (w.done) */
+  for (size_t k = 0; k < n; k++) {
+    if (pjs[k] && rs[k]) rs[k]->info.handoffs_copied += pjs[k]->host_handoffs;
+    if (pjs[k] && pjs[k]->dep) deps_completed(s, pjs[k], rs[k], &w);
+  }
+  deps_settle(s, &w);
+  file_locked(s, pjs, rs, n, &w, on_completer);
+}
+
 /* Completed jobs, as many as one message brings: each result goes to its
  * job's callback, or is filed for a waiter. Verification runs outside the
  * lock; waiters are woken once. */
@@ -197,44 +269,14 @@ static void completed(schedrun_t *s, const uint64_t *ids, msg_complete *cs, size
   pthread_mutex_lock(&s->lock);
   for (size_t k = 0; k < n; k++) {
     pending_job *pj = idmap_get(&s->jobs, ids[k]);
-    pjs[k] = pj && !pj->result ? pj : NULL; /* not ours, or a duplicate: a job completes once */
+    /* not ours, a duplicate (a job completes once), or one still held for
+     * the jobs it runs after (its id cannot have reached an actor) */
+    pjs[k] = pj && !pj->result && !(pj->dep && pj->dep->held) ? pj : NULL;
   }
   pthread_mutex_unlock(&s->lock);
   for (size_t k = 0; k < n; k++)
     if (pjs[k]) rs[k] = result_from_complete(ids[k], &cs[k], pjs[k]->prog, pjs[k]->keep);
-  size_t ncb = 0, done = 0;
-  pthread_mutex_lock(&s->lock);
-  for (size_t k = 0; k < n; k++) {
-    pending_job *pj = pjs[k];
-    if (!pj) continue;
-    if (pj->cb) {
-      idmap_remove(&s->jobs, pj->id);
-      if (!on_completer) {
-        /* callbacks run on the completion thread, which is rung below */
-        if (defer_callback(s, pj, rs[k])) continue;
-        /* no memory to defer it: it runs here, as a last resort */
-      }
-      pjs[ncb] = pj; /* callbacks run below, in order, outside the lock */
-      rs[ncb++] = rs[k];
-      continue;
-    }
-    pj->result = rs[k];
-    if (!pj->hidden) {
-      pj->prev_done = s->done_tail;
-      if (s->done_tail) s->done_tail->next_done = pj;
-      else s->done_head = pj;
-      s->done_tail = pj;
-    }
-    done++;
-  }
-  if (ncb) run_callbacks(s, pjs, rs, ncb);
-  assert(s->incomplete >= done);
-  s->incomplete -= done;
-  s->completed += done;
-  atomic_fetch_add(&s->completions, 1);
-  if (s->ndoomed) free_doomed(s);
-  pthread_cond_broadcast(&s->cond);
-  pthread_mutex_unlock(&s->lock);
+  api_file_results(s, pjs, rs, n, on_completer);
   if (n > 1) {
     free(pjs);
     free(rs);
@@ -310,20 +352,22 @@ void api_drain_completions(schedrun_t *s, bool on_completer) {
   if (bad) atomic_fetch_add(&s->malformed, bad);
   if (on_completer) {
     run_deferred(s);
+    deps_run_host_tasks(s);
     return;
   }
   pthread_mutex_lock(&s->lock);
-  bool deferred = s->ndeferred > 0;
+  bool deferred = s->ndeferred > 0 || s->nhost_ready > 0;
   pthread_mutex_unlock(&s->lock);
-  if (deferred) {
-    /* the completion thread runs them: ring it */
-    msg bell;
-    msg_init(&bell, MSG_QUEUED, 0, ACTOR_CLIENT);
-    pthread_mutex_lock(&s->bell_lock);
-    mbox_send(s->bell, &bell, NULL);
-    pthread_mutex_unlock(&s->bell_lock);
-    msg_free(&bell);
-  }
+  if (deferred) api_ring_completer(s); /* the completion thread runs them */
+}
+
+void api_ring_completer(schedrun_t *s) {
+  msg bell;
+  msg_init(&bell, MSG_QUEUED, 0, ACTOR_CLIENT);
+  pthread_mutex_lock(&s->bell_lock);
+  mbox_send(s->bell, &bell, NULL);
+  pthread_mutex_unlock(&s->bell_lock);
+  msg_free(&bell);
 }
 
 static void *completer_main(void *arg) {
@@ -406,8 +450,10 @@ static void teardown(schedrun_t *s) {
   void *v;
   while (idmap_next(&s->jobs, &pos, NULL, &v)) {
     schedrun_job_result_free(&((pending_job *)v)->result);
+    deps_node_free(s, ((pending_job *)v)->dep, true);
     free(v);
   }
+  free(s->host_ready);
   idmap_destroy(&s->jobs);
   /* programs still registered: hand them back to their handles, or free the
    * ones whose handle is gone */
@@ -586,6 +632,7 @@ int schedrun_shutdown(schedrun_t *s, int timeout_ms, schedrun_error_t *err) {
   msg_init(&t, MSG_TERM, id, ACTOR_CLIENT);
   pthread_mutex_lock(&s->send_lock);
   int rc = mbox_send(s->outbox, &t, err);
+  if (rc == SCHEDRUN_OK) s->term_sent = true;
   pthread_mutex_unlock(&s->send_lock);
   msg_free(&t);
   if (rc) return rc;

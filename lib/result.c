@@ -26,6 +26,10 @@ schedrun_job_result_t *result_from_complete(uint64_t id, msg_complete *c, const 
   r->cache_misses = c->cache_misses;
   r->launches = c->launches;
   memset(&c->launches, 0, sizeof c->launches);
+  r->info.handoffs_local = c->handoffs_local;
+  r->info.handoffs_copied = c->handoffs_copied;
+  r->parcels = c->parcels; /* the job graph gives them to the jobs that take them */
+  memset(&c->parcels, 0, sizeof c->parcels);
   if (c->status != SCHEDRUN_OK) {
     r->error = xstrdup(c->text ? c->text : "");
     return r;
@@ -116,6 +120,7 @@ void schedrun_job_result_free(schedrun_job_result_t **pr) {
   free(r->names);
   free(r->error);
   free(r->launches.v);
+  free(r->parcels.v);
   free(r);
   *pr = NULL;
 }

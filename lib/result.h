@@ -15,6 +15,7 @@ struct schedrun_job_result {
   uint64_t t_submit, t_compile, t_record, t_execute, t_done;
   uint32_t cache_hits, cache_misses;
   msg_u64s launches; /* {tag, start, end} per timed node (msg_complete.launches) */
+  msg_u64s parcels;  /* hand-offs the job left on its device (msg_complete.parcels) */
 };
 
 /* Takes c's outputs; verifies them against p's expectations (a failure makes

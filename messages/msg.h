@@ -93,6 +93,11 @@ typedef struct msg_submit {
   msg_outputs inputs; /* contents for some buffers, instead of their init */
   uint64_t deadline;  /* CLOCK_MONOTONIC ns by which the job must complete; 0: none */
   uint32_t record_only; /* 1: compile and record, and complete without running */
+  /* hand-offs between jobs (a job graph): buffers to leave on the device
+   * after the job, one parcel each (their addresses come back in COMPLETE);
+   * and parcels to fill buffers from before it, as {buffer, device, address}
+   * triples, each consumed (freed) by this job */
+  msg_u64s park, takes;
 } msg_submit;
 
 /* SUBMIT for several jobs in one message (schedrun_submit_many): job k has
@@ -143,6 +148,7 @@ typedef struct msg_execute {
   uint32_t cache_hits, cache_misses;
   uint64_t t_submit, t_compile, t_record;
   uint64_t deadline; /* the job's (msg_submit.deadline): the device is given until then */
+  msg_u64s park, takes; /* as in msg_submit */
 } msg_execute;
 
 /* EXECUTE for a run of jobs of one execution context that replay its
@@ -207,6 +213,11 @@ typedef struct msg_complete {
   /* {tag, start, end} of each node of the replay, for the first jobs of a
    * device whose backend times its nodes; empty otherwise */
   msg_u64s launches;
+  /* the parcels the job left on its device (msg_submit.park, in order), and
+   * how its taken parcels arrived: on the device they were left on, or
+   * copied from another device or through the host */
+  msg_u64s parcels;
+  uint32_t handoffs_local, handoffs_copied;
 } msg_complete;
 
 typedef struct msg_error {

@@ -60,7 +60,8 @@ SCHEMA(stat_s, msg_stat, F(msg_stat, name, FK_STR), F(msg_stat, value, FK_I64));
 SCHEMA(submit_s, msg_submit, F(msg_submit, program, FK_U64), F(msg_submit, run, FK_U32),
        F(msg_submit, job_index, FK_U32), F(msg_submit, slot, FK_U32),
        F(msg_submit, device, FK_I32), F(msg_submit, keep, FK_U32), FA(msg_submit, inputs, output_s),
-       F(msg_submit, deadline, FK_U64), F(msg_submit, record_only, FK_U32));
+       F(msg_submit, deadline, FK_U64), F(msg_submit, record_only, FK_U32), F(msg_submit, park, FK_U64S),
+       F(msg_submit, takes, FK_U64S));
 SCHEMA(compile_s, msg_compile, F(msg_compile, program, FK_U64), F(msg_compile, target, FK_STR),
        F(msg_compile, arch, FK_STR), FA(msg_compile, kernels, kernel_s));
 SCHEMA(compiled_s, msg_compiled, F(msg_compiled, program, FK_U64),
@@ -81,7 +82,8 @@ SCHEMA(execute_s, msg_execute, F(msg_execute, program, FK_U64), F(msg_execute, d
        FN(msg_execute, counts.created, "created", FK_U32), FN(msg_execute, counts.updated, "updated", FK_U32),
        FN(msg_execute, counts.reused, "reused", FK_U32), F(msg_execute, cache_hits, FK_U32),
        F(msg_execute, cache_misses, FK_U32), F(msg_execute, t_submit, FK_U64), F(msg_execute, t_compile, FK_U64),
-       F(msg_execute, t_record, FK_U64), F(msg_execute, deadline, FK_U64));
+       F(msg_execute, t_record, FK_U64), F(msg_execute, deadline, FK_U64), F(msg_execute, park, FK_U64S),
+       F(msg_execute, takes, FK_U64S));
 SCHEMA(executed_s, msg_executed, F(msg_executed, program, FK_U64),
        F(msg_executed, device, FK_U32), FA(msg_executed, outputs, output_s),
        F(msg_executed, exec_start, FK_U64), F(msg_executed, exec_ns, FK_U64));
@@ -94,7 +96,9 @@ SCHEMA(complete_s, msg_complete, F(msg_complete, status, FK_I32),
        FN(msg_complete, counts.reused, "reused", FK_U32), F(msg_complete, cache_hits, FK_U32),
        F(msg_complete, cache_misses, FK_U32), F(msg_complete, text, FK_STR),
        F(msg_complete, t_submit, FK_U64), F(msg_complete, t_compile, FK_U64), F(msg_complete, t_record, FK_U64),
-       F(msg_complete, t_execute, FK_U64), F(msg_complete, t_done, FK_U64), F(msg_complete, launches, FK_U64S));
+       F(msg_complete, t_execute, FK_U64), F(msg_complete, t_done, FK_U64), F(msg_complete, launches, FK_U64S),
+       F(msg_complete, parcels, FK_U64S), F(msg_complete, handoffs_local, FK_U32),
+       F(msg_complete, handoffs_copied, FK_U32));
 SCHEMA(error_s, msg_error, F(msg_error, code, FK_I32), F(msg_error, origin, FK_STR),
        F(msg_error, job, FK_U64), F(msg_error, text, FK_STR),
        F(msg_error, teardown, FK_STRS));
@@ -564,8 +568,21 @@ static int check_columns(dctx *d, const msg_u64s *jobs, const msg_u64s *const *c
   return SCHEDRUN_OK;
 }
 
+/* Parcels taken are {buffer, device, address} triples. */
+static int check_takes(dctx *d, const msg_u64s *takes) {
+  if (takes->n % 3) return bad(d, "takes", "not a list of {buffer, device, address} triples");
+  return SCHEDRUN_OK;
+}
+
 static int check_batch(dctx *d, const msg *m) {
   static const msg_u64s none = {NULL, 0};
+  if (m->type == MSG_SUBMIT) return check_takes(d, &m->body.submit.takes);
+  if (m->type == MSG_EXECUTE) return check_takes(d, &m->body.execute.takes);
+  if (m->type == MSG_SUBMIT_MANY)
+    for (size_t k = 0; k < m->body.submit_many.jobs.n; k++) {
+      int rc = check_takes(d, &m->body.submit_many.jobs.v[k].takes);
+      if (rc) return rc;
+    }
   if (m->type == MSG_EXECUTE_MANY) {
     const msg_execute_many *x = &m->body.execute_many;
     const msg_u64s *cols[] = {&x->runs, &x->job_indexes, &x->keeps, &x->t_submits, &x->deadlines};

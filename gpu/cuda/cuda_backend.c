@@ -219,6 +219,16 @@ static int c_copy_dtoh(gpu_backend *g, int dev, void *dst, uint64_t src, uint64_
   return SCHEDRUN_OK;
 }
 
+static int c_copy_dtod(gpu_backend *g, int dev, uint64_t dst, uint64_t src, uint64_t n, schedrun_error_t *err) {
+  cuda_backend *b = cb(g);
+  if (n == 0) return SCHEDRUN_OK;
+  int rc = cu_use(b, dev, err);
+  if (rc) return rc;
+  CU_CHECK(&b->api, b->api.cuStreamSynchronize(b->devs[dev].stream), b->devs[dev].name, err);
+  CU_CHECK(&b->api, b->api.cuMemcpyDtoD((CUdeviceptr)dst, (CUdeviceptr)src, n), b->devs[dev].name, err);
+  return SCHEDRUN_OK;
+}
+
 static int c_module_load(gpu_backend *g, int dev, const void *image, size_t len, gpu_module **out,
                          schedrun_error_t *err) {
   (void)len;
@@ -356,6 +366,7 @@ static const gpu_ops cuda_ops = {
     .mem_zero = c_mem_zero,
     .copy_htod = c_copy_htod,
     .copy_dtoh = c_copy_dtoh,
+    .copy_dtod = c_copy_dtod,
     .module_load = c_module_load,
     .module_unload = c_module_unload,
     .module_function = c_module_function,

@@ -151,6 +151,13 @@ static int h_copy_dtoh(gpu_backend *b, int dev, void *dst, uint64_t src, uint64_
   return SCHEDRUN_OK;
 }
 
+static int h_copy_dtod(gpu_backend *b, int dev, uint64_t dst, uint64_t src, uint64_t n, schedrun_error_t *err) {
+  (void)err;
+  host_device *d = dev_of(b, dev);
+  if (n) memmove(dev_range(d, dst, n), dev_range(d, src, n), n);
+  return SCHEDRUN_OK;
+}
+
 /* ---- modules, loaded by the worker ---- */
 
 static int h_module_load(gpu_backend *b, int dev, const void *image, size_t len, gpu_module **out,
@@ -503,6 +510,7 @@ static const gpu_ops host_ops = {
     .mem_zero = h_mem_zero,
     .copy_htod = h_copy_htod,
     .copy_dtoh = h_copy_dtoh,
+    .copy_dtod = h_copy_dtod,
     .module_load = h_module_load,
     .module_unload = h_module_unload,
     .module_function = h_module_function,

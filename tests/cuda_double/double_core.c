@@ -372,6 +372,16 @@ static CUresult d_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) {
   LEAVE(CUDA_SUCCESS);
 }
 
+static CUresult d_cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  ENTER("cuMemcpyDtoD");
+  NEED_CTX(x);
+  (void)x;
+  if (n == 0) LEAVE(CUDA_SUCCESS);
+  if (!dbl_range(dst, n, NULL) || !dbl_range(src, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+  LEAVE(CUDA_SUCCESS);
+}
+
 static CUresult d_cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n) {
   ENTER("cuMemsetD8");
   NEED_CTX(x);
@@ -470,7 +480,7 @@ const dbl_entry dbl_core_entries[] = {
     E(cuInit, 2000), E(cuDriverGetVersion, 2020), E(cuGetErrorName, 6000), E(cuGetErrorString, 6000),
     E(cuDeviceGetCount, 2000), E(cuDeviceGet, 2000), E(cuDeviceGetName, 2000), E(cuDeviceGetAttribute, 2000),
     E(cuDevicePrimaryCtxRetain, 7000), E(cuDevicePrimaryCtxRelease, 11000), E(cuCtxSetCurrent, 4000),
-    E(cuMemAlloc, 3020), E(cuMemFree, 3020), E(cuMemcpyHtoD, 3020), E(cuMemcpyDtoH, 3020), E(cuMemsetD8, 3020),
+    E(cuMemAlloc, 3020), E(cuMemFree, 3020), E(cuMemcpyHtoD, 3020), E(cuMemcpyDtoH, 3020), E(cuMemcpyDtoD, 3020), E(cuMemsetD8, 3020),
     E(cuStreamCreate, 2000), E(cuStreamDestroy, 4000), E(cuStreamSynchronize, 2000), E(cuStreamQuery, 2000),
     {NULL, NULL, 0}};
 #undef E

@@ -1,0 +1,94 @@
+/*
+ * Buffers handed from one job to the next (a job graph's hand-offs). A job
+ * that hands a buffer on leaves a parcel: a copy of the buffer in fresh
+ * memory of its device, made on the device once the job has run, since the
+ * buffer itself belongs to the execution context and the next job of that
+ * context overwrites it. The parcel's address travels back in COMPLETE; the
+ * client gives it to the one job that takes it, whose execute actor copies
+ * it into that job's buffer (on the device when both are on one device, else
+ * once through the host) and frees it. Every parcel has exactly one taker.
+ */
+#include <assert.h>
+#include <stdlib.h>
+
+#include "actors/execute_state.h"
+
+static uint64_t buffer_bytes(const prog_program *p, uint32_t b) {
+  return p->buffers[b].count * prog_type_size(p->buffers[b].type);
+}
+
+bool execute_taken(const msg_u64s *takes, uint32_t b) {
+  for (size_t i = 0; i + 2 < takes->n; i += 3)
+    if (takes->v[i] == b) return true;
+  return false;
+}
+
+int execute_take_parcels(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err) {
+  gpu_backend *be = s->core->backend;
+  assert(jr->takes->n % 3 == 0 && jr->handoffs); /* the decoder checks the triples */
+  for (size_t i = 0; i < jr->takes->n; i += 3) {
+    uint32_t b = (uint32_t)jr->takes->v[i];
+    int from = (int)jr->takes->v[i + 1];
+    uint64_t addr = jr->takes->v[i + 2];
+    if (b >= c->p->nbuffers || from < 0 || from >= s->core->ndevices)
+      return err_set(err, SCHEDRUN_EPROTO, "EXECUTE takes a parcel for buffer %u from device %d: no such buffer or device",
+                     b, from);
+    uint64_t bytes = buffer_bytes(c->p, b);
+    int rc;
+    if (from == s->device) {
+      rc = be->ops->copy_dtod(be, s->device, c->bindings->v[b], addr, bytes, err);
+      jr->handoffs[0]++;
+    } else {
+      /* another device's memory: one copy through the host */
+      void *tmp = malloc(bytes ? bytes : 1);
+      if (!tmp) return err_set(err, SCHEDRUN_ENOMEM, "out of memory for a hand-off of %llu bytes", (unsigned long long)bytes);
+      rc = be->ops->copy_dtoh(be, from, tmp, addr, bytes, err);
+      if (rc == SCHEDRUN_OK) rc = be->ops->copy_htod(be, s->device, c->bindings->v[b], tmp, bytes, err);
+      free(tmp);
+      jr->handoffs[1]++;
+    }
+    if (rc)
+      return err_set(err, rc, "handing buffer '%s' on from %s to %s: %s", c->p->buffers[b].name,
+                     be->ops->device_name(be, from), be->ops->device_name(be, s->device),
+                     err->message ? err->message : "copy failed");
+  }
+  return SCHEDRUN_OK;
+}
+
+void execute_drop_takes(execute_state *s, const msg_u64s *takes) {
+  gpu_backend *be = s->core->backend;
+  for (size_t i = 0; i + 2 < takes->n; i += 3)
+    if (takes->v[i + 1] < (uint64_t)s->core->ndevices) be->ops->mem_free(be, (int)takes->v[i + 1], takes->v[i + 2]);
+}
+
+int execute_park(execute_state *s, const context_run *c, const msg_u64s *park, msg_u64s *parcels,
+                 schedrun_error_t *err) {
+  gpu_backend *be = s->core->backend;
+  parcels->v = malloc(park->n * sizeof *parcels->v);
+  if (!parcels->v) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  int rc = SCHEDRUN_OK;
+  for (size_t i = 0; rc == SCHEDRUN_OK && i < park->n; i++) {
+    uint32_t b = (uint32_t)park->v[i];
+    if (b >= c->p->nbuffers) {
+      rc = err_set(err, SCHEDRUN_EPROTO, "EXECUTE parks buffer %u; the program has %u", b, c->p->nbuffers);
+      break;
+    }
+    uint64_t bytes = buffer_bytes(c->p, b), addr = 0;
+    rc = be->ops->mem_alloc(be, s->device, bytes ? bytes : 1, &addr, err);
+    if (rc == SCHEDRUN_OK) {
+      rc = be->ops->copy_dtod(be, s->device, addr, c->bindings->v[b], bytes, err);
+      if (rc) be->ops->mem_free(be, s->device, addr);
+      else parcels->v[parcels->n++] = addr;
+    }
+    if (rc)
+      err_set(err, rc, "leaving buffer '%s' on %s for the job it is handed to: %s", c->p->buffers[b].name,
+              be->ops->device_name(be, s->device), err->message ? err->message : "failed");
+  }
+  if (rc) {
+    for (size_t i = 0; i < parcels->n; i++) be->ops->mem_free(be, s->device, parcels->v[i]);
+    free(parcels->v);
+    parcels->v = NULL;
+    parcels->n = 0;
+  }
+  return rc;
+}

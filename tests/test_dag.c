@@ -1,0 +1,411 @@
+/* Job graphs: a diamond over two devices with its hand-offs counted, a
+ * failure that ends every path through it, cycles and unknown nodes refused,
+ * host tasks between jobs, and 10,000 jobs in chains of 10, each completing
+ * exactly once. SCHEDRUN_DAG_DEVICES picks the devices (default host:2; the
+ * driver double runs it as "cuda"). */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schedrun.h"
+#include "test_util.h"
+
+#define N 64
+
+#define KERNEL_PROGRAM(NAME, PARAMS, SRC, BUFFERS, ARGS, EXPECT)                                             \
+  "version: 1\nname: " NAME "\nkernels:\n  k:\n    params: [" PARAMS "]\n    source: |\n      extern \"C\" " \
+  "__global__ void k(" SRC "\nbuffers:\n" BUFFERS "program:\n  - launch: {kernel: k, grid: 1, block: 64, args: [" \
+  ARGS "]}\n" EXPECT
+
+/* out[i] = i + 1 + $job */
+static const char produce_yaml[] = KERNEL_PROGRAM(
+    "produce", "ptr, f32", "float *out, float add) { int i = threadIdx.x; out[i] = i + 1 + add; }",
+    "  out: {type: f32, count: 64}\n", "out, \"$job\"",
+    "expect:\n  out: {at: {0: \"1 + $job\", 63: \"64 + $job\"}}\n");
+/* the same, with an expectation that never holds */
+static const char produce_bad_yaml[] = KERNEL_PROGRAM(
+    "produce-bad", "ptr, f32", "float *out, float add) { int i = threadIdx.x; out[i] = i + 1 + add; }",
+    "  out: {type: f32, count: 64}\n", "out, 0", "expect:\n  out: {at: {0: -1}}\n");
+/* x[i] = x[i] * 2 */
+static const char twice_yaml[] = KERNEL_PROGRAM("twice", "ptr", "float *x) { x[threadIdx.x] *= 2.0f; }",
+                                                "  x: {type: f32, count: 64}\n", "x", "");
+/* x[i] = x[i] * x[i] */
+static const char square_yaml[] = KERNEL_PROGRAM("square", "ptr", "float *x) { x[threadIdx.x] *= x[threadIdx.x]; }",
+                                                 "  x: {type: f32, count: 64}\n", "x", "");
+/* out[i] = a[i] + b[i] */
+static const char add_yaml[] = KERNEL_PROGRAM(
+    "add", "ptr, ptr, ptr", "const float *a, const float *b, float *out) { int i = threadIdx.x; out[i] = a[i] + b[i]; }",
+    "  a: {type: f32, count: 64}\n  b: {type: f32, count: 64}\n  out: {type: f32, count: 64}\n", "a, b, out", "");
+/* y[i] = s[0] + i */
+static const char spread_yaml[] = KERNEL_PROGRAM(
+    "spread", "ptr, ptr", "const float *s, float *y) { int i = threadIdx.x; y[i] = s[0] + i; }",
+    "  s: {type: f32, count: 1}\n  y: {type: f32, count: 64}\n", "s, y", "");
+/* x[i] += 1: after k jobs in a chain, k; each job expects $job + 1 */
+static const char incr_yaml[] = KERNEL_PROGRAM("incr", "ptr", "float *x) { x[threadIdx.x] += 1.0f; }",
+                                               "  x: {type: f32, count: 64}\n", "x",
+                                               "expect:\n  x: {at: {0: \"$job + 1\", 63: \"$job + 1\"}}\n");
+
+static schedrun_t *open_dag(void) {
+  const char *devices = getenv("SCHEDRUN_DAG_DEVICES");
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = devices && *devices ? devices : "host:2";
+  schedrun_t *s = tu_open(&o);
+  assert_int_equal(schedrun_device_count(s), 2);
+  for (int d = 0; d < 2; d++) /* the devices asked for, never a fallback */
+    assert_int_equal(strncmp(schedrun_device_name(s, d), o.devices, 4), 0);
+  return s;
+}
+
+static schedrun_job_result_t *wait_ok(schedrun_t *s, schedrun_job_t id, int want_status) {
+  schedrun_job_result_t *r = NULL;
+  schedrun_error_t err = {0};
+  if (schedrun_wait(s, id, 60000, &r, &err)) fail_msg("wait %llu: %s", (unsigned long long)id, err.message);
+  const schedrun_job_info_t *in = schedrun_job_result_info(r);
+  if (in->status != want_status)
+    fail_msg("job %llu: status %d (%s), wanted %d", (unsigned long long)id, in->status, schedrun_job_result_error(r),
+             want_status);
+  return r;
+}
+
+static const float *output(const schedrun_job_result_t *r, const char *name, size_t n) {
+  size_t bytes = 0;
+  const float *v = schedrun_job_result_output(r, name, &bytes);
+  if (!v || bytes != n * sizeof(float)) fail_msg("no output '%s' of %zu floats (%zu bytes)", name, n, bytes);
+  return v;
+}
+
+static int add_job(schedrun_graph_t *g, schedrun_program_t *p, int device, int job) {
+  schedrun_job_options_t o;
+  schedrun_job_options_init(&o);
+  o.device = device;
+  o.job = job;
+  o.keep_outputs = 1;
+  int node = -1;
+  schedrun_error_t err = {0};
+  if (schedrun_graph_job(g, p, &o, &node, &err)) fail_msg("%s", err.message);
+  return node;
+}
+
+static void handoff(schedrun_graph_t *g, int from, const char *fb, int to, const char *tb) {
+  schedrun_error_t err = {0};
+  if (schedrun_graph_handoff(g, from, fb, to, tb, &err)) fail_msg("%s", err.message);
+}
+
+/* ---- the diamond ---- */
+
+/* A (device 0) -> B (device 1, twice) and C (unpinned: A's device, square)
+ * -> D (add, unpinned: it goes where one of its inputs is). */
+static void diamond(void **state) {
+  (void)state;
+  schedrun_t *s = open_dag();
+  schedrun_program_t *pa = tu_load(s, produce_yaml, "produce"), *pb = tu_load(s, twice_yaml, "twice"),
+                     *pc = tu_load(s, square_yaml, "square"), *pd = tu_load(s, add_yaml, "add");
+  for (int rep = 0; rep < 3; rep++) {
+    schedrun_graph_t *g;
+    assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
+    int a = add_job(g, pa, 0, rep), b = add_job(g, pb, 1, 0), c = add_job(g, pc, -1, 0), d = add_job(g, pd, -1, 0);
+    handoff(g, a, "out", b, "x");
+    handoff(g, a, "out", c, "x");
+    handoff(g, b, "x", d, "a");
+    handoff(g, c, "x", d, "b");
+    schedrun_job_t ids[4];
+    schedrun_error_t err = {0};
+    if (schedrun_graph_submit(s, g, ids, &err)) fail_msg("%s", err.message);
+    schedrun_graph_free(&g);
+    schedrun_job_result_t *ra = wait_ok(s, ids[a], SCHEDRUN_OK), *rb = wait_ok(s, ids[b], SCHEDRUN_OK),
+                          *rc = wait_ok(s, ids[c], SCHEDRUN_OK), *rd = wait_ok(s, ids[d], SCHEDRUN_OK);
+    const float *va = output(ra, "out", N), *vb = output(rb, "x", N), *vc = output(rc, "x", N),
+                *vd = output(rd, "out", N);
+    for (int i = 0; i < N; i++) {
+      float x = (float)(i + 1 + rep);
+      if (va[i] != x || vb[i] != 2 * x || vc[i] != x * x || vd[i] != 2 * x + x * x)
+        fail_msg("rep %d, element %d: A %g B %g C %g D %g (want %g %g %g %g)", rep, i, va[i], vb[i], vc[i], vd[i], x,
+                 2 * x, x * x, 2 * x + x * x);
+    }
+    const schedrun_job_info_t *ia = schedrun_job_result_info(ra), *ib = schedrun_job_result_info(rb),
+                              *ic = schedrun_job_result_info(rc), *id = schedrun_job_result_info(rd);
+    /* placement: B where pinned, C where its data is, D where one input is */
+    assert_int_equal(ia->device, 0);
+    assert_int_equal(ib->device, 1);
+    assert_int_equal(ic->device, 0);
+    assert_true(id->device == 0 || id->device == 1);
+    /* hand-offs: A's buffer reaches C on device 0 without the host, B by
+     * one copy; D has one input on its device and one from the other */
+    assert_int_equal(ia->handoffs_local + ia->handoffs_copied, 0);
+    assert_int_equal(ib->handoffs_local, 0);
+    assert_int_equal(ib->handoffs_copied, 1);
+    assert_int_equal(ic->handoffs_local, 1);
+    assert_int_equal(ic->handoffs_copied, 0);
+    assert_int_equal(id->handoffs_local, 1);
+    assert_int_equal(id->handoffs_copied, 1);
+    schedrun_job_result_t *all[] = {ra, rb, rc, rd};
+    for (int k = 0; k < 4; k++) schedrun_job_result_free(&all[k]);
+  }
+  schedrun_program_t *ps[] = {pa, pb, pc, pd};
+  for (int k = 0; k < 4; k++) schedrun_program_free(&ps[k]);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
+/* A fails its expectation: B, C and D complete with SCHEDRUN_EDEPEND, each
+ * naming A; nothing of them ran. */
+static void failure_ends_every_path(void **state) {
+  (void)state;
+  schedrun_t *s = open_dag();
+  schedrun_program_t *pa = tu_load(s, produce_bad_yaml, "bad"), *pb = tu_load(s, twice_yaml, "twice"),
+                     *pc = tu_load(s, square_yaml, "square"), *pd = tu_load(s, add_yaml, "add");
+  schedrun_graph_t *g;
+  assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
+  int a = add_job(g, pa, 0, 0), b = add_job(g, pb, 1, 0), c = add_job(g, pc, -1, 0), d = add_job(g, pd, -1, 0);
+  handoff(g, a, "out", b, "x");
+  handoff(g, a, "out", c, "x");
+  handoff(g, b, "x", d, "a");
+  handoff(g, c, "x", d, "b");
+  schedrun_job_t ids[4];
+  schedrun_error_t err = {0};
+  if (schedrun_graph_submit(s, g, ids, &err)) fail_msg("%s", err.message);
+  schedrun_graph_free(&g);
+  schedrun_job_result_t *ra = wait_ok(s, ids[a], SCHEDRUN_EVERIFY);
+  char named[64];
+  snprintf(named, sizeof named, "job %llu ('produce-bad')", (unsigned long long)ids[a]);
+  int nodes[] = {b, c, d};
+  for (int k = 0; k < 3; k++) {
+    schedrun_job_result_t *r = wait_ok(s, ids[nodes[k]], SCHEDRUN_EDEPEND);
+    const char *why = schedrun_job_result_error(r);
+    if (!strstr(why, named)) fail_msg("node %d's error does not name A (%s): %s", nodes[k], named, why);
+    assert_int_equal(schedrun_job_result_info(r)->device, -1);
+    assert_null(schedrun_job_result_output(r, "x", NULL));
+    schedrun_job_result_free(&r);
+  }
+  schedrun_job_result_free(&ra);
+  /* a plain job after a failed one fails at once, naming it */
+  schedrun_job_options_t o;
+  schedrun_job_options_init(&o);
+  schedrun_job_t bad, after;
+  assert_int_equal(schedrun_submit(s, pa, NULL, &bad, NULL), SCHEDRUN_OK);
+  o.after = &bad;
+  o.nafter = 1;
+  assert_int_equal(schedrun_submit(s, pb, &o, &after, NULL), SCHEDRUN_OK);
+  schedrun_job_result_t *r = wait_ok(s, after, SCHEDRUN_EDEPEND);
+  snprintf(named, sizeof named, "job %llu ('produce-bad')", (unsigned long long)bad);
+  assert_non_null(strstr(schedrun_job_result_error(r), named));
+  schedrun_job_result_free(&r);
+  r = wait_ok(s, bad, SCHEDRUN_EVERIFY);
+  schedrun_job_result_free(&r);
+  schedrun_program_t *ps[] = {pa, pb, pc, pd};
+  for (int k = 0; k < 4; k++) schedrun_program_free(&ps[k]);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
+/* ---- refusals ---- */
+
+static void cycles_and_unknowns_are_refused(void **state) {
+  (void)state;
+  schedrun_t *s = open_dag();
+  schedrun_program_t *pa = tu_load(s, produce_yaml, "produce"), *pb = tu_load(s, twice_yaml, "twice"),
+                     *pd = tu_load(s, add_yaml, "add"), *ps1 = tu_load(s, spread_yaml, "spread");
+  schedrun_graph_t *g;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
+  int a = add_job(g, pa, -1, 0), b = add_job(g, pb, -1, 0), c = add_job(g, pb, -1, 0);
+  handoff(g, a, "out", b, "x");
+  handoff(g, b, "x", c, "x");
+  assert_int_equal(schedrun_graph_after(g, a, c, &err), SCHEDRUN_OK); /* a -> b -> c -> a */
+  schedrun_job_t ids[3];
+  assert_int_equal(schedrun_graph_submit(s, g, ids, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "cycle"));
+  assert_non_null(strstr(err.message, "node 0 (a job of 'produce')"));
+  assert_non_null(strstr(err.message, "node 2 (a job of 'twice')"));
+  for (int k = 0; k < 3; k++) assert_int_equal(ids[k], 0);
+  schedrun_error_clear(&err);
+  /* unknown nodes, buffers, sizes, a buffer handed twice, itself */
+  assert_int_equal(schedrun_graph_after(g, 7, a, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "node 7; the graph has 3"));
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_graph_after(g, a, a, &err), SCHEDRUN_EINVAL);
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_graph_handoff(g, a, "nope", b, "x", &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "node 0 (a job of 'produce') has no buffer 'nope'"));
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_graph_handoff(g, a, "out", b, "x", &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "already handed to it by node 0"));
+  schedrun_error_clear(&err);
+  int sp = add_job(g, ps1, -1, 0);
+  assert_int_equal(schedrun_graph_handoff(g, a, "out", sp, "s", &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "has 256 bytes"));
+  schedrun_error_clear(&err);
+  schedrun_graph_free(&g);
+  /* a graph whose job names a device that is not there */
+  assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
+  add_job(g, pa, 5, 0);
+  assert_int_equal(schedrun_graph_submit(s, g, ids, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "node 0: no device 5"));
+  schedrun_error_clear(&err);
+  schedrun_graph_free(&g);
+  /* plain submits after unknown jobs, or jobs already handed over */
+  schedrun_job_options_t o;
+  schedrun_job_options_init(&o);
+  schedrun_job_t unknown = 999999, done, j;
+  o.after = &unknown;
+  o.nafter = 1;
+  assert_int_equal(schedrun_submit(s, pa, &o, &j, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "no job 999999 was submitted"));
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_submit(s, pa, NULL, &done, NULL), SCHEDRUN_OK);
+  schedrun_job_result_t *r = wait_ok(s, done, SCHEDRUN_OK);
+  schedrun_job_result_free(&r);
+  o.after = &done;
+  assert_int_equal(schedrun_submit(s, pa, &o, &j, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "already handed over"));
+  schedrun_error_clear(&err);
+  schedrun_stats_t st;
+  assert_int_equal(schedrun_get_stats(s, &st, NULL), SCHEDRUN_OK);
+  assert_int_equal(st.in_flight, 0); /* nothing refused is left behind */
+  schedrun_program_t *ps[] = {pa, pb, pd, ps1};
+  for (int k = 0; k < 4; k++) schedrun_program_free(&ps[k]);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
+/* ---- host tasks ---- */
+
+/* sums buffer x into a new buffer sum[0]; user non-NULL: fails instead */
+static int sum_task(schedrun_host_task_t *t, void *user) {
+  if (user) return schedrun_host_task_fail(t, "told to fail");
+  size_t bytes = 0;
+  float *x = schedrun_host_task_buffer(t, "x", &bytes);
+  if (!x || bytes != N * sizeof(float)) return schedrun_host_task_fail(t, "no x");
+  float *sum = schedrun_host_task_output(t, "sum", sizeof(float));
+  if (!sum) return SCHEDRUN_ENOMEM;
+  for (int i = 0; i < N; i++) sum[0] += x[i];
+  x[0] = -1; /* its own copy: the producer's result keeps its values */
+  return 0;
+}
+
+static void host_tasks_between_jobs(void **state) {
+  (void)state;
+  schedrun_t *s = open_dag();
+  schedrun_program_t *pa = tu_load(s, produce_yaml, "produce"), *pe = tu_load(s, spread_yaml, "spread");
+  for (int failing = 0; failing < 2; failing++)
+    for (int dev = 0; dev < 2; dev++) {
+      schedrun_graph_t *g;
+      assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
+      int a = add_job(g, pa, dev, 0), h = -1, e = add_job(g, pe, -1, 0);
+      schedrun_error_t err = {0};
+      assert_int_equal(schedrun_graph_host(g, "sum", sum_task, failing ? (void *)1 : NULL, &h, &err), SCHEDRUN_OK);
+      handoff(g, a, "out", h, "x");
+      handoff(g, h, "sum", e, "s");
+      schedrun_job_t ids[3];
+      if (schedrun_graph_submit(s, g, ids, &err)) fail_msg("%s", err.message);
+      schedrun_graph_free(&g);
+      schedrun_job_result_t *ra = wait_ok(s, ids[a], SCHEDRUN_OK);
+      schedrun_job_result_t *rh = wait_ok(s, ids[h], failing ? SCHEDRUN_EINVAL : SCHEDRUN_OK);
+      schedrun_job_result_t *re = wait_ok(s, ids[e], failing ? SCHEDRUN_EDEPEND : SCHEDRUN_OK);
+      const float *va = output(ra, "out", N);
+      for (int i = 0; i < N; i++) assert_true(va[i] == (float)(i + 1));
+      if (failing) {
+        assert_non_null(strstr(schedrun_job_result_error(rh), "told to fail"));
+        assert_non_null(strstr(schedrun_job_result_error(re), "('sum')"));
+      } else {
+        const float *sum = output(rh, "sum", 1), *hx = output(rh, "x", N), *y = output(re, "y", N);
+        assert_true(sum[0] == 2080.0f); /* 1 + 2 + ... + 64 */
+        assert_true(hx[0] == -1.0f && hx[1] == 2.0f);
+        for (int i = 0; i < N; i++)
+          if (y[i] != 2080.0f + (float)i) fail_msg("y[%d] = %g, not %g", i, y[i], 2080.0 + i);
+        assert_int_equal(schedrun_job_result_info(rh)->device, -1);
+        assert_int_equal(schedrun_job_result_info(re)->handoffs_copied, 1);
+        assert_int_equal(schedrun_job_result_info(re)->handoffs_local, 0);
+      }
+      schedrun_job_result_t *all[] = {ra, rh, re};
+      for (int k = 0; k < 3; k++) schedrun_job_result_free(&all[k]);
+    }
+  schedrun_program_free(&pa);
+  schedrun_program_free(&pe);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
+/* ---- chains ---- */
+
+#define CHAINS 1000
+#define CHAIN 10
+
+/* 10,000 jobs in chains of 10, all in flight at once: half hand their buffer
+ * down the chain (a graph each: every job adds 1, so job k finds k + 1), half
+ * only run after the one before (plain submits with `after`). Every job is
+ * handed over exactly once, verified, and after the job before it. */
+static void chains_complete_exactly_once(void **state) {
+  (void)state;
+  schedrun_t *s = open_dag();
+  schedrun_program_t *pi = tu_load(s, incr_yaml, "incr"), *pa = tu_load(s, produce_yaml, "produce");
+  schedrun_job_t *ids = calloc(CHAINS * CHAIN, sizeof *ids);
+  unsigned char *seen = calloc(CHAINS * CHAIN, 1);
+  int *next = calloc(CHAINS, sizeof *next);
+  assert_true(ids && seen && next);
+  schedrun_error_t err = {0};
+  for (int c = 0; c < CHAINS; c++) {
+    if (c % 2 == 0) {
+      schedrun_graph_t *g;
+      assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
+      for (int k = 0; k < CHAIN; k++) {
+        int node = add_job(g, pi, -1, k);
+        if (k) handoff(g, node - 1, "x", node, "x");
+      }
+      if (schedrun_graph_submit(s, g, &ids[c * CHAIN], &err)) fail_msg("chain %d: %s", c, err.message);
+      schedrun_graph_free(&g);
+    } else {
+      for (int k = 0; k < CHAIN; k++) {
+        schedrun_job_options_t o;
+        schedrun_job_options_init(&o);
+        o.run = c;
+        o.job = k;
+        if (k) {
+          o.after = &ids[c * CHAIN + k - 1];
+          o.nafter = 1;
+        }
+        if (schedrun_submit(s, pa, &o, &ids[c * CHAIN + k], &err)) fail_msg("chain %d job %d: %s", c, k, err.message);
+      }
+    }
+  }
+  for (int n = 0; n < CHAINS * CHAIN; n++) {
+    schedrun_job_t id;
+    schedrun_job_result_t *r;
+    if (schedrun_wait_any(s, 60000, &id, &r, &err)) fail_msg("after %d results: %s", n, err.message);
+    /* ids of one chain are consecutive: found from the first's */
+    int at = -1;
+    for (int c = 0; c < CHAINS && at < 0; c++)
+      if (id >= ids[c * CHAIN] && id < ids[c * CHAIN] + CHAIN) at = c * CHAIN + (int)(id - ids[c * CHAIN]);
+    if (at < 0 || ids[at] != id) fail_msg("job %llu is none of the chains'", (unsigned long long)id);
+    if (seen[at]++) fail_msg("job %llu handed over twice", (unsigned long long)id);
+    const schedrun_job_info_t *in = schedrun_job_result_info(r);
+    if (in->status != SCHEDRUN_OK || !in->verified)
+      fail_msg("chain %d job %d: status %d: %s", at / CHAIN, at % CHAIN, in->status, schedrun_job_result_error(r));
+    int c = at / CHAIN, k = at % CHAIN;
+    if (next[c] != k) fail_msg("chain %d: job %d completed before job %d", c, k, next[c]);
+    next[c]++;
+    if (c % 2 == 0 && k > 0 && in->handoffs_local + in->handoffs_copied != 1)
+      fail_msg("chain %d job %d: %u hand-offs", c, k, in->handoffs_local + in->handoffs_copied);
+    schedrun_job_result_free(&r);
+  }
+  schedrun_job_t id;
+  schedrun_job_result_t *r;
+  assert_int_equal(schedrun_wait_any(s, 0, &id, &r, &err), SCHEDRUN_EINVAL); /* nothing more */
+  schedrun_error_clear(&err);
+  for (int c = 0; c < CHAINS; c++) assert_int_equal(next[c], CHAIN);
+  free(ids);
+  free(seen);
+  free(next);
+  schedrun_program_free(&pi);
+  schedrun_program_free(&pa);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(diamond),
+      cmocka_unit_test(failure_ends_every_path),
+      cmocka_unit_test(cycles_and_unknowns_are_refused),
+      cmocka_unit_test(host_tasks_between_jobs),
+      cmocka_unit_test(chains_complete_exactly_once),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
