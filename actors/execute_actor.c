@@ -105,7 +105,9 @@ int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, m
   gpu_seq *seq = (gpu_seq *)(uintptr_t)c->sequence;
   if (s->timed < TIMED_JOBS && be->ops->seq_launch_timed && !s->times)
     s->times = malloc(TIMED_NODES * 3 * sizeof *s->times); /* freed once the last timed job is answered */
-  if (s->timed < TIMED_JOBS && s->times) {
+  if (p->nhosts) {
+    rc = execute_run_segments(s, c, jr, f, err);
+  } else if (s->timed < TIMED_JOBS && s->times) {
     s->timed++;
     rc = be->ops->seq_launch_timed(seq, jr->deadline, f, s->times, TIMED_NODES, ntimed, err);
   } else {

@@ -87,6 +87,12 @@ void execute_drop_takes(execute_state *s, const msg_u64s *takes);
 /* Whether buffer b is filled from a parcel. */
 bool execute_taken(const msg_u64s *takes, uint32_t b);
 
+/* execute_host.c: a program with host steps runs its segments of device
+ * steps in turn (c->sequence is then gpu_seq *[nhosts + 1]), each host step
+ * between them with the job's buffers in host memory. */
+int execute_run_segments(execute_state *s, const context_run *c, const job_run *jr, gpu_failure *f,
+                         schedrun_error_t *err);
+
 /* execute_many.c */
 void execute_handle_many(actor_t *self, execute_state *s, msg *m);
 

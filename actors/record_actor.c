@@ -34,7 +34,8 @@
 typedef struct rec_seq {
   node_list nodes;
   hmap index;     /* node_key -> position in nodes + 1: the key store */
-  gpu_seq **seqs; /* [0] root, owns the others */
+  gpu_seq **seqs; /* by sequence number: segment roots own their while bodies */
+  gpu_seq **roots; /* the segment roots in order (host steps between them) */
   msg_counts total;
   uint32_t rebuilds; /* times an update in place was refused and the recording built afresh */
   /* what it was recorded with besides the job's variables: while a RECORD
@@ -140,8 +141,10 @@ static bool same_params(const node_list *la, const rec_node *x, const node_list 
 
 static void rec_seq_destroy(record_state *s, rec_seq *q) {
   if (!q) return;
-  if (q->seqs && q->seqs[0]) s->core->backend->ops->seq_destroy(q->seqs[0]);
+  for (uint16_t k = 0; q->seqs && k < q->nodes.nsegs; k++)
+    if (q->seqs[q->nodes.segs[k]]) s->core->backend->ops->seq_destroy(q->seqs[q->nodes.segs[k]]);
   free(q->seqs);
+  free(q->roots);
   free(q->bindings);
   free(q->fns);
   nl_free(&q->nodes);
@@ -156,10 +159,13 @@ static int create_seq(record_state *s, uint32_t device, rec_seq **out, schedrun_
   if (!q) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   hmap_init(&q->index, sizeof(node_key));
   q->seqs = calloc(s->want.nseqs, sizeof *q->seqs);
-  int rc = q->seqs ? ops->seq_create(s->core->backend, (int)device, &q->seqs[0], err)
-                   : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-  if (rc == SCHEDRUN_OK && nl_copy(&q->nodes, &s->want) != 0)
-    rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  q->roots = calloc(s->want.nsegs, sizeof *q->roots);
+  int rc = q->seqs && q->roots && nl_copy(&q->nodes, &s->want) == 0 ? SCHEDRUN_OK
+                                                                    : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  for (uint16_t k = 0; rc == SCHEDRUN_OK && k < q->nodes.nsegs; k++) {
+    rc = ops->seq_create(s->core->backend, (int)device, &q->seqs[q->nodes.segs[k]], err);
+    q->roots[k] = q->seqs[q->nodes.segs[k]];
+  }
   for (uint32_t i = 0; rc == SCHEDRUN_OK && i < q->nodes.n; i++) {
     rec_node *r = &q->nodes.v[i];
     gpu_node g;
@@ -170,7 +176,7 @@ static int create_seq(record_state *s, uint32_t device, rec_seq **out, schedrun_
     if (rc == SCHEDRUN_OK && hmap_put(&q->index, &k, (void *)(uintptr_t)(i + 1)) != 0)
       rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
-  if (rc == SCHEDRUN_OK) rc = ops->seq_finalize(q->seqs[0], err);
+  for (uint16_t k = 0; rc == SCHEDRUN_OK && k < q->nodes.nsegs; k++) rc = ops->seq_finalize(q->roots[k], err);
   if (rc) {
     rec_seq_destroy(s, q);
     return rc;
@@ -448,8 +454,10 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
   q->total.reused += c.reused;
   msg reply;
   msg_init(&reply, MSG_RECORDED, m->job, ACTOR_RECORD);
-  reply.body.recorded = (msg_recorded){r->program, r->device, r->slot,
-                                       (uint64_t)(uintptr_t)q->seqs[0], c};
+  /* the handle the execute actor replays: the sequence, or, for a program
+   * with host steps, its segments (gpu_seq *[nhosts + 1]) */
+  uint64_t handle = q->nodes.nsegs > 1 ? (uint64_t)(uintptr_t)q->roots : (uint64_t)(uintptr_t)q->seqs[0];
+  reply.body.recorded = (msg_recorded){r->program, r->device, r->slot, handle, c};
   actor_send(self, m->from, &reply);
   msg_free(&reply);
 }

@@ -41,6 +41,8 @@ void nl_reset(node_list *l) {
   l->n = 0;
   l->nargs = 0;
   l->nseqs = 1;
+  l->nsegs = 1;
+  l->segs[0] = 0;
   l->ndyn = 0;
   l->niters = 0;
 }
@@ -89,6 +91,8 @@ int nl_copy(node_list *dst, const node_list *src) {
   dst->n = src->n;
   dst->nargs = src->nargs;
   dst->nseqs = src->nseqs;
+  dst->nsegs = src->nsegs;
+  memcpy(dst->segs, src->segs, sizeof dst->segs);
   dst->ndyn = src->ndyn;
   dst->niters = src->niters;
   return 0;
@@ -341,7 +345,20 @@ static void walk_init(walk *w, node_list *l, const prog_program *p, const msg_re
 int record_walk(node_list *want, const prog_program *p, const msg_record *r, const gpu_function *fns, strbuf *why) {
   walk w;
   walk_init(&w, want, p, r, fns, why);
-  return walk_steps(&w, p->steps, p->nsteps, 0, 0, 0);
+  uint16_t seq_no = 0;
+  for (uint32_t i = 0; i < p->nsteps; i++) {
+    const prog_step *st = &p->steps[i];
+    if (st->kind == ST_HOST) {
+      /* the device steps after it are a segment of their own */
+      assert(want->nsegs <= PROG_MAX_HOST_STEPS); /* the loader bounds host steps */
+      if (want->nseqs == UINT16_MAX) return wfail(&w, st, "too many while loops");
+      seq_no = want->nseqs++;
+      want->segs[want->nsegs++] = seq_no;
+      continue;
+    }
+    if (walk_step(&w, st, 0, 0, seq_no)) return -1;
+  }
+  return 0;
 }
 
 int record_walk_dynamic(node_list *out, const node_list *of, const prog_program *p, const msg_record *r,

@@ -64,6 +64,11 @@ typedef struct node_list {
   uint32_t ndyn, dyn_cap;
   int64_t *iters;
   uint32_t niters, iters_cap;
+  /* the program's host steps cut its top level into segments, each a root
+   * sequence of its own: segs[k] is segment k's sequence number (segs[0] is
+   * 0); a program without host steps has one */
+  uint16_t segs[PROG_MAX_HOST_STEPS + 1];
+  uint16_t nsegs;
 } node_list;
 
 void nl_reset(node_list *l);

@@ -407,9 +407,10 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
       scheduler_complete(self, s, j, SCHEDRUN_EINTERNAL, "the job's program is gone", NULL);
       continue;
     }
-    if (s->core->no_batching || j->park.n || j->takes.n) {
+    if (s->core->no_batching || j->park.n || j->takes.n || p->nhosts) {
       /* one EXECUTE per job (a job that hands buffers on or takes them
-       * travels alone: batches carry no parcels) */
+       * travels alone: batches carry no parcels; nor do they stop for
+       * host steps) */
       scheduler_start_execute(self, s, ss, j);
       continue;
     }

@@ -176,6 +176,18 @@ SCHEDRUN_EXTERN int schedrun_program_load_file(schedrun_t *s, const char *path, 
 /* `origin` names the text in error messages (a file name, "<string>"). */
 SCHEDRUN_EXTERN int schedrun_program_load_string(schedrun_t *s, const char *yaml, const char *origin,
                               schedrun_program_t **out, schedrun_error_t *err);
+/* Host work between device work: a host step of a program
+ * (schedrun_builder_host), or a host task of a job graph
+ * (schedrun_graph_host). While its function runs it sees its buffers as host
+ * memory (schedrun_host_task_buffer and the other schedrun_host_task_*
+ * calls). */
+typedef struct schedrun_host_task schedrun_host_task_t;
+/* Returns 0, or non-zero to fail (a SCHEDRUN_E* code is kept, any other value
+ * is SCHEDRUN_EINVAL), with schedrun_host_task_fail's reason if given. A
+ * graph's host task runs on the completion thread, a program's host step on
+ * its device's thread: keep either short, and do not wait there for jobs. */
+typedef int (*schedrun_host_fn)(schedrun_host_task_t *t, void *user);
+
 /*
  * The program builder: the same program a config describes, made by calls.
  * Each call adds what the config's keys would (docs/config.md); strings are
@@ -222,6 +234,12 @@ SCHEDRUN_EXTERN void schedrun_builder_loop(schedrun_builder_t *b, unsigned trips
 SCHEDRUN_EXTERN void schedrun_builder_while(schedrun_builder_t *b, const char *flag_buffer, uint64_t index,
                                             unsigned max_trips);
 SCHEDRUN_EXTERN void schedrun_builder_end(schedrun_builder_t *b);
+/* A host step: fn runs on the host between the device steps before and
+ * after it, with every buffer of the job as host memory
+ * (schedrun_host_task_buffer; what it writes reaches the steps after it).
+ * Host steps stand at the top level of the program, not inside loops; a
+ * config cannot have them. A non-zero return fails the job, naming the step. */
+SCHEDRUN_EXTERN void schedrun_builder_host(schedrun_builder_t *b, const char *name, schedrun_host_fn fn, void *user);
 /* Expectations, checked after every job: elements by index, or the first
  * n elements; values are numbers or expressions, as strings. Optionally the
  * sum (an expression; NULL: none). tol: relative tolerance (0: the default). */
@@ -397,13 +415,6 @@ SCHEDRUN_EXTERN void schedrun_job_result_free(schedrun_job_result_t **r);
  */
 typedef struct schedrun_graph schedrun_graph_t;
 
-/* A host task running: its buffers, as host memory for the duration of the call. */
-typedef struct schedrun_host_task schedrun_host_task_t;
-/* A host task's work; it runs on the completion thread (keep it short, and
- * do not wait there for jobs). Returns 0, or non-zero to fail the task (with
- * schedrun_host_task_fail's reason, if given). */
-typedef int (*schedrun_host_fn)(schedrun_host_task_t *t, void *user);
-
 SCHEDRUN_EXTERN int schedrun_graph_new(schedrun_graph_t **out, schedrun_error_t *err);
 /* Adds a job of p with options o (NULL: defaults; `after`, `on_complete` and
  * `user` are as in schedrun_submit; inputs are copied). *node is its index. */
@@ -431,7 +442,9 @@ SCHEDRUN_EXTERN void schedrun_graph_free(schedrun_graph_t **g);
 /* In a host task: buffer `name` (handed to it, or made by schedrun_host_task_output),
  * writable; NULL when it has none of that name. */
 SCHEDRUN_EXTERN void *schedrun_host_task_buffer(schedrun_host_task_t *t, const char *name, size_t *bytes);
-/* Makes (zeroed) or resizes buffer `name` of the task, to hand on; NULL without memory. */
+/* Makes (zeroed) or resizes buffer `name` of a graph's host task, to hand
+ * on; NULL without memory. In a program's host step the buffers are the
+ * program's: it returns buffer `name` when it has `bytes` bytes, else NULL. */
 SCHEDRUN_EXTERN void *schedrun_host_task_output(schedrun_host_task_t *t, const char *name, size_t bytes);
 /* The task's name and job id. */
 SCHEDRUN_EXTERN const char *schedrun_host_task_name(const schedrun_host_task_t *t);

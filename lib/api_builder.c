@@ -32,6 +32,8 @@ struct schedrun_builder {
   size_t ncalls, cap;
   prog_blob *blobs;
   size_t nblobs;
+  prog_hostfn *hostfns; /* host steps' functions: `host: {task: K}` runs hostfns[K] */
+  size_t nhostfns;
   bool failed;    /* out of memory: finish says so */
   char *misuse;   /* the first call that could not be made (finish says so) */
 };
@@ -157,6 +159,7 @@ void schedrun_builder_free(schedrun_builder_t **pb) {
   free(b->part);
   for (size_t i = 0; i < b->nblobs; i++) free((void *)b->blobs[i].data);
   free(b->blobs);
+  free(b->hostfns);
   free(b->misuse);
   free(b->name);
   free(b);
@@ -342,6 +345,28 @@ void schedrun_builder_fill(schedrun_builder_t *b, const char *buffer, const char
   pair(b, st, "fill", f, at);
 }
 
+void schedrun_builder_host(schedrun_builder_t *b, const char *name, schedrun_host_fn fn, void *user) {
+  const char *fname = "schedrun_builder_host";
+  if (!usable(b, fname, "name", name)) return;
+  if (!fn) {
+    misuse(b, "%s: host step '%s': fn is NULL", fname, name);
+    return;
+  }
+  prog_hostfn *v = realloc(b->hostfns, (b->nhostfns + 1) * sizeof *v);
+  if (!v) {
+    b->failed = true;
+    return;
+  }
+  b->hostfns = v;
+  b->hostfns[b->nhostfns] = (prog_hostfn){fn, user};
+  int at;
+  int st = step(b, &at, NULL, "host step '%s'", name);
+  int h = map(b, at);
+  pair(b, h, "name", scalar(b, name, at, 0), at);
+  pair(b, h, "task", number(b, (double)b->nhostfns++, true, at, 0), at);
+  pair(b, st, "host", h, at);
+}
+
 /* Opens a loop step's body: the steps added next go into it. */
 static void open_body(schedrun_builder_t *b, int loop, int at) {
   if (b->depth >= PROG_MAX_DEPTH) {
@@ -458,7 +483,7 @@ int schedrun_builder_finish(schedrun_builder_t *b, schedrun_program_t **out, sch
   if (b->depth) return err_set(err, SCHEDRUN_EINVAL, "%s: loop step %s is not closed (schedrun_builder_end)", b->name, b->path);
   pair(b, b->root, "program", b->steps, 1);
   if (b->failed) return err_set(err, SCHEDRUN_ENOMEM, "%s: out of memory while it was built", b->name);
-  prog_source src = {where, b, b->blobs, b->nblobs};
+  prog_source src = {where, b, b->blobs, b->nblobs, b->hostfns ? b->hostfns : (const prog_hostfn *)"", b->nhostfns};
   prog_program *p = NULL;
   int rc = prog_load_document(&b->doc, b->name, &src, &p, err);
   /* the document is the loader's now (deleted); this builder is spent */

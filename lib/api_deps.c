@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/host_task.h"
 #include "lib/deps.h"
 
 dep_node *deps_node_new(void) { return calloc(1, sizeof(dep_node)); }
@@ -335,77 +336,6 @@ void deps_work_free(deps_work *w) {
 
 /* ---- host tasks ---- */
 
-struct schedrun_host_task {
-  schedrun_job_t id;
-  const char *name;
-  char **names;
-  uint8_t **data;
-  size_t *bytes;
-  size_t n, cap;
-  char *why;
-};
-
-static int task_add(schedrun_host_task_t *t, const char *name, uint8_t *data, size_t bytes) {
-  if (t->n == t->cap) {
-    size_t cap = t->cap ? 2 * t->cap : 4;
-    char **nv = realloc(t->names, cap * sizeof *nv);
-    if (nv) t->names = nv;
-    uint8_t **dv = nv ? realloc(t->data, cap * sizeof *dv) : NULL;
-    if (dv) t->data = dv;
-    size_t *bv = dv ? realloc(t->bytes, cap * sizeof *bv) : NULL;
-    if (!bv) return -1;
-    t->bytes = bv;
-    t->cap = cap;
-  }
-  if (!(t->names[t->n] = xstrdup(name))) return -1;
-  t->data[t->n] = data;
-  t->bytes[t->n++] = bytes;
-  return 0;
-}
-
-static int task_find(const schedrun_host_task_t *t, const char *name) {
-  for (size_t i = 0; name && i < t->n; i++)
-    if (!strcmp(t->names[i], name)) return (int)i;
-  return -1;
-}
-
-void *schedrun_host_task_buffer(schedrun_host_task_t *t, const char *name, size_t *bytes) {
-  if (bytes) *bytes = 0;
-  int i = t ? task_find(t, name) : -1;
-  if (i < 0) return NULL;
-  if (bytes) *bytes = t->bytes[i];
-  return t->data[i];
-}
-
-void *schedrun_host_task_output(schedrun_host_task_t *t, const char *name, size_t bytes) {
-  if (!t || !name) return NULL;
-  uint8_t *data = calloc(1, bytes ? bytes : 1);
-  if (!data) return NULL;
-  int i = task_find(t, name);
-  if (i >= 0) {
-    memcpy(data, t->data[i], t->bytes[i] < bytes ? t->bytes[i] : bytes);
-    free(t->data[i]);
-    t->data[i] = data;
-    t->bytes[i] = bytes;
-    return data;
-  }
-  if (task_add(t, name, data, bytes) != 0) {
-    free(data);
-    return NULL;
-  }
-  return data;
-}
-
-const char *schedrun_host_task_name(const schedrun_host_task_t *t) { return t ? t->name : NULL; }
-schedrun_job_t schedrun_host_task_job(const schedrun_host_task_t *t) { return t ? t->id : 0; }
-
-int schedrun_host_task_fail(schedrun_host_task_t *t, const char *why) {
-  if (!t) return SCHEDRUN_EINVAL;
-  free(t->why);
-  t->why = xstrdup(why ? why : "");
-  return SCHEDRUN_EINVAL;
-}
-
 /* The buffers handed to a host task, in host memory: parcels are read back
  * (one copy from their device) and freed. NULL, or why it cannot run. */
 static char *task_inputs(schedrun_t *s, schedrun_host_task_t *t, dep_in *ins, size_t nins) {
@@ -431,7 +361,7 @@ static char *task_inputs(schedrun_t *s, schedrun_host_task_t *t, dep_in *ins, si
       bytes = (size_t)n;
     }
     in->filled = false;
-    if (data && task_add(t, in->name, data, bytes) != 0) {
+    if (data && host_task_add(t, in->name, data, bytes) != 0) {
       free(data);
       if (!why) why = fmt("out of memory");
     }
@@ -450,7 +380,7 @@ static void run_host_task(schedrun_t *s, pending_job *pj) {
   void *user = d->user;
   char *name = xstrdup(d->name);
   pthread_mutex_unlock(&s->lock);
-  schedrun_host_task_t t = {pj->id, name ? name : "?", NULL, NULL, NULL, 0, 0, NULL};
+  schedrun_host_task_t t = {pj->id, name ? name : "?", NULL, NULL, NULL, 0, 0, NULL, false};
   char *why = task_inputs(s, &t, ins, nins);
   for (size_t i = 0; i < nins; i++) free(ins[i].name);
   free(ins);
@@ -475,14 +405,7 @@ static void run_host_task(schedrun_t *s, pending_job *pj) {
     r->outputs.n = t.n;
     r->info.verified = status == SCHEDRUN_OK;
   }
-  for (size_t i = 0; i < t.n; i++) {
-    free(t.data[i]);
-    free(t.names[i]);
-  }
-  free(t.names);
-  free(t.data);
-  free(t.bytes);
-  free(t.why);
+  host_task_clear(&t);
   free(why);
   free(name);
   api_file_results(s, &pj, &r, 1, true);

@@ -107,6 +107,10 @@ static void step(dot *d, const prog_step *st, int depth, uint32_t rid) {
     node(d, "parallelogram", label, st->command, rid);
     return;
   }
+  case ST_HOST:
+    snprintf(label, sizeof label, "host step %s\n(the job's buffers in host memory)", p->hosts[st->u.host.index].name);
+    node(d, "octagon", label, st->command, rid);
+    return;
   case ST_WHILE: {
     snprintf(label, sizeof label, "while %s[%llu] != 0\nat most %u trips", p->buffers[st->u.loop.buffer].name,
              (unsigned long long)st->u.loop.index, st->u.loop.max_trips);

@@ -245,6 +245,50 @@ static uint64_t load_loop(ld *l, node *n, int depth, prog_step *st) {
   return inner * st->u.loop.trips;
 }
 
+/* `host: {name: N, task: K}`: a C function between device steps. Only a
+ * builder's document can name one (src->hostfns); only at the top level,
+ * since a recording runs its device steps between host steps as one
+ * submission each. */
+static uint64_t load_host(ld *l, node *n, int depth, prog_step *st) {
+  static const char *const keys[] = {"name", "task", NULL};
+  node *f[2] = {0};
+  if (!ld_read_map(l, n, "host", keys, f)) return 0;
+  if (!l->src || !l->src->hostfns) {
+    ld_problem(l, n, "host steps are for programs made with the builder (schedrun_builder_host): a config cannot "
+                     "name a C function");
+    return 0;
+  }
+  if (depth > 0) {
+    ld_problem(l, n, "a host step runs between the program's top-level steps, not inside a loop");
+    return 0;
+  }
+  const char *name = f[0] ? ld_read_str(l, f[0], "host step name") : NULL;
+  int64_t k = -1;
+  if (!f[1] || !ld_read_int(l, f[1], "host task", 0, (int64_t)l->src->nhostfns - 1, &k) || !name) {
+    if (!f[1] || !name) ld_problem(l, n, "a host step needs a name and a task");
+    return 0;
+  }
+  prog_program *p = l->p;
+  if (p->nhosts == PROG_MAX_HOST_STEPS) {
+    ld_problem(l, n, "more than %d host steps", PROG_MAX_HOST_STEPS);
+    return 0;
+  }
+  prog_host *v = realloc(p->hosts, (p->nhosts + 1) * sizeof *v);
+  char *copy = xstrdup(name);
+  if (!v || !copy) {
+    if (v) p->hosts = v;
+    free(copy);
+    l->out_of_memory = true;
+    ld_problem(l, n, "out of memory for a host step");
+    return 0;
+  }
+  p->hosts = v;
+  p->hosts[p->nhosts] = (prog_host){copy, l->src->hostfns[k].fn, l->src->hostfns[k].user};
+  st->kind = ST_HOST;
+  st->u.host.index = p->nhosts++;
+  return 0;
+}
+
 uint64_t ld_load_steps(ld *l, node *n, int depth, prog_step **out, uint32_t *nout) {
   if (n->type != YAML_SEQUENCE_NODE) {
     ld_problem(l, n, "a program must be a list of steps, not %s", ld_kind_name(n));
@@ -282,6 +326,9 @@ uint64_t ld_load_steps(ld *l, node *n, int depth, prog_step **out, uint32_t *nou
     } else if (strcmp(kind, "loop") == 0) {
       st->kind = ST_LOOP;
       c = load_loop(l, v, depth, st);
+    } else if (strcmp(kind, "host") == 0) {
+      st->kind = ST_FILL; /* empty, unless it loads */
+      c = load_host(l, v, depth, st);
     } else {
       st->kind = ST_FILL;
       ld_problem(l, k, "unknown step '%s' (known: launch, copy, fill, loop)", kind);

@@ -47,6 +47,7 @@ static void free_steps(prog_step *s, uint32_t n) {
     case ST_WHILE:
       free_steps(s[i].u.loop.body, s[i].u.loop.nbody);
       break;
+    case ST_HOST: break;
     }
   }
   free(s);
@@ -70,6 +71,8 @@ void prog_free(prog_program *p) {
   }
   free(p->buffers);
   free_steps(p->steps, p->nsteps);
+  for (uint32_t i = 0; i < p->nhosts; i++) free(p->hosts[i].name);
+  free(p->hosts);
   for (uint32_t i = 0; i < p->nexpects; i++) {
     free(p->expects[i].index);
     free(p->expects[i].values);
@@ -106,6 +109,8 @@ void prog_describe_command(const prog_program *p, uint32_t cmd, char *out, size_
   if (st->kind == ST_LAUNCH)
     snprintf(out, n, "kernel '%s' (%s:%d:%d)", p->kernels[st->u.launch.kernel].name, p->path, st->loc.line,
              st->loc.col);
+  else if (st->kind == ST_HOST)
+    snprintf(out, n, "host step '%s' (step %u of '%s')", p->hosts[st->u.host.index].name, st->command + 1, p->name);
   else
     snprintf(out, n, "the %s step at %s:%d:%d", st->kind == ST_COPY ? "copy" : st->kind == ST_FILL ? "fill" : "loop",
              p->path, st->loc.line, st->loc.col);

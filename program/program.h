@@ -17,6 +17,7 @@
 #include "common/common.h"
 
 #define PROG_MAX_DEPTH 8          /* loop nesting */
+#define PROG_MAX_HOST_STEPS 32    /* host steps in a program (builder only) */
 #define PROG_MAX_NODES (1u << 22) /* recorded nodes after unrolling */
 /* A job's inputs and outputs travel in one message (at most 1 GiB): all of a
  * program's buffers together stay under it, with room for the rest. */
@@ -103,7 +104,15 @@ typedef struct prog_buffer {
   prog_loc loc;
 } prog_buffer;
 
-typedef enum { ST_LAUNCH, ST_COPY, ST_FILL, ST_LOOP, ST_WHILE } prog_step_kind;
+typedef enum { ST_LAUNCH, ST_COPY, ST_FILL, ST_LOOP, ST_WHILE, ST_HOST } prog_step_kind;
+
+/* A host step's C function (schedrun_builder_host): it runs between the
+ * program's device steps with the job's buffers in host memory. */
+typedef struct prog_host {
+  char *name;
+  schedrun_host_fn fn;
+  void *user;
+} prog_host;
 
 typedef struct prog_arg {
   bool is_buffer;
@@ -139,6 +148,9 @@ struct prog_step {
       prog_step *body;
       uint32_t nbody;
     } loop;
+    struct {
+      uint32_t index; /* in prog_program.hosts; the host steps in order */
+    } host;
   } u;
 };
 
@@ -174,6 +186,8 @@ typedef struct prog_program {
   uint32_t ncommands;
   prog_expect *expects;
   uint32_t nexpects;
+  prog_host *hosts; /* the host steps, in program order (top level only) */
+  uint32_t nhosts;
   /* which per-job variables any expression uses (PROG_USES_*): a job whose
    * values of these match the last recording of its context changes nothing */
   unsigned uses;
@@ -185,11 +199,14 @@ typedef struct prog_program {
  * (launch of kernel 'k')" for a place), and `init: {memory: K}` takes buffer
  * contents from blobs[K]. */
 typedef struct prog_blob { const void *data; size_t len; } prog_blob;
+typedef struct prog_hostfn { schedrun_host_fn fn; void *user; } prog_hostfn;
 typedef struct prog_source {
   void (*where)(void *ctx, prog_loc at, char *out, size_t n);
   void *ctx;
   const prog_blob *blobs;
   size_t nblobs;
+  const prog_hostfn *hostfns; /* `host: {name: N, task: K}` runs hostfns[K] */
+  size_t nhostfns;
 } prog_source;
 /* Loads a libyaml document (taken over and deleted) made as src describes;
  * problems are reported as "PLACE: message". */

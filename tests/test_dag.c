@@ -3,6 +3,7 @@
  * host tasks between jobs, and 10,000 jobs in chains of 10, each completing
  * exactly once. SCHEDRUN_DAG_DEVICES picks the devices (default host:2; the
  * driver double runs it as "cuda"). */
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -324,6 +325,132 @@ static void host_tasks_between_jobs(void **state) {
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
 
+/* ---- host steps inside a program ---- */
+
+typedef struct step_seen {
+  _Atomic int ok, bad, calls;
+  int fail; /* 1: the step fails */
+} step_seen;
+
+/* Between the launches: x must hold i + $job (the first launch's results);
+ * it becomes ten times that, which the second launch reads. */
+static int scale_step(schedrun_host_task_t *t, void *user) {
+  step_seen *seen = user;
+  atomic_fetch_add(&seen->calls, 1);
+  if (seen->fail) return schedrun_host_task_fail(t, "told to fail");
+  size_t bytes = 0, jbytes = 0;
+  float *x = schedrun_host_task_buffer(t, "x", &bytes);
+  int32_t *job = schedrun_host_task_buffer(t, "job", &jbytes);
+  if (!x || bytes != N * sizeof(float) || !job || jbytes != sizeof(int32_t)) return schedrun_host_task_fail(t, "no x");
+  bool ok = true;
+  for (int i = 0; i < N; i++) {
+    ok = ok && x[i] == (float)(i + job[0]);
+    x[i] *= 10.0f;
+  }
+  atomic_fetch_add(ok ? &seen->ok : &seen->bad, 1);
+  assert_null(schedrun_host_task_output(t, "new", 4)); /* a program's buffers only */
+  return 0;
+}
+
+static schedrun_program_t *host_step_program(schedrun_t *s, step_seen *seen) {
+  schedrun_builder_t *b;
+  assert_int_equal(schedrun_builder_new(&b, "host-step", NULL), SCHEDRUN_OK);
+  schedrun_builder_runs(b, 0, 2, 0);
+  schedrun_builder_kernel(b, "fill", "ptr, ptr, i32",
+                          "extern \"C\" __global__ void fill(float *x, int *job, int j) {\n"
+                          "  x[threadIdx.x] = threadIdx.x + j; job[0] = j; }\n",
+                          NULL);
+  schedrun_builder_kernel(b, "plus1", "ptr, ptr",
+                          "extern \"C\" __global__ void plus1(const float *x, float *z) {\n"
+                          "  z[threadIdx.x] = x[threadIdx.x] + 1; }\n",
+                          NULL);
+  schedrun_builder_buffer(b, "x", "f32", N, NULL, 0, 0);
+  schedrun_builder_buffer(b, "z", "f32", N, NULL, 0, 1);
+  schedrun_builder_buffer(b, "job", "i32", 1, NULL, 0, 0);
+  const unsigned grid[3] = {1, 1, 1}, block[3] = {N, 1, 1};
+  const char *fill_args[] = {"x", "job", "$job"}, *plus_args[] = {"x", "z"};
+  schedrun_builder_launch(b, "fill", grid, block, fill_args, 3);
+  schedrun_builder_host(b, "scale", scale_step, seen);
+  schedrun_builder_launch(b, "plus1", grid, block, plus_args, 2);
+  schedrun_program_t *p = NULL;
+  schedrun_error_t err = {0};
+  if (schedrun_builder_finish(b, &p, &err)) fail_msg("%s", err.message);
+  schedrun_builder_free(&b);
+  (void)s;
+  return p;
+}
+
+static void host_step_between_launches(void **state) {
+  (void)state;
+  schedrun_t *s = open_dag();
+  step_seen seen = {0};
+  schedrun_program_t *p = host_step_program(s, &seen);
+  enum { JOBS = 8 };
+  schedrun_job_t ids[JOBS];
+  for (int j = 0; j < JOBS; j++) {
+    schedrun_job_options_t o;
+    schedrun_job_options_init(&o);
+    o.job = j;
+    o.run = j;
+    o.device = j % 2;
+    o.keep_outputs = 1;
+    assert_int_equal(schedrun_submit(s, p, &o, &ids[j], NULL), SCHEDRUN_OK);
+  }
+  for (int j = 0; j < JOBS; j++) {
+    schedrun_job_result_t *r = wait_ok(s, ids[j], SCHEDRUN_OK);
+    const float *z = output(r, "z", N);
+    for (int i = 0; i < N; i++)
+      if (z[i] != 10.0f * (float)(i + j) + 1.0f) fail_msg("job %d: z[%d] = %g, not %g", j, i, z[i], 10.0 * (i + j) + 1);
+    assert_int_equal(schedrun_job_result_info(r)->device, j % 2);
+    schedrun_job_result_free(&r);
+  }
+  assert_int_equal(atomic_load(&seen.calls), JOBS);
+  assert_int_equal(atomic_load(&seen.ok), JOBS);
+  assert_int_equal(atomic_load(&seen.bad), 0);
+  /* a step that fails fails its job, naming the step; the next job runs */
+  seen.fail = 1;
+  schedrun_job_t id;
+  assert_int_equal(schedrun_submit(s, p, NULL, &id, NULL), SCHEDRUN_OK);
+  schedrun_job_result_t *r = wait_ok(s, id, SCHEDRUN_EINVAL);
+  assert_non_null(strstr(schedrun_job_result_error(r), "told to fail"));
+  assert_non_null(strstr(schedrun_job_result_error(r), "host step 'scale' (step 2 of 'host-step')"));
+  schedrun_job_result_free(&r);
+  seen.fail = 0;
+  assert_int_equal(schedrun_submit(s, p, NULL, &id, NULL), SCHEDRUN_OK);
+  r = wait_ok(s, id, SCHEDRUN_OK);
+  schedrun_job_result_free(&r);
+  schedrun_program_free(&p);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
+/* A config cannot name a C function; a host step stands at the top level. */
+static void host_steps_where_they_cannot_be(void **state) {
+  (void)state;
+  schedrun_t *s = open_dag();
+  schedrun_program_t *p = NULL;
+  schedrun_error_t err = {0};
+  static const char yaml[] = "version: 1\nname: h\nbuffers:\n  x: {type: f32, count: 4}\n"
+                             "program:\n  - host: {name: a, task: 0}\n";
+  assert_int_equal(schedrun_program_load_string(s, yaml, "h.yaml", &p, &err), SCHEDRUN_ECONFIG);
+  assert_non_null(strstr(err.message, "h.yaml:6:"));
+  assert_non_null(strstr(err.message, "host steps are for programs made with the builder"));
+  schedrun_error_clear(&err);
+  schedrun_builder_t *b;
+  assert_int_equal(schedrun_builder_new(&b, "in-loop", NULL), SCHEDRUN_OK);
+  schedrun_builder_buffer(b, "x", "f32", 4, NULL, 0, 0);
+  schedrun_builder_loop(b, 2);
+  schedrun_builder_fill(b, "x", "1", NULL, NULL);
+  step_seen seen = {0};
+  schedrun_builder_host(b, "inner", scale_step, &seen);
+  schedrun_builder_end(b);
+  assert_int_equal(schedrun_builder_finish(b, &p, &err), SCHEDRUN_ECONFIG);
+  assert_non_null(strstr(err.message, "step 1.2 (host step 'inner')"));
+  assert_non_null(strstr(err.message, "not inside a loop"));
+  schedrun_error_clear(&err);
+  schedrun_builder_free(&b);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
 /* ---- chains ---- */
 
 #define CHAINS 1000
@@ -405,6 +532,8 @@ int main(void) {
       cmocka_unit_test(failure_ends_every_path),
       cmocka_unit_test(cycles_and_unknowns_are_refused),
       cmocka_unit_test(host_tasks_between_jobs),
+      cmocka_unit_test(host_step_between_launches),
+      cmocka_unit_test(host_steps_where_they_cannot_be),
       cmocka_unit_test(chains_complete_exactly_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
