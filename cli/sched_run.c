@@ -17,6 +17,7 @@
 #include "json_out.h"
 #include "ranks.h"
 #include "schedrun.h"
+#include "stages.h"
 
 enum { EXIT_VERIFIED = 0, EXIT_MISMATCH = 1, EXIT_USAGE = 2, EXIT_COMPILE = 3, EXIT_OTHER = 4 };
 
@@ -25,7 +26,9 @@ static void usage(FILE *f) {
           "usage: sched-run [options] config.yaml   (- reads the config from standard input)\n"
           "\n"
           "Compiles the config's kernels (cached), records its program once per\n"
-          "execution context, runs it `repeat` times and verifies `expect`.\n"
+          "execution context, runs it `repeat` times and verifies `expect`. A\n"
+          "stages config (a job graph of program configs) runs its graph `repeat`\n"
+          "times, each stage after those it names, its inputs handed on.\n"
           "\n"
           "options:\n"
           "  --devices SPEC   override the config's devices: auto, host, host:N,\n"
@@ -42,7 +45,8 @@ static void usage(FILE *f) {
           "                   buffers marked output: true, else those with an expect\n"
           "  --output-all DIR the same with every buffer\n"
           "  --dot FILE       write the program as recorded as Graphviz DOT (- for\n"
-          "                   standard output): a cluster per device and binding slot\n"
+          "                   standard output): a cluster per device and binding slot;\n"
+          "                   for a stages config, its job graph\n"
           "  --trace FILE     write a Chrome trace event file (opens in Perfetto);\n"
           "                   - writes it to standard output\n"
           "  --rank-batch N   under mpirun or srun: jobs rank 0 sends another rank in one\n"
@@ -251,6 +255,21 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   const char *path = argv[optind];
+  if (strcmp(path, "-") != 0 && schedrun_config_is_graph(path, NULL) == 1) {
+    /* a stages config: a job graph, run in this process */
+    const char *refused = jobs ? "--jobs" : check ? "--check" : output ? (output_all ? "--output-all" : "--output")
+                        : trace ? "--trace" : rank_batch ? "--rank-batch" : NULL;
+    if (refused) {
+      fprintf(stderr, "sched-run: %s is for program configs, not for a stages config (%s)\n", refused, path);
+      return EXIT_USAGE;
+    }
+    if (ranks_launcher_rank()) {
+      fprintf(stderr, "sched-run: %s is a stages config: it runs in one process, not under an MPI launcher\n", path);
+      return EXIT_USAGE;
+    }
+    stages_opts so = {devices, dotfile, repeat, no_cache, json, quiet, timeout_s};
+    return stages_run(path, &so);
+  }
   cli_ranks ranks;
   int rst = ranks_start(&ranks);
   if (rst != 0) return rst;

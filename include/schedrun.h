@@ -432,6 +432,24 @@ SCHEDRUN_EXTERN int schedrun_graph_after(schedrun_graph_t *g, int node, int befo
 SCHEDRUN_EXTERN int schedrun_graph_handoff(schedrun_graph_t *g, int from, const char *from_buffer, int to,
                                            const char *to_buffer, schedrun_error_t *err);
 SCHEDRUN_EXTERN size_t schedrun_graph_size(const schedrun_graph_t *g);
+/* Node i's name: its stage's (a stages config), its host task's, or its
+ * program's; NULL when out of range. */
+SCHEDRUN_EXTERN const char *schedrun_graph_node_name(const schedrun_graph_t *g, size_t node);
+/* Sets every job's $run (options.run), for the next submission. */
+SCHEDRUN_EXTERN void schedrun_graph_set_run(schedrun_graph_t *g, int run);
+/* Loads a stages config (docs/config.md, "Job graphs"): a graph of stages,
+ * each a job of a program config, with `after` and `inputs` between them.
+ * Every problem is one "file:line:col: message" line (SCHEDRUN_ECONFIG);
+ * a cycle is one of them. The graph owns the stages' programs. */
+SCHEDRUN_EXTERN int schedrun_graph_load_file(const char *path, schedrun_graph_t **out, schedrun_error_t *err);
+/* A stages config's name, devices (NULL: none given) and repeat (1 when
+ * none given, and for graphs made by calls). */
+SCHEDRUN_EXTERN const char *schedrun_graph_name(const schedrun_graph_t *g);
+SCHEDRUN_EXTERN const char *schedrun_graph_devices(const schedrun_graph_t *g);
+SCHEDRUN_EXTERN int schedrun_graph_repeat(const schedrun_graph_t *g);
+/* Whether the config at path is a stages config (1) or not (0); negative
+ * (a SCHEDRUN_E* code, err says why) when it cannot be read or parsed. */
+SCHEDRUN_EXTERN int schedrun_config_is_graph(const char *path, schedrun_error_t *err);
 /* Submits every node; ids[i] (n = schedrun_graph_size) is node i's job. The
  * graph stays the caller's: submit it again or free it. */
 SCHEDRUN_EXTERN int schedrun_graph_submit(schedrun_t *s, schedrun_graph_t *g, schedrun_job_t *ids, schedrun_error_t *err);

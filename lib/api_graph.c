@@ -10,30 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/deps.h"
-
-typedef struct g_edge {
-  int from, to;
-  char *from_buf, *to_buf; /* NULL for an edge that moves nothing */
-} g_edge;
-
-typedef struct g_node {
-  bool host;
-  schedrun_program_t *prog;
-  schedrun_job_options_t o; /* inputs and after point into the copies below */
-  schedrun_input_t *inputs;
-  schedrun_job_t *after;
-  char *name; /* a host task's */
-  schedrun_host_fn fn;
-  void *user;
-} g_node;
-
-struct schedrun_graph {
-  g_node *nodes;
-  size_t n, cap;
-  g_edge *edges;
-  size_t ne, ecap;
-};
+#include "lib/graph.h"
 
 int schedrun_graph_new(schedrun_graph_t **out, schedrun_error_t *err) {
   if (!out) return err_set(err, SCHEDRUN_EINVAL, "schedrun_graph_new: out is NULL");
@@ -42,6 +19,7 @@ int schedrun_graph_new(schedrun_graph_t **out, schedrun_error_t *err) {
 }
 
 static void node_free(g_node *n) {
+  free(n->stage);
   for (size_t i = 0; i < n->o.ninputs; i++) {
     free((void *)n->inputs[i].buffer);
     free((void *)n->inputs[i].data);
@@ -60,11 +38,29 @@ void schedrun_graph_free(schedrun_graph_t **g) {
   }
   free((*g)->nodes);
   free((*g)->edges);
+  for (size_t i = 0; i < (*g)->nprograms; i++) schedrun_program_free(&(*g)->programs[i]);
+  free((*g)->programs);
+  free((*g)->name);
+  free((*g)->devices);
   free(*g);
   *g = NULL;
 }
 
 size_t schedrun_graph_size(const schedrun_graph_t *g) { return g ? g->n : 0; }
+
+const char *schedrun_graph_node_name(const schedrun_graph_t *g, size_t node) {
+  if (!g || node >= g->n) return NULL;
+  const g_node *n = &g->nodes[node];
+  return n->stage ? n->stage : n->host ? n->name : n->prog->p->name;
+}
+
+void schedrun_graph_set_run(schedrun_graph_t *g, int run) {
+  for (size_t i = 0; g && run >= 0 && i < g->n; i++) g->nodes[i].o.run = run;
+}
+
+const char *schedrun_graph_name(const schedrun_graph_t *g) { return g ? g->name : NULL; }
+const char *schedrun_graph_devices(const schedrun_graph_t *g) { return g ? g->devices : NULL; }
+int schedrun_graph_repeat(const schedrun_graph_t *g) { return g && g->repeat > 0 ? g->repeat : 1; }
 
 static g_node *add_node(schedrun_graph_t *g, schedrun_error_t *err) {
   if (g->n == g->cap) {
@@ -134,7 +130,8 @@ int schedrun_graph_host(schedrun_graph_t *g, const char *name, schedrun_host_fn 
 /* "node 2 (a job of 'saxpy')", "node 3 (host task 'sum')" */
 static void node_label(const schedrun_graph_t *g, int i, char *buf, size_t size) {
   const g_node *n = &g->nodes[i];
-  if (n->host) snprintf(buf, size, "node %d (host task '%s')", i, n->name);
+  if (n->stage) snprintf(buf, size, "stage '%s'", n->stage);
+  else if (n->host) snprintf(buf, size, "node %d (host task '%s')", i, n->name);
   else snprintf(buf, size, "node %d (a job of '%s')", i, n->prog->p->name);
 }
 
@@ -223,7 +220,7 @@ int schedrun_graph_handoff(schedrun_graph_t *g, int from, const char *from_buffe
 /* Refuses a cycle, naming it: nodes are taken in an order where every node
  * comes after those before it (Kahn); what is left lies on or after a cycle,
  * and walking back along edges from one of them must meet a node twice. */
-static int check_cycles(const schedrun_graph_t *g, schedrun_error_t *err) {
+int graph_check_cycles(const schedrun_graph_t *g, schedrun_error_t *err) {
   size_t *indeg = calloc(g->n, sizeof *indeg), *queue = calloc(g->n, sizeof *queue);
   if (!indeg || !queue) {
     free(indeg);
@@ -271,8 +268,7 @@ static int check_cycles(const schedrun_graph_t *g, schedrun_error_t *err) {
     } while (v != start && k <= g->n);
     node_label(g, (int)start, l, sizeof l);
     sb_addf(&sb, " <- %s", l);
-    rc = err_set(err, SCHEDRUN_EINVAL, "schedrun_graph_submit: the graph has a cycle (each node runs after the next): %s",
-                 sb.data ? sb.data : "");
+    rc = err_set(err, SCHEDRUN_EINVAL, "the graph has a cycle (each node runs after the next): %s", sb.data ? sb.data : "");
     sb_free(&sb);
   }
   free(indeg);
@@ -284,8 +280,10 @@ static int check_cycles(const schedrun_graph_t *g, schedrun_error_t *err) {
  * and node, and a job's SUBMIT (with the buffers it leaves for others). */
 static int prepare(schedrun_t *s, const schedrun_graph_t *g, size_t i, pending_job **pjs, schedrun_error_t *err) {
   const g_node *n = &g->nodes[i];
-  char fn[64];
-  snprintf(fn, sizeof fn, "schedrun_graph_submit: node %zu", i);
+  char fn[200], l[160];
+  node_label(g, (int)i, l, sizeof l);
+  if (n->stage) snprintf(fn, sizeof fn, "schedrun_graph_submit: %s", l);
+  else snprintf(fn, sizeof fn, "schedrun_graph_submit: node %zu", i);
   pending_job *pj = pjs[i] = calloc(1, sizeof *pj);
   dep_node *d = pj ? (pj->dep = deps_node_new()) : NULL;
   if (!d) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
@@ -360,7 +358,12 @@ int schedrun_graph_submit(schedrun_t *s, schedrun_graph_t *g, schedrun_job_t *id
     return err_set(err, SCHEDRUN_EINVAL, "%s: %s is NULL", fn, !s ? "the scheduler" : !g ? "the graph" : "ids");
   for (size_t i = 0; i < g->n; i++) ids[i] = 0;
   if (g->n == 0) return err_set(err, SCHEDRUN_EINVAL, "%s: the graph has no nodes", fn);
-  int rc = check_cycles(g, err);
+  int rc = graph_check_cycles(g, err);
+  if (rc && err && err->message) {
+    schedrun_error_t named = {0};
+    err_set(&named, rc, "%s: %s", fn, err->message);
+    err_move(err, &named);
+  }
   pending_job **pjs = rc ? NULL : calloc(g->n, sizeof *pjs);
   if (rc == SCHEDRUN_OK && !pjs) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   for (size_t i = 0; rc == SCHEDRUN_OK && i < g->n; i++) rc = prepare(s, g, i, pjs, err);
@@ -460,12 +463,23 @@ int schedrun_graph_write_dot(const schedrun_graph_t *g, const char *path, schedr
   strbuf sb;
   sb_init(&sb);
   sb_adds(&sb, "digraph jobs {\n  rankdir=LR;\n  node [fontname=\"monospace\"];\n");
+  if (g->name) {
+    sb_adds(&sb, "  label=\"");
+    dot_escape(&sb, g->name);
+    sb_adds(&sb, "\";\n");
+  }
   for (size_t i = 0; i < g->n; i++) {
     const g_node *n = &g->nodes[i];
     sb_addf(&sb, "  n%zu [shape=%s, label=\"", i, n->host ? "ellipse" : "box");
     if (n->host) {
       sb_adds(&sb, "host task ");
       dot_escape(&sb, n->name);
+    } else if (n->stage) {
+      dot_escape(&sb, n->stage);
+      sb_adds(&sb, "\\nprogram ");
+      dot_escape(&sb, n->prog->p->name);
+      sb_addf(&sb, "\\njob %d", n->o.job);
+      if (n->o.device >= 0) sb_addf(&sb, ", device %d", n->o.device);
     } else {
       dot_escape(&sb, n->prog->p->name);
       sb_addf(&sb, "\\nrun %d, job %d", n->o.run, n->o.job);

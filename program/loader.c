@@ -459,6 +459,15 @@ static void load_doc(ld *l, node *root) {
                                      "kernels", "buffers", "program", "expect", NULL};
   node *f[10];
   prog_program *p = l->p;
+  if (root->type == YAML_MAPPING_NODE)
+    for (yaml_node_pair_t *pr = root->data.mapping.pairs.start; pr < root->data.mapping.pairs.top; pr++) {
+      node *k = ld_get(l, pr->key);
+      if (k && k->type == YAML_SCALAR_NODE && !strcmp(ld_sval(k), "stages")) {
+        ld_problem(l, k, "this is a stages config (a job graph): sched-run runs it from its file; a program "
+                         "loads it with schedrun_graph_load_file");
+        return;
+      }
+    }
   if (!ld_read_map(l, root, "the config", keys, f)) return;
   int64_t v;
   if (!f[0]) ld_problem(l, root, "version is missing (this format is version 1)");

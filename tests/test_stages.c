@@ -1,0 +1,147 @@
+/* Job graphs from YAML and the examples: sched-run on a stages config (its
+ * summary, --json, --dot, exit statuses), each kind of mistake in one named
+ * by file, line and column, and examples/pipeline (produce, transform,
+ * reduce in a host task) run as a user runs it. */
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schedrun.h"
+#include "test_util.h"
+
+static int run_cli(const char *a1, const char *a2, const char *a3, char **out, char **err) {
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), (char *)a1, (char *)a2, (char *)a3, NULL};
+  return tu_run(argv, out, err);
+}
+
+static char pipeline[1024];
+
+static const char *pipeline_yaml(void) {
+  snprintf(pipeline, sizeof pipeline, "%s/pipeline/pipeline.yaml", tu_env("SCHEDRUN_EXAMPLES"));
+  return pipeline;
+}
+
+static json_object *get(json_object *o, const char *key) {
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(o, key, &v)) fail_msg("no '%s' in %s", key, json_object_to_json_string(o));
+  return v;
+}
+
+static void shipped_pipeline_runs(void **state) {
+  (void)state;
+  char *out = NULL, *err = NULL;
+  int rc = run_cli("--json", pipeline_yaml(), NULL, &out, &err);
+  if (rc != 0) fail_msg("exit %d\n%s%s", rc, out, err);
+  json_object *j = json_tokener_parse(out);
+  assert_non_null(j);
+  assert_string_equal(json_object_get_string(get(j, "status")), "verified");
+  json_object *stages = get(j, "stages");
+  assert_int_equal(json_object_array_length(stages), 6); /* 3 stages, repeat 2 */
+  for (size_t i = 0; i < 6; i++) {
+    json_object *st = json_object_array_get_idx(stages, i);
+    const char *name = json_object_get_string(get(st, "stage"));
+    assert_int_equal((int)i / 3, json_object_get_int(get(st, "run")));
+    assert_true(json_object_get_boolean(get(st, "verified")));
+    int local = json_object_get_int(get(st, "handoffs_local")), copied = json_object_get_int(get(st, "handoffs_copied"));
+    const char *dev = json_object_get_string(get(st, "device"));
+    if (!strcmp(name, "produce")) {
+      assert_string_equal(dev, "host:0");
+      assert_int_equal(local + copied, 0);
+    } else if (!strcmp(name, "transform")) {
+      assert_string_equal(dev, "host:1");
+      assert_int_equal(copied, 1); /* from host:0 */
+      assert_int_equal(local, 0);
+    } else {
+      assert_string_equal(name, "combine");
+      assert_int_equal(local, 1); /* where one of its inputs was */
+      assert_int_equal(copied, 1);
+    }
+  }
+  json_object_put(j);
+  free(out);
+  free(err);
+  /* --dot draws the graph; the summary names every stage */
+  rc = run_cli("--dot", "-", pipeline_yaml(), &out, &err);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "digraph jobs {"));
+  assert_non_null(strstr(out, "n0 -> n1 [label=\"x -> v\"];"));
+  assert_non_null(strstr(out, "n1 -> n2 [label=\"v -> b\"];"));
+  assert_non_null(strstr(out, "pipeline: verified on 2 devices"));
+  assert_non_null(strstr(out, "2 runs of 3 stages: 6 jobs, 6 verified, 0 failed"));
+  free(out);
+  free(err);
+  /* options that are for program configs are refused */
+  rc = run_cli("--jobs", "2", pipeline_yaml(), &out, &err);
+  assert_int_equal(rc, 2);
+  assert_non_null(strstr(err, "--jobs is for program configs, not for a stages config"));
+  free(out);
+  free(err);
+  /* the program loader says what the file is */
+  schedrun_program_t *p = NULL;
+  schedrun_error_t e = {0};
+  assert_int_equal(schedrun_program_load_file(NULL, pipeline_yaml(), &p, &e), SCHEDRUN_ECONFIG);
+  assert_non_null(strstr(e.message, "pipeline.yaml:11:1: this is a stages config"));
+  schedrun_error_clear(&e);
+}
+
+static const char stage_a[] = "version: 1\nname: a\n"
+                              "kernels:\n  k:\n    params: [ptr]\n    source: |\n"
+                              "      extern \"C\" __global__ void k(float *x) { x[threadIdx.x] += 1.0f; }\n"
+                              "buffers:\n  x: {type: f32, count: 4}\n"
+                              "program:\n  - launch: {kernel: k, grid: 1, block: 4, args: [x]}\n";
+
+/* A stages config in slot 1's directory, beside a.yaml; the problem expected. */
+static void mistake(const char *stages, int want_exit, const char *want) {
+  tu_write_temp(1, "a.yaml", stage_a);
+  tu_write_temp(1, "wrong.yaml", "version: 1\nname: wrong\nbuffers:\n  x: {type: f32, count: 4}\n"
+                                 "program:\n  - fill: {buffer: x, value: 1}\nexpect:\n  x: {at: {0: 2}}\n");
+  const char *path = tu_write_temp(1, "stages.yaml", stages);
+  char *out = NULL, *err = NULL;
+  int rc = run_cli(path, NULL, NULL, &out, &err);
+  if (rc != want_exit || !strstr(err, want))
+    fail_msg("%s: exit %d (want %d), wanted \"%s\" in:\n%s%s", stages, rc, want_exit, want, out, err);
+  free(out);
+  free(err);
+}
+
+static void mistakes_are_named(void **state) {
+  (void)state;
+  mistake("version: 1\nstages:\n  a: {config: a.yaml}\n  b: {config: a.yaml, after: [nope]}\n", 2,
+          "stages.yaml:4:31: stage 'b' runs after 'nope', which is no stage");
+  mistake("version: 1\nstages:\n  a: {config: a.yaml}\n  b: {config: a.yaml, inputs: {x: a.zz}}\n", 2,
+          "stages.yaml:4:35: stage 'a' has no buffer 'zz'");
+  mistake("version: 1\nstages:\n  a: {config: a.yaml}\n  b: {config: a.yaml, inputs: {x: nope.x}}\n", 2,
+          "input 'nope.x' comes from 'nope', which is no stage");
+  mistake("version: 1\nstages:\n  a: {config: a.yaml, inputs: {x: b.x}}\n  b: {config: a.yaml, after: [a]}\n", 2,
+          "stages.yaml:3:3: the graph has a cycle (each node runs after the next): stage 'a' <- stage 'b' <- stage 'a'");
+  mistake("version: 1\nstages:\n  a: {config: missing.yaml}\n", 2,
+          "stages.yaml:3:15: stage 'a': its config does not load:");
+  mistake("version: 1\nstages:\n  a: {config: a.yaml, colour: red}\n", 2,
+          "stages.yaml:3:23: unknown key 'colour' in a stage");
+  mistake("version: 1\nstages:\n  a: {config: a.yaml}\n  a: {config: a.yaml}\n", 2, "stage 'a' appears twice");
+  mistake("version: 1\nstages:\n  a: {config: a.yaml, device: 3}\n", 2, "stage 'a': no device 3 (there are 1)");
+  /* a stage that fails its expectation: exit 1; the stage after it did not run */
+  mistake("version: 1\ndevices: host\nstages:\n  w: {config: wrong.yaml}\n  a: {config: a.yaml, after: [w]}\n", 1,
+          "stage 'a' (run 0): a job it runs after failed: runs after job");
+}
+
+static void pipeline_example_runs(void **state) {
+  (void)state;
+  char *argv[] = {(char *)tu_env("SCHEDRUN_PIPELINE"), NULL};
+  char *out = NULL, *err = NULL;
+  int rc = tu_run(argv, &out, &err);
+  if (rc != 0) fail_msg("exit %d\n%s%s", rc, out, err);
+  assert_non_null(strstr(out, "produce on host:0, transform on host:1 (1 copy of its input), reduce on the host"));
+  free(out);
+  free(err);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(shipped_pipeline_runs),
+      cmocka_unit_test(mistakes_are_named),
+      cmocka_unit_test(pipeline_example_runs),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
