@@ -81,7 +81,7 @@ static void shipped_pipeline_runs(void **state) {
   schedrun_program_t *p = NULL;
   schedrun_error_t e = {0};
   assert_int_equal(schedrun_program_load_file(NULL, pipeline_yaml(), &p, &e), SCHEDRUN_ECONFIG);
-  assert_non_null(strstr(e.message, "pipeline.yaml:11:1: this is a stages config"));
+  assert_non_null(strstr(e.message, "pipeline.yaml:10:1: this is a stages config"));
   schedrun_error_clear(&e);
 }
 
