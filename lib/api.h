@@ -107,6 +107,10 @@ struct schedrun {
   pending_job **deferred;
   schedrun_job_result_t **deferred_results;
   size_t ndeferred, deferred_cap;
+  /* programs freed while jobs of theirs were still held for the jobs they
+   * run after: their RELEASE leaves once none is held (under lock) */
+  uint64_t *late_release;
+  size_t nlate, late_cap;
   /* host tasks released, for the completion thread to run (under lock) */
   pending_job **host_ready;
   size_t nhost_ready, host_ready_cap;
@@ -136,9 +140,16 @@ int api_attach(schedrun_t *s, schedrun_program_t *h, schedrun_error_t *err);
 /* Takes what is in the completion queue and files it; from a thread other
  * than the completion thread the callbacks it meets are left to that thread. */
 void api_drain_completions(schedrun_t *s, bool on_completer);
+/* lib/api_complete.c: the jobs of one COMPLETE (n = 1) or of a batch's
+ * columns; a COMPLETE_MANY; a program the actors have dropped. */
+void api_completed(schedrun_t *s, const uint64_t *ids, msg_complete *cs, size_t n, bool on_completer);
+void api_completed_many(schedrun_t *s, msg *m, bool on_completer);
+void api_released(schedrun_t *s, uint64_t id);
 /* Files completed jobs' results (rs[k] for pjs[k]): to callbacks or for
  * waiters, and on to the jobs after them (lib/deps.h). */
 void api_file_results(schedrun_t *s, pending_job **pjs, schedrun_job_result_t **rs, size_t n, bool on_completer);
+/* Asks the actors to drop what they hold for a program once its jobs are done. */
+void api_send_release(schedrun_t *s, uint64_t program);
 /* Rings the completion thread (from another thread): it has work left. */
 void api_ring_completer(schedrun_t *s);
 /* Hands a SUBMIT or SUBMIT_MANY to the scheduler; SCHEDRUN_ECLOSED once the

@@ -325,6 +325,37 @@ void deps_send(schedrun_t *s, deps_work *w, bool on_completer) {
   w->nsend = 0;
 }
 
+bool deps_program_held(schedrun_t *s, const prog_program *p) {
+  size_t pos = 0;
+  void *v;
+  while (idmap_next(&s->jobs, &pos, NULL, &v)) {
+    const pending_job *pj = v;
+    if (pj->prog == p && pj->dep && pj->dep->held) return true;
+  }
+  return false;
+}
+
+void deps_late_releases(schedrun_t *s) {
+  uint64_t ids[16];
+  size_t n = 0;
+  pthread_mutex_lock(&s->lock);
+  for (size_t i = 0; i < s->nlate && n < 16;) {
+    pthread_mutex_lock(&s->core.reg_lock);
+    const prog_program *p = hmap_get(&s->core.programs, &s->late_release[i]);
+    pthread_mutex_unlock(&s->core.reg_lock);
+    if (p && deps_program_held(s, p)) {
+      i++;
+      continue;
+    }
+    ids[n++] = s->late_release[i];
+    s->late_release[i] = s->late_release[--s->nlate];
+  }
+  bool more = s->nlate > 0 && n == 16;
+  pthread_mutex_unlock(&s->lock);
+  for (size_t i = 0; i < n; i++) api_send_release(s, ids[i]);
+  if (more) deps_late_releases(s);
+}
+
 void deps_work_free(deps_work *w) {
   for (size_t i = 0; i < w->nsend; i++) msg_free(&w->send[i]);
   free(w->ready);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/api.h"
+#include "lib/deps.h"
 
 int api_wrap_program(prog_program *p, schedrun_program_t **out, schedrun_error_t *err) {
   schedrun_program_t *h = calloc(1, sizeof *h);
@@ -68,19 +68,35 @@ void schedrun_program_free(schedrun_program_t **ph) {
       break;
     }
   bool closed = s->closed;
+  /* jobs of it still held for the jobs they run after have not reached the
+   * scheduler: the RELEASE waits until they have (deps_late_releases) */
+  bool later = !closed && deps_program_held(s, h->p);
+  if (later && s->nlate == s->late_cap) {
+    size_t cap = s->late_cap ? 2 * s->late_cap : 4;
+    uint64_t *v = realloc(s->late_release, cap * sizeof *v);
+    if (v) {
+      s->late_release = v;
+      s->late_cap = cap;
+    } else {
+      later = false; /* without memory: released now; its held jobs fail, naming the release */
+    }
+  }
+  if (later) s->late_release[s->nlate++] = h->id;
   pthread_mutex_unlock(&s->lock);
   /* ask the actors to drop what they hold for it once its jobs are done; the
    * completion thread frees it when they answer (or the scheduler's close) */
-  if (!closed) {
-    msg r;
-    msg_init(&r, MSG_RELEASE, 0, ACTOR_CLIENT);
-    r.body.release.program = h->id;
-    pthread_mutex_lock(&s->send_lock);
-    mbox_send(s->outbox, &r, NULL);
-    pthread_mutex_unlock(&s->send_lock);
-    msg_free(&r);
-  }
+  if (!closed && !later) api_send_release(s, h->id);
   free(h);
+}
+
+void api_send_release(schedrun_t *s, uint64_t program) {
+  msg r;
+  msg_init(&r, MSG_RELEASE, 0, ACTOR_CLIENT);
+  r.body.release.program = program;
+  pthread_mutex_lock(&s->send_lock);
+  if (!s->term_sent) mbox_send(s->outbox, &r, NULL);
+  pthread_mutex_unlock(&s->send_lock);
+  msg_free(&r);
 }
 
 const char *schedrun_program_name(const schedrun_program_t *p) { return p ? p->p->name : NULL; }

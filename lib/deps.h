@@ -83,6 +83,10 @@ void deps_work_free(deps_work *w);
 /* Files w's results and sends its SUBMITs: s->lock held on entry, released
  * on return (lib/api_open.c). */
 void api_file_work(schedrun_t *s, deps_work *w, bool on_completer);
+/* Whether a job of p is held here (lock held): its program's RELEASE waits. */
+bool deps_program_held(schedrun_t *s, const prog_program *p);
+/* Sends the RELEASEs that waited for held jobs now gone (no lock held). */
+void deps_late_releases(schedrun_t *s);
 /* Runs the host tasks left for the completion thread (no lock held). */
 void deps_run_host_tasks(schedrun_t *s);
 /* A result made here: status, text, the job's numbers; NULL without memory. */

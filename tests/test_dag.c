@@ -3,6 +3,7 @@
  * host tasks between jobs, and 10,000 jobs in chains of 10, each completing
  * exactly once. SCHEDRUN_DAG_DEVICES picks the devices (default host:2; the
  * driver double runs it as "cuda"). */
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -325,6 +326,43 @@ static void host_tasks_between_jobs(void **state) {
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
 
+/* A gate: returns once *user is set (the caller's thread sets it). */
+static int gate_task(schedrun_host_task_t *t, void *user) {
+  (void)t;
+  while (!atomic_load((_Atomic int *)user)) sched_yield();
+  return 0;
+}
+
+/* Programs freed while jobs of theirs still wait for the jobs before them:
+ * the jobs run all the same, and the programs go once they have. */
+static void programs_freed_while_jobs_wait(void **state) {
+  (void)state;
+  schedrun_t *s = open_dag();
+  schedrun_program_t *pa = tu_load(s, produce_yaml, "produce"), *pb = tu_load(s, twice_yaml, "twice");
+  _Atomic int open_gate = 0;
+  schedrun_graph_t *g;
+  assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
+  int gate = -1;
+  assert_int_equal(schedrun_graph_host(g, "gate", gate_task, &open_gate, &gate, NULL), SCHEDRUN_OK);
+  int a = add_job(g, pa, 0, 0), b = add_job(g, pb, -1, 0);
+  assert_int_equal(schedrun_graph_after(g, a, gate, NULL), SCHEDRUN_OK);
+  handoff(g, a, "out", b, "x");
+  schedrun_job_t ids[3];
+  assert_int_equal(schedrun_graph_submit(s, g, ids, NULL), SCHEDRUN_OK);
+  schedrun_graph_free(&g);
+  schedrun_program_free(&pa); /* a and b are held behind the gate */
+  schedrun_program_free(&pb);
+  atomic_store(&open_gate, 1);
+  schedrun_job_result_t *rg = wait_ok(s, ids[gate], SCHEDRUN_OK), *ra = wait_ok(s, ids[a], SCHEDRUN_OK),
+                        *rb = wait_ok(s, ids[b], SCHEDRUN_OK);
+  const float *vb = output(rb, "x", N);
+  for (int i = 0; i < N; i++) assert_true(vb[i] == 2.0f * (float)(i + 1));
+  schedrun_job_result_free(&rg);
+  schedrun_job_result_free(&ra);
+  schedrun_job_result_free(&rb);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
 /* ---- host steps inside a program ---- */
 
 typedef struct step_seen {
@@ -532,6 +570,7 @@ int main(void) {
       cmocka_unit_test(failure_ends_every_path),
       cmocka_unit_test(cycles_and_unknowns_are_refused),
       cmocka_unit_test(host_tasks_between_jobs),
+      cmocka_unit_test(programs_freed_while_jobs_wait),
       cmocka_unit_test(host_step_between_launches),
       cmocka_unit_test(host_steps_where_they_cannot_be),
       cmocka_unit_test(chains_complete_exactly_once),
