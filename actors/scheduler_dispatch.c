@@ -364,10 +364,19 @@ static void send_execute_many(actor_t *self, scheduler_state *s, const prog_prog
 /* Whether one more job may go out to the device now: a few EXECUTEs ahead
  * keep it busy; the rest wait here, where a shutdown or a deadline can still
  * reach them, and, batched, leave together. `open` says a batch is in hand
- * (joining it starts no new EXECUTE). */
-static bool room_out(const scheduler_state *s, const slot_state *ss, bool open) {
+ * (joining it starts no new EXECUTE). A job that travels alone (it hands
+ * buffers on, or has host steps) cannot join a batch: up to BATCH_RING of
+ * them go out, the batch in hand keeping its place in the ring, so that the
+ * device does not wait for the scheduler between them. */
+static bool room_out(const scheduler_state *s, const slot_state *ss, bool open, bool alone) {
   if (s->core->no_batching) return ss->inflight < EXECUTE_AHEAD_ALONE;
+  if (alone) return ss->inflight < EXECUTE_AHEAD && ss->nbatches + (open ? 1u : 0u) < BATCH_RING;
   return ss->inflight < EXECUTE_AHEAD && (open || ss->nbatches < BATCHES_AHEAD);
+}
+
+/* Whether job j of program p travels in an EXECUTE of its own. */
+static bool alone(const scheduler_state *s, const prog_program *p, const job *j) {
+  return s->core->no_batching || j->park.n || j->takes.n || (p && p->nhosts);
 }
 
 /* Starts what can start, in order: jobs that change nothing go straight to
@@ -395,7 +404,7 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
       start_record(self, s, ps, ss, j);
       break;
     }
-    if (!j->record_only && !room_out(s, ss, nb > 0)) break;
+    if (!j->record_only && !room_out(s, ss, nb > 0, alone(s, p, j))) break;
     scheduler_q_pop(&ss->queue);
     j->counts = (msg_counts){0, 0, ss->nodes}; /* reused as it is, without asking */
     ss->fast_reuses += ss->nodes;
@@ -407,7 +416,7 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
       scheduler_complete(self, s, j, SCHEDRUN_EINTERNAL, "the job's program is gone", NULL);
       continue;
     }
-    if (s->core->no_batching || j->park.n || j->takes.n || p->nhosts) {
+    if (alone(s, p, j)) {
       /* one EXECUTE per job (a job that hands buffers on or takes them
        * travels alone: batches carry no parcels; nor do they stop for
        * host steps) */

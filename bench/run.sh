@@ -68,6 +68,8 @@ if [ -x "$build/starpu_bench" ]; then
 else
   : > "$tmp/starpu"
 fi
+echo "job graphs: 1,000 chains of 10 hand-offs; one chain's steps, graph vs caller" >&2
+"$build/dag_bench" > "$tmp/dag"
 echo "breakdown: zmq floor, codec, one job phase by phase" >&2
 "$build/breakdown_bench" > "$tmp/breakdown"
 echo "replay: 1000 tiny launches; record create / update / reuse; memory" >&2
@@ -99,7 +101,7 @@ read -r saxpy_cold saxpy_warm < <(coldwarm configs/saxpy.yaml 5)
 "$build/compile_bench" --print-config > "$tmp/k16.yaml"
 read -r k16_cold k16_warm < <(coldwarm "$tmp/k16.yaml" 3)
 
-J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/record
+J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/record D=$tmp/dag
 {
   echo "# Benchmark results"
   echo
@@ -193,6 +195,29 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
     n=$(get nobatch_chain_${d}dev_ns_per_kernel "$J"); c=$(get chain_${d}dev_ns_per_kernel "$J")
     echo "| chain, per kernel, $d device(s) | $a ns | $b ns | $n ns | $c ns | $(ratio "$a" "$c")x cheaper | $(ratio "$n" "$c")x cheaper |"
   done
+  echo
+  echo "## Job graphs (same run)"
+  echo
+  echo "\`build/dag_bench\`: 1,000 chains of 10 jobs, each adding 1 to a buffer of 1,024 floats"
+  echo "that the job before it hands on (a graph per chain), all submitted at once; and one"
+  echo "chain at a time, as a graph against the same ten steps driven by the caller (submit,"
+  echo "wait, take the output, submit the next job with it as an input). StarPU: 1,000 chains"
+  echo "of 10 tasks, each chain read-writing its own vector of 1,024 floats (from the same"
+  echo "\`starpu_bench\` runs as above)."
+  echo
+  echo "| figure | 1 device / worker | 2 devices / workers |"
+  echo "|---|---|---|"
+  echo "| schedrun, chains of hand-offs: per job | $(get dag_chains_1dev_ns_per_job "$D") ns | $(get dag_chains_2dev_ns_per_job "$D") ns |"
+  if [ -s "$S" ]; then
+    echo "| StarPU, chains on data handles: per task | $(get starpu1_dag_ns_per_task "$S") ns | $(get starpu2_dag_ns_per_task "$S") ns |"
+    echo "| **schedrun / StarPU** | **$(ratio "$(get dag_chains_1dev_ns_per_job "$D")" "$(get starpu1_dag_ns_per_task "$S")")x as much** | **$(ratio "$(get dag_chains_2dev_ns_per_job "$D")" "$(get starpu2_dag_ns_per_task "$S")")x as much** |"
+  fi
+  echo "| one chain as a graph: per step | $(get dag_graph_1dev_us_per_step "$D") us | $(get dag_graph_2dev_us_per_step "$D") us |"
+  echo "| the same steps driven by the caller: per step | $(get dag_caller_1dev_us_per_step "$D") us | $(get dag_caller_2dev_us_per_step "$D") us |"
+  echo
+  echo "A job that hands a buffer on or takes one travels in an EXECUTE of its own (batches"
+  echo "carry no parcels), and each completion goes through the library before the next job"
+  echo "is sent: the chains cost what unbatched jobs cost, not what batched ones do."
   echo
   echo "## What containing kernel faults costs (same run)"
   echo

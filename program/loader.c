@@ -312,7 +312,12 @@ static bool read_expect(ld *l, node *n, const char *what, double *val, prog_expr
     *val = d;
     return true;
   }
-  if (!ld_parse_expr_node(l, n, 0, what, ex)) return false;
+  unsigned uses = l->p->uses;
+  bool ok = ld_parse_expr_node(l, n, 0, what, ex);
+  /* an expectation is checked after the job ran: it never changes what the
+   * job records, so it does not make jobs with another $job or $run record */
+  l->p->uses = uses;
+  if (!ok) return false;
   if (ex->constant) {
     prog_value v;
     prog_env env = {{0}};

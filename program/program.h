@@ -188,8 +188,9 @@ typedef struct prog_program {
   uint32_t nexpects;
   prog_host *hosts; /* the host steps, in program order (top level only) */
   uint32_t nhosts;
-  /* which per-job variables any expression uses (PROG_USES_*): a job whose
-   * values of these match the last recording of its context changes nothing */
+  /* which per-job variables the steps' expressions use (PROG_USES_*; not
+   * the expectations'): a job whose values of these match the last recording
+   * of its context changes nothing */
   unsigned uses;
 } prog_program;
 

@@ -33,6 +33,28 @@ static void expect_problem(const char *text, const char *where, const char *need
   free(m);
 }
 
+/* Which per-job variables make a job record anew: those its steps read, not
+ * those only its expectations read (checked after the job ran). */
+static void test_uses_steps_not_expectations(void **st) {
+  (void)st;
+  static const char base[] = "version: 1\nbuffers:\n  x: {type: f32, count: 4}\n"
+                             "program:\n  - fill: {buffer: x, value: %s}\n"
+                             "expect:\n  x: {at: {0: %s}}\n";
+  char text[512];
+  snprintf(text, sizeof text, base, "1", "\"$job + $run - $job - $run + 1\"");
+  prog_program *p = load_ok(text);
+  assert_int_equal(p->uses, 0);
+  prog_free(p);
+  snprintf(text, sizeof text, base, "\"$job\"", "\"$job\"");
+  p = load_ok(text);
+  assert_int_equal(p->uses, PROG_USES_JOB);
+  prog_free(p);
+  snprintf(text, sizeof text, base, "\"$run\"", "\"$job\"");
+  p = load_ok(text);
+  assert_int_equal(p->uses, PROG_USES_RUN);
+  prog_free(p);
+}
+
 static void test_config_md_example(void **st) {
   (void)st;
   char *text;
@@ -437,7 +459,7 @@ static void test_message_limits(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_damaged_configs),
-      cmocka_unit_test(test_config_md_example), cmocka_unit_test(test_five_mistakes),
+      cmocka_unit_test(test_config_md_example), cmocka_unit_test(test_uses_steps_not_expectations), cmocka_unit_test(test_five_mistakes),
       cmocka_unit_test(test_single_problems),   cmocka_unit_test(test_files_and_inits),
       cmocka_unit_test(test_npy_and_output_mistakes),
       cmocka_unit_test(test_nested_and_while_ok), cmocka_unit_test(test_message_limits),
