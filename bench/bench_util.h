@@ -3,8 +3,11 @@
 #define SCHEDRUN_BENCH_UTIL_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include "schedrun.h"
 
 static inline uint64_t bench_ns(void) {
   struct timespec ts;
@@ -21,6 +24,12 @@ static inline int bench_cmp(const void *a, const void *b) {
 static inline double bench_median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, bench_cmp);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Says what failed, and why when err knows, and ends the benchmark. */
+static inline void bench_die(const char *what, const schedrun_error_t *err) {
+  fprintf(stderr, "%s: %s\n", what, err && err->message ? err->message : "failed");
+  exit(1);
 }
 
 #endif

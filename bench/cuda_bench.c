@@ -17,11 +17,6 @@
 
 static double now_us(void) { return bench_ns() / 1e3; }
 
-static void die(const char *what, schedrun_error_t *err) {
-  fprintf(stderr, "cuda_bench: %s: %s\n", what, err && err->message ? err->message : "failed");
-  exit(1);
-}
-
 
 static uint64_t args[N][2];
 
@@ -38,13 +33,13 @@ static gpu_node launch_node(gpu_function fn, int i) {
 
 static gpu_seq *build(gpu_backend *b, gpu_function fn, schedrun_error_t *err) {
   gpu_seq *s;
-  if (b->ops->seq_create(b, 0, &s, err)) die("seq_create", err);
+  if (b->ops->seq_create(b, 0, &s, err)) bench_die("seq_create", err);
   for (int i = 0; i < N; i++) {
     gpu_node n = launch_node(fn, i);
     uint32_t idx;
-    if (b->ops->seq_add(s, &n, &idx, err)) die("seq_add", err);
+    if (b->ops->seq_add(s, &n, &idx, err)) bench_die("seq_add", err);
   }
-  if (b->ops->seq_finalize(s, err)) die("seq_finalize", err);
+  if (b->ops->seq_finalize(s, err)) bench_die("seq_finalize", err);
   return s;
 }
 
@@ -57,19 +52,19 @@ int main(void) {
   }
   void *ctx;
   char *log = NULL;
-  if (gpu_cuda_target.open(&ctx, &err)) die("nvrtc", &err);
+  if (gpu_cuda_target.open(&ctx, &err)) bench_die("nvrtc", &err);
   prog_type params[] = {PT_PTR, PT_I32};
   gpu_compile_req req = {"tiny", "tiny",
                          "extern \"C\" __global__ void tiny(float *p, int i) { if (threadIdx.x == 0) p[i] += 1.0f; }\n",
                          "bench.cu", 1, params, 2, b->ops->arch(b, 0)};
   uint8_t *img;
   size_t len;
-  if (gpu_cuda_target.compile(ctx, &req, "/tmp", &img, &len, &log, &err)) die("compile", &err);
+  if (gpu_cuda_target.compile(ctx, &req, "/tmp", &img, &len, &log, &err)) bench_die("compile", &err);
   gpu_module *m;
   gpu_function fn;
-  if (b->ops->module_load(b, 0, img, len, &m, &err) || b->ops->module_function(b, m, "tiny", &fn, &err)) die("load", &err);
+  if (b->ops->module_load(b, 0, img, len, &m, &err) || b->ops->module_function(b, m, "tiny", &fn, &err)) bench_die("load", &err);
   uint64_t buf;
-  if (b->ops->mem_alloc(b, 0, 64 * 4, &buf, &err) || b->ops->mem_zero(b, 0, buf, 64 * 4, &err)) die("alloc", &err);
+  if (b->ops->mem_alloc(b, 0, 64 * 4, &buf, &err) || b->ops->mem_zero(b, 0, buf, 64 * 4, &err)) bench_die("alloc", &err);
   for (int i = 0; i < N; i++) {
     args[i][0] = buf;
     int32_t v = i % 64;
@@ -82,16 +77,16 @@ int main(void) {
     double t0 = now_us();
     for (int i = 0; i < N; i++) {
       gpu_node n = launch_node(fn, i);
-      if (b->ops->launch(b, 0, &n, i == N - 1, &err)) die("launch", &err);
+      if (b->ops->launch(b, 0, &n, i == N - 1, &err)) bench_die("launch", &err);
     }
     double t1 = now_us();
-    if (b->ops->seq_launch(s, 0, NULL, &err)) die("seq_launch", &err);
+    if (b->ops->seq_launch(s, 0, NULL, &err)) bench_die("seq_launch", &err);
     double t2 = now_us();
     for (int i = 0; i < N; i++) {
       int32_t v = (i + r + 1) % 64;
       memcpy(&args[i][1], &v, 4);
       gpu_node n = launch_node(fn, i);
-      if (b->ops->seq_update(s, (uint32_t)i, &n, &err)) die("seq_update", &err);
+      if (b->ops->seq_update(s, (uint32_t)i, &n, &err)) bench_die("seq_update", &err);
     }
     double t3 = now_us();
     gpu_seq *fresh = build(b, fn, &err);
@@ -104,7 +99,7 @@ int main(void) {
   }
   /* every launch added 1 somewhere: the total proves they all ran */
   float h[64];
-  if (b->ops->copy_dtoh(b, 0, h, buf, sizeof h, &err)) die("copy", &err);
+  if (b->ops->copy_dtoh(b, 0, h, buf, sizeof h, &err)) bench_die("copy", &err);
   double total = 0;
   for (int i = 0; i < 64; i++) total += h[i];
   if (total != 2.0 * REPS * N) {

@@ -21,11 +21,6 @@
 #define CHAINS 1000
 #define LAT_CHAINS 200
 
-static void die(const char *what, schedrun_error_t *err) {
-  fprintf(stderr, "%s: %s\n", what, err && err->message ? err->message : "failed");
-  exit(1);
-}
-
 static const char incr_program[] =
     "version: 1\nname: incr\n"
     "kernels:\n  incr:\n    params: [ptr, i32]\n    source: |\n"
@@ -45,21 +40,21 @@ static schedrun_t *open_host(int n) {
   o.devices = spec;
   schedrun_t *s;
   schedrun_error_t err = {0};
-  if (schedrun_open(&s, &o, &err)) die("open", &err);
+  if (schedrun_open(&s, &o, &err)) bench_die("open", &err);
   return s;
 }
 
 static schedrun_graph_t *chain_graph(schedrun_program_t *p) {
   schedrun_graph_t *g;
   schedrun_error_t err = {0};
-  if (schedrun_graph_new(&g, &err)) die("graph", &err);
+  if (schedrun_graph_new(&g, &err)) bench_die("graph", &err);
   for (int k = 0; k < CHAIN; k++) {
     schedrun_job_options_t o;
     schedrun_job_options_init(&o);
     o.job = k;
     int node;
-    if (schedrun_graph_job(g, p, &o, &node, &err)) die("graph job", &err);
-    if (k && schedrun_graph_handoff(g, node - 1, "x", node, "x", &err)) die("hand-off", &err);
+    if (schedrun_graph_job(g, p, &o, &node, &err)) bench_die("graph job", &err);
+    if (k && schedrun_graph_handoff(g, node - 1, "x", node, "x", &err)) bench_die("hand-off", &err);
   }
   return g;
 }
@@ -67,7 +62,7 @@ static schedrun_graph_t *chain_graph(schedrun_program_t *p) {
 static void check(schedrun_t *s, schedrun_job_t id) {
   schedrun_job_result_t *r;
   schedrun_error_t err = {0};
-  if (schedrun_wait(s, id, -1, &r, &err)) die("wait", &err);
+  if (schedrun_wait(s, id, -1, &r, &err)) bench_die("wait", &err);
   if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) {
     fprintf(stderr, "job %llu: %s\n", (unsigned long long)id, schedrun_job_result_error(r));
     exit(1);
@@ -79,17 +74,17 @@ static void chains(int devices) {
   schedrun_t *s = open_host(devices);
   schedrun_error_t err = {0};
   schedrun_program_t *p;
-  if (schedrun_program_load_string(s, incr_program, "incr", &p, &err)) die("load", &err);
+  if (schedrun_program_load_string(s, incr_program, "incr", &p, &err)) bench_die("load", &err);
   schedrun_graph_t *g = chain_graph(p);
   schedrun_job_t *ids = malloc(CHAINS * CHAIN * sizeof *ids);
   /* warm: compiled, recorded on every device */
   for (int c = 0; c < 4; c++) {
-    if (schedrun_graph_submit(s, g, ids, &err)) die("submit", &err);
+    if (schedrun_graph_submit(s, g, ids, &err)) bench_die("submit", &err);
     for (int k = 0; k < CHAIN; k++) check(s, ids[k]);
   }
   uint64_t t0 = bench_ns();
   for (int c = 0; c < CHAINS; c++)
-    if (schedrun_graph_submit(s, g, &ids[c * CHAIN], &err)) die("submit", &err);
+    if (schedrun_graph_submit(s, g, &ids[c * CHAIN], &err)) bench_die("submit", &err);
   for (int i = 0; i < CHAINS * CHAIN; i++) check(s, ids[i]);
   double per_job = (double)(bench_ns() - t0) / (CHAINS * CHAIN);
   printf("dag_chains_%ddev_ns_per_job=%.0f\n", devices, per_job);
@@ -99,12 +94,12 @@ static void chains(int devices) {
   schedrun_job_t one[CHAIN];
   for (int c = 0; c < LAT_CHAINS; c++) {
     uint64_t a = bench_ns();
-    if (schedrun_graph_submit(s, g, one, &err)) die("submit", &err);
+    if (schedrun_graph_submit(s, g, one, &err)) bench_die("submit", &err);
     schedrun_job_result_t *rs[CHAIN];
-    if (schedrun_wait_many(s, CHAIN, one, -1, rs, &err)) die("wait", &err);
+    if (schedrun_wait_many(s, CHAIN, one, -1, rs, &err)) bench_die("wait", &err);
     graph_us[c] = (double)(bench_ns() - a) / 1e3 / CHAIN;
     for (int k = 0; k < CHAIN; k++) {
-      if (schedrun_job_result_info(rs[k])->status != SCHEDRUN_OK) die("graph chain", NULL);
+      if (schedrun_job_result_info(rs[k])->status != SCHEDRUN_OK) bench_die("graph chain", NULL);
       schedrun_job_result_free(&rs[k]);
     }
   }
@@ -123,15 +118,15 @@ static void chains(int devices) {
       }
       schedrun_job_t id;
       schedrun_job_result_t *r;
-      if (schedrun_submit(s, p, &o, &id, &err) || schedrun_wait(s, id, -1, &r, &err)) die("step", &err);
-      if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) die("step result", NULL);
+      if (schedrun_submit(s, p, &o, &id, &err) || schedrun_wait(s, id, -1, &r, &err)) bench_die("step", &err);
+      if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) bench_die("step result", NULL);
       size_t bytes;
       const float *out = schedrun_job_result_output(r, "x", &bytes);
       if (!x) x = malloc(N * sizeof(float));
       memcpy(x, out, bytes);
       schedrun_job_result_free(&r);
     }
-    if (x[0] != (float)CHAIN) die("caller chain", NULL);
+    if (x[0] != (float)CHAIN) bench_die("caller chain", NULL);
     free(x);
     caller_us[c] = (double)(bench_ns() - a) / 1e3 / CHAIN;
   }

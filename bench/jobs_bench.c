@@ -22,11 +22,6 @@
 #include "schedrun.h"
 
 
-static void die(const char *what, schedrun_error_t *err) {
-  fprintf(stderr, "%s: %s\n", what, err && err->message ? err->message : "failed");
-  exit(1);
-}
-
 static const char empty_program[] =
     "version: 1\nname: empty\n"
     "kernels:\n  empty:\n    params: []\n    source: |\n      extern \"C\" __global__ void empty() {}\n"
@@ -61,19 +56,19 @@ static schedrun_t *open_host(int n) {
   o.host_in_process = mode == 4;
   schedrun_t *s;
   schedrun_error_t err = {0};
-  if (schedrun_open(&s, &o, &err)) die("open", &err);
+  if (schedrun_open(&s, &o, &err)) bench_die("open", &err);
   return s;
 }
 
 static schedrun_program_t *load(schedrun_t *s, const char *text) {
   schedrun_program_t *p;
   schedrun_error_t err = {0};
-  if (schedrun_program_load_string(s, text, "bench.yaml", &p, &err)) die("load", &err);
+  if (schedrun_program_load_string(s, text, "bench.yaml", &p, &err)) bench_die("load", &err);
   /* warm: compile and record once */
   schedrun_job_t id;
   schedrun_job_result_t *r;
-  if (schedrun_submit(s, p, NULL, &id, &err) || schedrun_wait(s, id, -1, &r, &err)) die("warm-up", &err);
-  if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) die(schedrun_job_result_error(r), NULL);
+  if (schedrun_submit(s, p, NULL, &id, &err) || schedrun_wait(s, id, -1, &r, &err)) bench_die("warm-up", &err);
+  if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) bench_die(schedrun_job_result_error(r), NULL);
   schedrun_job_result_free(&r);
   return p;
 }
@@ -90,24 +85,24 @@ static void in_flight(int devices) {
   so.max_inflight = 400000;
   schedrun_t *s;
   schedrun_error_t err = {0};
-  if (schedrun_open(&s, &so, &err)) die("open", &err);
+  if (schedrun_open(&s, &so, &err)) bench_die("open", &err);
   schedrun_program_t *p = load(s, empty_program);
   for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++) {
     int window = windows[w], total = window * 2 < 200000 ? 200000 : window * 2;
     schedrun_job_options_t *o = calloc((size_t)window, sizeof *o);
     schedrun_job_t *ids = calloc((size_t)window, sizeof *ids);
-    if (!o || !ids) die("out of memory", NULL);
+    if (!o || !ids) bench_die("out of memory", NULL);
     for (int j = 0; j < window; j++) schedrun_job_options_init(&o[j]);
     uint64_t t0 = bench_ns();
-    if (schedrun_submit_many(s, p, (size_t)window, o, ids, &err)) die("submit_many", &err);
+    if (schedrun_submit_many(s, p, (size_t)window, o, ids, &err)) bench_die("submit_many", &err);
     for (int done = 0, sent = window; done < total; done++) {
       schedrun_job_t id;
       schedrun_job_result_t *r;
-      if (schedrun_wait_any(s, -1, &id, &r, &err)) die("wait", &err);
-      if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) die(schedrun_job_result_error(r), NULL);
+      if (schedrun_wait_any(s, -1, &id, &r, &err)) bench_die("wait", &err);
+      if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) bench_die(schedrun_job_result_error(r), NULL);
       schedrun_job_result_free(&r);
       if (sent < total) {
-        if (schedrun_submit(s, p, NULL, &id, &err)) die("submit", &err);
+        if (schedrun_submit(s, p, NULL, &id, &err)) bench_die("submit", &err);
         sent++;
       }
     }
@@ -137,13 +132,13 @@ static void run_jobs(schedrun_t *s, schedrun_program_t *p, int n) {
     schedrun_job_options_init(&o);
     o.job = j;
     schedrun_job_t id;
-    if (schedrun_submit(s, p, &o, &id, &err)) die("submit", &err);
+    if (schedrun_submit(s, p, &o, &id, &err)) bench_die("submit", &err);
   }
   for (int j = 0; j < n; j++) {
     schedrun_job_t id;
     schedrun_job_result_t *r;
-    if (schedrun_wait_any(s, -1, &id, &r, &err)) die("wait", &err);
-    if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) die(schedrun_job_result_error(r), NULL);
+    if (schedrun_wait_any(s, -1, &id, &r, &err)) bench_die("wait", &err);
+    if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) bench_die(schedrun_job_result_error(r), NULL);
     schedrun_job_result_free(&r);
   }
 }
@@ -156,10 +151,10 @@ static void run_jobs_many(schedrun_t *s, schedrun_program_t *p, int n, schedrun_
     schedrun_job_options_init(&o[j]);
     o[j].job = j;
   }
-  if (schedrun_submit_many(s, p, (size_t)n, o, ids, &err)) die("submit_many", &err);
-  if (schedrun_wait_many(s, (size_t)n, ids, -1, res, &err)) die("wait_many", &err);
+  if (schedrun_submit_many(s, p, (size_t)n, o, ids, &err)) bench_die("submit_many", &err);
+  if (schedrun_wait_many(s, (size_t)n, ids, -1, res, &err)) bench_die("wait_many", &err);
   for (int j = 0; j < n; j++) {
-    if (schedrun_job_result_info(res[j])->status != SCHEDRUN_OK) die(schedrun_job_result_error(res[j]), NULL);
+    if (schedrun_job_result_info(res[j])->status != SCHEDRUN_OK) bench_die(schedrun_job_result_error(res[j]), NULL);
     schedrun_job_result_free(&res[j]);
   }
 }
@@ -170,7 +165,7 @@ static void throughput_many(int devices, int n) {
   schedrun_job_options_t *o = calloc((size_t)n, sizeof *o);
   schedrun_job_t *ids = calloc((size_t)n, sizeof *ids);
   schedrun_job_result_t **res = calloc((size_t)n, sizeof *res);
-  if (!o || !ids || !res) die("out of memory", NULL);
+  if (!o || !ids || !res) bench_die("out of memory", NULL);
   double best = 0;
   for (int round = 0; round < 3; round++) {
     uint64_t t0 = bench_ns();
@@ -258,7 +253,7 @@ static void latency(int devices, int n) {
     uint64_t t0 = bench_ns();
     schedrun_job_t id;
     schedrun_job_result_t *r;
-    if (schedrun_submit(s, p, NULL, &id, &err) || schedrun_wait(s, id, -1, &r, &err)) die("latency", &err);
+    if (schedrun_submit(s, p, NULL, &id, &err) || schedrun_wait(s, id, -1, &r, &err)) bench_die("latency", &err);
     v[i] = (bench_ns() - t0) / 1e3;
     schedrun_job_result_free(&r);
   }

@@ -24,11 +24,6 @@
 
 enum { ROUNDS = 5 };
 
-static void die(const char *what, const schedrun_error_t *err) {
-  fprintf(stderr, "record_bench: %s: %s\n", what, err && err->message ? err->message : "failed");
-  exit(1);
-}
-
 /* N launches: all but one reading only constants and $iter (`one`), or
  * every one reading $job. */
 static char *program(int n, bool one) {
@@ -53,11 +48,11 @@ static void job(schedrun_t *s, schedrun_program_t *p, int index, schedrun_job_in
   o.job = index;
   schedrun_error_t err = {0};
   uint64_t id;
-  if (schedrun_submit(s, p, &o, &id, &err)) die("submit", &err);
+  if (schedrun_submit(s, p, &o, &id, &err)) bench_die("submit", &err);
   schedrun_job_result_t *r;
-  if (schedrun_wait(s, id, -1, &r, &err)) die("wait", &err);
+  if (schedrun_wait(s, id, -1, &r, &err)) bench_die("wait", &err);
   const schedrun_job_info_t *i = schedrun_job_result_info(r);
-  if (i->status != SCHEDRUN_OK) die("a job failed", NULL);
+  if (i->status != SCHEDRUN_OK) bench_die("a job failed", NULL);
   *info = *i;
   schedrun_job_result_free(&r);
 }
@@ -72,26 +67,26 @@ static void measure(int n, bool whole) {
   o.record_whole_program = whole;
   schedrun_t *s;
   schedrun_error_t err = {0};
-  if (schedrun_open(&s, &o, &err)) die("open", &err);
+  if (schedrun_open(&s, &o, &err)) bench_die("open", &err);
   char *one = program(n, true), *all = program(n, false);
   double create[ROUNDS], upd1[ROUNDS], updn[ROUNDS], reuse[ROUNDS];
   for (int r = 0; r < ROUNDS; r++) {
     schedrun_program_t *p1, *pn;
     schedrun_job_info_t i;
-    if (schedrun_program_load_string(s, one, "one.yaml", &p1, &err)) die("load", &err);
-    if (schedrun_program_load_string(s, all, "all.yaml", &pn, &err)) die("load", &err);
+    if (schedrun_program_load_string(s, one, "one.yaml", &p1, &err)) bench_die("load", &err);
+    if (schedrun_program_load_string(s, all, "all.yaml", &pn, &err)) bench_die("load", &err);
     job(s, p1, 0, &i);
-    if (i.nodes_created != (uint64_t)n) die("expected a create", NULL);
+    if (i.nodes_created != (uint64_t)n) bench_die("expected a create", NULL);
     create[r] = us(&i);
     job(s, p1, 1, &i);
-    if (i.nodes_updated != 1 || i.nodes_reused != (uint64_t)n - 1) die("expected one update", NULL);
+    if (i.nodes_updated != 1 || i.nodes_reused != (uint64_t)n - 1) bench_die("expected one update", NULL);
     upd1[r] = us(&i);
     job(s, p1, 1, &i);
-    if (i.nodes_reused != (uint64_t)n) die("expected reuse", NULL);
+    if (i.nodes_reused != (uint64_t)n) bench_die("expected reuse", NULL);
     reuse[r] = us(&i);
     job(s, pn, 0, &i);
     job(s, pn, 1, &i);
-    if (i.nodes_updated != (uint64_t)n) die("expected every node updated", NULL);
+    if (i.nodes_updated != (uint64_t)n) bench_die("expected every node updated", NULL);
     updn[r] = us(&i);
     schedrun_program_free(&p1);
     schedrun_program_free(&pn);

@@ -29,18 +29,13 @@ static double md_in_process; /* the direct cost measured in-process, for the wor
 
 
 
-static void die(const char *what, schedrun_error_t *err) {
-  fprintf(stderr, "%s: %s\n", what, err && err->message ? err->message : "failed");
-  exit(1);
-}
-
 typedef void (*tramp)(const uint32_t *, const uint32_t *, const uint64_t *);
 
 static void backend_bench(bool in_process) {
   schedrun_error_t err = {0};
   gpu_backend *b;
   gpu_open_opts o = {NULL, 30000, in_process};
-  if (gpu_host_open(1, &o, &b, &err)) die("host", &err);
+  if (gpu_host_open(1, &o, &b, &err)) bench_die("host", &err);
   prog_type params[] = {PT_PTR, PT_I32};
   gpu_compile_req req = {"tiny", "tiny",
                          "extern \"C\" __global__ void tiny(float *p, int i) { if (threadIdx.x == 0) p[i] += 1.0f; }\n",
@@ -48,12 +43,12 @@ static void backend_bench(bool in_process) {
   uint8_t *img;
   size_t len;
   char *log = NULL;
-  if (gpu_host_target.compile(NULL, &req, "/tmp", &img, &len, &log, &err)) die("compile", &err);
+  if (gpu_host_target.compile(NULL, &req, "/tmp", &img, &len, &log, &err)) bench_die("compile", &err);
   free(log);
   gpu_module *m;
   gpu_function fn;
   if (b->ops->module_load(b, 0, img, len, &m, &err) || b->ops->module_function(b, m, "tiny", &fn, &err))
-    die("load", &err);
+    bench_die("load", &err);
   free(img);
   uint64_t buf;
   b->ops->mem_alloc(b, 0, 64 * 4, &buf, &err);
@@ -75,11 +70,11 @@ static void backend_bench(bool in_process) {
     n.u.launch.args = args[i];
     n.u.launch.nargs = 2;
     uint32_t idx;
-    if (b->ops->seq_add(s, &n, &idx, &err)) die("seq_add", &err);
+    if (b->ops->seq_add(s, &n, &idx, &err)) bench_die("seq_add", &err);
   }
   prog_expr e;
   char why[128];
-  if (prog_expr_parse("$iter % 64", 1, &e, why, sizeof why)) die(why, NULL);
+  if (prog_expr_parse("$iter % 64", 1, &e, why, sizeof why)) bench_die(why, NULL);
 
   enum { REPS = 300, BATCHES = 9 };
   double direct[BATCHES], replay[BATCHES], eager[BATCHES];
@@ -121,7 +116,7 @@ static void backend_bench(bool in_process) {
     double want = (double)BATCHES * (in_process ? 3 : 2) * REPS * (N / 64 + (k < N % 64));
     if (h[k] != (float)want) {
       fprintf(stderr, "element %d is %.0f, expected %.0f\n", k, h[k], want);
-      die("the launches did not all run", NULL);
+      bench_die("the launches did not all run", NULL);
     }
   }
   double md = bench_median(direct, BATCHES), mr = bench_median(replay, BATCHES), me = bench_median(eager, BATCHES);
@@ -158,28 +153,28 @@ static void record_bench(void) {
   o.record_always = 1; /* every job goes through the record actor: what is timed */
   schedrun_t *s;
   schedrun_error_t err = {0};
-  if (schedrun_open(&s, &o, &err)) die("open", &err);
+  if (schedrun_open(&s, &o, &err)) bench_die("open", &err);
   char *text = loop_program(N);
   enum { ROUNDS = 9 };
   double create[ROUNDS], update[ROUNDS], reuse[ROUNDS];
   for (int r = 0; r < ROUNDS; r++) {
     schedrun_program_t *p;
-    if (schedrun_program_load_string(s, text, "loop.yaml", &p, &err)) die("load", &err);
+    if (schedrun_program_load_string(s, text, "loop.yaml", &p, &err)) bench_die("load", &err);
     schedrun_run_options_t ro;
     schedrun_run_options_init(&ro);
     schedrun_report_t *rep;
     schedrun_job_info_t j0, j1;
     ro.jobs = 1;
-    if (schedrun_run(s, p, &ro, &rep, &err)) die("run", &err);
+    if (schedrun_run(s, p, &ro, &rep, &err)) bench_die("run", &err);
     schedrun_report_job(rep, 0, 0, &j0);
-    if (j0.nodes_created != N) die("expected a create", NULL);
+    if (j0.nodes_created != N) bench_die("expected a create", NULL);
     create[r] = j0.record_ns / 1e3;
     schedrun_report_free(&rep);
     ro.jobs = 2; /* job 0 as recorded: reuse; job 1: every node's scalar changes */
-    if (schedrun_run(s, p, &ro, &rep, &err)) die("run", &err);
+    if (schedrun_run(s, p, &ro, &rep, &err)) bench_die("run", &err);
     schedrun_report_job(rep, 0, 0, &j0);
     schedrun_report_job(rep, 0, 1, &j1);
-    if (j0.nodes_reused != N || j1.nodes_updated != N) die("expected reuse then update", NULL);
+    if (j0.nodes_reused != N || j1.nodes_updated != N) bench_die("expected reuse then update", NULL);
     reuse[r] = j0.record_ns / 1e3;
     update[r] = j1.record_ns / 1e3;
     schedrun_report_free(&rep);
@@ -198,9 +193,9 @@ static void record_bench(void) {
     malloc_trim(0);
     struct mallinfo2 mi = mallinfo2();
     size_t before = mi.uordblks + mi.hblkhd;
-    if (schedrun_program_load_string(s, text, "mem.yaml", &keep[k], &err)) die("load", &err);
+    if (schedrun_program_load_string(s, text, "mem.yaml", &keep[k], &err)) bench_die("load", &err);
     schedrun_report_t *rep;
-    if (schedrun_run(s, keep[k], NULL, &rep, &err)) die("run", &err);
+    if (schedrun_run(s, keep[k], NULL, &rep, &err)) bench_die("run", &err);
     schedrun_report_free(&rep);
     mi = mallinfo2();
     used[k] = mi.uordblks + mi.hblkhd - before;

@@ -14,44 +14,40 @@
 
 #define N 4096
 
-/* x[i] = i + 1, then squared */
-static schedrun_program_t *produce(schedrun_error_t *err) {
+/* A program of one buffer of N floats and one launch of `kernel` over it. */
+static schedrun_program_t *one_kernel(const char *name, const char *kernel, const char *buffer, const char *source,
+                                      schedrun_error_t *err) {
   schedrun_builder_t *b;
-  if (schedrun_builder_new(&b, "produce", err)) return NULL;
-  schedrun_builder_kernel(b, "square", "ptr, i32",
-                          "extern \"C\" __global__ void square(float *x, int n) {\n"
-                          "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-                          "  if (i < n) x[i] = (i + 1.0f) * (i + 1.0f);\n"
-                          "}\n",
-                          NULL);
-  schedrun_builder_buffer(b, "x", "f32", N, NULL, 0, 0);
+  if (schedrun_builder_new(&b, name, err)) return NULL;
+  schedrun_builder_kernel(b, kernel, "ptr, i32", source, NULL);
+  schedrun_builder_buffer(b, buffer, "f32", N, NULL, 0, 0);
   const unsigned grid[3] = {N / 256, 1, 1}, block[3] = {256, 1, 1};
-  const char *args[] = {"x", "4096"};
-  schedrun_builder_launch(b, "square", grid, block, args, 2);
+  const char *args[] = {buffer, "4096"};
+  schedrun_builder_launch(b, kernel, grid, block, args, 2);
   schedrun_program_t *p = NULL;
   schedrun_builder_finish(b, &p, err);
   schedrun_builder_free(&b);
   return p;
 }
 
+/* x[i] = (i + 1)^2 */
+static schedrun_program_t *produce(schedrun_error_t *err) {
+  return one_kernel("produce", "square", "x",
+                    "extern \"C\" __global__ void square(float *x, int n) {\n"
+                    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                    "  if (i < n) x[i] = (i + 1.0f) * (i + 1.0f);\n"
+                    "}\n",
+                    err);
+}
+
 /* v[i] = v[i] / 2 + 1 */
 static schedrun_program_t *transform(schedrun_error_t *err) {
-  schedrun_builder_t *b;
-  if (schedrun_builder_new(&b, "transform", err)) return NULL;
-  schedrun_builder_kernel(b, "halve", "ptr, i32",
-                          "extern \"C\" __global__ void halve(float *v, int n) {\n"
-                          "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-                          "  if (i < n) v[i] = v[i] * 0.5f + 1.0f;\n"
-                          "}\n",
-                          NULL);
-  schedrun_builder_buffer(b, "v", "f32", N, NULL, 0, 0);
-  const unsigned grid[3] = {N / 256, 1, 1}, block[3] = {256, 1, 1};
-  const char *args[] = {"v", "4096"};
-  schedrun_builder_launch(b, "halve", grid, block, args, 2);
-  schedrun_program_t *p = NULL;
-  schedrun_builder_finish(b, &p, err);
-  schedrun_builder_free(&b);
-  return p;
+  return one_kernel("transform", "halve", "v",
+                    "extern \"C\" __global__ void halve(float *v, int n) {\n"
+                    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                    "  if (i < n) v[i] = v[i] * 0.5f + 1.0f;\n"
+                    "}\n",
+                    err);
 }
 
 /* The reduction, on the host: the sum of v, as a double, in buffer "sum". */

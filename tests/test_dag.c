@@ -97,21 +97,33 @@ static void handoff(schedrun_graph_t *g, int from, const char *fb, int to, const
 
 /* ---- the diamond ---- */
 
+/* A (device 0) -> B (device 1) and C (unpinned) -> D (unpinned): A's out is
+ * B's and C's x, B's x is D's a, C's x D's b. Node i is n[i]. */
+static schedrun_graph_t *diamond_graph(schedrun_program_t *const p[4], int job, int n[4]) {
+  schedrun_graph_t *g;
+  assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
+  n[0] = add_job(g, p[0], 0, job);
+  n[1] = add_job(g, p[1], 1, 0);
+  n[2] = add_job(g, p[2], -1, 0);
+  n[3] = add_job(g, p[3], -1, 0);
+  handoff(g, n[0], "out", n[1], "x");
+  handoff(g, n[0], "out", n[2], "x");
+  handoff(g, n[1], "x", n[3], "a");
+  handoff(g, n[2], "x", n[3], "b");
+  return g;
+}
+
 /* A (device 0) -> B (device 1, twice) and C (unpinned: A's device, square)
  * -> D (add, unpinned: it goes where one of its inputs is). */
 static void diamond(void **state) {
   (void)state;
   schedrun_t *s = open_dag();
-  schedrun_program_t *pa = tu_load(s, produce_yaml, "produce"), *pb = tu_load(s, twice_yaml, "twice"),
-                     *pc = tu_load(s, square_yaml, "square"), *pd = tu_load(s, add_yaml, "add");
+  schedrun_program_t *ps[] = {tu_load(s, produce_yaml, "produce"), tu_load(s, twice_yaml, "twice"),
+                              tu_load(s, square_yaml, "square"), tu_load(s, add_yaml, "add")};
   for (int rep = 0; rep < 3; rep++) {
-    schedrun_graph_t *g;
-    assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
-    int a = add_job(g, pa, 0, rep), b = add_job(g, pb, 1, 0), c = add_job(g, pc, -1, 0), d = add_job(g, pd, -1, 0);
-    handoff(g, a, "out", b, "x");
-    handoff(g, a, "out", c, "x");
-    handoff(g, b, "x", d, "a");
-    handoff(g, c, "x", d, "b");
+    int n[4];
+    schedrun_graph_t *g = diamond_graph(ps, rep, n);
+    int a = n[0], b = n[1], c = n[2], d = n[3];
     schedrun_job_t ids[4];
     schedrun_error_t err = {0};
     if (schedrun_graph_submit(s, g, ids, &err)) fail_msg("%s", err.message);
@@ -145,7 +157,6 @@ static void diamond(void **state) {
     schedrun_job_result_t *all[] = {ra, rb, rc, rd};
     for (int k = 0; k < 4; k++) schedrun_job_result_free(&all[k]);
   }
-  schedrun_program_t *ps[] = {pa, pb, pc, pd};
   for (int k = 0; k < 4; k++) schedrun_program_free(&ps[k]);
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
@@ -155,15 +166,12 @@ static void diamond(void **state) {
 static void failure_ends_every_path(void **state) {
   (void)state;
   schedrun_t *s = open_dag();
-  schedrun_program_t *pa = tu_load(s, produce_bad_yaml, "bad"), *pb = tu_load(s, twice_yaml, "twice"),
-                     *pc = tu_load(s, square_yaml, "square"), *pd = tu_load(s, add_yaml, "add");
-  schedrun_graph_t *g;
-  assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
-  int a = add_job(g, pa, 0, 0), b = add_job(g, pb, 1, 0), c = add_job(g, pc, -1, 0), d = add_job(g, pd, -1, 0);
-  handoff(g, a, "out", b, "x");
-  handoff(g, a, "out", c, "x");
-  handoff(g, b, "x", d, "a");
-  handoff(g, c, "x", d, "b");
+  schedrun_program_t *ps[] = {tu_load(s, produce_bad_yaml, "bad"), tu_load(s, twice_yaml, "twice"),
+                              tu_load(s, square_yaml, "square"), tu_load(s, add_yaml, "add")};
+  schedrun_program_t *pa = ps[0], *pb = ps[1];
+  int n[4];
+  schedrun_graph_t *g = diamond_graph(ps, 0, n);
+  int a = n[0], b = n[1], c = n[2], d = n[3];
   schedrun_job_t ids[4];
   schedrun_error_t err = {0};
   if (schedrun_graph_submit(s, g, ids, &err)) fail_msg("%s", err.message);
@@ -195,7 +203,6 @@ static void failure_ends_every_path(void **state) {
   schedrun_job_result_free(&r);
   r = wait_ok(s, bad, SCHEDRUN_EVERIFY);
   schedrun_job_result_free(&r);
-  schedrun_program_t *ps[] = {pa, pb, pc, pd};
   for (int k = 0; k < 4; k++) schedrun_program_free(&ps[k]);
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
