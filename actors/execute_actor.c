@@ -83,7 +83,7 @@ int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, m
   f->tag = GPU_NO_TAG;
   f->lost = false;
   for (uint32_t b = 0; rc == SCHEDRUN_OK && b < p->nbuffers; b++) {
-    if (jr->takes && execute_taken(jr->takes, b)) continue; /* filled from its parcel below */
+    if (execute_taken(&jr->takes, b)) continue; /* filled from its parcel below */
     const prog_buffer *buf = &p->buffers[b];
     uint64_t bytes = buf->count * prog_type_size(buf->type);
     const uint8_t *src = buf->image;
@@ -97,7 +97,7 @@ int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, m
     rc = src ? be->ops->copy_htod(be, s->device, c->bindings->v[b], src, bytes, err)
              : be->ops->mem_zero(be, s->device, c->bindings->v[b], bytes, err);
   }
-  if (rc == SCHEDRUN_OK && jr->takes && jr->takes->n) rc = execute_take_parcels(s, c, jr, err);
+  if (rc == SCHEDRUN_OK && jr->takes.n) rc = execute_take_parcels(s, c, jr, err);
   if (rc) return rc;
   if (jr->deadline && now_ns() >= jr->deadline)
     return err_set(err, SCHEDRUN_ETIMEOUT, "job %llu (run %u, job %u) reached its deadline before it started on %s",
@@ -180,7 +180,7 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
   msg_init(&c_msg, MSG_COMPLETE, m->job, s->name);
   msg_complete *cp = &c_msg.body.complete;
   uint32_t handoffs[2] = {0, 0};
-  job_run jr = {m->job, x->run, x->job_index, x->keep, x->deadline, x->inputs.v, x->inputs.n, &x->takes, handoffs};
+  job_run jr = {m->job, x->run, x->job_index, x->keep, x->deadline, x->inputs.v, x->inputs.n, x->takes, x->park, handoffs};
   schedrun_error_t err = {0};
   gpu_failure f = {GPU_NO_TAG, false};
   size_t cap = 0;

@@ -25,11 +25,11 @@ bool execute_taken(const msg_u64s *takes, uint32_t b) {
 
 int execute_take_parcels(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err) {
   gpu_backend *be = s->core->backend;
-  assert(jr->takes->n % 3 == 0 && jr->handoffs); /* the decoder checks the triples */
-  for (size_t i = 0; i < jr->takes->n; i += 3) {
-    uint32_t b = (uint32_t)jr->takes->v[i];
-    int from = (int)jr->takes->v[i + 1];
-    uint64_t addr = jr->takes->v[i + 2];
+  assert(jr->takes.n % 3 == 0 && jr->handoffs); /* the decoder checks the triples */
+  for (size_t i = 0; i < jr->takes.n; i += 3) {
+    uint32_t b = (uint32_t)jr->takes.v[i];
+    int from = (int)jr->takes.v[i + 1];
+    uint64_t addr = jr->takes.v[i + 2];
     if (b >= c->p->nbuffers || from < 0 || from >= s->core->ndevices)
       return err_set(err, SCHEDRUN_EPROTO, "EXECUTE takes a parcel for buffer %u from device %d: no such buffer or device",
                      b, from);

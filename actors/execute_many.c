@@ -29,16 +29,39 @@ typedef struct batch_out {
   size_t cap;  /* of every job column */
   size_t ocap;  /* of outputs */
   size_t ojcap; /* of output_jobs */
+  size_t pcap;  /* of parcels and parcel_jobs */
   uint64_t out_bytes;
   const char *client, *scheduler;
   schedrun_core *core;
 } batch_out;
 
-#define NCOMPLETE_COLS 7
+#define NCOMPLETE_COLS 9
 static void complete_cols(msg_complete_many *c, msg_u64s **cols) {
-  msg_u64s *v[NCOMPLETE_COLS] = {&c->jobs,     &c->runs,    &c->job_indexes, &c->t_submits,
-                                 &c->t_executes, &c->t_dones, &c->execute_ns};
+  msg_u64s *v[NCOMPLETE_COLS] = {&c->jobs,       &c->runs,    &c->job_indexes,    &c->t_submits,      &c->t_executes,
+                                 &c->t_dones,    &c->execute_ns, &c->handoffs_local, &c->handoffs_copied};
   memcpy(cols, v, sizeof v);
+}
+
+/* Appends the parcels a job left (its batch position `job`); false
+ * without memory (the caller frees them then). */
+static bool batch_parcels(batch_out *b, size_t job, const msg_u64s *parcels) {
+  msg_complete_many *c = &b->complete.body.complete_many;
+  size_t need = c->parcels.n + parcels->n;
+  if (need > b->pcap) {
+    size_t cap = b->pcap ? 2 * b->pcap : 8;
+    while (cap < need) cap *= 2;
+    uint64_t *pv = realloc(c->parcels.v, cap * sizeof *pv);
+    if (pv) c->parcels.v = pv;
+    uint64_t *jv = pv ? realloc(c->parcel_jobs.v, cap * sizeof *jv) : NULL;
+    if (!jv) return false;
+    c->parcel_jobs.v = jv;
+    b->pcap = cap;
+  }
+  for (size_t i = 0; i < parcels->n; i++) {
+    c->parcels.v[c->parcels.n++] = parcels->v[i];
+    c->parcel_jobs.v[c->parcel_jobs.n++] = job;
+  }
+  return true;
 }
 
 static void batch_begin(batch_out *b, execute_state *s, const msg_execute_many *x, const char *client,
@@ -114,6 +137,7 @@ static void batch_flush(actor_t *self, batch_out *b) {
   b->executed.body.executed_many.jobs.n = 0;
   batch_drop_outputs(b, 0);
   c->output_jobs.n = 0;
+  c->parcels.n = c->parcel_jobs.n = 0; /* the client's now */
   b->out_bytes = 0;
 }
 
@@ -136,6 +160,8 @@ static void batch_add(batch_out *b, const job_run *jr, uint64_t t_submit, uint64
   cm->t_executes.v[n] = t0;
   cm->t_dones.v[n] = t1;
   cm->execute_ns.v[n] = t1 - t0;
+  cm->handoffs_local.v[n] = jr->handoffs ? jr->handoffs[0] : 0;
+  cm->handoffs_copied.v[n] = jr->handoffs ? jr->handoffs[1] : 0;
   b->executed.body.executed_many.jobs.v[n] = jr->id;
   msg_u64s *cols[NCOMPLETE_COLS];
   complete_cols(cm, cols);
@@ -154,7 +180,8 @@ static void batch_flush_if_full(actor_t *self, batch_out *b) {
 /* A timed job answers alone, with its node times; the answers before it go
  * first. Its outputs are [outs_from, outputs.n) of the batch. */
 static void answer_timed(actor_t *self, execute_state *s, batch_out *b, const msg_execute_many *x, const job_run *jr,
-                         uint64_t t_submit, uint64_t t0, uint64_t t1, size_t outs_from, uint32_t ntimed) {
+                         uint64_t t_submit, uint64_t t0, uint64_t t1, size_t outs_from, uint32_t ntimed,
+                         msg_u64s *parcels) {
   msg_outputs *bo = &b->complete.body.complete_many.outputs;
   msg_outputs mine = {NULL, 0};
   size_t nmine = bo->n - outs_from;
@@ -176,15 +203,37 @@ static void answer_timed(actor_t *self, execute_state *s, batch_out *b, const ms
   cp->counts = (msg_counts){0, 0, x->nodes};
   if (cp->status) cp->text = xstrdup("out of memory");
   cp->t_submit = t_submit;
+  cp->parcels = *parcels; /* taken */
+  memset(parcels, 0, sizeof *parcels);
+  cp->handoffs_local = jr->handoffs ? jr->handoffs[0] : 0;
+  cp->handoffs_copied = jr->handoffs ? jr->handoffs[1] : 0;
   execute_answer(self, s, &one, ntimed, t0, t1, b->client, b->scheduler);
   msg_free(&one);
 }
 
-/* Job k of x, with its inputs (in_at[k] .. in_at[k + 1]). */
-static job_run job_of(const msg_execute_many *x, const size_t *in_at, size_t k) {
-  return (job_run){x->jobs.v[k],      (uint32_t)x->runs.v[k], (uint32_t)x->job_indexes.v[k], (uint32_t)x->keeps.v[k],
-                   x->deadlines.v[k], x->inputs.v ? x->inputs.v + in_at[k] : NULL, in_at[k + 1] - in_at[k],
-                   NULL,              NULL}; /* batches carry no parcels */
+/* Where each job's inputs, parked buffers and taken parcels start in x's
+ * lists (the decoder checked they come in job order); [n] is the end. */
+typedef struct job_at {
+  size_t *in, *park, *take;
+} job_at;
+
+static size_t *starts(const msg_u64s *owners, size_t n) {
+  size_t *at = malloc((n + 1) * sizeof *at);
+  for (size_t k = 0, i = 0; at && k <= n; k++) {
+    at[k] = i;
+    while (k < n && i < owners->n && owners->v[i] == k) i++;
+  }
+  return at;
+}
+
+/* Job k of x, with its own inputs, parked buffers and taken parcels (lent). */
+static job_run job_of(const msg_execute_many *x, const job_at *at, size_t k) {
+  job_run jr = {x->jobs.v[k],      (uint32_t)x->runs.v[k], (uint32_t)x->job_indexes.v[k], (uint32_t)x->keeps.v[k],
+                x->deadlines.v[k], x->inputs.v ? x->inputs.v + at->in[k] : NULL, at->in[k + 1] - at->in[k],
+                {NULL, 0},         {NULL, 0},  NULL};
+  if (at->take[k + 1] > at->take[k]) jr.takes = (msg_u64s){x->takes.v + 3 * at->take[k], 3 * (at->take[k + 1] - at->take[k])};
+  if (at->park[k + 1] > at->park[k]) jr.park = (msg_u64s){x->park.v + at->park[k], at->park[k + 1] - at->park[k]};
+  return jr;
 }
 
 /* The contents job jr's buffer b starts from: its input, the program's
@@ -203,7 +252,7 @@ static const uint8_t *buffer_source(const prog_program *p, const job_run *jr, ui
 /* The bytes job jr stages in a submission, or UINT64_MAX when it must run
  * alone (a deadline, timing, an input of the wrong size). */
 static uint64_t staged_bytes(const execute_state *s, const prog_program *p, const job_run *jr) {
-  if (jr->deadline || execute_timing(s)) return UINT64_MAX;
+  if (jr->deadline || execute_timing(s) || jr->takes.n || jr->park.n) return UINT64_MAX; /* parcels: alone */
   uint64_t total = 0;
   bool ok = true;
   for (uint32_t b = 0; b < p->nbuffers; b++) {
@@ -214,27 +263,42 @@ static uint64_t staged_bytes(const execute_state *s, const prog_program *p, cons
   return ok ? total : UINT64_MAX;
 }
 
-/* Runs job k alone (the one-job path); its answer joins the batch. */
-static void run_alone(actor_t *self, execute_state *s, const context_run *c, const msg_execute_many *x, const job_run *jr,
+/* Runs job k alone (the one-job path); its answer joins the batch. The
+ * parcels it takes are consumed whatever happens; those it leaves go with
+ * its answer. */
+static void run_alone(actor_t *self, execute_state *s, const context_run *c, const msg_execute_many *x, job_run *jr,
                       uint64_t t_submit, batch_out *b) {
   schedrun_error_t err = {0};
   gpu_failure f = {GPU_NO_TAG, false};
-  uint32_t ntimed = 0;
+  uint32_t ntimed = 0, handoffs[2] = {0, 0};
   msg_complete_many *cm = &b->complete.body.complete_many;
   size_t outs_from = cm->outputs.n;
+  msg_u64s parcels = {NULL, 0};
+  jr->handoffs = handoffs;
   uint64_t t0 = now_ns();
   int rc = batch_room(b, 1) ? SCHEDRUN_OK : err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
   if (rc == SCHEDRUN_OK) rc = execute_run_job(s, c, jr, &cm->outputs, &b->ocap, &ntimed, &f, &err);
+  execute_drop_takes(s, &jr->takes);
+  if (rc == SCHEDRUN_OK && jr->park.n) rc = execute_park(s, c, &jr->park, &parcels, &err);
   if (rc == SCHEDRUN_OK && !batch_output_jobs(b, cm->outputs.n)) rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
+  if (rc == SCHEDRUN_OK && !ntimed && !batch_parcels(b, cm->jobs.n, &parcels))
+    rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
   if (rc) {
+    for (size_t i = 0; i < parcels.n; i++) s->core->backend->ops->mem_free(s->core->backend, s->device, parcels.v[i]);
+    free(parcels.v);
     batch_drop_outputs(b, outs_from);
     execute_job_failed(self, s, b->scheduler, jr->id, rc, &f, &err);
     schedrun_error_clear(&err);
     return;
   }
   uint64_t t1 = now_ns();
-  if (ntimed) answer_timed(self, s, b, x, jr, t_submit, t0, t1, outs_from, ntimed);
-  else batch_add(b, jr, t_submit, t0, t1, outs_from);
+  if (ntimed) {
+    answer_timed(self, s, b, x, jr, t_submit, t0, t1, outs_from, ntimed, &parcels);
+  } else {
+    batch_add(b, jr, t_submit, t0, t1, outs_from);
+    free(parcels.v); /* copied into the batch */
+  }
+  jr->handoffs = NULL;
 }
 
 /* Runs jobs [k0, k1) as one submission and answers them. Returns the first
@@ -242,7 +306,7 @@ static void run_alone(actor_t *self, execute_state *s, const context_run *c, con
  * stage: they then run alone), the one after a job that failed without
  * losing the device, else k1. */
 static size_t run_segment(actor_t *self, execute_state *s, const context_run *c, const msg_execute_many *x,
-                        const size_t *in_at, size_t k0, size_t k1, batch_out *b) {
+                          const job_at *in_at, size_t k0, size_t k1, batch_out *b) {
   const prog_program *p = c->p;
   gpu_backend *be = s->core->backend;
   size_t nj = k1 - k0, per_job = 2 * (size_t)p->nbuffers + 1;
@@ -333,20 +397,19 @@ void execute_handle_many(actor_t *self, execute_state *s, msg *m) {
   context_run c = {core_program(s->core, x->program), &x->bindings, x->sequence};
   schedrun_error_t err = {0};
   size_t n = x->jobs.n;
-  size_t *in_at = malloc((n + 1) * sizeof *in_at);
+  job_at at = {starts(&x->input_jobs, n), starts(&x->park_jobs, n), starts(&x->take_jobs, n)};
+  const job_at *in_at = &at;
   int rc = execute_check_context(s, "EXECUTE_MANY", x->program, x->device, &c, &err);
-  if (rc == SCHEDRUN_OK && !in_at) rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
+  if (rc == SCHEDRUN_OK && (!at.in || !at.park || !at.take)) rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
   if (rc) {
     gpu_failure f = {GPU_NO_TAG, false};
     for (size_t k = 0; k < n; k++) execute_job_failed(self, s, m->from, x->jobs.v[k], rc, &f, &err);
+    execute_drop_takes(s, &x->takes); /* consumed: nobody else frees them */
     schedrun_error_clear(&err);
-    free(in_at);
+    free(at.in);
+    free(at.park);
+    free(at.take);
     return;
-  }
-  /* where each job's inputs start (the decoder checked they are in job order) */
-  for (size_t k = 0, i = 0; k <= n; k++) {
-    in_at[k] = i;
-    while (k < n && i < x->inputs.n && x->input_jobs.v[i] == k) i++;
   }
   batch_out b;
   batch_begin(&b, s, x, *x->client ? x->client : ACTOR_CLIENT, m->from);
@@ -377,5 +440,7 @@ void execute_handle_many(actor_t *self, execute_state *s, msg *m) {
     k++;
   }
   batch_end(self, &b);
-  free(in_at);
+  free(at.in);
+  free(at.park);
+  free(at.take);
 }

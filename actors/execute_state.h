@@ -30,8 +30,9 @@ typedef struct job_run {
   uint64_t deadline;
   const msg_output *inputs;
   size_t ninputs;
-  const msg_u64s *takes; /* parcels to fill buffers from ({buffer, device, address}); NULL: none */
-  uint32_t *handoffs;    /* [local, copied]: how the taken parcels arrived (NULL with no takes) */
+  msg_u64s takes;     /* parcels to fill buffers from ({buffer, device, address}), lent */
+  msg_u64s park;      /* buffers to leave for the jobs after it, lent */
+  uint32_t *handoffs; /* [local, copied]: how the taken parcels arrived (NULL with no takes) */
 } job_run;
 
 /* What the jobs of one message share: the execution context. */

@@ -317,8 +317,12 @@ static void send_execute_many(actor_t *self, scheduler_state *s, const prog_prog
   e->sequence = ss->sequence;
   e->client = xstrdup(batch[0]->client);
   e->nodes = ss->nodes;
-  size_t ninputs = 0;
-  for (size_t k = 0; k < n; k++) ninputs += batch[k]->inputs.n;
+  size_t ninputs = 0, npark = 0, ntakes = 0;
+  for (size_t k = 0; k < n; k++) {
+    ninputs += batch[k]->inputs.n;
+    npark += batch[k]->park.n;
+    ntakes += batch[k]->takes.n;
+  }
   msg_u64s *cols[] = {&e->jobs, &e->runs, &e->job_indexes, &e->keeps, &e->t_submits, &e->deadlines};
   int rc = SCHEDRUN_OK;
   for (size_t c = 0; c < SCHEDRUN__ARRAY_LEN(cols); c++)
@@ -327,6 +331,13 @@ static void send_execute_many(actor_t *self, scheduler_state *s, const prog_prog
   e->input_jobs.v = malloc((ninputs ? ninputs : 1) * sizeof(uint64_t));
   e->inputs.v = calloc(ninputs ? ninputs : 1, sizeof(msg_output));
   if (!e->bindings.v || !e->input_jobs.v || !e->inputs.v) rc = SCHEDRUN_ENOMEM;
+  /* hand-offs are copied: a job keeps its parcels (to free them if it
+   * fails) until the message has left */
+  e->park.v = malloc((npark ? npark : 1) * sizeof(uint64_t));
+  e->park_jobs.v = malloc((npark ? npark : 1) * sizeof(uint64_t));
+  e->takes.v = malloc((ntakes ? ntakes : 1) * sizeof(uint64_t));
+  e->take_jobs.v = malloc((ntakes ? ntakes : 1) * sizeof(uint64_t));
+  if (!e->park.v || !e->park_jobs.v || !e->takes.v || !e->take_jobs.v) rc = SCHEDRUN_ENOMEM;
   if (rc == SCHEDRUN_OK) {
     memcpy(e->bindings.v, ss->bindings, p->nbuffers * sizeof(uint64_t));
     e->bindings.n = p->nbuffers;
@@ -346,10 +357,26 @@ static void send_execute_many(actor_t *self, scheduler_state *s, const prog_prog
       }
       free(batch[k]->inputs.v);
       memset(&batch[k]->inputs, 0, sizeof batch[k]->inputs);
+      for (size_t i = 0; i < j->park.n; i++) {
+        e->park_jobs.v[e->park.n] = k;
+        e->park.v[e->park.n++] = j->park.v[i];
+      }
+      for (size_t i = 0; i < j->takes.n; i++) {
+        if (i % 3 == 0) e->take_jobs.v[e->take_jobs.n++] = k;
+        e->takes.v[e->takes.n++] = j->takes.v[i];
+      }
     }
     e->input_jobs.n = e->inputs.n;
+    e->park_jobs.n = e->park.n;
     for (size_t c = 0; c < SCHEDRUN__ARRAY_LEN(cols); c++) cols[c]->n = n;
     rc = core_send_execute(self, s->core, batch[0]->device, &x);
+  }
+  for (size_t k = 0; rc == SCHEDRUN_OK && k < n; k++) {
+    /* the execute actor owns the parcels now */
+    free(batch[k]->park.v);
+    free(batch[k]->takes.v);
+    memset(&batch[k]->park, 0, sizeof batch[k]->park);
+    memset(&batch[k]->takes, 0, sizeof batch[k]->takes);
   }
   msg_free(&x);
   if (rc) {
@@ -364,10 +391,10 @@ static void send_execute_many(actor_t *self, scheduler_state *s, const prog_prog
 /* Whether one more job may go out to the device now: a few EXECUTEs ahead
  * keep it busy; the rest wait here, where a shutdown or a deadline can still
  * reach them, and, batched, leave together. `open` says a batch is in hand
- * (joining it starts no new EXECUTE). A job that travels alone (it hands
- * buffers on, or has host steps) cannot join a batch: up to BATCH_RING of
- * them go out, the batch in hand keeping its place in the ring, so that the
- * device does not wait for the scheduler between them. */
+ * (joining it starts no new EXECUTE). A job that travels alone (its program
+ * has host steps) cannot join a batch: up to BATCH_RING of them go out, the
+ * batch in hand keeping its place in the ring, so that the device does not
+ * wait for the scheduler between them. */
 static bool room_out(const scheduler_state *s, const slot_state *ss, bool open, bool alone) {
   if (s->core->no_batching) return ss->inflight < EXECUTE_AHEAD_ALONE;
   if (alone) return ss->inflight < EXECUTE_AHEAD && ss->nbatches + (open ? 1u : 0u) < BATCH_RING;
@@ -376,7 +403,8 @@ static bool room_out(const scheduler_state *s, const slot_state *ss, bool open, 
 
 /* Whether job j of program p travels in an EXECUTE of its own. */
 static bool alone(const scheduler_state *s, const prog_program *p, const job *j) {
-  return s->core->no_batching || j->park.n || j->takes.n || (p && p->nhosts);
+  (void)j;
+  return s->core->no_batching || (p && p->nhosts);
 }
 
 /* Starts what can start, in order: jobs that change nothing go straight to
@@ -417,9 +445,7 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
       continue;
     }
     if (alone(s, p, j)) {
-      /* one EXECUTE per job (a job that hands buffers on or takes them
-       * travels alone: batches carry no parcels; nor do they stop for
-       * host steps) */
+      /* one EXECUTE per job (batches do not stop for host steps) */
       scheduler_start_execute(self, s, ss, j);
       continue;
     }

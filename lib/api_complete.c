@@ -205,7 +205,7 @@ void api_completed_many(schedrun_t *s, msg *m, bool on_completer) {
   size_t n = b->jobs.n;
   msg_complete *cs = calloc(n, sizeof *cs);
   if (!cs) return; /* the waits time out: nothing can be said without memory */
-  size_t o = 0;
+  size_t o = 0, pc = 0;
   for (size_t k = 0; k < n; k++) {
     msg_complete *c = &cs[k];
     c->status = SCHEDRUN_OK;
@@ -219,12 +219,22 @@ void api_completed_many(schedrun_t *s, msg *m, bool on_completer) {
     c->t_submit = b->t_submits.v[k];
     c->t_execute = b->t_executes.v[k];
     c->t_done = b->t_dones.v[k];
+    c->handoffs_local = (uint32_t)b->handoffs_local.v[k];
+    c->handoffs_copied = (uint32_t)b->handoffs_copied.v[k];
     size_t first = o;
     while (o < b->outputs.n && b->output_jobs.v[o] == k) o++;
     c->outputs.v = o > first ? b->outputs.v + first : NULL;
     c->outputs.n = o - first;
+    /* the parcels it left: its own copy, which its result takes */
+    size_t p0 = pc;
+    while (pc < b->parcels.n && b->parcel_jobs.v[pc] == k) pc++;
+    if (pc > p0 && (c->parcels.v = malloc((pc - p0) * sizeof *c->parcels.v))) {
+      memcpy(c->parcels.v, b->parcels.v + p0, (pc - p0) * sizeof *c->parcels.v);
+      c->parcels.n = pc - p0;
+    }
   }
   api_completed(s, b->jobs.v, cs, n, on_completer);
+  for (size_t k = 0; k < n; k++) free(cs[k].parcels.v); /* those no result took */
   free(cs);
 }
 

@@ -167,6 +167,10 @@ typedef struct msg_execute_many {
   msg_u64s jobs, runs, job_indexes, keeps, t_submits, deadlines;
   msg_u64s input_jobs;
   msg_outputs inputs;
+  /* hand-offs (msg_submit.park and .takes), each entry with its job's batch
+   * position: take_jobs has one element per {buffer, device, address}
+   * triple of takes */
+  msg_u64s park_jobs, park, take_jobs, takes;
 } msg_execute_many;
 
 /* The successful COMPLETEs of several jobs run by one device, to their
@@ -180,6 +184,10 @@ typedef struct msg_complete_many {
   msg_u64s jobs, runs, job_indexes, t_submits, t_executes, t_dones, execute_ns;
   msg_u64s output_jobs;
   msg_outputs outputs;
+  /* hand-offs: each job's counts (columns), and the parcels left, each
+   * with its job's batch position */
+  msg_u64s handoffs_local, handoffs_copied;
+  msg_u64s parcel_jobs, parcels;
 } msg_complete_many;
 
 /* The jobs of EXECUTE_MANYs that completed, to the scheduler; each job that

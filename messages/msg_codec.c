@@ -113,13 +113,17 @@ SCHEMA(execute_many_s, msg_execute_many, F(msg_execute_many, program, FK_U64), F
        F(msg_execute_many, jobs, FK_U64S), F(msg_execute_many, runs, FK_U64S),
        F(msg_execute_many, job_indexes, FK_U64S), F(msg_execute_many, keeps, FK_U64S),
        F(msg_execute_many, t_submits, FK_U64S), F(msg_execute_many, deadlines, FK_U64S),
-       F(msg_execute_many, input_jobs, FK_U64S), FA(msg_execute_many, inputs, output_s));
+       F(msg_execute_many, input_jobs, FK_U64S), FA(msg_execute_many, inputs, output_s),
+       F(msg_execute_many, park_jobs, FK_U64S), F(msg_execute_many, park, FK_U64S),
+       F(msg_execute_many, take_jobs, FK_U64S), F(msg_execute_many, takes, FK_U64S));
 SCHEMA(complete_many_s, msg_complete_many, F(msg_complete_many, program, FK_U64),
        F(msg_complete_many, device, FK_I32), F(msg_complete_many, nodes, FK_U32), F(msg_complete_many, jobs, FK_U64S),
        F(msg_complete_many, runs, FK_U64S), F(msg_complete_many, job_indexes, FK_U64S),
        F(msg_complete_many, t_submits, FK_U64S), F(msg_complete_many, t_executes, FK_U64S),
        F(msg_complete_many, t_dones, FK_U64S), F(msg_complete_many, execute_ns, FK_U64S),
-       F(msg_complete_many, output_jobs, FK_U64S), FA(msg_complete_many, outputs, output_s));
+       F(msg_complete_many, output_jobs, FK_U64S), FA(msg_complete_many, outputs, output_s),
+       F(msg_complete_many, handoffs_local, FK_U64S), F(msg_complete_many, handoffs_copied, FK_U64S),
+       F(msg_complete_many, parcel_jobs, FK_U64S), F(msg_complete_many, parcels, FK_U64S));
 SCHEMA(executed_many_s, msg_executed_many, F(msg_executed_many, program, FK_U64),
        F(msg_executed_many, device, FK_U32), F(msg_executed_many, jobs, FK_U64S));
 
@@ -587,15 +591,24 @@ static int check_batch(dctx *d, const msg *m) {
     const msg_execute_many *x = &m->body.execute_many;
     const msg_u64s *cols[] = {&x->runs, &x->job_indexes, &x->keeps, &x->t_submits, &x->deadlines};
     const char *names[] = {"runs", "job_indexes", "keeps", "t_submits", "deadlines"};
-    return check_columns(d, &x->jobs, cols, names, SCHEDRUN__ARRAY_LEN(cols), &x->input_jobs, "input_jobs",
+    int rc = check_takes(d, &x->takes);
+    if (rc == SCHEDRUN_OK)
+      rc = check_columns(d, &x->jobs, cols, names, SCHEDRUN__ARRAY_LEN(cols), &x->input_jobs, "input_jobs",
                          x->inputs.n);
+    if (rc == SCHEDRUN_OK) rc = check_columns(d, &x->jobs, NULL, NULL, 0, &x->park_jobs, "park_jobs", x->park.n);
+    if (rc == SCHEDRUN_OK) rc = check_columns(d, &x->jobs, NULL, NULL, 0, &x->take_jobs, "take_jobs", x->takes.n / 3);
+    return rc;
   }
   if (m->type == MSG_COMPLETE_MANY) {
     const msg_complete_many *c = &m->body.complete_many;
-    const msg_u64s *cols[] = {&c->runs, &c->job_indexes, &c->t_submits, &c->t_executes, &c->t_dones, &c->execute_ns};
-    const char *names[] = {"runs", "job_indexes", "t_submits", "t_executes", "t_dones", "execute_ns"};
-    return check_columns(d, &c->jobs, cols, names, SCHEDRUN__ARRAY_LEN(cols), &c->output_jobs, "output_jobs",
-                         c->outputs.n);
+    const msg_u64s *cols[] = {&c->runs,       &c->job_indexes, &c->t_submits,      &c->t_executes,
+                              &c->t_dones,    &c->execute_ns,  &c->handoffs_local, &c->handoffs_copied};
+    const char *names[] = {"runs",    "job_indexes", "t_submits",      "t_executes",
+                           "t_dones", "execute_ns",  "handoffs_local", "handoffs_copied"};
+    int rc = check_columns(d, &c->jobs, cols, names, SCHEDRUN__ARRAY_LEN(cols), &c->output_jobs, "output_jobs",
+                           c->outputs.n);
+    if (rc == SCHEDRUN_OK) rc = check_columns(d, &c->jobs, NULL, NULL, 0, &c->parcel_jobs, "parcel_jobs", c->parcels.n);
+    return rc;
   }
   if (m->type == MSG_EXECUTED_MANY) return check_columns(d, &m->body.executed_many.jobs, NULL, NULL, 0, &none, "jobs", 0);
   return SCHEDRUN_OK;

@@ -158,8 +158,17 @@ static void test_batches(void **st) {
   x->input_jobs = col(2, 0);
   x->input_jobs.v[1] = 2;
   x->inputs = outs(2);
+  x->park_jobs = col(2, 0); /* jobs 0 and 2 leave buffers 1 and 0 */
+  x->park_jobs.v[1] = 2;
+  x->park = col(2, 1);
+  x->park.v[1] = 0;
+  x->take_jobs = col(1, 1); /* job 1 takes buffer 0 from device 1 */
+  x->takes = col(3, 0);
+  x->takes.v[2] = 0x9000;
   roundtrip(&m, &o);
   const msg_execute_many *y = &o.body.execute_many;
+  assert_true(y->park.n == 2 && y->park_jobs.v[1] == 2 && y->park.v[0] == 1 && y->park.v[1] == 0);
+  assert_true(y->takes.n == 3 && y->take_jobs.n == 1 && y->take_jobs.v[0] == 1 && y->takes.v[2] == 0x9000);
   assert_true(y->program == 3 && y->device == 1 && y->slot == 2 && y->sequence == 0xabcdef && y->nodes == 7);
   assert_string_equal(y->client, "client");
   assert_int_equal(y->jobs.n, 3);
@@ -182,6 +191,17 @@ static void test_batches(void **st) {
   x->input_jobs.v[0] = 2;
   x->input_jobs.v[1] = 1;
   refused(&m, "job order");
+  x->input_jobs.v[0] = 0;
+  x->input_jobs.v[1] = 2;
+  x->takes.n = 2; /* not a triple */
+  refused(&m, "takes");
+  x->takes.n = 3;
+  x->take_jobs.v[0] = 3; /* a parcel for no job of the batch */
+  refused(&m, "take_jobs");
+  x->take_jobs.v[0] = 1;
+  x->park_jobs.n = 1; /* a parked buffer without its job */
+  refused(&m, "park_jobs");
+  x->park_jobs.n = 2;
   x->jobs.v[1] = 0;
   x->input_jobs.v[0] = 0;
   refused(&m, "job id 0");
@@ -202,8 +222,14 @@ static void test_batches(void **st) {
   c->output_jobs = col(3, 0);
   c->output_jobs.v[2] = 1;
   c->outputs = outs(3);
+  c->handoffs_local = col(2, 1);
+  c->handoffs_copied = col(2, 0);
+  c->parcel_jobs = col(1, 1);
+  c->parcels = col(1, 0x5000);
   roundtrip(&m, &o);
   const msg_complete_many *d = &o.body.complete_many;
+  assert_true(d->handoffs_local.v[1] == 2 && d->handoffs_copied.v[0] == 0 && d->parcels.v[0] == 0x5000 &&
+              d->parcel_jobs.v[0] == 1);
   assert_true(d->program == 3 && d->device == 1 && d->nodes == 9 && d->jobs.n == 2);
   for (size_t k = 0; k < 2; k++)
     assert_true(d->jobs.v[k] == 50 + k && d->runs.v[k] == 4 + k && d->job_indexes.v[k] == 8 + k &&
@@ -214,6 +240,12 @@ static void test_batches(void **st) {
   msg_free(&o);
   c->output_jobs.n = 2; /* an output without its job */
   refused(&m, "output_jobs");
+  c->output_jobs.n = 3;
+  c->handoffs_copied.n = 1; /* a column one short */
+  refused(&m, "handoffs_copied");
+  c->handoffs_copied.n = 2;
+  c->parcel_jobs.v[0] = 2; /* a parcel of no job */
+  refused(&m, "parcel_jobs");
   msg_free(&m);
 
   msg_init(&m, MSG_EXECUTED_MANY, 60, "execute.1");
