@@ -215,9 +215,10 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "| one chain as a graph: per step | $(get dag_graph_1dev_us_per_step "$D") us | $(get dag_graph_2dev_us_per_step "$D") us |"
   echo "| the same steps driven by the caller: per step | $(get dag_caller_1dev_us_per_step "$D") us | $(get dag_caller_2dev_us_per_step "$D") us |"
   echo
-  echo "A job that hands a buffer on or takes one travels in an EXECUTE of its own (batches"
-  echo "carry no parcels), and each completion goes through the library before the next job"
-  echo "is sent: the chains cost what unbatched jobs cost, not what batched ones do."
+  echo "A job that hands a buffer on or takes one travels in a batch but runs alone in it (a"
+  echo "device submission of its own), and each completion goes through the library, which"
+  echo "sends the next job as a SUBMIT of its own: the chains cost several times what batched"
+  echo "independent jobs cost."
   echo
   echo "## What containing kernel faults costs (same run)"
   echo
