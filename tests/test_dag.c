@@ -207,6 +207,58 @@ static void failure_ends_every_path(void **state) {
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
 
+/* A producer whose kernel faults (its device is lost): the jobs after it
+ * complete with SCHEDRUN_EDEPEND naming the fault, nothing is handed on from
+ * the lost device, and a graph submitted afterwards runs on the other one. */
+static const char faulting_yaml[] = KERNEL_PROGRAM(
+    "faulting", "ptr", "float *out) { if (threadIdx.x == 0) *(volatile int *)0 = 1; out[threadIdx.x] = 1; }",
+    "  out: {type: f32, count: 64}\n", "out", "");
+
+static void faulting_producer(void **state) {
+  (void)state;
+  if (getenv("SCHEDRUN_CUDA_DOUBLE_DEVICES")) skip(); /* on the double a fault ends the process */
+  schedrun_t *s = open_dag();
+  schedrun_program_t *pf = tu_load(s, faulting_yaml, "faulting"), *pb = tu_load(s, twice_yaml, "twice"),
+                     *pa = tu_load(s, produce_yaml, "produce");
+  schedrun_graph_t *g;
+  assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
+  int f = add_job(g, pf, 0, 0), b = add_job(g, pb, -1, 0), c = add_job(g, pb, 1, 0);
+  handoff(g, f, "out", b, "x");
+  handoff(g, f, "out", c, "x");
+  schedrun_job_t ids[3];
+  assert_int_equal(schedrun_graph_submit(s, g, ids, NULL), SCHEDRUN_OK);
+  schedrun_graph_free(&g);
+  schedrun_job_result_t *rf = wait_ok(s, ids[f], SCHEDRUN_EFAULT);
+  char named[64];
+  snprintf(named, sizeof named, "runs after job %llu ('faulting'), which failed", (unsigned long long)ids[f]);
+  for (int k = 1; k < 3; k++) {
+    schedrun_job_result_t *r = wait_ok(s, ids[k], SCHEDRUN_EDEPEND);
+    if (!strstr(schedrun_job_result_error(r), named) || !strstr(schedrun_job_result_error(r), "SIGSEGV"))
+      fail_msg("node %d: %s", k, schedrun_job_result_error(r));
+    schedrun_job_result_free(&r);
+  }
+  schedrun_job_result_free(&rf);
+  assert_non_null(schedrun_device_lost(s, 0));
+  /* the same graph shape from a good producer: everything on device 1 */
+  assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
+  int a = add_job(g, pa, -1, 0);
+  b = add_job(g, pb, -1, 0);
+  handoff(g, a, "out", b, "x");
+  assert_int_equal(schedrun_graph_submit(s, g, ids, NULL), SCHEDRUN_OK);
+  schedrun_graph_free(&g);
+  schedrun_job_result_t *ra = wait_ok(s, ids[a], SCHEDRUN_OK), *rb = wait_ok(s, ids[b], SCHEDRUN_OK);
+  assert_int_equal(schedrun_job_result_info(ra)->device, 1);
+  assert_int_equal(schedrun_job_result_info(rb)->device, 1);
+  assert_int_equal(schedrun_job_result_info(rb)->handoffs_local, 1);
+  const float *vb = output(rb, "x", N);
+  for (int i = 0; i < N; i++) assert_true(vb[i] == 2.0f * (float)(i + 1));
+  schedrun_job_result_free(&ra);
+  schedrun_job_result_free(&rb);
+  schedrun_program_t *ps[] = {pf, pb, pa};
+  for (int k = 0; k < 3; k++) schedrun_program_free(&ps[k]);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
 /* ---- refusals ---- */
 
 static void cycles_and_unknowns_are_refused(void **state) {
@@ -624,6 +676,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(diamond),
       cmocka_unit_test(failure_ends_every_path),
+      cmocka_unit_test(faulting_producer),
       cmocka_unit_test(cycles_and_unknowns_are_refused),
       cmocka_unit_test(host_tasks_between_jobs),
       cmocka_unit_test(programs_freed_while_jobs_wait),
