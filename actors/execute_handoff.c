@@ -3,7 +3,8 @@
  * that hands a buffer on leaves a parcel: a copy of the buffer in fresh
  * memory of its device, made on the device once the job has run, since the
  * buffer itself belongs to the execution context and the next job of that
- * context overwrites it. The parcel's address travels back in COMPLETE; the
+ * context overwrites it. The parcel's address travels back in COMPLETE (or a
+ * batch's COMPLETE_MANY); the
  * client gives it to the one job that takes it, whose execute actor copies
  * it into that job's buffer (on the device when both are on one device, else
  * once through the host) and frees it. Every parcel has exactly one taker.

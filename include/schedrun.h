@@ -347,8 +347,9 @@ SCHEDRUN_EXTERN int schedrun_submit(schedrun_t *s, schedrun_program_t *p, const 
  * job than n calls of schedrun_submit: one lock and one message per batch of
  * up to 1024 jobs. Room under max_inflight is waited for as each batch's
  * first job's submit_timeout_ms allows. Every job's options are checked
- * before any is submitted. On failure the jobs whose out[i] is non-zero were
- * submitted (and complete as usual); the others were not. */
+ * before any is submitted. Jobs with `after` make the call submit the jobs
+ * one by one, as schedrun_submit would. On failure the jobs whose out[i] is
+ * non-zero were submitted (and complete as usual); the others were not. */
 SCHEDRUN_EXTERN int schedrun_submit_many(schedrun_t *s, schedrun_program_t *p, size_t n, const schedrun_job_options_t *opts,
                                          schedrun_job_t *out, schedrun_error_t *err);
 /* Waits up to timeout_ms for the n jobs and hands over their results:
