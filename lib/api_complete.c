@@ -135,6 +135,7 @@ static void file_locked(schedrun_t *s, pending_job **pjs, schedrun_job_result_t 
   atomic_fetch_add(&s->completions, 1);
   if (s->ndoomed) free_doomed(s);
   bool ring = !here && (s->ndeferred > 0 || s->nhost_ready > 0);
+  bool late = s->nlate > 0; /* programs whose RELEASE waits for held jobs */
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   if (total > 1) {
@@ -143,10 +144,7 @@ static void file_locked(schedrun_t *s, pending_job **pjs, schedrun_job_result_t 
   }
   deps_send(s, w, on_completer);
   deps_work_free(w);
-  pthread_mutex_lock(&s->lock);
-  bool late = s->nlate > 0;
-  pthread_mutex_unlock(&s->lock);
-  if (late) deps_late_releases(s);
+  if (late) deps_late_releases(s); /* a later round sees any added meanwhile */
   if (on_completer) deps_run_host_tasks(s);
   else if (ring) api_ring_completer(s);
 }
