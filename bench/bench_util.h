@@ -32,4 +32,22 @@ static inline void bench_die(const char *what, const schedrun_error_t *err) {
   exit(1);
 }
 
+/* Opens n host devices with options o (NULL: the defaults; its devices are
+ * set here); ends the benchmark when it cannot. */
+static inline schedrun_t *bench_open_host(int n, schedrun_options_t *o) {
+  schedrun_options_t d;
+  if (!o) {
+    schedrun_options_init(&d);
+    o = &d;
+  }
+  char spec[16];
+  snprintf(spec, sizeof spec, "host:%d", n);
+  o->devices = spec;
+  schedrun_t *s;
+  schedrun_error_t err = {0};
+  if (schedrun_open(&s, o, &err)) bench_die("open", &err);
+  o->devices = NULL;
+  return s;
+}
+
 #endif

@@ -32,18 +32,6 @@ static const char incr_program[] =
     "program:\n  - launch: {kernel: incr, grid: 4, block: 256, args: [x, 1024]}\n"
     "expect:\n  x: {at: {0: \"$job + 1\", 1023: \"$job + 1\"}}\n";
 
-static schedrun_t *open_host(int n) {
-  char spec[16];
-  snprintf(spec, sizeof spec, "host:%d", n);
-  schedrun_options_t o;
-  schedrun_options_init(&o);
-  o.devices = spec;
-  schedrun_t *s;
-  schedrun_error_t err = {0};
-  if (schedrun_open(&s, &o, &err)) bench_die("open", &err);
-  return s;
-}
-
 static schedrun_graph_t *chain_graph(schedrun_program_t *p) {
   schedrun_graph_t *g;
   schedrun_error_t err = {0};
@@ -71,7 +59,7 @@ static void check(schedrun_t *s, schedrun_job_t id) {
 }
 
 static void chains(int devices) {
-  schedrun_t *s = open_host(devices);
+  schedrun_t *s = bench_open_host(devices, NULL);
   schedrun_error_t err = {0};
   schedrun_program_t *p;
   if (schedrun_program_load_string(s, incr_program, "incr", &p, &err)) bench_die("load", &err);

@@ -44,20 +44,15 @@ static int mode;
 static const char *mode_name[] = {"", "nobatch_", "nospin_", "plain_", "inprocess_"};
 #define NMODES 5
 
+/* n host devices in the current mode */
 static schedrun_t *open_host(int n) {
-  char spec[16];
-  snprintf(spec, sizeof spec, "host:%d", n);
   schedrun_options_t o;
   schedrun_options_init(&o);
-  o.devices = spec;
   o.no_batching = mode >= 1 && mode <= 3;
   o.spin_us = mode == 2 || mode == 3 ? -1 : 0;
   o.record_always = mode == 3;
   o.host_in_process = mode == 4;
-  schedrun_t *s;
-  schedrun_error_t err = {0};
-  if (schedrun_open(&s, &o, &err)) bench_die("open", &err);
-  return s;
+  return bench_open_host(n, &o);
 }
 
 static schedrun_program_t *load(schedrun_t *s, const char *text) {
