@@ -13,6 +13,14 @@ const prog_program *core_program(schedrun_core *c, uint64_t id) {
   return p;
 }
 
+void core_free_parcel(schedrun_core *c, uint64_t device, uint64_t addr) {
+  if (device < (uint64_t)c->ndevices) c->backend->ops->mem_free(c->backend, (int)device, addr);
+}
+
+void core_free_parcels(schedrun_core *c, const msg_u64s *takes) {
+  for (size_t i = 0; i + 2 < takes->n; i += 3) core_free_parcel(c, takes->v[i + 1], takes->v[i + 2]);
+}
+
 int core_send_queued(actor_t *self, msg_queue *q, const char *to, const msg *m) {
   bool ring = false;
   schedrun_error_t err = {0};

@@ -50,6 +50,13 @@ typedef struct schedrun_core {
 
 const prog_program *core_program(schedrun_core *c, uint64_t id);
 
+/* Frees a parcel (device memory a job left for the one job that takes it,
+ * actors/execute_handoff.c) on its device; one on no device of c is
+ * ignored. core_free_parcels frees those of a takes list ({buffer, device,
+ * address} triples). Any thread. */
+void core_free_parcel(schedrun_core *c, uint64_t device, uint64_t addr);
+void core_free_parcels(schedrun_core *c, const msg_u64s *takes);
+
 /* Sends m to actor `to` through queue q, ringing `to` when q was idle.
  * From an actor's thread. */
 int core_send_queued(actor_t *self, msg_queue *q, const char *to, const msg *m);

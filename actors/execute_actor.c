@@ -188,7 +188,7 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
   uint64_t t0 = now_ns();
   int rc = execute_check_context(s, "EXECUTE", x->program, x->device, &c, &err);
   if (rc == SCHEDRUN_OK) rc = execute_run_job(s, &c, &jr, &cp->outputs, &cap, &ntimed, &f, &err);
-  execute_drop_takes(s, &x->takes);
+  core_free_parcels(s->core, &x->takes);
   if (rc == SCHEDRUN_OK && x->park.n) rc = execute_park(s, &c, &x->park, &cp->parcels, &err);
   if (rc) {
     execute_job_failed(self, s, m->from, m->job, rc, &f, &err);

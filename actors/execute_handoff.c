@@ -56,12 +56,6 @@ int execute_take_parcels(execute_state *s, const context_run *c, const job_run *
   return SCHEDRUN_OK;
 }
 
-void execute_drop_takes(execute_state *s, const msg_u64s *takes) {
-  gpu_backend *be = s->core->backend;
-  for (size_t i = 0; i + 2 < takes->n; i += 3)
-    if (takes->v[i + 1] < (uint64_t)s->core->ndevices) be->ops->mem_free(be, (int)takes->v[i + 1], takes->v[i + 2]);
-}
-
 int execute_park(execute_state *s, const context_run *c, const msg_u64s *park, msg_u64s *parcels,
                  schedrun_error_t *err) {
   gpu_backend *be = s->core->backend;

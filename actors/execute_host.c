@@ -38,11 +38,9 @@ static int run_host_step(execute_state *s, const context_run *c, const job_run *
     rc = be->ops->copy_dtoh(be, s->device, data, c->bindings->v[b], bytes, err);
   }
   if (rc == SCHEDRUN_OK) {
-    int ret = h->fn(&t, h->user);
-    if (ret != 0) {
-      rc = ret < 0 && ret >= SCHEDRUN_EDEPEND ? ret : SCHEDRUN_EINVAL;
-      err_set(err, rc, "host step failed: %s", t.why && *t.why ? t.why : schedrun_strerror(rc));
-    }
+    const char *why = NULL;
+    rc = host_task_call(&t, h->fn, h->user, &why);
+    if (rc) err_set(err, rc, "host step failed: %s", why);
   }
   for (uint32_t b = 0; rc == SCHEDRUN_OK && b < p->nbuffers; b++)
     rc = be->ops->copy_htod(be, s->device, c->bindings->v[b], t.data[b], t.bytes[b], err);

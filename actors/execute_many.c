@@ -278,7 +278,7 @@ static void run_alone(actor_t *self, execute_state *s, const context_run *c, con
   uint64_t t0 = now_ns();
   int rc = batch_room(b, 1) ? SCHEDRUN_OK : err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
   if (rc == SCHEDRUN_OK) rc = execute_run_job(s, c, jr, &cm->outputs, &b->ocap, &ntimed, &f, &err);
-  execute_drop_takes(s, &jr->takes);
+  core_free_parcels(s->core, &jr->takes);
   if (rc == SCHEDRUN_OK && jr->park.n) rc = execute_park(s, c, &jr->park, &parcels, &err);
   if (rc == SCHEDRUN_OK && !batch_output_jobs(b, cm->outputs.n)) rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
   if (rc == SCHEDRUN_OK && !ntimed && !batch_parcels(b, cm->jobs.n, &parcels))
@@ -306,7 +306,7 @@ static void run_alone(actor_t *self, execute_state *s, const context_run *c, con
  * stage: they then run alone), the one after a job that failed without
  * losing the device, else k1. */
 static size_t run_segment(actor_t *self, execute_state *s, const context_run *c, const msg_execute_many *x,
-                          const job_at *in_at, size_t k0, size_t k1, batch_out *b) {
+                          const job_at *at, size_t k0, size_t k1, batch_out *b) {
   const prog_program *p = c->p;
   gpu_backend *be = s->core->backend;
   size_t nj = k1 - k0, per_job = 2 * (size_t)p->nbuffers + 1;
@@ -317,7 +317,7 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
   size_t outs0 = cm->outputs.n, nops = 0;
   bool ok = ops && seq_at && end_at && outs_end && batch_room(b, nj);
   for (size_t i = 0; ok && i < nj; i++) {
-    job_run jr = job_of(x, in_at, k0 + i);
+    job_run jr = job_of(x, at, k0 + i);
     for (uint32_t bi = 0; ok && bi < p->nbuffers; bi++) {
       uint64_t bytes = p->buffers[bi].count * prog_type_size(p->buffers[bi].type);
       bool fine = true;
@@ -363,14 +363,14 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
   batch_drop_outputs(b, ok_jobs ? outs_end[ok_jobs - 1] : outs0);
   uint64_t prev = t0;
   for (size_t i = 0; i < ok_jobs; i++) {
-    job_run jr = job_of(x, in_at, k0 + i);
+    job_run jr = job_of(x, at, k0 + i);
     uint64_t t1 = ops[seq_at[i]].t_end;
     batch_add(b, &jr, x->t_submits.v[k0 + i], prev, t1, i ? outs_end[i - 1] : outs0);
     prev = t1;
   }
   size_t next = k1;
   if (ok_jobs < nj) {
-    job_run jr = job_of(x, in_at, k0 + ok_jobs);
+    job_run jr = job_of(x, at, k0 + ok_jobs);
     execute_name_failure(p, &jr, &f, rc, &err);
     execute_job_failed(self, s, b->scheduler, jr.id, rc, &f, &err);
     next = f.lost ? k1 : k0 + ok_jobs + 1; /* with the device alive, the rest run alone */
@@ -398,13 +398,12 @@ void execute_handle_many(actor_t *self, execute_state *s, msg *m) {
   schedrun_error_t err = {0};
   size_t n = x->jobs.n;
   job_at at = {starts(&x->input_jobs, n), starts(&x->park_jobs, n), starts(&x->take_jobs, n)};
-  const job_at *in_at = &at;
   int rc = execute_check_context(s, "EXECUTE_MANY", x->program, x->device, &c, &err);
   if (rc == SCHEDRUN_OK && (!at.in || !at.park || !at.take)) rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
   if (rc) {
     gpu_failure f = {GPU_NO_TAG, false};
     for (size_t k = 0; k < n; k++) execute_job_failed(self, s, m->from, x->jobs.v[k], rc, &f, &err);
-    execute_drop_takes(s, &x->takes); /* consumed: nobody else frees them */
+    core_free_parcels(s->core, &x->takes); /* consumed: nobody else frees them */
     schedrun_error_clear(&err);
     free(at.in);
     free(at.park);
@@ -419,7 +418,7 @@ void execute_handle_many(actor_t *self, execute_state *s, msg *m) {
     size_t k1 = k;
     uint64_t bytes = 0;
     while (be->ops->run_batch && !s->core->no_batching && k1 < n && k1 - k < FLUSH_JOBS) {
-      job_run jr = job_of(x, in_at, k1);
+      job_run jr = job_of(x, &at, k1);
       uint64_t more = staged_bytes(s, c.p, &jr);
       if (more == UINT64_MAX || bytes + more > SEGMENT_BYTES) break;
       bytes += more;
@@ -427,14 +426,14 @@ void execute_handle_many(actor_t *self, execute_state *s, msg *m) {
     }
     if (k1 > k) {
       batch_flush(self, &b); /* the segment's outputs stay in place until it is answered */
-      size_t next = run_segment(self, s, &c, x, in_at, k, k1, &b);
+      size_t next = run_segment(self, s, &c, x, &at, k, k1, &b);
       batch_flush_if_full(self, &b);
       if (next > k) {
         k = next;
         continue;
       }
     }
-    job_run jr = job_of(x, in_at, k);
+    job_run jr = job_of(x, &at, k);
     run_alone(self, s, &c, x, &jr, x->t_submits.v[k], &b);
     batch_flush_if_full(self, &b);
     k++;

@@ -83,8 +83,6 @@ int execute_take_parcels(execute_state *s, const context_run *c, const job_run *
  * addresses go to *parcels. On failure none is left. */
 int execute_park(execute_state *s, const context_run *c, const msg_u64s *park, msg_u64s *parcels,
                  schedrun_error_t *err);
-/* Frees the parcels of takes: they are consumed whether the job ran or not. */
-void execute_drop_takes(execute_state *s, const msg_u64s *takes);
 /* Whether buffer b is filled from a parcel. */
 bool execute_taken(const msg_u64s *takes, uint32_t b);
 

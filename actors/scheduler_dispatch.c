@@ -24,9 +24,7 @@ void scheduler_job_free(scheduler_state *s, job *j) {
   scheduler_free_outputs(&j->inputs);
   /* parcels the job was to take and never did (it failed before it ran):
    * nobody else holds them */
-  gpu_backend *be = s->core->backend;
-  for (size_t i = 0; i + 2 < j->takes.n; i += 3)
-    if (j->takes.v[i + 1] < (uint64_t)s->core->ndevices) be->ops->mem_free(be, (int)j->takes.v[i + 1], j->takes.v[i + 2]);
+  core_free_parcels(s->core, &j->takes);
   free(j->takes.v);
   free(j->park.v);
   free(j);
@@ -401,9 +399,8 @@ static bool room_out(const scheduler_state *s, const slot_state *ss, bool open, 
   return ss->inflight < EXECUTE_AHEAD && (open || ss->nbatches < BATCHES_AHEAD);
 }
 
-/* Whether job j of program p travels in an EXECUTE of its own. */
-static bool alone(const scheduler_state *s, const prog_program *p, const job *j) {
-  (void)j;
+/* Whether the jobs of program p travel in an EXECUTE of their own. */
+static bool alone(const scheduler_state *s, const prog_program *p) {
   return s->core->no_batching || (p && p->nhosts);
 }
 
@@ -432,7 +429,7 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
       start_record(self, s, ps, ss, j);
       break;
     }
-    if (!j->record_only && !room_out(s, ss, nb > 0, alone(s, p, j))) break;
+    if (!j->record_only && !room_out(s, ss, nb > 0, alone(s, p))) break;
     scheduler_q_pop(&ss->queue);
     j->counts = (msg_counts){0, 0, ss->nodes}; /* reused as it is, without asking */
     ss->fast_reuses += ss->nodes;
@@ -444,7 +441,7 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
       scheduler_complete(self, s, j, SCHEDRUN_EINTERNAL, "the job's program is gone", NULL);
       continue;
     }
-    if (alone(s, p, j)) {
+    if (alone(s, p)) {
       /* one EXECUTE per job (batches do not stop for host steps) */
       scheduler_start_execute(self, s, ss, j);
       continue;

@@ -88,3 +88,11 @@ void host_task_clear(schedrun_host_task_t *t) {
   t->why = NULL;
   t->n = t->cap = 0;
 }
+
+int host_task_call(schedrun_host_task_t *t, schedrun_host_fn fn, void *user, const char **why) {
+  int ret = fn(t, user);
+  if (ret == 0) return SCHEDRUN_OK;
+  int status = ret < 0 && ret >= SCHEDRUN_EDEPEND ? ret : SCHEDRUN_EINVAL;
+  *why = t->why && *t->why ? t->why : schedrun_strerror(status);
+  return status;
+}

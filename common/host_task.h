@@ -22,6 +22,11 @@ struct schedrun_host_task {
 
 /* Adds a buffer (taking data); -1 without memory. */
 int host_task_add(schedrun_host_task_t *t, const char *name, uint8_t *data, size_t bytes);
+/* Runs a host function on t: SCHEDRUN_OK, or the status it fails with (a
+ * SCHEDRUN_E* code it returned, any other non-zero SCHEDRUN_EINVAL) and in
+ * *why its schedrun_host_task_fail reason, else the status's name (valid
+ * while t is). */
+int host_task_call(schedrun_host_task_t *t, schedrun_host_fn fn, void *user, const char **why);
 /* Frees the buffers and the failure text. */
 void host_task_clear(schedrun_host_task_t *t);
 

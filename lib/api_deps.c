@@ -13,15 +13,11 @@
 
 dep_node *deps_node_new(void) { return calloc(1, sizeof(dep_node)); }
 
-static void free_parcel(schedrun_t *s, int device, uint64_t addr) {
-  gpu_backend *be = s->core.backend;
-  if (device >= 0 && device < s->core.ndevices) be->ops->mem_free(be, device, addr);
-}
-
 void deps_node_free(schedrun_t *s, dep_node *d, bool free_parcels) {
   if (!d) return;
   for (size_t i = 0; i < d->nins; i++) {
-    if (free_parcels && d->ins[i].filled && d->ins[i].device >= 0) free_parcel(s, d->ins[i].device, d->ins[i].addr);
+    if (free_parcels && d->ins[i].filled && d->ins[i].device >= 0)
+      core_free_parcel(&s->core, (uint64_t)d->ins[i].device, d->ins[i].addr);
     free(d->ins[i].name);
     free(d->ins[i].data);
   }
@@ -30,9 +26,7 @@ void deps_node_free(schedrun_t *s, dep_node *d, bool free_parcels) {
   free(d->outs);
   if (d->is_job) {
     /* a SUBMIT never sent may still list parcels handed to it */
-    msg_submit *sb = &d->submit.body.submit;
-    for (size_t i = 0; free_parcels && i + 2 < sb->takes.n; i += 3)
-      free_parcel(s, (int)sb->takes.v[i + 1], sb->takes.v[i + 2]);
+    if (free_parcels) core_free_parcels(&s->core, &d->submit.body.submit.takes);
     msg_free(&d->submit);
   }
   free(d->fail_why);
@@ -115,6 +109,30 @@ static char *fmt(const char *f, ...) {
   return sb_take(&sb);
 }
 
+void deps_after(schedrun_t *s, pending_job *pj, const schedrun_job_t *after, size_t nafter) {
+  dep_node *d = pj->dep;
+  assert(d);
+  for (size_t i = 0; i < nafter; i++) {
+    pending_job *x = idmap_get(&s->jobs, after[i]);
+    assert(x); /* api_after_check */
+    if (!x->result) {
+      if (deps_add_out(x, pj, -1, -1, NULL) == 0) {
+        d->waiting++;
+      } else {
+        char *why = xstrdup("out of memory for the jobs it runs after");
+        fail_node(d, SCHEDRUN_EDEPEND, why, why);
+      }
+    } else if (!deps_succeeded(x->result)) {
+      const char *e = schedrun_job_result_error(x->result);
+      char *why = fmt("runs after job %llu ('%s'), which %s: %s", (unsigned long long)x->id,
+                      x->prog ? x->prog->name : "?",
+                      x->result->info.status == SCHEDRUN_EDEPEND ? "did not run" : "failed",
+                      *e ? e : schedrun_strerror(x->result->info.status));
+      fail_node(d, SCHEDRUN_EDEPEND, why, why);
+    }
+  }
+}
+
 /* A host task's buffer of that name in its result, or NULL. */
 static const msg_output *result_buffer(const schedrun_job_result_t *r, const char *name) {
   for (size_t i = 0; i < r->outputs.n; i++)
@@ -181,7 +199,7 @@ void deps_completed(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r, de
   }
   /* parcels nobody takes (the job after it cannot run) */
   for (size_t i = 0; r && i < r->parcels.n; i++)
-    if (!taken || !taken[i]) free_parcel(s, r->info.device, r->parcels.v[i]);
+    if (!taken || !taken[i]) core_free_parcel(&s->core, (uint64_t)r->info.device, r->parcels.v[i]);
   if (r) r->parcels.n = 0;
   free(taken);
   free(root);
@@ -311,8 +329,7 @@ void deps_send(schedrun_t *s, deps_work *w, bool on_completer) {
     schedrun_error_t err = {0};
     if (api_send_submit(s, m, &err) != SCHEDRUN_OK) {
       /* never sent: it completes here, and its parcels go back */
-      msg_submit *sb = &m->body.submit;
-      for (size_t t = 0; t + 2 < sb->takes.n; t += 3) free_parcel(s, (int)sb->takes.v[t + 1], sb->takes.v[t + 2]);
+      core_free_parcels(&s->core, &m->body.submit.takes);
       pthread_mutex_lock(&s->lock);
       pending_job *pj = idmap_get(&s->jobs, m->job);
       pthread_mutex_unlock(&s->lock);
@@ -378,18 +395,15 @@ static char *task_inputs(schedrun_t *s, schedrun_host_task_t *t, dep_in *ins, si
     size_t bytes = in->bytes;
     in->data = NULL;
     if (in->device >= 0) {
+      /* a parcel holds the producer's buffer, whose size the graph checked */
       schedrun_error_t err = {0};
-      uint64_t n = 0;
-      /* the parcel's size: the producer's buffer, as the graph checked */
-      n = in->bytes;
-      data = malloc(n ? n : 1);
+      data = malloc(bytes ? bytes : 1);
       if (!data) why = why ? why : fmt("out of memory for buffer '%s'", in->name);
-      else if (be->ops->copy_dtoh(be, in->device, data, in->addr, n, &err) != SCHEDRUN_OK && !why)
+      else if (be->ops->copy_dtoh(be, in->device, data, in->addr, bytes, &err) != SCHEDRUN_OK && !why)
         why = fmt("reading buffer '%s' from %s: %s", in->name, be->ops->device_name(be, in->device),
                   err.message ? err.message : "failed");
       schedrun_error_clear(&err);
-      free_parcel(s, in->device, in->addr);
-      bytes = (size_t)n;
+      core_free_parcel(&s->core, (uint64_t)in->device, in->addr);
     }
     in->filled = false;
     if (data && host_task_add(t, in->name, data, bytes) != 0) {
@@ -419,11 +433,9 @@ static void run_host_task(schedrun_t *s, pending_job *pj) {
   if (why) {
     status = SCHEDRUN_EINVAL;
   } else {
-    int rc = fn(&t, user);
-    if (rc != 0) {
-      status = rc < 0 && rc >= SCHEDRUN_EDEPEND ? rc : SCHEDRUN_EINVAL;
-      why = fmt("host task '%s' failed: %s", t.name, t.why && *t.why ? t.why : schedrun_strerror(status));
-    }
+    const char *reason = NULL;
+    status = host_task_call(&t, fn, user, &reason);
+    if (status) why = fmt("host task '%s' failed: %s", t.name, reason);
   }
   schedrun_job_result_t *r = deps_result(pj, status, why);
   if (r && (r->outputs.v = calloc(t.n ? t.n : 1, sizeof(msg_output))) && (r->names = calloc(t.n ? t.n : 1, sizeof(char *)))) {

@@ -416,24 +416,8 @@ int schedrun_graph_submit(schedrun_t *s, schedrun_graph_t *g, schedrun_job_t *id
   /* nothing fails from here on: the jobs outside the graph they run after,
    * then what can start now */
   deps_work w = {0};
-  for (size_t i = 0; i < g->n; i++) {
-    const g_node *n = &g->nodes[i];
-    dep_node *d = pjs[i]->dep;
-    for (size_t a = 0; !n->host && a < n->o.nafter; a++) {
-      pending_job *x = idmap_get(&s->jobs, n->o.after[a]);
-      if (!x->result) {
-        if (deps_add_out(x, pjs[i], -1, -1, NULL) == 0) d->waiting++;
-      } else if (!deps_succeeded(x->result) && d->fail_status == SCHEDRUN_OK) {
-        strbuf sb;
-        sb_init(&sb);
-        sb_addf(&sb, "runs after job %llu ('%s'), which did not complete successfully: %s", (unsigned long long)x->id,
-                x->prog ? x->prog->name : "?", schedrun_job_result_error(x->result));
-        d->fail_status = SCHEDRUN_EDEPEND;
-        d->fail_why = sb_take(&sb);
-        d->root = xstrdup(d->fail_why);
-      }
-    }
-  }
+  for (size_t i = 0; i < g->n; i++)
+    if (!g->nodes[i].host) deps_after(s, pjs[i], g->nodes[i].o.after, g->nodes[i].o.nafter);
   for (size_t i = 0; i < g->n; i++)
     if (pjs[i]->dep->waiting == 0) {
       pending_job **v = realloc(w.ready, (w.nready + 1) * sizeof *v);

@@ -180,37 +180,6 @@ int api_after_check(schedrun_t *s, const char *fn, const schedrun_job_t *after, 
   return SCHEDRUN_OK;
 }
 
-/* Makes pj run after the jobs of o->after (lock held, ids checked): edges
- * from those still incomplete; *why (heap) the first that failed already.
- * Returns how many it waits for (without memory for an edge, *why says so
- * and it fails once those made complete). */
-static long after_attach(schedrun_t *s, pending_job *pj, const schedrun_job_options_t *o, char **why) {
-  long waiting = 0;
-  *why = NULL;
-  for (size_t i = 0; i < o->nafter; i++) {
-    pending_job *x = idmap_get(&s->jobs, o->after[i]);
-    if (x->result) {
-      if (!deps_succeeded(x->result) && !*why) {
-        strbuf sb;
-        sb_init(&sb);
-        sb_addf(&sb, "runs after job %llu ('%s'), which %s: %s", (unsigned long long)x->id,
-                x->prog ? x->prog->name : "?",
-                x->result->info.status == SCHEDRUN_EDEPEND ? "did not run" : "failed",
-                schedrun_job_result_error(x->result)[0] ? schedrun_job_result_error(x->result)
-                                                        : schedrun_strerror(x->result->info.status));
-        *why = sb_take(&sb);
-      }
-      continue;
-    }
-    if (deps_add_out(x, pj, -1, -1, NULL) != 0) {
-      if (!*why) *why = xstrdup("out of memory for the jobs it runs after");
-      continue;
-    }
-    waiting++;
-  }
-  return waiting;
-}
-
 int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, bool hidden, schedrun_job_t *out,
                schedrun_error_t *err) {
   const prog_program *p = h->p;
@@ -227,36 +196,32 @@ int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_
     free(dn);
     return rc ? rc : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
-  char *why = NULL;
-  long waiting = 0;
   pthread_mutex_lock(&s->lock);
   rc = api_wait_for_room(s, 1, o, err);
   if (rc == SCHEDRUN_OK && s->closing) rc = err_set(err, SCHEDRUN_ECLOSED, "schedrun_submit: the scheduler is shut down");
   if (rc == SCHEDRUN_OK) rc = api_attach(s, h, err);
   if (rc == SCHEDRUN_OK) rc = api_after_check(s, "schedrun_submit", o->after, o->nafter, err);
   if (rc == SCHEDRUN_OK) rc = api_register_job(s, p, o, hidden, pj, err);
-  if (rc == SCHEDRUN_OK && o->nafter) waiting = after_attach(s, pj, o, &why);
+  if (rc == SCHEDRUN_OK && dn) {
+    pj->dep = dn; /* nothing can run after it before its id is out */
+    deps_after(s, pj, o->after, o->nafter);
+  }
   schedrun_job_t id = pj->id; /* pj may complete (and go) as soon as it is sent */
   m.job = id;
   m.body.submit.program = h->id;
-  if (rc == SCHEDRUN_OK && waiting > 0) {
+  if (rc == SCHEDRUN_OK && dn && dn->waiting > 0) {
     /* held here until the jobs it runs after complete */
     dn->held = dn->is_job = true;
-    dn->waiting = (size_t)waiting;
     dn->submit = m;
-    if (why) {
-      dn->fail_status = SCHEDRUN_EDEPEND;
-      dn->fail_why = why;
-      dn->root = xstrdup(why);
-    }
-    assert(!pj->dep); /* nothing can run after it before its id is out */
-    pj->dep = dn;
     pthread_mutex_unlock(&s->lock);
     *out = id;
     return SCHEDRUN_OK;
   }
+  if (dn) pj->dep = NULL;
   pthread_mutex_unlock(&s->lock);
-  free(dn);
+  char *why = dn ? dn->fail_why : NULL; /* a job it runs after failed already */
+  if (dn) dn->fail_why = NULL;
+  deps_node_free(s, dn, false);
   if (rc) {
     free(why);
     free(pj);

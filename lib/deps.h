@@ -69,6 +69,10 @@ dep_node *deps_node_new(void);
 void deps_node_free(schedrun_t *s, dep_node *d, bool free_parcels);
 /* Adds an edge from pj (creating its node) to `to`; -1 without memory. */
 int deps_add_out(pending_job *pj, pending_job *to, int in, int park, const char *from);
+/* Makes pj (its node made) run after the jobs `after` (lock held, ids
+ * checked by api_after_check): an edge from each still incomplete; the
+ * first that completed without success already fails it. */
+void deps_after(schedrun_t *s, pending_job *pj, const schedrun_job_t *after, size_t nafter);
 /* pj completed with r (under lock): the nodes after it learn it, those
  * with nothing left to wait for go to w->ready; pj's node is freed. */
 void deps_completed(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r, deps_work *w);
