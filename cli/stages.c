@@ -8,11 +8,9 @@
  * failure and decides nothing by itself.
  */
 #include <json-c/json.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "interrupt.h"
 #include "schedrun.h"
@@ -75,30 +73,6 @@ static void print_json(const char *path, const char *what, int status, const cha
   json_object_put(o);
 }
 
-/* Waits for every job, within the run's bound: past it the scheduler shuts
- * down and what was still running completes with its error. */
-static void wait_all(schedrun_t *s, stage_result *res, const schedrun_job_t *ids, size_t n, int timeout_s) {
-  struct timespec t0;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  bool stopped = false;
-  for (size_t i = 0; i < n; i++) {
-    int left = -1;
-    if (!stopped) {
-      struct timespec t;
-      clock_gettime(CLOCK_MONOTONIC, &t);
-      long long used = (t.tv_sec - t0.tv_sec) * 1000LL + (t.tv_nsec - t0.tv_nsec) / 1000000LL;
-      left = used >= timeout_s * 1000LL ? 0 : (int)(timeout_s * 1000LL - used);
-    }
-    int rc = schedrun_wait(s, ids[i], left, &res[i].r, NULL);
-    if (rc == SCHEDRUN_ETIMEOUT) {
-      fprintf(stderr, "sched-run: the run took longer than %d s: stopping it\n", timeout_s);
-      schedrun_shutdown(s, 10000, NULL);
-      stopped = true;
-      rc = schedrun_wait(s, ids[i], -1, &res[i].r, NULL);
-    }
-  }
-}
-
 int stages_run(const char *path, const stages_opts *o) {
   schedrun_error_t err = {0};
   schedrun_graph_t *g = NULL;
@@ -135,6 +109,9 @@ int stages_run(const char *path, const stages_opts *o) {
     status = EXIT_OTHER;
     message = "out of memory";
   }
+  /* --timeout bounds the whole run: every job's deadline, so that one still
+   * running then fails (its device lost) as in a program config's run */
+  schedrun_graph_set_timeout(g, o->timeout_s * 1000);
   for (int r = 0; status == EXIT_VERIFIED && r < repeat; r++) {
     schedrun_graph_set_run(g, r);
     if ((rc = schedrun_graph_submit(s, g, &ids[submitted], &err)) != SCHEDRUN_OK) {
@@ -154,7 +131,7 @@ int stages_run(const char *path, const stages_opts *o) {
     }
     schedrun_error_clear(&ferr);
   }
-  wait_all(s, res, ids, submitted, o->timeout_s);
+  for (size_t i = 0; i < submitted; i++) schedrun_wait(s, ids[i], -1, &res[i].r, NULL); /* each ends by its deadline */
   int sig = interrupt_signal();
   if (status == EXIT_VERIFIED) status = sig ? 128 + sig : status_of(res, submitted);
   size_t verified = 0;

@@ -438,6 +438,10 @@ SCHEDRUN_EXTERN size_t schedrun_graph_size(const schedrun_graph_t *g);
 SCHEDRUN_EXTERN const char *schedrun_graph_node_name(const schedrun_graph_t *g, size_t node);
 /* Sets every job's $run (options.run), for the next submission. */
 SCHEDRUN_EXTERN void schedrun_graph_set_run(schedrun_graph_t *g, int run);
+/* Sets every job's deadline (options.timeout_ms, from submission; 0: none),
+ * for the next submission: a job still waiting or running then completes
+ * with SCHEDRUN_ETIMEOUT, and the jobs after it with SCHEDRUN_EDEPEND. */
+SCHEDRUN_EXTERN void schedrun_graph_set_timeout(schedrun_graph_t *g, int timeout_ms);
 /* Loads a stages config (docs/config.md, "Job graphs"): a graph of stages,
  * each a job of a program config, with `after` and `inputs` between them.
  * Every problem is one "file:line:col: message" line (SCHEDRUN_ECONFIG);

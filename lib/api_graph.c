@@ -58,6 +58,10 @@ void schedrun_graph_set_run(schedrun_graph_t *g, int run) {
   for (size_t i = 0; g && run >= 0 && i < g->n; i++) g->nodes[i].o.run = run;
 }
 
+void schedrun_graph_set_timeout(schedrun_graph_t *g, int timeout_ms) {
+  for (size_t i = 0; g && timeout_ms >= 0 && i < g->n; i++) g->nodes[i].o.timeout_ms = timeout_ms;
+}
+
 const char *schedrun_graph_name(const schedrun_graph_t *g) { return g ? g->name : NULL; }
 const char *schedrun_graph_devices(const schedrun_graph_t *g) { return g ? g->devices : NULL; }
 int schedrun_graph_repeat(const schedrun_graph_t *g) { return g && g->repeat > 0 ? g->repeat : 1; }

@@ -105,6 +105,28 @@ static void mistake(const char *stages, int want_exit, const char *want) {
   free(err);
 }
 
+/* --timeout bounds a stages run as it bounds a program's: a stage still
+ * running then fails (its device lost), the stages after it do not run,
+ * and the exit status is 4. */
+static void timeout_ends_the_run(void **state) {
+  (void)state;
+  tu_write_temp(1, "endless.yaml",
+                "version: 1\nname: endless\n"
+                "kernels:\n  k:\n    params: [ptr]\n    source: |\n"
+                "      extern \"C\" __global__ void k(float *x) { volatile int go = 1; while (go) {} x[0] = 1; }\n"
+                "buffers:\n  x: {type: f32, count: 4}\n"
+                "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [x]}\n");
+  const char *path = tu_write_temp(1, "stages.yaml", "version: 1\ndevices: host\nstages:\n"
+                                                     "  e: {config: endless.yaml}\n  f: {config: endless.yaml, after: [e]}\n");
+  char *out = NULL, *err = NULL;
+  int rc = run_cli("--timeout", "2", path, &out, &err);
+  if (rc != 4 || !strstr(err, "stage 'e' (run 0): timed out:") || !strstr(err, "ran past its deadline") ||
+      !strstr(err, "stage 'f' (run 0): a job it runs after failed"))
+    fail_msg("exit %d (want 4)\n%s%s", rc, out, err);
+  free(out);
+  free(err);
+}
+
 static void mistakes_are_named(void **state) {
   (void)state;
   mistake("version: 1\nstages:\n  a: {config: a.yaml}\n  b: {config: a.yaml, after: [nope]}\n", 2,
@@ -141,6 +163,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(shipped_pipeline_runs),
       cmocka_unit_test(mistakes_are_named),
+      cmocka_unit_test(timeout_ends_the_run),
       cmocka_unit_test(pipeline_example_runs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
