@@ -328,6 +328,78 @@ static void cycles_and_unknowns_are_refused(void **state) {
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
 
+static int nothing_task(schedrun_host_task_t *t, void *user) {
+  (void)t;
+  (void)user;
+  return 0;
+}
+
+/* Every wrong use of the graph calls: SCHEDRUN_EINVAL and a sentence that
+ * names the call and what is wrong; nothing is submitted. */
+static void graph_misuse_is_named(void **state) {
+  (void)state;
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "host";
+  o.max_inflight = 2;
+  schedrun_t *s = tu_open(&o);
+  schedrun_program_t *pa = tu_load(s, produce_yaml, "produce"), *pb = tu_load(s, twice_yaml, "twice");
+  schedrun_graph_t *g;
+  schedrun_error_t err = {0};
+  int node = -1;
+  schedrun_job_t ids[4];
+#define MISUSE(call, text)                                                                                 \
+  do {                                                                                                     \
+    int rc_ = (call);                                                                                      \
+    if (rc_ != SCHEDRUN_EINVAL || !err.message || !strstr(err.message, text))                             \
+      fail_msg("%s: status %d, message '%s'; wanted '%s'", #call, rc_, err.message ? err.message : "", text); \
+    schedrun_error_clear(&err);                                                                            \
+  } while (0)
+  MISUSE(schedrun_graph_new(NULL, &err), "schedrun_graph_new: out is NULL");
+  assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
+  MISUSE(schedrun_graph_submit(s, g, ids, &err), "schedrun_graph_submit: the graph has no nodes");
+  MISUSE(schedrun_graph_job(g, NULL, NULL, &node, &err), "schedrun_graph_job: the program is NULL");
+  schedrun_job_options_t jo;
+  schedrun_job_options_init(&jo);
+  jo.nafter = 1;
+  MISUSE(schedrun_graph_job(g, pa, &jo, &node, &err), "schedrun_graph_job: after is NULL");
+  MISUSE(schedrun_graph_host(g, NULL, nothing_task, NULL, &node, &err), "schedrun_graph_host: name is NULL");
+  MISUSE(schedrun_graph_host(g, "h", NULL, NULL, &node, &err), "schedrun_graph_host: fn is NULL");
+  schedrun_job_options_init(&jo);
+  jo.record_only = 1;
+  int a = -1, b = -1, c = -1, d = -1;
+  assert_int_equal(schedrun_graph_job(g, pa, &jo, &a, NULL), SCHEDRUN_OK);
+  schedrun_input_t in = {"x", (float[N]){0}, N * sizeof(float)};
+  schedrun_job_options_init(&jo);
+  jo.inputs = &in;
+  jo.ninputs = 1;
+  assert_int_equal(schedrun_graph_job(g, pb, &jo, &b, NULL), SCHEDRUN_OK);
+  assert_int_equal(schedrun_graph_job(g, pa, NULL, &c, NULL), SCHEDRUN_OK);
+  assert_int_equal(schedrun_graph_job(g, pb, NULL, &d, NULL), SCHEDRUN_OK);
+  MISUSE(schedrun_graph_handoff(g, a, "out", d, "x", &err), "node 0 (a job of 'produce') is record_only: it runs nothing to hand on");
+  MISUSE(schedrun_graph_handoff(g, c, "out", b, "x", &err), "node 1 (a job of 'twice')'s buffer 'x' is one of its inputs already");
+  MISUSE(schedrun_graph_handoff(g, c, NULL, b, "x", &err), "schedrun_graph_handoff: from_buffer is NULL");
+  MISUSE(schedrun_graph_submit(s, g, NULL, &err), "schedrun_graph_submit: ids is NULL");
+  MISUSE(schedrun_graph_submit(s, g, ids, &err), "4 nodes; at most max_inflight (2) jobs can be in flight");
+  MISUSE(schedrun_graph_write_dot(g, NULL, &err), "schedrun_graph_write_dot: path is NULL");
+  schedrun_graph_t *none = NULL;
+  MISUSE(schedrun_graph_load_file(NULL, &none, &err), "schedrun_graph_load_file: path is NULL");
+#undef MISUSE
+  assert_int_equal(schedrun_graph_load_file("/no/such/stages.yaml", &none, &err), SCHEDRUN_ECONFIG);
+  assert_null(none);
+  assert_non_null(strstr(err.message, "/no/such/stages.yaml"));
+  schedrun_error_clear(&err);
+  assert_true(schedrun_config_is_graph("/no/such/stages.yaml", NULL) < 0);
+  schedrun_stats_t st;
+  assert_int_equal(schedrun_get_stats(s, &st, NULL), SCHEDRUN_OK);
+  assert_int_equal(st.submitted, 0); /* nothing was submitted */
+  schedrun_graph_free(&g);
+  schedrun_graph_free(&g); /* NULL is fine */
+  schedrun_program_free(&pa);
+  schedrun_program_free(&pb);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
 /* ---- host tasks ---- */
 
 /* sums buffer x into a new buffer sum[0]; user non-NULL: fails instead */
@@ -678,6 +750,7 @@ int main(void) {
       cmocka_unit_test(failure_ends_every_path),
       cmocka_unit_test(faulting_producer),
       cmocka_unit_test(cycles_and_unknowns_are_refused),
+      cmocka_unit_test(graph_misuse_is_named),
       cmocka_unit_test(host_tasks_between_jobs),
       cmocka_unit_test(programs_freed_while_jobs_wait),
       cmocka_unit_test(host_step_between_launches),
