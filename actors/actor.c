@@ -1,4 +1,5 @@
 /* See actor.h. */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -47,6 +48,12 @@ struct actor {
   _Atomic uint64_t malformed; /* read by other threads (schedrun_get_stats) */
   uint64_t spin_ns;
   msg_queue *queue; /* beside the mailbox, or NULL */
+  /* The actor's turn: held while its handler runs, on its own thread or on
+   * a guest's (actor_run_queue_here). Its state, its sockets and `stopped`
+   * are touched only by the holder. */
+  pthread_mutex_t turn;
+  bool stopped; /* the handler said ACTOR_STOP: no message is handled again */
+  _Atomic uint64_t guest_rounds; /* queue takes run by guests */
   /* start handshake */
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -57,6 +64,7 @@ struct actor {
 void *actor_state(const actor_t *a) { return a->state; }
 const char *actor_name(const actor_t *a) { return a->name; }
 uint64_t actor_malformed(const actor_t *a) { return atomic_load(&((actor_t *)a)->malformed); }
+uint64_t actor_guest_rounds(const actor_t *a) { return atomic_load(&((actor_t *)a)->guest_rounds); }
 void actor_count_malformed(actor_t *a) { atomic_fetch_add(&a->malformed, 1); }
 
 static void *new_socket(void *zctx, int type, schedrun_error_t *err) {
@@ -321,30 +329,53 @@ static void *actor_main(void *arg) {
         /* the queue has messages: as if its doorbell had rung */
         msg_init(&m, MSG_QUEUED, 0, a->name);
         got = SCHEDRUN_OK;
-      } else if (got == SCHEDRUN_OK && a->queue && m.type != MSG_QUEUED && msgq_any(a->queue)) {
+      }
+      if (got != SCHEDRUN_OK) break;
+      pthread_mutex_lock(&a->turn);
+      if (!a->stopped && a->queue && m.type != MSG_QUEUED && msgq_any(a->queue)) {
         /* what a sender queued before it sent m comes first */
         msg bell;
         msg_init(&bell, MSG_QUEUED, 0, a->name);
-        int what = a->def->handle(a, &bell);
+        a->stopped = a->def->handle(a, &bell) == ACTOR_STOP;
         msg_free(&bell);
-        if (what == ACTOR_STOP) {
-          msg_free(&m);
-          break;
-        }
       }
-      if (got != SCHEDRUN_OK) break;
-      int what = a->def->handle(a, &m);
+      if (!a->stopped) a->stopped = a->def->handle(a, &m) == ACTOR_STOP;
+      bool stop = a->stopped;
+      pthread_mutex_unlock(&a->turn);
       msg_free(&m);
-      if (what == ACTOR_STOP) break;
+      if (stop) break;
     }
-    if (a->def->stop) a->def->stop(a);
   }
+  /* a guest may still try the turn: it finds the actor stopped */
+  pthread_mutex_lock(&a->turn);
+  a->stopped = true;
+  if (rc == SCHEDRUN_OK && a->def->stop) a->def->stop(a);
   for (int i = 0; i < a->npeers; i++) mbox_close(a->peers[i].sock);
   a->npeers = 0;
   mbox_close(a->mailbox);
   a->mailbox = NULL;
+  pthread_mutex_unlock(&a->turn);
   schedrun_error_clear(&err);
   return NULL;
+}
+
+actor_turn actor_run_queue_here(actor_t *a) {
+  assert(a->queue); /* only an actor with a queue has work a guest can take */
+  if (pthread_mutex_trylock(&a->turn) != 0) return ACTOR_TURN_BUSY;
+  actor_turn r = a->stopped ? ACTOR_TURN_STOPPED : ACTOR_TURN_RAN;
+  while (!a->stopped && msgq_any(a->queue)) {
+    msg bell;
+    msg_init(&bell, MSG_QUEUED, 0, a->name);
+    atomic_fetch_add(&a->guest_rounds, 1);
+    if (a->def->handle(a, &bell) == ACTOR_STOP) {
+      a->stopped = true;
+      /* its thread may be asleep on the mailbox: a doorbell wakes it to end */
+      actor_send(a, a->name, &bell);
+    }
+    msg_free(&bell);
+  }
+  pthread_mutex_unlock(&a->turn);
+  return r;
 }
 
 int actor_start(void *zctx, const actor_def *def, const char *name, void *state, actor_t **out,
@@ -364,6 +395,7 @@ int actor_start_spin(void *zctx, const actor_def *def, const char *name, void *s
   a->state = state;
   snprintf(a->name, sizeof a->name, "%s", name);
   pthread_mutex_init(&a->lock, NULL);
+  pthread_mutex_init(&a->turn, NULL);
   pthread_cond_init(&a->cond, NULL);
   int rc = pthread_create(&a->thread, NULL, actor_main, a);
   if (rc != 0) {
@@ -378,6 +410,7 @@ int actor_start_spin(void *zctx, const actor_def *def, const char *name, void *s
   pthread_mutex_unlock(&a->lock);
   if (started < 0) {
     pthread_join(a->thread, NULL);
+    pthread_mutex_destroy(&a->turn);
     rc = a->start_err.code ? a->start_err.code : SCHEDRUN_EINTERNAL;
     err_set(err, rc, "actor %s did not start: %s", name,
             a->start_err.message ? a->start_err.message : schedrun_strerror(rc));
@@ -396,6 +429,7 @@ uint64_t actor_join(actor_t **pa) {
   actor_t *a = *pa;
   pthread_join(a->thread, NULL);
   uint64_t malformed = atomic_load(&a->malformed);
+  pthread_mutex_destroy(&a->turn);
   pthread_mutex_destroy(&a->lock);
   pthread_cond_destroy(&a->cond);
   schedrun_error_clear(&a->start_err);
@@ -454,6 +488,14 @@ int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err) {
 bool msgq_any(msg_queue *q) { return atomic_load(&q->queued) != 0; }
 void msgq_poll_begin(msg_queue *q) { atomic_fetch_add(&q->pollers, 1); }
 void msgq_poll_end(msg_queue *q) { atomic_fetch_sub(&q->pollers, 1); }
+
+bool msgq_claim_ring(msg_queue *q) {
+  pthread_mutex_lock(&q->lock);
+  bool ring = q->len && !q->rung;
+  if (ring) q->rung = true;
+  pthread_mutex_unlock(&q->lock);
+  return ring;
+}
 
 void msgq_unring(msg_queue *q) {
   pthread_mutex_lock(&q->lock);

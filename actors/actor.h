@@ -1,8 +1,9 @@
 /*
  * The actor runtime: a thread that owns its state and a mailbox, an inproc
  * ZeroMQ PULL socket named after the actor. Others send it msgpack messages
- * through PUSH sockets; nobody touches its state but its own thread, so the
- * state needs no locks.
+ * through PUSH sockets; nobody touches its state but its handler, which runs
+ * one message at a time (on its thread, or on a guest's: below), so the
+ * state needs no locks of its own.
  *
  * actor_start returns once the actor has bound its mailbox and run its start
  * hook (a synchronous handshake: a failed start is an error, not a half-alive
@@ -46,8 +47,34 @@ int actor_start(void *zctx, const actor_def *def, const char *name, void *state,
  * doorbell rings, and takes them. */
 int actor_start_spin(void *zctx, const actor_def *def, const char *name, void *state, uint64_t spin_ns,
                      msg_queue *queue, actor_t **out, schedrun_error_t *err);
+/* ---- guests: an idle actor's queue, run on another thread ----
+ *
+ * An actor's handler runs for one message at a time, under the actor's turn
+ * (a mutex), not necessarily on the actor's own thread: while the turn is
+ * free, a thread that has just queued a message for the actor, or is
+ * waiting for what the actor will do next, may take the turn and run the
+ * handler on what is queued itself (a guest). The message is the same
+ * msgpack bytes, handled by the same code, one at a time, so the actor
+ * still owns its state; what a guest saves is the hop to the actor's
+ * thread and that thread's spinning beside the caller's. Only messages in
+ * the queue are a guest's: the mailbox stays the thread's, and before the
+ * thread handles a mailbox message it takes the queue, so order holds.
+ *
+ * A guest that polls the queue (msgq_poll_begin ... msgq_poll_end) must,
+ * after it stops, run what it finds or, when the turn is busy, ring the
+ * actor (the holder may have looked at the queue before the push). */
+typedef enum { ACTOR_TURN_RAN, ACTOR_TURN_BUSY, ACTOR_TURN_STOPPED } actor_turn;
+/* Runs the handler on the calling thread for everything queued (a QUEUED
+ * message at a time, until the queue is empty), if the turn is free and the
+ * actor has not stopped. When the handler says ACTOR_STOP here, the actor's
+ * thread is woken to end. The actor must have a queue and must live (see
+ * actor_join). */
+actor_turn actor_run_queue_here(actor_t *a);
+/* How many times guests have taken the actor's queue (any thread). */
+uint64_t actor_guest_rounds(const actor_t *a);
+
 /* Waits for the actor's thread and frees it; returns how many malformed
- * messages it dropped over its life. */
+ * messages it dropped over its life. No guest may be running or enter. */
 uint64_t actor_join(actor_t **a);
 
 void *actor_state(const actor_t *a);
@@ -60,8 +87,9 @@ uint64_t actor_malformed(const actor_t *a);
  * another way than its mailbox). */
 void actor_count_malformed(actor_t *a);
 
-/* Encodes m and sends it to the actor named `to`. From the actor's own
- * thread only (the sockets are the actor's). m stays the caller's. */
+/* Encodes m and sends it to the actor named `to`. From the actor's handler
+ * only (the sockets are the actor's, used under its turn). m stays the
+ * caller's. */
 int actor_send(actor_t *self, const char *to, const msg *m);
 
 /* Sends ERROR for `job` to `to`, with the teardown steps that have already run. */
@@ -113,6 +141,10 @@ bool msgq_any(msg_queue *q);
  * rang nobody. */
 void msgq_poll_begin(msg_queue *q);
 void msgq_poll_end(msg_queue *q);
+/* Whether someone must ring the receiver for what is queued: true (and the
+ * queue counts as rung) when it holds messages and no doorbell is on its
+ * way. For a poller that stopped and could not take them. */
+bool msgq_claim_ring(msg_queue *q);
 /* The doorbell could not be sent: the next push rings again. */
 void msgq_unring(msg_queue *q);
 /* Takes everything queued (malloc'ed, *len bytes; NULL when empty). */

@@ -5,11 +5,13 @@
  *   latency: one such job submitted and waited for, median and p99;
  *   chain: one job of 100 tiny launches (a recorded sequence), run many
  *          times; cost per kernel.
- * With 1 and with 2 host devices, and in five modes measured in this one
+ * With 1 and with 2 host devices, and in six modes measured in this one
  * run: as shipped, without batches, also without the receive spin, also
- * without the reuse fast path, and as shipped but with the kernels in this
+ * without the reuse fast path, as shipped but with the kernels in this
  * process (host_in_process: what containing faults in worker processes
- * costs); and the cost per job with 10 to 300,000 jobs kept in flight.
+ * costs), and as shipped but with the scheduler's messages on its own
+ * thread only (no_caller_scheduling); and the cost per job with 10 to
+ * 300,000 jobs kept in flight.
  * Prints key=value lines.
  */
 #include <stdio.h>
@@ -39,10 +41,11 @@ static const char chain_program[] =
 /* mode 0: as shipped; 1: without batches; 2: also without the receive
  * spin; 3: also without the reuse fast path (every job RECORDed), i.e. the
  * pipeline as first built; 4: as shipped, kernels in this process (no fault
- * containment) */
+ * containment); 5: as shipped, but callers never run the scheduler's
+ * messages (before that change) */
 static int mode;
-static const char *mode_name[] = {"", "nobatch_", "nospin_", "plain_", "inprocess_"};
-#define NMODES 5
+static const char *mode_name[] = {"", "nobatch_", "nospin_", "plain_", "inprocess_", "noguest_"};
+#define NMODES 6
 
 /* n host devices in the current mode */
 static schedrun_t *open_host(int n) {
@@ -52,6 +55,7 @@ static schedrun_t *open_host(int n) {
   o.spin_us = mode == 2 || mode == 3 ? -1 : 0;
   o.record_always = mode == 3;
   o.host_in_process = mode == 4;
+  o.no_caller_scheduling = mode == 5;
   return bench_open_host(n, &o);
 }
 
@@ -287,13 +291,15 @@ int main(int argc, char **argv) {
     throughput_many(atoi(argv[3]), atoi(argv[2]));
     return 0;
   }
-  if (argc == 3 && !strcmp(argv[1], "--shipped")) {
-    /* the shipped pipeline's figures only, for a quick look */
+  if ((argc == 3 || argc == 4) && !strcmp(argv[1], "--shipped")) {
+    /* the shipped pipeline's figures only (or another mode's), for a quick look */
     int n = atoi(argv[2]) < 100 ? 100 : atoi(argv[2]);
+    mode = argc == 4 ? atoi(argv[3]) : 0;
+    if (mode < 0 || mode >= NMODES) mode = 0;
     for (int d = 1; d <= 2; d++) {
       throughput(d, n);
       throughput_many(d, n);
-      latency(d, 1000);
+      latency(d, 5000);
       chain(d, 1000);
     }
     return 0;
@@ -307,7 +313,7 @@ int main(int argc, char **argv) {
     int jobs = mode >= 1 && mode <= 3 ? n / 5 : n; /* the slower pipelines get fewer jobs */
     for (int d = 1; d <= 2; d++) {
       throughput(d, jobs);
-      latency(d, 1000);
+      latency(d, 5000);
       chain(d, 1000);
       if (mode == 0) throughput_many(d, jobs);
       if (mode == 0) cost(d, jobs);

@@ -32,7 +32,7 @@ median_keys() {
 
 # schedrun and StarPU take turns, three times, so that a noisy moment hits both
 for round in 1 2 3; do
-  echo "jobs (round $round of 3): 100,000 single-launch jobs, latency, chains; three pipeline modes" >&2
+  echo "jobs (round $round of 3): 100,000 single-launch jobs, latency, chains; six pipeline modes" >&2
   "$build/jobs_bench" 100000 > "$tmp/jobs.$round"
   if [ -x "$build/starpu_bench" ]; then
     # at the same worker count as schedrun's devices: 1 vs 1 and 2 vs 2
@@ -152,7 +152,7 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "StarPU submits 100,000 tasks of an empty codelet and waits for all; schedrun submits"
   echo "100,000 jobs of a program with one launch of an empty kernel and collects every"
   echo "result. (b) One task with \`synchronous = 1\`; one \`schedrun_submit\` + \`schedrun_wait\`,"
-  echo "1,000 times. (c)"
+  echo "5,000 times each. (c)"
   echo "StarPU submits 100 tasks read-writing one piece of data (each depends on the"
   echo "previous), 1,000 times; schedrun runs 1,000 jobs of a program that is one recorded"
   echo "sequence of 100 launches (its tail) and divides by 100,000 kernels."
@@ -175,25 +175,29 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "The pipeline as first built (every job RECORDed, one message per job at every"
   echo "hop, receivers sleeping at once), then with the reuse fast path, then with the"
   echo "short receive spin, then with batches (the submit queue, EXECUTE_MANY and"
-  echo "COMPLETE_MANY, one device submission for many jobs): the four modes of"
-  echo "\`jobs_bench\`, in this one run."
+  echo "COMPLETE_MANY, one device submission for many jobs), then with callers running"
+  echo "the scheduler's messages themselves while it is idle (a lone job's SUBMIT, the"
+  echo "EXECUTED a waiting caller finds): the five modes of \`jobs_bench\`, in this one run."
   echo
-  echo "| figure | as first built | + reuse without RECORD | + receive spin | + batches (shipped) | first built / shipped | before batches / shipped |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| figure | as first built | + reuse without RECORD | + receive spin | + batches | + callers run the scheduler (shipped) | first built / shipped | before batches / shipped | before callers / shipped |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   for d in 1 2; do
     a=$(get plain_throughput_${d}dev_jobs_per_s "$J"); b=$(get nospin_throughput_${d}dev_jobs_per_s "$J")
-    n=$(get nobatch_throughput_${d}dev_jobs_per_s "$J"); c=$(get throughput_${d}dev_jobs_per_s "$J")
-    echo "| throughput, $d device(s) | $a jobs/s | $b jobs/s | $n jobs/s | $c jobs/s | $(ratio "$c" "$a")x the rate | $(ratio "$c" "$n")x the rate |"
+    n=$(get nobatch_throughput_${d}dev_jobs_per_s "$J"); g=$(get noguest_throughput_${d}dev_jobs_per_s "$J")
+    c=$(get throughput_${d}dev_jobs_per_s "$J")
+    echo "| throughput, $d device(s) | $a jobs/s | $b jobs/s | $n jobs/s | $g jobs/s | $c jobs/s | $(ratio "$c" "$a")x the rate | $(ratio "$c" "$n")x the rate | $(ratio "$c" "$g")x the rate |"
   done
   for d in 1 2; do
     a=$(get plain_latency_${d}dev_median_us "$J"); b=$(get nospin_latency_${d}dev_median_us "$J")
-    n=$(get nobatch_latency_${d}dev_median_us "$J"); c=$(get latency_${d}dev_median_us "$J")
-    echo "| latency, $d device(s) | $a us | $b us | $n us | $c us | $(ratio "$a" "$c")x as fast | $(ratio "$n" "$c")x as fast |"
+    n=$(get nobatch_latency_${d}dev_median_us "$J"); g=$(get noguest_latency_${d}dev_median_us "$J")
+    c=$(get latency_${d}dev_median_us "$J")
+    echo "| latency, $d device(s) | $a us | $b us | $n us | $g us | $c us | $(ratio "$a" "$c")x as fast | $(ratio "$n" "$c")x as fast | $(ratio "$g" "$c")x as fast |"
   done
   for d in 1 2; do
     a=$(get plain_chain_${d}dev_ns_per_kernel "$J"); b=$(get nospin_chain_${d}dev_ns_per_kernel "$J")
-    n=$(get nobatch_chain_${d}dev_ns_per_kernel "$J"); c=$(get chain_${d}dev_ns_per_kernel "$J")
-    echo "| chain, per kernel, $d device(s) | $a ns | $b ns | $n ns | $c ns | $(ratio "$a" "$c")x cheaper | $(ratio "$n" "$c")x cheaper |"
+    n=$(get nobatch_chain_${d}dev_ns_per_kernel "$J"); g=$(get noguest_chain_${d}dev_ns_per_kernel "$J")
+    c=$(get chain_${d}dev_ns_per_kernel "$J")
+    echo "| chain, per kernel, $d device(s) | $a ns | $b ns | $n ns | $g ns | $c ns | $(ratio "$a" "$c")x cheaper | $(ratio "$n" "$c")x cheaper | $(ratio "$g" "$c")x cheaper |"
   done
   echo
   echo "## Job graphs (same run)"

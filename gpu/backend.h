@@ -82,6 +82,10 @@ typedef struct gpu_batch_op {
 
 typedef struct gpu_ops {
   const char *name;
+  /* Its memory calls leave nothing behind on the calling thread (no current
+   * context), so they may run on an application's thread: the scheduler's,
+   * when a caller runs it (lib/api_guest.c). */
+  bool any_thread;
   void (*destroy)(gpu_backend *b);
   int (*device_count)(const gpu_backend *b);
   const char *(*device_name)(const gpu_backend *b, int dev);

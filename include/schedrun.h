@@ -98,6 +98,11 @@ typedef struct schedrun_options {
                             submission to its device, as the pipeline was first built
                             (slower under load; for diagnosis and for measuring
                             batches) */
+  int no_caller_scheduling; /* 1: the scheduler's messages are handled on its own thread
+                            only; by default a thread submitting or waiting for a job
+                            handles them itself while the scheduler is idle, saving a
+                            hop and a spinning thread per job (for diagnosis and for
+                            measuring that) */
 } schedrun_options_t;
 
 SCHEDRUN_EXTERN void schedrun_options_init(schedrun_options_t *opts);

@@ -67,6 +67,11 @@ struct schedrun {
   void *outbox;
   pthread_mutex_t send_lock;
   bool term_sent; /* under send_lock: the shutdown's TERM left, nothing follows it */
+  /* threads running the scheduler's queue as its guests (lib/api_guest.c):
+   * none enters once sched_open is false, and the scheduler is joined only
+   * when none is left */
+  _Atomic int sched_guests;
+  _Atomic bool sched_open;
   /* the completion thread owns the inbox and files what arrives */
   void *inbox;
   pthread_t completer;
@@ -120,6 +125,18 @@ struct schedrun {
   pthread_mutex_t bell_lock;
 };
 
+/* ---- the caller's thread as the scheduler's guest (lib/api_guest.c) ---- */
+
+/* Enters as a guest of the scheduler: the scheduler actor, or NULL once it is
+ * shutting down (then the thread must not touch it). api_guest_leave after. */
+actor_t *api_guest_enter(schedrun_t *s);
+void api_guest_leave(schedrun_t *s);
+/* After a guest polled the scheduler's queue (msgq_poll_end): runs what is
+ * queued here, or rings the scheduler when its turn is busy. */
+void api_guest_settle(schedrun_t *s, actor_t *sched);
+/* Stops guests from entering and waits for those inside to leave. */
+void api_guests_close(schedrun_t *s);
+
 /* Whether the calling thread is s's completion thread (where callbacks run).
  * Takes no lock; the answer cannot change under the caller. */
 bool api_on_completer(schedrun_t *s);
@@ -153,8 +170,9 @@ void api_send_release(schedrun_t *s, uint64_t program);
 /* Rings the completion thread (from another thread): it has work left. */
 void api_ring_completer(schedrun_t *s);
 /* Hands a SUBMIT or SUBMIT_MANY to the scheduler; SCHEDRUN_ECLOSED once the
- * shutdown's TERM has gone before it. */
-int api_send_submit(schedrun_t *s, const msg *m, schedrun_error_t *err);
+ * shutdown's TERM has gone before it. lone: its job is the only one in
+ * flight, and this thread may place it itself (lib/api_guest.c). */
+int api_send_submit(schedrun_t *s, const msg *m, bool lone, schedrun_error_t *err);
 /* The checks of one job's options that need no lock; fn names the call. */
 int api_check_options(const schedrun_t *s, const char *fn, const schedrun_job_options_t *o, schedrun_error_t *err);
 /* Fills a SUBMIT body from job options (the program id is set later). */

@@ -29,13 +29,22 @@ static bool wait_completion(schedrun_t *s, const struct timespec *deadline, bool
   uint64_t seen = atomic_load(&s->completions);
   pthread_mutex_unlock(&s->lock);
   uint64_t t0 = now_ns();
-  msg_queue *q = &s->core.to_client;
+  msg_queue *q = &s->core.to_client, *sq = &s->core.to_scheduler;
+  /* and the scheduler's queue: the EXECUTED of the job waited for is run
+   * here, as the scheduler's guest (lib/api_guest.c) */
+  actor_t *sched = s->spin_ns ? api_guest_enter(s) : NULL;
   if (s->spin_ns) msgq_poll_begin(q); /* what arrives meanwhile rings nobody: it is ours to file */
+  if (sched) msgq_poll_begin(sq);
   while (atomic_load(&s->completions) == seen && now_ns() - t0 < s->spin_ns) {
     /* a COMPLETE waiting in the queue is filed here, without a hop through
      * the completion thread */
     if (msgq_any(q)) api_drain_completions(s, false);
-    else sched_yield();
+    else if (!sched || !msgq_any(sq) || actor_run_queue_here(sched) != ACTOR_TURN_RAN) sched_yield();
+  }
+  if (sched) {
+    msgq_poll_end(sq);
+    api_guest_settle(s, sched);
+    api_guest_leave(s);
   }
   if (s->spin_ns) {
     msgq_poll_end(q);
@@ -135,10 +144,13 @@ void api_unregister_job(schedrun_t *s, pending_job *pj) {
 }
 
 /* Hands a SUBMIT or SUBMIT_MANY to the scheduler: queued, with a doorbell
- * when the queue was idle (actor.h: a queue beside a mailbox). */
-int api_send_submit(schedrun_t *s, const msg *m, schedrun_error_t *err) {
+ * when the queue was idle (actor.h: a queue beside a mailbox), or, for a
+ * lone job, handled on this thread when the scheduler's turn is free
+ * (lib/api_guest.c). */
+int api_send_submit(schedrun_t *s, const msg *m, bool lone, schedrun_error_t *err) {
   bool ring = false;
   int rc = SCHEDRUN_OK;
+  msg_queue *q = &s->core.to_scheduler;
   /* nothing may follow the shutdown's TERM: the scheduler reads no further */
   pthread_mutex_lock(&s->send_lock);
   if (s->term_sent) {
@@ -150,7 +162,20 @@ int api_send_submit(schedrun_t *s, const msg *m, schedrun_error_t *err) {
     pthread_mutex_unlock(&s->send_lock);
     return rc;
   }
-  rc = msgq_push(&s->core.to_scheduler, m, &ring, err);
+  /* Only a lone job: with others in flight, the scheduler's thread places
+   * and dispatches beside this one, in batches, while the caller goes on
+   * submitting (running the scheduler here cost a third of the throughput
+   * of jobs submitted one by one, bench/RESULTS.md). */
+  actor_t *sched = lone ? api_guest_enter(s) : NULL;
+  if (sched) msgq_poll_begin(q); /* ours to run: the push rings nobody */
+  rc = msgq_push(q, m, &ring, err);
+  if (sched) {
+    pthread_mutex_unlock(&s->send_lock);
+    msgq_poll_end(q);
+    api_guest_settle(s, sched);
+    api_guest_leave(s);
+    return rc;
+  }
   if (rc || !ring) {
     pthread_mutex_unlock(&s->send_lock);
     return rc;
@@ -202,6 +227,7 @@ int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_
   if (rc == SCHEDRUN_OK) rc = api_attach(s, h, err);
   if (rc == SCHEDRUN_OK) rc = api_after_check(s, "schedrun_submit", o->after, o->nafter, err);
   if (rc == SCHEDRUN_OK) rc = api_register_job(s, p, o, hidden, pj, err);
+  bool lone = s->incomplete == 1; /* nothing else in flight */
   if (rc == SCHEDRUN_OK && dn) {
     pj->dep = dn; /* nothing can run after it before its id is out */
     deps_after(s, pj, o->after, o->nafter);
@@ -237,7 +263,7 @@ int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_
     api_file_results(s, &pj, &r, 1, api_on_completer(s));
     return SCHEDRUN_OK;
   }
-  rc = api_send_submit(s, &m, err);
+  rc = api_send_submit(s, &m, lone, err);
   msg_free(&m);
   if (rc) {
     pthread_mutex_lock(&s->lock);
@@ -443,7 +469,7 @@ int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const s
       if (rc) name_job(err, rc, at + j);
       sb->program = h->id;
     }
-    if (rc == SCHEDRUN_OK) rc = api_send_submit(s, &m, err);
+    if (rc == SCHEDRUN_OK) rc = api_send_submit(s, &m, false, err);
     msg_free(&m);
     if (rc == SCHEDRUN_OK) {
       for (size_t j = 0; j < k; j++) out[at + j] = first + j; /* the pending jobs may be gone already */

@@ -157,6 +157,7 @@ static void stop_completer(schedrun_t *s) {
 }
 
 static void teardown(schedrun_t *s) {
+  api_guests_close(s);
   stop_actor(s, &s->scheduler, ACTOR_SCHEDULER);
   stop_actor(s, &s->compile, ACTOR_COMPILE);
   stop_actor(s, &s->record, ACTOR_RECORD);
@@ -327,6 +328,10 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
     goto fail;
   }
   s->completer_running = true;
+  /* callers may run the scheduler's queue (lib/api_guest.c), where its
+   * backend calls leave the application's threads as they were */
+  atomic_store(&s->sched_open,
+               !o.no_caller_scheduling && !s->core.no_batching && s->core.backend->ops->any_thread);
   *out = s;
   return SCHEDRUN_OK;
 fail:
@@ -365,6 +370,9 @@ int schedrun_shutdown(schedrun_t *s, int timeout_ms, schedrun_error_t *err) {
   int rc = mbox_send(s->outbox, &t, err);
   if (rc == SCHEDRUN_OK) s->term_sent = true;
   pthread_mutex_unlock(&s->send_lock);
+  /* from here the scheduler's own thread runs its queue; the drain may still
+   * end on a guest's thread, which wakes the scheduler's to stop */
+  if (rc == SCHEDRUN_OK) atomic_store(&s->sched_open, false);
   msg_free(&t);
   if (rc) return rc;
   int limit = timeout_ms < 0 ? CLOSE_TIMEOUT_MS : timeout_ms;
@@ -377,6 +385,7 @@ int schedrun_shutdown(schedrun_t *s, int timeout_ms, schedrun_error_t *err) {
   if (rc) return rc;
   /* the scheduler has answered and stops; schedrun_get_stats reads the
    * actors under the lock, and keeps its count of dropped messages */
+  api_guests_close(s);
   pthread_mutex_lock(&s->lock);
   actor_t *sched = s->scheduler;
   s->scheduler = NULL;

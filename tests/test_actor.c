@@ -1,7 +1,11 @@
 /* The actor runtime: start handshake, messages in order, malformed bytes
  * dropped and counted, a failing start reported, clean stop and join. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "actors/actor.h"
@@ -252,6 +256,117 @@ static void test_queue_drain(void **st) {
   msgq_destroy(&q);
 }
 
+/* Guests: a thread that takes an idle actor's turn runs its handler on
+ * what is queued, in order, on the guest's own thread; a busy turn is said
+ * so (and a doorbell then gets the queue to the actor's thread); a handler
+ * that stops on a guest still ends the actor's thread. */
+typedef struct turn_state {
+  pthread_t by[8];
+  uint64_t jobs[8];
+  _Atomic int n;          /* queued messages handled */
+  _Atomic int inside;     /* the mailbox handler holds the turn */
+  _Atomic int let_go;     /* ... until this is set */
+  bool stop_now;          /* a SUBMIT for job 999 was handled */
+  int stopped;
+} turn_state;
+
+static bool take_turn_submit(void *ctx, msg *m) {
+  turn_state *t = actor_state(ctx);
+  if (m->type != MSG_SUBMIT) return false;
+  int k = atomic_load(&t->n);
+  t->by[k] = pthread_self();
+  t->jobs[k] = m->job;
+  if (m->job == 999) t->stop_now = true;
+  atomic_store(&t->n, k + 1);
+  return true;
+}
+
+static msg_queue turn_q;
+
+static int turn_handle(actor_t *self, msg *m) {
+  turn_state *t = actor_state(self);
+  if (m->type == MSG_QUEUED) msgq_drain(&turn_q, take_turn_submit, self);
+  if (m->type == MSG_STATUS) {
+    atomic_store(&t->inside, 1);
+    while (!atomic_load(&t->let_go)) sched_yield();
+  }
+  return t->stop_now || m->type == MSG_TERM ? ACTOR_STOP : ACTOR_CONTINUE;
+}
+
+static void turn_stop(actor_t *self) { ((turn_state *)actor_state(self))->stopped++; }
+
+static const actor_def turn_def = {NULL, turn_handle, turn_stop};
+
+static void push_submit(uint64_t job) {
+  msg m;
+  bool ring;
+  schedrun_error_t err = {0};
+  msg_init(&m, MSG_SUBMIT, job, "client");
+  assert_int_equal(msgq_push(&turn_q, &m, &ring, &err), SCHEDRUN_OK);
+  msg_free(&m);
+}
+
+static void test_guest_turn(void **st) {
+  (void)st;
+  void *z = zmq_ctx_new();
+  schedrun_error_t err = {0};
+  msgq_init(&turn_q);
+  turn_state ts = {0};
+  actor_t *a;
+  /* no spin: the actor's thread sleeps on its mailbox at once */
+  assert_int_equal(actor_start_spin(z, &turn_def, "turn", &ts, 0, &turn_q, &a, &err), SCHEDRUN_OK);
+  void *out = mbox_connect(z, "turn", &err);
+  assert_non_null(out);
+  /* polled by this thread: the pushes ring nobody, and run here */
+  msgq_poll_begin(&turn_q);
+  for (uint64_t j = 1; j <= 3; j++) push_submit(j);
+  msgq_poll_end(&turn_q);
+  assert_int_equal(actor_run_queue_here(a), ACTOR_TURN_RAN);
+  assert_int_equal(atomic_load(&ts.n), 3);
+  for (int k = 0; k < 3; k++) {
+    assert_int_equal(ts.jobs[k], (uint64_t)k + 1);
+    assert_true(pthread_equal(ts.by[k], pthread_self()));
+  }
+  assert_false(msgq_any(&turn_q));
+  /* the actor's thread holds the turn: a guest is told, and a doorbell gets
+   * the queue to that thread once it lets go */
+  msg busy;
+  msg_init(&busy, MSG_STATUS, 50, "client");
+  assert_int_equal(mbox_send(out, &busy, &err), SCHEDRUN_OK);
+  msg_free(&busy);
+  while (!atomic_load(&ts.inside)) sched_yield();
+  msgq_poll_begin(&turn_q);
+  push_submit(4);
+  msgq_poll_end(&turn_q);
+  assert_int_equal(actor_run_queue_here(a), ACTOR_TURN_BUSY);
+  assert_int_equal(atomic_load(&ts.n), 3);
+  assert_true(msgq_claim_ring(&turn_q));
+  assert_false(msgq_claim_ring(&turn_q)); /* one doorbell */
+  msg bell;
+  msg_init(&bell, MSG_QUEUED, 0, "client");
+  assert_int_equal(mbox_send(out, &bell, &err), SCHEDRUN_OK);
+  msg_free(&bell);
+  atomic_store(&ts.let_go, 1);
+  for (int i = 0; i < 10000 && atomic_load(&ts.n) < 4; i++) usleep(1000);
+  assert_int_equal(atomic_load(&ts.n), 4);
+  assert_int_equal(ts.jobs[3], 4);
+  assert_false(pthread_equal(ts.by[3], pthread_self())); /* the actor's own thread */
+  /* a handler that stops on a guest: the actor's thread, asleep, still ends */
+  msgq_poll_begin(&turn_q);
+  push_submit(999);
+  msgq_poll_end(&turn_q);
+  actor_turn r = actor_run_queue_here(a);
+  assert_true(r == ACTOR_TURN_RAN || r == ACTOR_TURN_STOPPED);
+  assert_int_equal(ts.jobs[4], 999);
+  assert_int_equal(actor_run_queue_here(a), ACTOR_TURN_STOPPED); /* nothing runs after the stop */
+  assert_int_equal(actor_join(&a), 0);
+  assert_int_equal(ts.stopped, 1);
+  assert_int_equal(atomic_load(&ts.n), 5);
+  mbox_close(out);
+  msgq_destroy(&turn_q);
+  zmq_ctx_term(z);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trips_in_order),
@@ -259,6 +374,7 @@ int main(void) {
       cmocka_unit_test(test_failing_start),
       cmocka_unit_test(test_queue),
       cmocka_unit_test(test_queue_drain),
+      cmocka_unit_test(test_guest_turn),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

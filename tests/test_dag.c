@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/api.h"
 #include "schedrun.h"
 #include "test_util.h"
 
@@ -744,6 +745,42 @@ static void shutdown_cuts_graphs_short(void **state) {
   }
 }
 
+/* A lone job's SUBMIT and EXECUTED run on the caller's thread (the
+ * scheduler's guest, lib/api_guest.c) on host devices; on CUDA devices never,
+ * since the backend's calls would leave a context current on the caller's
+ * thread. Either way each job's output is right. */
+static void callers_run_the_scheduler_where_it_is_safe(void **st) {
+  (void)st;
+  schedrun_t *s = open_dag();
+  bool cuda = strncmp(schedrun_device_name(s, 0), "cuda", 4) == 0;
+  schedrun_program_t *p = tu_load(s, spread_yaml, "spread.yaml");
+  uint64_t before = actor_guest_rounds(s->scheduler);
+  for (int i = 0; i < 60; i++) {
+    float seed = (float)i;
+    schedrun_job_options_t jo;
+    schedrun_job_options_init(&jo);
+    jo.keep_outputs = 1;
+    jo.device = i % 2;
+    schedrun_input_t in = {"s", &seed, sizeof seed};
+    jo.inputs = &in;
+    jo.ninputs = 1;
+    schedrun_job_t id;
+    schedrun_error_t err = {0};
+    assert_int_equal(schedrun_submit(s, p, &jo, &id, &err), SCHEDRUN_OK);
+    schedrun_job_result_t *r = wait_ok(s, id, SCHEDRUN_OK);
+    assert_int_equal(schedrun_job_result_info(r)->device, i % 2);
+    const float *y = output(r, "y", 64);
+    for (int k = 0; k < 64; k++)
+      if (y[k] != seed + (float)k) fail_msg("job %d, y[%d] = %g, not %g", i, k, y[k], seed + (float)k);
+    schedrun_job_result_free(&r);
+  }
+  uint64_t rounds = actor_guest_rounds(s->scheduler) - before;
+  if (cuda) assert_int_equal(rounds, 0);
+  else if (rounds < 30) fail_msg("60 lone jobs: the caller ran the scheduler's queue %llu times", (unsigned long long)rounds);
+  schedrun_program_free(&p);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(diamond),
@@ -757,6 +794,7 @@ int main(void) {
       cmocka_unit_test(host_steps_where_they_cannot_be),
       cmocka_unit_test(chains_complete_exactly_once),
       cmocka_unit_test(shutdown_cuts_graphs_short),
+      cmocka_unit_test(callers_run_the_scheduler_where_it_is_safe),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -356,6 +356,7 @@ static void c_abandon(gpu_backend *g) { atomic_store(&cb(g)->abandoned, true); }
 
 static const gpu_ops cuda_ops = {
     .name = "cuda",
+    .any_thread = false, /* cu_use makes the device's context current on the calling thread */
     .destroy = c_destroy,
     .device_count = c_device_count,
     .device_name = c_device_name,

@@ -500,6 +500,7 @@ static void h_counters(const gpu_backend *b, int dev, gpu_counters *out) {
 
 static const gpu_ops host_ops = {
     .name = "host",
+    .any_thread = true,
     .destroy = h_destroy,
     .device_count = h_device_count,
     .device_name = h_device_name,
