@@ -2,7 +2,8 @@
  * Job benchmarks through the whole pipeline (SUBMIT -> RECORD -> EXECUTE ->
  * COMPLETE), on warm caches:
  *   throughput: N independent single-launch jobs of an empty kernel, jobs/s;
- *   latency: one such job submitted and waited for, median and p99;
+ *   latency: one such job submitted and waited for, median and p99; and the
+ *            same through schedrun_submit_wait;
  *   chain: one job of 100 tiny launches (a recorded sequence), run many
  *          times; cost per kernel.
  * With 1 and with 2 host devices, and in six modes measured in this one
@@ -14,6 +15,7 @@
  * 300,000 jobs kept in flight.
  * Prints key=value lines.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,23 +245,35 @@ static void memory(int devices) {
   schedrun_close(&s);
 }
 
-static void latency(int devices, int n) {
-  schedrun_t *s = open_host(devices);
-  schedrun_program_t *p = load(s, empty_program);
+/* One job at a time, n times: submitted and waited for; and (sync) through
+ * schedrun_submit_wait, which runs a lone job on the calling thread. */
+static void latency_run(schedrun_t *s, schedrun_program_t *p, int devices, int n, bool sync) {
   schedrun_error_t err = {0};
   double *v = malloc((size_t)n * sizeof *v);
+  if (!v) bench_die("latency: out of memory", NULL);
   for (int i = 0; i < n; i++) {
     uint64_t t0 = bench_ns();
     schedrun_job_t id;
     schedrun_job_result_t *r;
-    if (schedrun_submit(s, p, NULL, &id, &err) || schedrun_wait(s, id, -1, &r, &err)) bench_die("latency", &err);
+    if (sync ? schedrun_submit_wait(s, p, NULL, &r, &err)
+             : schedrun_submit(s, p, NULL, &id, &err) || schedrun_wait(s, id, -1, &r, &err))
+      bench_die("latency", &err);
     v[i] = (bench_ns() - t0) / 1e3;
+    if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) bench_die(schedrun_job_result_error(r), NULL);
     schedrun_job_result_free(&r);
   }
   qsort(v, (size_t)n, sizeof *v, bench_cmp);
-  printf("%slatency_%ddev_median_us=%.1f\n%slatency_%ddev_p99_us=%.1f\n", mode_name[mode], devices, v[n / 2],
-         mode_name[mode], devices, v[n * 99 / 100]);
+  const char *what = sync ? "sync_" : "";
+  printf("%s%slatency_%ddev_median_us=%.1f\n%s%slatency_%ddev_p99_us=%.1f\n", mode_name[mode], what, devices,
+         v[n / 2], mode_name[mode], what, devices, v[n * 99 / 100]);
   free(v);
+}
+
+static void latency(int devices, int n) {
+  schedrun_t *s = open_host(devices);
+  schedrun_program_t *p = load(s, empty_program);
+  latency_run(s, p, devices, n, false);
+  latency_run(s, p, devices, n, true);
   schedrun_program_free(&p);
   schedrun_close(&s);
 }

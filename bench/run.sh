@@ -137,6 +137,8 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
     row "(a4) system calls per job of (a), counted by perf" "" syscalls_per_task "syscalls_%ddev_per_job" starpu_syscalls_per_task cost
     row "(b) submit-and-wait latency of one empty job, median" "us" latency_median_us "latency_%ddev_median_us" starpu_latency_median_us lower
     row "(b') the same, 99th percentile" "us" latency_p99_us "latency_%ddev_p99_us" starpu_latency_p99_us lower
+    row "(b2) the same through \`schedrun_submit_wait\`, median" "us" latency_median_us "sync_latency_%ddev_median_us" starpu_latency_median_us lower
+    row "(b2') the same, 99th percentile" "us" latency_p99_us "sync_latency_%ddev_p99_us" starpu_latency_p99_us lower
     for w in 1 2; do
       sp=$(get "starpu${w}_chain_ns_per_task" "$S"); me=$(get "chain_${w}dev_ns_per_kernel" "$J")
       cr[$w]="1/$(ratio "$sp" "$me") of the cost"; cv[$w]="$sp ns | $me ns"
@@ -152,7 +154,8 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "StarPU submits 100,000 tasks of an empty codelet and waits for all; schedrun submits"
   echo "100,000 jobs of a program with one launch of an empty kernel and collects every"
   echo "result. (b) One task with \`synchronous = 1\`; one \`schedrun_submit\` + \`schedrun_wait\`,"
-  echo "5,000 times each. (c)"
+  echo "5,000 times each; (b2) StarPU's synchronous task against schedrun's synchronous call,"
+  echo "\`schedrun_submit_wait\`, which runs a lone job on the calling thread. (c)"
   echo "StarPU submits 100 tasks read-writing one piece of data (each depends on the"
   echo "previous), 1,000 times; schedrun runs 1,000 jobs of a program that is one recorded"
   echo "sequence of 100 launches (its tail) and divides by 100,000 kernels."

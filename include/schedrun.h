@@ -369,6 +369,14 @@ SCHEDRUN_EXTERN int schedrun_wait_many(schedrun_t *s, size_t n, const schedrun_j
  * thread took it meanwhile. A job already handed over, or one with a callback,
  * is SCHEDRUN_EINVAL. */
 SCHEDRUN_EXTERN int schedrun_wait(schedrun_t *s, schedrun_job_t job, int timeout_ms, schedrun_job_result_t **out, schedrun_error_t *err);
+/* Submits one job and waits for its result (schedrun_submit, then
+ * schedrun_wait with no timeout: the job's own timeout_ms bounds it). When it
+ * is the only job in flight, the calling thread places it and runs it on its
+ * device itself, with no hop through the library's threads: the lowest
+ * latency for a lone job. o may be NULL; o->on_complete must be NULL. From a
+ * completion callback it answers SCHEDRUN_EDEADLK. */
+SCHEDRUN_EXTERN int schedrun_submit_wait(schedrun_t *s, schedrun_program_t *p, const schedrun_job_options_t *o,
+                                         schedrun_job_result_t **out, schedrun_error_t *err);
 /* The next completed job not yet handed over (in completion order).
  * SCHEDRUN_EINVAL when no job is left that it could wait for (every one was
  * handed over, or reports to a callback). */

@@ -63,8 +63,10 @@ struct schedrun {
   compile_state *compile_st;
   record_state *record_st;
   execute_state *execute_st[SCHEDRUN_MAX_DEVICES];
-  /* the outbox to the scheduler, used under send_lock */
+  /* the outbox to the scheduler, and doorbells to the execute actors, used
+   * under send_lock */
   void *outbox;
+  void *execute_bell[SCHEDRUN_MAX_DEVICES];
   pthread_mutex_t send_lock;
   bool term_sent; /* under send_lock: the shutdown's TERM left, nothing follows it */
   /* threads running the scheduler's queue as its guests (lib/api_guest.c):
@@ -127,15 +129,25 @@ struct schedrun {
 
 /* ---- the caller's thread as the scheduler's guest (lib/api_guest.c) ---- */
 
-/* Enters as a guest of the scheduler: the scheduler actor, or NULL once it is
- * shutting down (then the thread must not touch it). api_guest_leave after. */
+/* Enters as a guest of the scheduler and the execute actors: the scheduler
+ * actor, or NULL once it is shutting down (then the thread must not touch
+ * them). api_guest_leave after. */
 actor_t *api_guest_enter(schedrun_t *s);
 void api_guest_leave(schedrun_t *s);
 /* After a guest polled the scheduler's queue (msgq_poll_end): runs what is
  * queued here, or rings the scheduler when its turn is busy. */
 void api_guest_settle(schedrun_t *s, actor_t *sched);
+
 /* Stops guests from entering and waits for those inside to leave. */
 void api_guests_close(schedrun_t *s);
+
+/* How a SUBMIT reaches the scheduler: queued for its thread; or, for a lone
+ * job, placed on the caller's thread; or also run there on its device, for
+ * a caller that waits for it next (schedrun_submit_wait). */
+typedef enum { SUBMIT_QUEUE, SUBMIT_PLACE_HERE, SUBMIT_RUN_HERE } submit_how;
+/* Hands a SUBMIT or SUBMIT_MANY to the scheduler; SCHEDRUN_ECLOSED once the
+ * shutdown's TERM has gone before it. */
+int api_send_submit(schedrun_t *s, const msg *m, submit_how how, schedrun_error_t *err);
 
 /* Whether the calling thread is s's completion thread (where callbacks run).
  * Takes no lock; the answer cannot change under the caller. */
@@ -169,10 +181,6 @@ void api_file_results(schedrun_t *s, pending_job **pjs, schedrun_job_result_t **
 void api_send_release(schedrun_t *s, uint64_t program);
 /* Rings the completion thread (from another thread): it has work left. */
 void api_ring_completer(schedrun_t *s);
-/* Hands a SUBMIT or SUBMIT_MANY to the scheduler; SCHEDRUN_ECLOSED once the
- * shutdown's TERM has gone before it. lone: its job is the only one in
- * flight, and this thread may place it itself (lib/api_guest.c). */
-int api_send_submit(schedrun_t *s, const msg *m, bool lone, schedrun_error_t *err);
 /* The checks of one job's options that need no lock; fn names the call. */
 int api_check_options(const schedrun_t *s, const char *fn, const schedrun_job_options_t *o, schedrun_error_t *err);
 /* Fills a SUBMIT body from job options (the program id is set later). */
@@ -187,8 +195,10 @@ void api_unregister_job(schedrun_t *s, pending_job *pj);
 /* Makes pj run after the jobs of o->after (lock held): SCHEDRUN_EINVAL
  * naming an id that is not a job still held here. */
 int api_after_check(schedrun_t *s, const char *fn, const schedrun_job_t *after, size_t nafter, schedrun_error_t *err);
-/* Submits a job; `hidden` ones (schedrun_run's) are not for schedrun_wait_any. */
-int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, bool hidden,
+/* Submits a job; `hidden` ones (schedrun_run's) are not for schedrun_wait_any.
+ * run_here: the caller waits for it next, so when it is the only job in
+ * flight this thread runs it on its device itself (SUBMIT_RUN_HERE). */
+int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, bool hidden, bool run_here,
                schedrun_job_t *out, schedrun_error_t *err);
 
 #endif

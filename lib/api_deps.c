@@ -327,7 +327,7 @@ void deps_send(schedrun_t *s, deps_work *w, bool on_completer) {
   for (size_t i = 0; i < w->nsend; i++) {
     msg *m = &w->send[i];
     schedrun_error_t err = {0};
-    if (api_send_submit(s, m, false, &err) != SCHEDRUN_OK) {
+    if (api_send_submit(s, m, SUBMIT_QUEUE, &err) != SCHEDRUN_OK) {
       /* never sent: it completes here, and its parcels go back */
       core_free_parcels(&s->core, &m->body.submit.takes);
       pthread_mutex_lock(&s->lock);

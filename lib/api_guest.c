@@ -4,11 +4,17 @@
  * A job's SUBMIT is queued for the scheduler, and a thread waiting for
  * results polls the scheduler's queue beside the completion queue. When the
  * scheduler's turn is free, the calling thread runs the scheduler's handler
- * on what is queued itself: the job is placed and its EXECUTE queued for the
- * device before schedrun_submit returns, and the EXECUTED that the execute
- * actor sends back is handled by the thread waiting for the job's result.
- * A lone job then crosses no scheduler thread at all, and that thread, idle,
- * sleeps instead of spinning beside the caller for a core.
+ * on what is queued itself: a lone job is placed and its EXECUTE queued for
+ * the device before schedrun_submit returns, and the EXECUTED that the
+ * execute actor sends back is handled by the thread waiting for the job's
+ * result. A lone job then crosses no scheduler thread at all, and that
+ * thread, idle, sleeps instead of spinning beside the caller for a core.
+ *
+ * schedrun_submit_wait goes one step further: its caller waits for the job
+ * anyway, so it also takes the device's execute actor's turn and runs the
+ * job there (the kernels still run where the device runs them, in its
+ * worker process on host devices), and files the COMPLETE itself. Only the
+ * device is left between the call and its result.
  */
 #include <sched.h>
 
@@ -25,22 +31,112 @@ actor_t *api_guest_enter(schedrun_t *s) {
 
 void api_guest_leave(schedrun_t *s) { atomic_fetch_sub(&s->sched_guests, 1); }
 
-void api_guest_settle(schedrun_t *s, actor_t *sched) {
-  msg_queue *q = &s->core.to_scheduler;
-  if (!msgq_any(q) || actor_run_queue_here(sched) != ACTOR_TURN_BUSY) return;
-  /* another guest or the scheduler's thread holds the turn and may have
-   * looked at the queue before what came while we polled: ring */
+/* After polling q (msgq_poll_end): what came meanwhile rang nobody, so it
+ * runs here, or, when the actor's turn is busy, the actor is rung through
+ * `bell`: the holder (another guest, or its own thread) may have looked at
+ * the queue before the push. */
+static void settle(schedrun_t *s, actor_t *a, msg_queue *q, void *bell) {
+  if (!msgq_any(q) || actor_run_queue_here(a) != ACTOR_TURN_BUSY) return;
   if (!msgq_claim_ring(q)) return;
-  msg bell;
-  msg_init(&bell, MSG_QUEUED, 0, ACTOR_CLIENT);
+  msg m;
+  msg_init(&m, MSG_QUEUED, 0, ACTOR_CLIENT);
   pthread_mutex_lock(&s->send_lock);
-  int rc = mbox_send(s->outbox, &bell, NULL);
+  int rc = mbox_send(bell, &m, NULL);
   pthread_mutex_unlock(&s->send_lock);
-  msg_free(&bell);
+  msg_free(&m);
   if (rc) msgq_unring(q);
 }
+
+void api_guest_settle(schedrun_t *s, actor_t *sched) { settle(s, sched, &s->core.to_scheduler, s->outbox); }
 
 void api_guests_close(schedrun_t *s) {
   atomic_store(&s->sched_open, false);
   while (atomic_load(&s->sched_guests) > 0) sched_yield();
+}
+
+/* A lone job, run here: this thread polls the scheduler's queue, every
+ * device's and the completion queue while the scheduler places the job and
+ * the execute actor runs it, so that neither the EXECUTE, nor the EXECUTED,
+ * nor the COMPLETE rings anyone; then it runs or rings what each holds. */
+static void run_here(schedrun_t *s, actor_t *sched) {
+  msg_queue *sq = &s->core.to_scheduler, *cq = &s->core.to_client;
+  int n = s->core.ndevices;
+  for (int d = 0; d < n; d++) msgq_poll_begin(&s->core.to_execute[d]);
+  msgq_poll_begin(cq);
+  actor_run_queue_here(sched); /* placed: its EXECUTE is queued for its device */
+  for (int d = 0; d < n; d++)
+    if (msgq_any(&s->core.to_execute[d])) actor_run_queue_here(s->execute[d]);
+  for (int d = 0; d < n; d++) {
+    msgq_poll_end(&s->core.to_execute[d]);
+    settle(s, s->execute[d], &s->core.to_execute[d], s->execute_bell[d]);
+  }
+  msgq_poll_end(sq);
+  api_guest_settle(s, sched); /* the EXECUTED */
+  msgq_poll_end(cq);
+  if (msgq_any(cq)) api_drain_completions(s, false); /* the COMPLETE: filed for the wait */
+}
+
+int api_send_submit(schedrun_t *s, const msg *m, submit_how how, schedrun_error_t *err) {
+  bool ring = false;
+  int rc = SCHEDRUN_OK;
+  msg_queue *q = &s->core.to_scheduler;
+  /* nothing may follow the shutdown's TERM: the scheduler reads no further */
+  pthread_mutex_lock(&s->send_lock);
+  if (s->term_sent) {
+    pthread_mutex_unlock(&s->send_lock);
+    return err_set(err, SCHEDRUN_ECLOSED, "the scheduler is shut down");
+  }
+  if (s->core.no_batching) {
+    rc = mbox_send(s->outbox, m, err);
+    pthread_mutex_unlock(&s->send_lock);
+    return rc;
+  }
+  /* Only a lone job: with others in flight, the scheduler's thread places
+   * and dispatches beside this one, in batches, while the caller goes on
+   * submitting (running the scheduler here cost a third of the throughput
+   * of jobs submitted one by one). */
+  actor_t *sched = how != SUBMIT_QUEUE ? api_guest_enter(s) : NULL;
+  if (sched) msgq_poll_begin(q); /* ours to run: the push rings nobody */
+  rc = msgq_push(q, m, &ring, err);
+  if (sched) {
+    pthread_mutex_unlock(&s->send_lock);
+    if (rc == SCHEDRUN_OK && how == SUBMIT_RUN_HERE) {
+      run_here(s, sched);
+    } else {
+      msgq_poll_end(q);
+      api_guest_settle(s, sched);
+    }
+    api_guest_leave(s);
+    return rc;
+  }
+  if (rc || !ring) {
+    pthread_mutex_unlock(&s->send_lock);
+    return rc;
+  }
+  msg bell;
+  msg_init(&bell, MSG_QUEUED, m->job, ACTOR_CLIENT);
+  rc = mbox_send(s->outbox, &bell, err);
+  pthread_mutex_unlock(&s->send_lock);
+  msg_free(&bell);
+  if (rc) msgq_unring(q); /* the scheduler is gone: what is queued is never read */
+  return rc;
+}
+
+int schedrun_submit_wait(schedrun_t *s, schedrun_program_t *p, const schedrun_job_options_t *o,
+                         schedrun_job_result_t **out, schedrun_error_t *err) {
+  if (out) *out = NULL;
+  if (!s || !p || !out)
+    return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit_wait: %s is NULL",
+                   !s ? "the scheduler" : !p ? "the program" : "out");
+  if (api_on_completer(s))
+    return err_set(err, SCHEDRUN_EDEADLK, "schedrun_submit_wait: called from a completion callback, whose "
+                                          "thread delivers the result it would wait for");
+  if (o && o->on_complete)
+    return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit_wait: the result is returned here, so on_complete "
+                                         "must be NULL");
+  schedrun_job_options_t d;
+  schedrun_job_options_init(&d);
+  schedrun_job_t id;
+  int rc = api_submit(s, p, o ? o : &d, false, true, &id, err);
+  return rc ? rc : schedrun_wait(s, id, -1, out, err);
 }

@@ -143,52 +143,6 @@ void api_unregister_job(schedrun_t *s, pending_job *pj) {
   pthread_cond_broadcast(&s->cond);
 }
 
-/* Hands a SUBMIT or SUBMIT_MANY to the scheduler: queued, with a doorbell
- * when the queue was idle (actor.h: a queue beside a mailbox), or, for a
- * lone job, handled on this thread when the scheduler's turn is free
- * (lib/api_guest.c). */
-int api_send_submit(schedrun_t *s, const msg *m, bool lone, schedrun_error_t *err) {
-  bool ring = false;
-  int rc = SCHEDRUN_OK;
-  msg_queue *q = &s->core.to_scheduler;
-  /* nothing may follow the shutdown's TERM: the scheduler reads no further */
-  pthread_mutex_lock(&s->send_lock);
-  if (s->term_sent) {
-    pthread_mutex_unlock(&s->send_lock);
-    return err_set(err, SCHEDRUN_ECLOSED, "the scheduler is shut down");
-  }
-  if (s->core.no_batching) {
-    rc = mbox_send(s->outbox, m, err);
-    pthread_mutex_unlock(&s->send_lock);
-    return rc;
-  }
-  /* Only a lone job: with others in flight, the scheduler's thread places
-   * and dispatches beside this one, in batches, while the caller goes on
-   * submitting (running the scheduler here cost a third of the throughput
-   * of jobs submitted one by one, bench/RESULTS.md). */
-  actor_t *sched = lone ? api_guest_enter(s) : NULL;
-  if (sched) msgq_poll_begin(q); /* ours to run: the push rings nobody */
-  rc = msgq_push(q, m, &ring, err);
-  if (sched) {
-    pthread_mutex_unlock(&s->send_lock);
-    msgq_poll_end(q);
-    api_guest_settle(s, sched);
-    api_guest_leave(s);
-    return rc;
-  }
-  if (rc || !ring) {
-    pthread_mutex_unlock(&s->send_lock);
-    return rc;
-  }
-  msg bell;
-  msg_init(&bell, MSG_QUEUED, m->job, ACTOR_CLIENT);
-  rc = mbox_send(s->outbox, &bell, err);
-  pthread_mutex_unlock(&s->send_lock);
-  msg_free(&bell);
-  if (rc) msgq_unring(&s->core.to_scheduler); /* the scheduler is gone: what is queued is never read */
-  return rc;
-}
-
 int api_after_check(schedrun_t *s, const char *fn, const schedrun_job_t *after, size_t nafter, schedrun_error_t *err) {
   if (nafter && !after) return err_set(err, SCHEDRUN_EINVAL, "%s: after is NULL", fn);
   for (size_t i = 0; i < nafter; i++) {
@@ -205,8 +159,8 @@ int api_after_check(schedrun_t *s, const char *fn, const schedrun_job_t *after, 
   return SCHEDRUN_OK;
 }
 
-int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, bool hidden, schedrun_job_t *out,
-               schedrun_error_t *err) {
+int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, bool hidden, bool run_here,
+               schedrun_job_t *out, schedrun_error_t *err) {
   const prog_program *p = h->p;
   int rc = api_check_options(s, "schedrun_submit", o, err);
   if (rc) return rc;
@@ -227,7 +181,8 @@ int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_
   if (rc == SCHEDRUN_OK) rc = api_attach(s, h, err);
   if (rc == SCHEDRUN_OK) rc = api_after_check(s, "schedrun_submit", o->after, o->nafter, err);
   if (rc == SCHEDRUN_OK) rc = api_register_job(s, p, o, hidden, pj, err);
-  bool lone = s->incomplete == 1; /* nothing else in flight */
+  /* a lone job (nothing else in flight) may be placed, or run, here */
+  submit_how how = s->incomplete != 1 ? SUBMIT_QUEUE : run_here ? SUBMIT_RUN_HERE : SUBMIT_PLACE_HERE;
   if (rc == SCHEDRUN_OK && dn) {
     pj->dep = dn; /* nothing can run after it before its id is out */
     deps_after(s, pj, o->after, o->nafter);
@@ -263,7 +218,7 @@ int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_
     api_file_results(s, &pj, &r, 1, api_on_completer(s));
     return SCHEDRUN_OK;
   }
-  rc = api_send_submit(s, &m, lone, err);
+  rc = api_send_submit(s, &m, how, err);
   msg_free(&m);
   if (rc) {
     pthread_mutex_lock(&s->lock);
@@ -283,7 +238,7 @@ int schedrun_submit(schedrun_t *s, schedrun_program_t *p, const schedrun_job_opt
     return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit: %s is NULL", !s ? "the scheduler" : !p ? "the program" : "out");
   schedrun_job_options_t d;
   schedrun_job_options_init(&d);
-  return api_submit(s, p, o ? o : &d, false, out, err);
+  return api_submit(s, p, o ? o : &d, false, false, out, err);
 }
 
 /* Hands pj's result over (under lock): the job is forgotten; pj itself goes
@@ -469,7 +424,7 @@ int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const s
       if (rc) name_job(err, rc, at + j);
       sb->program = h->id;
     }
-    if (rc == SCHEDRUN_OK) rc = api_send_submit(s, &m, false, err);
+    if (rc == SCHEDRUN_OK) rc = api_send_submit(s, &m, SUBMIT_QUEUE, err);
     msg_free(&m);
     if (rc == SCHEDRUN_OK) {
       for (size_t j = 0; j < k; j++) out[at + j] = first + j; /* the pending jobs may be gone already */

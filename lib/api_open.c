@@ -175,6 +175,7 @@ static void teardown(schedrun_t *s) {
   mbox_close(s->inbox);
   mbox_close(s->ctl_inbox);
   mbox_close(s->outbox);
+  for (int d = 0; d < s->core.ndevices; d++) mbox_close(s->execute_bell[d]);
   msg_free(&s->term_reply);
   if (s->core.zctx) zmq_ctx_term(s->core.zctx);
   size_t pos = 0;
@@ -322,6 +323,14 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   if (!s->outbox) {
     rc = SCHEDRUN_EINTERNAL;
     goto fail;
+  }
+  for (int d = 0; d < s->core.ndevices; d++) {
+    char name[32];
+    snprintf(name, sizeof name, ACTOR_EXECUTE_FMT, d);
+    if (!(s->execute_bell[d] = mbox_connect(s->core.zctx, name, err))) {
+      rc = SCHEDRUN_EINTERNAL;
+      goto fail;
+    }
   }
   if (pthread_create(&s->completer, NULL, completer_main, s) != 0) {
     rc = err_set(err, SCHEDRUN_EINTERNAL, "cannot start the completion thread");

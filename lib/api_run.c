@@ -128,12 +128,12 @@ int schedrun_run(schedrun_t *s, schedrun_program_t *h, const schedrun_run_option
       while (r.count == r.cap && rc == SCHEDRUN_OK) rc = collect_one(&r, err);
       if (rc) break;
       size_t slot = (r.head + r.count) % r.cap;
-      rc = api_submit(s, h, &jo, true, &r.ids[slot], err);
+      rc = api_submit(s, h, &jo, true, false, &r.ids[slot], err);
       while (rc == SCHEDRUN_EAGAIN && r.count > 0) {
         /* others hold the room: make some by collecting ours */
         schedrun_error_clear(err);
         rc = collect_one(&r, err);
-        if (rc == SCHEDRUN_OK) rc = api_submit(s, h, &jo, true, &r.ids[(r.head + r.count) % r.cap], err);
+        if (rc == SCHEDRUN_OK) rc = api_submit(s, h, &jo, true, false, &r.ids[(r.head + r.count) % r.cap], err);
       }
       if (rc == SCHEDRUN_OK) {
         r.count++;

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "common/common.h"
-#include "lib/api.h"
 
 #include "test_util.h"
 
@@ -403,91 +402,12 @@ static void test_submit_past_the_bound_then_collect(void **st) {
   schedrun_close(&s);
 }
 
-/* ---- callers as the scheduler's guests ----
- *
- * A thread that submits, or waits with the scheduler idle, runs the
- * scheduler's queue itself (lib/api_guest.c). Lone jobs go that way; many
- * threads submitting and waiting at once share the scheduler's turn with its
- * own thread; a shutdown racing them still completes every job once. */
-
-typedef struct guest_caller {
-  schedrun_t *s;
-  schedrun_program_t *p;
-  int ran, closed, other;
-  int submitted;
-} guest_caller;
-
-static void *guest_main(void *arg) {
-  guest_caller *g = arg;
-  schedrun_error_t err = {0};
-  for (int i = 0; i < 100000; i++) {
-    schedrun_job_t id;
-    if (schedrun_submit(g->s, g->p, NULL, &id, &err) != SCHEDRUN_OK) break; /* shut down */
-    g->submitted++;
-    schedrun_job_result_t *r;
-    if (schedrun_wait(g->s, id, 30000, &r, &err) != SCHEDRUN_OK) {
-      g->other++;
-      break;
-    }
-    const schedrun_job_info_t *in = schedrun_job_result_info(r);
-    if (in->status == SCHEDRUN_OK && in->verified) g->ran++;
-    else if (in->status == SCHEDRUN_ECLOSED) g->closed++;
-    else g->other++;
-    schedrun_job_result_free(&r);
-  }
-  schedrun_error_clear(&err);
-  return NULL;
-}
-
-static void test_callers_run_the_scheduler(void **st) {
-  (void)st;
-  schedrun_t *s = open_host(2, 0);
-  schedrun_program_t *p = tu_load(s, tiny_yaml, "t.yaml");
-  schedrun_error_t err = {0};
-  uint64_t before = actor_guest_rounds(s->scheduler);
-  for (int i = 0; i < 200; i++) {
-    schedrun_job_t id;
-    schedrun_job_result_t *r;
-    assert_int_equal(schedrun_submit(s, p, NULL, &id, &err), SCHEDRUN_OK);
-    assert_int_equal(schedrun_wait(s, id, 30000, &r, &err), SCHEDRUN_OK);
-    assert_true(schedrun_job_result_info(r)->verified);
-    schedrun_job_result_free(&r);
-  }
-  /* each SUBMIT ran on this thread unless the scheduler's own thread was
-   * handling something at that moment */
-  uint64_t rounds = actor_guest_rounds(s->scheduler) - before;
-  if (rounds < 100) fail_msg("200 lone jobs: the caller ran the scheduler's queue %llu times", (unsigned long long)rounds);
-  /* four threads submitting and waiting, then a shutdown in the middle */
-  enum { T = 4 };
-  guest_caller g[T];
-  pthread_t t[T];
-  for (int k = 0; k < T; k++) {
-    g[k] = (guest_caller){.s = s, .p = p};
-    assert_int_equal(pthread_create(&t[k], NULL, guest_main, &g[k]), 0);
-  }
-  usleep(300000);
-  assert_int_equal(schedrun_shutdown(s, 30000, &err), SCHEDRUN_OK);
-  for (int k = 0; k < T; k++) {
-    pthread_join(t[k], NULL);
-    assert_int_equal(g[k].other, 0);
-    assert_int_equal(g[k].ran + g[k].closed, g[k].submitted); /* each once */
-    assert_true(g[k].ran > 0);
-  }
-  schedrun_stats_t stats;
-  assert_int_equal(schedrun_get_stats(s, &stats, &err), SCHEDRUN_OK);
-  assert_int_equal(stats.in_flight, 0);
-  assert_int_equal(stats.held, 0);
-  schedrun_program_free(&p);
-  schedrun_close(&s);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_many_waiters_one_job),
       cmocka_unit_test(test_every_call_from_a_callback),
       cmocka_unit_test(test_a_million_submissions_bounded),
       cmocka_unit_test(test_submit_past_the_bound_then_collect),
-      cmocka_unit_test(test_callers_run_the_scheduler),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
