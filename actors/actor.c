@@ -448,6 +448,7 @@ void msgq_init(msg_queue *q) {
 void msgq_destroy(msg_queue *q) {
   pthread_mutex_destroy(&q->lock);
   free(q->buf);
+  free(q->spare);
   memset(q, 0, sizeof *q);
 }
 
@@ -503,18 +504,44 @@ void msgq_unring(msg_queue *q) {
   pthread_mutex_unlock(&q->lock);
 }
 
-uint8_t *msgq_take(msg_queue *q, size_t *len) {
+/* Takes the queued bytes and their buffer's capacity; the spare, if any,
+ * becomes the queue's buffer. */
+static uint8_t *take(msg_queue *q, size_t *len, size_t *cap) {
   pthread_mutex_lock(&q->lock);
   uint8_t *b = q->len ? q->buf : NULL;
   *len = q->len;
+  *cap = b ? q->cap : 0;
   if (b) {
-    q->buf = NULL;
-    q->len = q->cap = 0;
+    q->buf = q->spare;
+    q->cap = q->spare_cap;
+    q->len = 0;
+    q->spare = NULL;
+    q->spare_cap = 0;
   }
   q->rung = false;
   atomic_store_explicit(&q->queued, 0, memory_order_relaxed);
   pthread_mutex_unlock(&q->lock);
   return b;
+}
+
+/* A drained buffer goes back as the spare when there is none (and it is not
+ * too big to keep), else it is freed. */
+static void recycle(msg_queue *q, uint8_t *b, size_t cap) {
+  if (b && cap <= MSGQ_KEEP) {
+    pthread_mutex_lock(&q->lock);
+    if (!q->spare) {
+      q->spare = b;
+      q->spare_cap = cap;
+      b = NULL;
+    }
+    pthread_mutex_unlock(&q->lock);
+  }
+  free(b);
+}
+
+uint8_t *msgq_take(msg_queue *q, size_t *len) {
+  size_t cap;
+  return take(q, len, &cap);
 }
 
 int msgq_next(const uint8_t *data, size_t len, size_t *off, msg *m, schedrun_error_t *err) {
@@ -536,8 +563,8 @@ int msgq_next(const uint8_t *data, size_t len, size_t *off, msg *m, schedrun_err
 }
 
 size_t msgq_drain(msg_queue *q, bool (*fn)(void *ctx, msg *m), void *ctx) {
-  size_t len = 0, off = 0, bad = 0;
-  uint8_t *data = msgq_take(q, &len);
+  size_t len = 0, cap = 0, off = 0, bad = 0;
+  uint8_t *data = take(q, &len, &cap);
   for (;;) {
     msg one;
     schedrun_error_t err = {0};
@@ -547,6 +574,6 @@ size_t msgq_drain(msg_queue *q, bool (*fn)(void *ctx, msg *m), void *ctx) {
     if (rc != SCHEDRUN_OK || !fn(ctx, &one)) bad++;
     msg_free(&one);
   }
-  free(data);
+  recycle(q, data, cap);
   return bad;
 }

@@ -124,6 +124,11 @@ struct msg_queue {
   pthread_mutex_t lock;
   uint8_t *buf;
   size_t len, cap;
+  /* a drained buffer kept for the next messages (up to MSGQ_KEEP bytes):
+   * the queue fills memory it has used before instead of growing a new
+   * buffer, and faulting in its pages, after every take */
+  uint8_t *spare;
+  size_t spare_cap;
   bool rung; /* a doorbell is on its way, and the queue not taken since */
   _Atomic size_t queued; /* bytes queued, for a look without the lock */
   _Atomic int pollers;   /* receivers polling the queue themselves */
@@ -147,6 +152,7 @@ void msgq_poll_end(msg_queue *q);
 bool msgq_claim_ring(msg_queue *q);
 /* The doorbell could not be sent: the next push rings again. */
 void msgq_unring(msg_queue *q);
+#define MSGQ_KEEP (4u << 20)
 /* Takes everything queued (malloc'ed, *len bytes; NULL when empty). */
 uint8_t *msgq_take(msg_queue *q, size_t *len);
 /* Takes everything queued and hands each message, in order, to fn (which

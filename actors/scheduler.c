@@ -98,8 +98,8 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   memset(&m->body.submit.park, 0, sizeof m->body.submit.park);
   memset(&m->body.submit.takes, 0, sizeof m->body.submit.takes);
   snprintf(j->client, sizeof j->client, "%s", m->from);
-  const prog_program *p = core_program(s->core, sb->program);
-  prog_state *ps = NULL;
+  prog_state *ps = scheduler_prog_get(s, sb->program, false);
+  const prog_program *p = ps ? ps->p : core_program(s->core, sb->program);
   const char *bad = NULL;
   if (idmap_get(&s->jobs, j->id)) bad = "a job with this id is already in flight";
   else if (!p) bad = "no such program";
@@ -260,7 +260,7 @@ static void handle_recorded(actor_t *self, scheduler_state *s, msg *m) {
     scheduler_complete(self, s, j, SCHEDRUN_OK, NULL, NULL);
     return;
   }
-  scheduler_start_execute(self, s, ss, j);
+  scheduler_start_execute(self, s, ps, ss, j);
   scheduler_dispatch_slot(self, s, ps, ss);
 }
 

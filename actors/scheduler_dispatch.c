@@ -72,7 +72,7 @@ void scheduler_free_modules(msg_modules *mods) {
 }
 
 static void free_slots(scheduler_state *s, prog_state *ps) {
-  const prog_program *p = core_program(s->core, ps->id);
+  const prog_program *p = ps->p;
   size_t pos = 0;
   const void *k;
   void *v;
@@ -113,6 +113,7 @@ prog_state *scheduler_prog_get(scheduler_state *s, uint64_t id, bool create) {
   ps = calloc(1, sizeof *ps);
   if (!ps) return NULL;
   ps->id = id;
+  ps->p = core_program(s->core, id);
   hmap_init(&ps->slots, sizeof(slot_key));
   if (hmap_put(&s->progs, &id, ps) != 0) {
     free(ps);
@@ -213,7 +214,7 @@ static int alloc_slot(scheduler_state *s, const prog_program *p, int device, slo
 }
 
 static void start_record(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss, job *j) {
-  const prog_program *p = core_program(s->core, j->program);
+  const prog_program *p = ps->p;
   ss->recording = true;
   j->state = JOB_RECORDING;
   s->active++;
@@ -244,8 +245,8 @@ static void start_record(actor_t *self, scheduler_state *s, prog_state *ps, slot
   if (rc) scheduler_complete(self, s, j, rc, "cannot send RECORD", NULL);
 }
 
-void scheduler_start_execute(actor_t *self, scheduler_state *s, slot_state *ss, job *j) {
-  const prog_program *p = core_program(s->core, j->program);
+void scheduler_start_execute(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss, job *j) {
+  const prog_program *p = ps->p;
   if (j->state != JOB_RECORDING) s->active++;
   j->state = JOB_EXECUTING;
   ss->inflight++;
@@ -411,7 +412,7 @@ static bool alone(const scheduler_state *s, const prog_program *p) {
 static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss) {
   job *batch[EXECUTE_BATCH];
   size_t nb = 0;
-  const prog_program *p = core_program(s->core, ps->id);
+  const prog_program *p = ps->p;
   job *j;
   while ((j = ss->queue.head) && !ss->recording) {
     if (j->deadline && now_ns() >= j->deadline) {
@@ -443,7 +444,7 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
     }
     if (alone(s, p)) {
       /* one EXECUTE per job (batches do not stop for host steps) */
-      scheduler_start_execute(self, s, ss, j);
+      scheduler_start_execute(self, s, ps, ss, j);
       continue;
     }
     j->state = JOB_EXECUTING;
@@ -507,7 +508,8 @@ static int pick_device(scheduler_state *s, prog_state *ps, const job *j) {
 }
 
 void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) {
-  const prog_program *p = core_program(s->core, j->program);
+  const prog_program *p = ps->p;
+  assert(ps->id == j->program);
   j->device = pick_device(s, ps, j);
   if (j->device < 0) {
     gpu_backend *be = s->core->backend;

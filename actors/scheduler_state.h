@@ -82,6 +82,10 @@ enum { COMPILE_NONE, COMPILE_PENDING, COMPILE_READY };
 
 typedef struct prog_state {
   uint64_t id;
+  /* the registered program: registered until the scheduler answers its
+   * RELEASE, which frees this state first (looked up once, not per job
+   * under the registry's lock) */
+  const prog_program *p;
   int compile;
   msg_modules modules;
   job_queue waiting; /* for the compile */
@@ -137,7 +141,7 @@ void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j);
 void scheduler_dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss);
 /* Dispatches every noted execution context, until none is left. */
 void scheduler_flush(actor_t *self, scheduler_state *s);
-void scheduler_start_execute(actor_t *self, scheduler_state *s, slot_state *ss, job *j);
+void scheduler_start_execute(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss, job *j);
 /* A device was lost: its queued jobs go elsewhere (or fail). */
 void scheduler_replace_jobs_of(actor_t *self, scheduler_state *s, int device);
 void scheduler_reply_simple(actor_t *self, const char *to, int type, uint64_t job_id, uint64_t program);

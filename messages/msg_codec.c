@@ -1,22 +1,22 @@
 /*
  * The msgpack codec for every message, driven by one schema table per body.
  *
- * Decoding happens in three steps, each of which rejects bad bytes with
+ * Decoding happens in two steps, each of which rejects bad bytes with
  * SCHEDRUN_EPROTO instead of crashing:
- *   1. a structural scan checks the bytes form exactly one msgpack object, no
+ *   1. msg_parse (msg_parse.h) reads the bytes into a tree of msgpack
+ *      objects, checking as it goes that they form exactly one object, no
  *      deeper than MSG_MAX_DEPTH, and that no container claims more elements
  *      than there are bytes left (so an absurd length never allocates);
- *   2. msgpack-c unpacks the object tree into a zone;
- *   3. the schema walk copies each field out, checking its type, range and
+ *   2. the schema walk copies each field out, checking its type, range and
  *      length, and that no field is missing, unknown or repeated.
  */
 #include <msgpack.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
 #include "messages/msg.h"
+#include "messages/msg_parse.h"
 
 /* ---- schemas ------------------------------------------------------------ */
 
@@ -175,100 +175,145 @@ void msg_free(msg *m) {
 
 /* ---- encode ------------------------------------------------------------- */
 
-static void pack_key(msgpack_packer *pk, const field *f) {
-  msgpack_pack_str(pk, f->wire_len);
-  msgpack_pack_str_body(pk, f->wire, f->wire_len);
-}
-
 /* The encoder's output: grows from a small start (msgpack-c's own buffer
  * starts at 8 KiB, far more than a typical message). It refuses what the
- * decoder would refuse, so that a message that cannot arrive is never sent. */
+ * decoder would refuse, so that a message that cannot arrive is never sent.
+ * The msgpack is written here directly, each value in its shortest form, as
+ * msgpack-c's packer writes it (which called a function per value: half
+ * the cost of encoding a SUBMIT). */
 typedef struct outbuf {
-  char *data;
+  uint8_t *data;
   size_t len, cap;
   size_t start; /* where this message begins (the buffer may hold others before it) */
   bool failed;
   const char *too_big; /* which limit was passed */
 } outbuf;
 
-static void over(msgpack_packer *pk, const char *what) {
-  outbuf *o = pk->data;
+static void over(outbuf *o, const char *what) {
   if (!o->too_big) o->too_big = what;
 }
 
-static void pack_str(msgpack_packer *pk, const char *s) {
-  size_t n = s ? strlen(s) : 0;
-  if (n > MSG_MAX_STRING) over(pk, "a string is over 16 MiB");
-  msgpack_pack_str(pk, n);
-  msgpack_pack_str_body(pk, s ? s : "", n);
+/* Room for n more bytes at o->data + o->len; false (and failed) when there
+ * is none. */
+static bool room(outbuf *o, size_t n) {
+  if (o->failed) return false;
+  if (o->len - o->start + n > MSG_MAX_BYTES) {
+    o->too_big = "the message is over 1 GiB";
+    o->failed = true;
+    return false;
+  }
+  if (o->cap - o->len >= n) return true;
+  size_t cap = o->cap ? o->cap : 256;
+  while (cap - o->len < n) cap *= 2;
+  uint8_t *p = realloc(o->data, cap);
+  if (!p) {
+    o->failed = true;
+    return false;
+  }
+  o->data = p;
+  o->cap = cap;
+  return true;
 }
 
-static void pack_struct(msgpack_packer *pk, const schema *s, const void *base) {
-  msgpack_pack_map(pk, s->nfields);
+/* a type byte, then v in `bytes` big-endian bytes */
+static void put_be(outbuf *o, uint8_t type, uint64_t v, int bytes) {
+  if (!room(o, 1 + (size_t)bytes)) return;
+  uint8_t *p = o->data + o->len;
+  p[0] = type;
+  for (int k = bytes; k > 0; k--, v >>= 8) p[k] = (uint8_t)v;
+  o->len += 1 + (size_t)bytes;
+}
+
+static void pack_uint(outbuf *o, uint64_t v) {
+  if (v < 128) put_be(o, (uint8_t)v, 0, 0);
+  else if (v <= UINT8_MAX) put_be(o, 0xcc, v, 1);
+  else if (v <= UINT16_MAX) put_be(o, 0xcd, v, 2);
+  else if (v <= UINT32_MAX) put_be(o, 0xce, v, 4);
+  else put_be(o, 0xcf, v, 8);
+}
+
+static void pack_int(outbuf *o, int64_t v) {
+  if (v >= 0) pack_uint(o, (uint64_t)v);
+  else if (v >= -32) put_be(o, (uint8_t)(int8_t)v, 0, 0);
+  else if (v >= INT8_MIN) put_be(o, 0xd0, (uint64_t)v, 1);
+  else if (v >= INT16_MIN) put_be(o, 0xd1, (uint64_t)v, 2);
+  else if (v >= INT32_MIN) put_be(o, 0xd2, (uint64_t)v, 4);
+  else put_be(o, 0xd3, (uint64_t)v, 8);
+}
+
+/* a container's or a payload's header: fix form (fix_base | n) up to
+ * fix_max (when there is one: fix_base not 0), then 8 (when there is one),
+ * 16 and 32-bit lengths */
+static void pack_header(outbuf *o, size_t n, uint8_t fix_base, size_t fix_max, uint8_t t8, uint8_t t16, uint8_t t32) {
+  if (fix_base && n <= fix_max) put_be(o, (uint8_t)(fix_base | n), 0, 0);
+  else if (t8 && n <= UINT8_MAX) put_be(o, t8, n, 1);
+  else if (n <= UINT16_MAX) put_be(o, t16, n, 2);
+  else put_be(o, t32, n, 4);
+}
+
+static void pack_map(outbuf *o, size_t n) { pack_header(o, n, 0x80, 15, 0, 0xde, 0xdf); }
+static void pack_array(outbuf *o, size_t n) { pack_header(o, n, 0x90, 15, 0, 0xdc, 0xdd); }
+
+static void pack_raw(outbuf *o, const void *p, size_t n) {
+  if (n && room(o, n)) {
+    memcpy(o->data + o->len, p, n);
+    o->len += n;
+  }
+}
+
+static void pack_strn(outbuf *o, const char *s, size_t n) {
+  pack_header(o, n, 0xa0, 31, 0xd9, 0xda, 0xdb);
+  pack_raw(o, s, n);
+}
+
+static void pack_str(outbuf *o, const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n > MSG_MAX_STRING) over(o, "a string is over 16 MiB");
+  pack_strn(o, s ? s : "", n);
+}
+
+static void pack_struct(outbuf *o, const schema *s, const void *base) {
+  pack_map(o, s->nfields);
   for (size_t i = 0; i < s->nfields; i++) {
     const field *f = &s->fields[i];
     const void *p = (const char *)base + f->off;
-    pack_key(pk, f);
+    pack_strn(o, f->wire, f->wire_len);
     switch (f->kind) {
-    case FK_U32: msgpack_pack_uint32(pk, *(const uint32_t *)p); break;
-    case FK_I32: msgpack_pack_int32(pk, *(const int32_t *)p); break;
-    case FK_U64: msgpack_pack_uint64(pk, *(const uint64_t *)p); break;
-    case FK_I64: msgpack_pack_int64(pk, *(const int64_t *)p); break;
-    case FK_STR: pack_str(pk, *(char *const *)p); break;
+    case FK_U32: pack_uint(o, *(const uint32_t *)p); break;
+    case FK_I32: pack_int(o, *(const int32_t *)p); break;
+    case FK_U64: pack_uint(o, *(const uint64_t *)p); break;
+    case FK_I64: pack_int(o, *(const int64_t *)p); break;
+    case FK_STR: pack_str(o, *(char *const *)p); break;
     case FK_BIN: {
       const msg_bytes *b = p;
-      msgpack_pack_bin(pk, b->len);
-      msgpack_pack_bin_body(pk, b->data, b->len);
+      pack_header(o, b->len, 0, 0, 0xc4, 0xc5, 0xc6);
+      pack_raw(o, b->data, b->len);
       break;
     }
     case FK_U64S: {
       const msg_u64s *a = p;
-      if (a->n > MSG_MAX_ARRAY) over(pk, "an array is over its limit");
-      msgpack_pack_array(pk, a->n);
-      for (size_t k = 0; k < a->n; k++) msgpack_pack_uint64(pk, a->v[k]);
+      if (a->n > MSG_MAX_ARRAY) over(o, "an array is over its limit");
+      pack_array(o, a->n);
+      for (size_t k = 0; k < a->n; k++) pack_uint(o, a->v[k]);
       break;
     }
     case FK_STRS: {
       const msg_strs *a = p;
-      if (a->n > MSG_MAX_ARRAY) over(pk, "an array is over its limit");
-      msgpack_pack_array(pk, a->n);
-      for (size_t k = 0; k < a->n; k++) pack_str(pk, a->v[k]);
+      if (a->n > MSG_MAX_ARRAY) over(o, "an array is over its limit");
+      pack_array(o, a->n);
+      for (size_t k = 0; k < a->n; k++) pack_str(o, a->v[k]);
       break;
     }
     case FK_ARR: {
       const any_arr *a = p;
-      if (a->n > MSG_MAX_ARRAY) over(pk, "an array is over its limit");
-      msgpack_pack_array(pk, a->n);
+      if (a->n > MSG_MAX_ARRAY) over(o, "an array is over its limit");
+      pack_array(o, a->n);
       for (size_t k = 0; k < a->n; k++)
-        pack_struct(pk, f->sub, (const char *)a->v + k * f->sub->size);
+        pack_struct(o, f->sub, (const char *)a->v + k * f->sub->size);
       break;
     }
     }
   }
-}
-
-static int outbuf_write(void *data, const char *buf, size_t len) {
-  outbuf *o = data;
-  if (o->failed) return -1;
-  if (o->len - o->start + len > MSG_MAX_BYTES) {
-    o->too_big = "the message is over 1 GiB";
-    o->failed = true;
-    return -1;
-  }
-  if (o->len + len > o->cap) {
-    size_t cap = o->cap ? o->cap : 256;
-    while (cap < o->len + len) cap *= 2;
-    char *p = realloc(o->data, cap);
-    if (!p) {
-      o->failed = true;
-      return -1;
-    }
-    o->data = p;
-    o->cap = cap;
-  }
-  memcpy(o->data + o->len, buf, len);
-  o->len += len;
-  return 0;
 }
 
 /* Encodes m after the ob->len bytes ob holds. */
@@ -276,19 +321,17 @@ static int encode_into(const msg *m, outbuf *ob, schedrun_error_t *err) {
   if (m->type <= 0 || m->type >= MSG__END)
     return err_set(err, SCHEDRUN_EINVAL, "cannot encode a message of unknown type %d", m->type);
   size_t start = ob->start = ob->len;
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, ob, outbuf_write);
-  msgpack_pack_map(&pk, 5);
-  pack_str(&pk, "v");
-  msgpack_pack_uint32(&pk, m->v);
-  pack_str(&pk, "type");
-  msgpack_pack_uint32(&pk, (uint32_t)m->type);
-  pack_str(&pk, "job");
-  msgpack_pack_uint64(&pk, m->job);
-  pack_str(&pk, "from");
-  pack_str(&pk, m->from);
-  pack_str(&pk, "body");
-  pack_struct(&pk, body_schema[m->type], &m->body);
+  pack_map(ob, 5);
+  pack_strn(ob, "v", 1);
+  pack_uint(ob, m->v);
+  pack_strn(ob, "type", 4);
+  pack_uint(ob, (uint32_t)m->type);
+  pack_strn(ob, "job", 3);
+  pack_uint(ob, m->job);
+  pack_strn(ob, "from", 4);
+  pack_str(ob, m->from);
+  pack_strn(ob, "body", 4);
+  pack_struct(ob, body_schema[m->type], &m->body);
   if (ob->too_big || ob->failed || !ob->data) {
     ob->len = start;
     if (ob->too_big)
@@ -309,98 +352,20 @@ int msg_encode(const msg *m, uint8_t **out, size_t *len, schedrun_error_t *err) 
     return rc;
   }
   *len = ob.len;
-  *out = (uint8_t *)ob.data;
+  *out = ob.data;
   return SCHEDRUN_OK;
 }
 
 int msg_encode_append(const msg *m, uint8_t **buf, size_t *len, size_t *cap, schedrun_error_t *err) {
-  outbuf ob = {(char *)*buf, *len, *cap, *len, false, NULL};
+  outbuf ob = {*buf, *len, *cap, *len, false, NULL};
   int rc = encode_into(m, &ob, err);
-  *buf = (uint8_t *)ob.data; /* it may have grown even when the message did not fit */
+  *buf = ob.data; /* it may have grown even when the message did not fit */
   *len = ob.len;
   *cap = ob.cap;
   return rc;
 }
 
-/* ---- step 1: structural scan ------------------------------------------- */
-
-static uint64_t be(const uint8_t *p, int n) {
-  uint64_t x = 0;
-  for (int i = 0; i < n; i++) x = (x << 8) | p[i];
-  return x;
-}
-
-/* Checks that [p, p+n) holds exactly one msgpack object with plausible
- * container sizes. Returns NULL when it does, else what is wrong. */
-static const char *scan(const uint8_t *p, size_t n) {
-  uint64_t pending[MSG_MAX_DEPTH + 1];
-  int depth = 0;
-  pending[0] = 1;
-  size_t i = 0;
-  while (depth >= 0) {
-    if (pending[depth] == 0) {
-      depth--;
-      continue;
-    }
-    pending[depth]--;
-    if (i >= n) return "truncated message";
-    uint8_t c = p[i++];
-    uint64_t skip = 0, children = 0;
-    if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
-      /* fixint, nil, bool */
-    } else if (c >= 0x80 && c <= 0x8f) {
-      children = 2ull * (c & 0x0f);
-    } else if (c >= 0x90 && c <= 0x9f) {
-      children = c & 0x0f;
-    } else if (c >= 0xa0 && c <= 0xbf) {
-      skip = c & 0x1f;
-    } else {
-      int lenbytes = 0;
-      switch (c) {
-      case 0xc4: case 0xd9: lenbytes = 1; break; /* bin8, str8 */
-      case 0xc5: case 0xda: lenbytes = 2; break;
-      case 0xc6: case 0xdb: lenbytes = 4; break;
-      case 0xc7: lenbytes = 1; skip = 1; break; /* ext: + type byte */
-      case 0xc8: lenbytes = 2; skip = 1; break;
-      case 0xc9: lenbytes = 4; skip = 1; break;
-      case 0xca: skip = 4; break;
-      case 0xcb: skip = 8; break;
-      case 0xcc: case 0xd0: skip = 1; break;
-      case 0xcd: case 0xd1: skip = 2; break;
-      case 0xce: case 0xd2: skip = 4; break;
-      case 0xcf: case 0xd3: skip = 8; break;
-      case 0xd4: skip = 2; break;
-      case 0xd5: skip = 3; break;
-      case 0xd6: skip = 5; break;
-      case 0xd7: skip = 9; break;
-      case 0xd8: skip = 17; break;
-      case 0xdc: case 0xde: lenbytes = 2; break;
-      case 0xdd: case 0xdf: lenbytes = 4; break;
-      default: return "invalid msgpack byte";
-      }
-      if (lenbytes) {
-        if (n - i < (size_t)lenbytes) return "truncated message";
-        uint64_t len = be(p + i, lenbytes);
-        i += (size_t)lenbytes;
-        if (c == 0xdc || c == 0xdd) children = len;
-        else if (c == 0xde || c == 0xdf) children = 2 * len;
-        else skip += len;
-      }
-    }
-    if (skip > n - i) return "truncated message (a length runs past the end)";
-    i += skip;
-    if (children) {
-      /* every element takes at least one byte */
-      if (children > n - i) return "a container claims more elements than there are bytes";
-      if (depth >= MSG_MAX_DEPTH) return "message nested too deeply";
-      pending[++depth] = children;
-    }
-  }
-  if (i != n) return "trailing bytes after the message";
-  return NULL;
-}
-
-/* ---- step 3: schema walk ------------------------------------------------- */
+/* ---- step 2: schema walk ------------------------------------------------- */
 
 typedef struct dctx {
   schedrun_error_t *err;
@@ -614,44 +579,14 @@ static int check_batch(dctx *d, const msg *m) {
   return SCHEDRUN_OK;
 }
 
-/* Each thread unpacks into one zone of its own, cleared after every message
- * (a fresh zone per message had cost a malloc and free of 8 KiB each). */
-static pthread_key_t zone_key;
-static pthread_once_t zone_once = PTHREAD_ONCE_INIT;
-
-static void zone_free(void *z) { msgpack_zone_free(z); }
-static void zone_key_init(void) {
-  if (pthread_key_create(&zone_key, zone_free) != 0) zone_key = (pthread_key_t)-1;
-}
-
-static msgpack_zone *thread_zone(void) {
-  pthread_once(&zone_once, zone_key_init);
-  if (zone_key == (pthread_key_t)-1) return NULL;
-  msgpack_zone *z = pthread_getspecific(zone_key);
-  if (!z && (z = msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE)) && pthread_setspecific(zone_key, z) != 0) {
-    msgpack_zone_free(z);
-    z = NULL;
-  }
-  return z;
-}
-
 int msg_decode(const void *data, size_t len, msg *m, schedrun_error_t *err) {
   memset(m, 0, sizeof *m);
   dctx d = {err, "?"};
   if (!data || len == 0) return bad(&d, "envelope", "empty message");
   if (len > MSG_MAX_BYTES) return bad(&d, "envelope", "message too large");
-  const char *why = scan(data, len);
-  if (why) return bad(&d, "envelope", why);
-
-  msgpack_zone *zone = thread_zone();
-  if (!zone) return err_set(err, SCHEDRUN_ENOMEM, "out of memory decoding a message");
-  size_t off = 0;
   msgpack_object obj;
-  msgpack_unpack_return ur = msgpack_unpack(data, len, &off, zone, &obj);
-  if (ur != MSGPACK_UNPACK_SUCCESS || off != len) {
-    msgpack_zone_clear(zone);
-    return bad(&d, "envelope", ur == MSGPACK_UNPACK_NOMEM_ERROR ? "out of memory" : "not msgpack");
-  }
+  const char *why = msg_parse(data, len, &obj);
+  if (why) return bad(&d, "envelope", why);
   const msgpack_object *o = &obj;
   int rc = SCHEDRUN_OK;
   const msgpack_object *body = NULL;
@@ -699,7 +634,6 @@ int msg_decode(const void *data, size_t len, msg *m, schedrun_error_t *err) {
     if (rc == SCHEDRUN_OK) rc = check_batch(&d, m);
   }
 out:
-  msgpack_zone_clear(zone); /* everything was copied out: the zone is kept for the thread's next message */
   if (rc != SCHEDRUN_OK) {
     int type = m->type;
     if (type <= 0 || type >= MSG__END) m->type = 0;
