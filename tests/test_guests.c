@@ -37,20 +37,6 @@ static const char scale_yaml[] =
     "program:\n"
     "  - launch: {kernel: scale, grid: 1, block: 32, args: [s, y]}\n";
 
-static const char tiny_yaml[] =
-    "version: 1\n"
-    "kernels:\n"
-    "  one:\n"
-    "    params: [ptr]\n"
-    "    source: |\n"
-    "      extern \"C\" __global__ void one(int *out) { out[0] = 1; }\n"
-    "buffers:\n"
-    "  out: {type: i32, count: 1}\n"
-    "program:\n"
-    "  - launch: {kernel: one, grid: 1, block: 1, args: [out]}\n"
-    "expect:\n"
-    "  out: {values: [1]}\n";
-
 static schedrun_t *open_host2(void) {
   schedrun_options_t o;
   schedrun_options_init(&o);
@@ -224,7 +210,7 @@ static void call_submit_wait(schedrun_job_t job, schedrun_job_result_t *r, void 
 static void submit_wait_misuse(void **st) {
   (void)st;
   schedrun_t *s = open_host2();
-  schedrun_program_t *p = tu_load(s, tiny_yaml, "tiny.yaml");
+  schedrun_program_t *p = tu_load(s, tu_tiny_yaml, "tiny.yaml");
   schedrun_error_t err = {0};
   schedrun_job_result_t *r = (schedrun_job_result_t *)1;
   assert_int_equal(schedrun_submit_wait(NULL, p, NULL, &r, &err), SCHEDRUN_EINVAL);
@@ -308,7 +294,7 @@ static void *caller_main(void *arg) {
 static void many_callers_and_a_shutdown(void **st) {
   (void)st;
   schedrun_t *s = open_host2();
-  schedrun_program_t *p = tu_load(s, tiny_yaml, "tiny.yaml");
+  schedrun_program_t *p = tu_load(s, tu_tiny_yaml, "tiny.yaml");
   schedrun_error_t err = {0};
   enum { T = 4 };
   caller c[T];

@@ -148,6 +148,20 @@ schedrun_t *tu_open(const schedrun_options_t *o) {
   return s;
 }
 
+const char tu_tiny_yaml[] =
+    "version: 1\n"
+    "kernels:\n"
+    "  one:\n"
+    "    params: [ptr]\n"
+    "    source: |\n"
+    "      extern \"C\" __global__ void one(int *out) { out[0] = 1; }\n"
+    "buffers:\n"
+    "  out: {type: i32, count: 1}\n"
+    "program:\n"
+    "  - launch: {kernel: one, grid: 1, block: 1, args: [out]}\n"
+    "expect:\n"
+    "  out: {values: [1]}\n";
+
 schedrun_program_t *tu_load(schedrun_t *s, const char *yaml, const char *origin) {
   schedrun_program_t *p = NULL;
   schedrun_error_t err = {0};

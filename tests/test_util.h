@@ -34,6 +34,8 @@ schedrun_t *tu_open(const schedrun_options_t *o);
 /* A program loaded from yaml (named origin in errors) into s, or the test
  * fails with the error. */
 schedrun_program_t *tu_load(schedrun_t *s, const char *yaml, const char *origin);
+/* A program of one launch that writes 1 into `out`, and expects it. */
+extern const char tu_tiny_yaml[];
 /* Counts occurrences of needle in hay. */
 int tu_count(const char *hay, const char *needle);
 

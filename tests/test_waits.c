@@ -78,20 +78,6 @@ static void open_gate(int n) {
   fclose(f);
 }
 
-static const char tiny_yaml[] =
-    "version: 1\n"
-    "kernels:\n"
-    "  one:\n"
-    "    params: [ptr]\n"
-    "    source: |\n"
-    "      extern \"C\" __global__ void one(int *out) { out[0] = 1; }\n"
-    "buffers:\n"
-    "  out: {type: i32, count: 1}\n"
-    "program:\n"
-    "  - launch: {kernel: one, grid: 1, block: 1, args: [out]}\n"
-    "expect:\n"
-    "  out: {values: [1]}\n";
-
 static schedrun_t *open_host(int devices, int max_inflight) {
   schedrun_options_t o;
   schedrun_options_init(&o);
@@ -268,7 +254,7 @@ static void outer_cb(schedrun_job_t job, schedrun_job_result_t *r, void *user) {
 static void test_every_call_from_a_callback(void **st) {
   (void)st;
   schedrun_t *s = open_host(1, 2);
-  from_cb c = {.s = s, .p = tu_load(s, tiny_yaml, "t.yaml"), .spare = tu_load(s, tiny_yaml, "t.yaml")};
+  from_cb c = {.s = s, .p = tu_load(s, tu_tiny_yaml, "t.yaml"), .spare = tu_load(s, tu_tiny_yaml, "t.yaml")};
   schedrun_error_t err = {0};
   /* a job that completes and stays held (nobody waits for it yet) */
   assert_int_equal(schedrun_submit(s, c.p, NULL, &c.other, &err), SCHEDRUN_OK);
@@ -346,7 +332,7 @@ static void test_a_million_submissions_bounded(void **st) {
   const int n = 1000000;
 #endif
   schedrun_t *s = open_host(1, 1024);
-  schedrun_program_t *p = tu_load(s, tiny_yaml, "t.yaml");
+  schedrun_program_t *p = tu_load(s, tu_tiny_yaml, "t.yaml");
   counter c = {.seen = calloc((size_t)n, 1)};
   assert_non_null(c.seen);
   schedrun_job_options_t jo;
@@ -385,7 +371,7 @@ static void test_a_million_submissions_bounded(void **st) {
 static void test_submit_past_the_bound_then_collect(void **st) {
   (void)st;
   schedrun_t *s = open_host(1, 8);
-  schedrun_program_t *p = tu_load(s, tiny_yaml, "t.yaml");
+  schedrun_program_t *p = tu_load(s, tu_tiny_yaml, "t.yaml");
   schedrun_error_t err = {0};
   for (int i = 0; i < 500; i++) {
     schedrun_job_t id;
