@@ -31,6 +31,18 @@ actor_t *api_guest_enter(schedrun_t *s) {
 
 void api_guest_leave(schedrun_t *s) { atomic_fetch_sub(&s->sched_guests, 1); }
 
+/* Rings the actor behind `sock` for what q holds (send_lock held): a QUEUED
+ * doorbell, and one that could not go is forgotten, so that the next push
+ * rings again. */
+static int ring_locked(void *sock, msg_queue *q, uint64_t job, schedrun_error_t *err) {
+  msg bell;
+  msg_init(&bell, MSG_QUEUED, job, ACTOR_CLIENT);
+  int rc = mbox_send(sock, &bell, err);
+  msg_free(&bell);
+  if (rc) msgq_unring(q);
+  return rc;
+}
+
 /* After polling q (msgq_poll_end): what came meanwhile rang nobody, so it
  * runs here, or, when the actor's turn is busy, the actor is rung through
  * `bell`: the holder (another guest, or its own thread) may have looked at
@@ -38,13 +50,9 @@ void api_guest_leave(schedrun_t *s) { atomic_fetch_sub(&s->sched_guests, 1); }
 static void settle(schedrun_t *s, actor_t *a, msg_queue *q, void *bell) {
   if (!msgq_any(q) || actor_run_queue_here(a) != ACTOR_TURN_BUSY) return;
   if (!msgq_claim_ring(q)) return;
-  msg m;
-  msg_init(&m, MSG_QUEUED, 0, ACTOR_CLIENT);
   pthread_mutex_lock(&s->send_lock);
-  int rc = mbox_send(bell, &m, NULL);
+  ring_locked(bell, q, 0, NULL);
   pthread_mutex_unlock(&s->send_lock);
-  msg_free(&m);
-  if (rc) msgq_unring(q);
 }
 
 void api_guest_settle(schedrun_t *s, actor_t *sched) { settle(s, sched, &s->core.to_scheduler, s->outbox); }
@@ -113,12 +121,8 @@ int api_send_submit(schedrun_t *s, const msg *m, submit_how how, schedrun_error_
     pthread_mutex_unlock(&s->send_lock);
     return rc;
   }
-  msg bell;
-  msg_init(&bell, MSG_QUEUED, m->job, ACTOR_CLIENT);
-  rc = mbox_send(s->outbox, &bell, err);
+  rc = ring_locked(s->outbox, q, m->job, err);
   pthread_mutex_unlock(&s->send_lock);
-  msg_free(&bell);
-  if (rc) msgq_unring(q); /* the scheduler is gone: what is queued is never read */
   return rc;
 }
 
