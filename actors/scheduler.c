@@ -108,7 +108,8 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   else if (sb->slot >= MAX_SLOTS) bad = "binding slot out of range (at most 64)";
   else if (sb->device >= s->core->ndevices || sb->device < -1) bad = "no such device";
   else if (s->closing) bad = "the scheduler is shutting down";
-  else if (!(ps = scheduler_prog_get(s, sb->program, true)) || idmap_put(&s->jobs, j->id, j) != 0) bad = "out of memory";
+  else if ((!ps && !(ps = scheduler_prog_get(s, sb->program, true))) || idmap_put(&s->jobs, j->id, j) != 0)
+    bad = "out of memory";
   else if (ps->releasing) bad = "the program is being released";
   if (bad) {
     int code = s->closing ? SCHEDRUN_ECLOSED : SCHEDRUN_EINVAL;
