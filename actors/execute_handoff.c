@@ -79,11 +79,14 @@ int execute_park(execute_state *s, const context_run *c, const msg_u64s *park, m
       err_set(err, rc, "leaving buffer '%s' on %s for the job it is handed to: %s", c->p->buffers[b].name,
               be->ops->device_name(be, s->device), err->message ? err->message : "failed");
   }
-  if (rc) {
-    for (size_t i = 0; i < parcels->n; i++) be->ops->mem_free(be, s->device, parcels->v[i]);
-    free(parcels->v);
-    parcels->v = NULL;
-    parcels->n = 0;
-  }
+  if (rc) execute_drop_parcels(s, parcels);
   return rc;
+}
+
+void execute_drop_parcels(execute_state *s, msg_u64s *parcels) {
+  gpu_backend *be = s->core->backend;
+  for (size_t i = 0; i < parcels->n; i++) be->ops->mem_free(be, s->device, parcels->v[i]);
+  free(parcels->v);
+  parcels->v = NULL;
+  parcels->n = 0;
 }

@@ -284,8 +284,7 @@ static void run_alone(actor_t *self, execute_state *s, const context_run *c, con
   if (rc == SCHEDRUN_OK && !ntimed && !batch_parcels(b, cm->jobs.n, &parcels))
     rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
   if (rc) {
-    for (size_t i = 0; i < parcels.n; i++) s->core->backend->ops->mem_free(s->core->backend, s->device, parcels.v[i]);
-    free(parcels.v);
+    execute_drop_parcels(s, &parcels);
     batch_drop_outputs(b, outs_from);
     execute_job_failed(self, s, b->scheduler, jr->id, rc, &f, &err);
     schedrun_error_clear(&err);

@@ -83,6 +83,8 @@ int execute_take_parcels(execute_state *s, const context_run *c, const job_run *
  * addresses go to *parcels. On failure none is left. */
 int execute_park(execute_state *s, const context_run *c, const msg_u64s *park, msg_u64s *parcels,
                  schedrun_error_t *err);
+/* Frees parcels left on this device that nobody will take, and empties the list. */
+void execute_drop_parcels(execute_state *s, msg_u64s *parcels);
 /* Whether buffer b is filled from a parcel. */
 bool execute_taken(const msg_u64s *takes, uint32_t b);
 
