@@ -542,6 +542,9 @@ static void test_bad_structure(void **st) {
   expect_reject("\xdd\xff\xff\xff\xff\x00", 6, "more elements");
   /* map32 claiming 2 billion pairs */
   expect_reject("\xdf\x7f\xff\xff\xff\x00\x00", 7, "more elements");
+  /* claims that each fit the bytes left but not all together: an array of 5
+   * whose first element claims the other 4 bytes (refused before allocating) */
+  expect_reject("\xdc\x00\x05\x94\x01\x01\x01\x01", 8, "more elements");
   /* str32 running past the end */
   expect_reject("\xdb\x00\x10\x00\x00" "abc", 8, "truncated");
   /* trailing bytes after a valid message */
