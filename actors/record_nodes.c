@@ -144,16 +144,31 @@ static int eval_index(walk *w, const prog_step *st, const prog_expr *e, const ch
   return 0;
 }
 
-/* A byte range [offset, offset+count) of elements inside buffer b. */
+/* A byte range [offset, offset+count) of elements inside buffer b: the
+ * offset at most the buffer's end, and the count no further than it. */
 static int buf_range(walk *w, const prog_step *st, uint32_t b, int64_t off, int64_t count,
                      const char *what, uint64_t *addr) {
   const prog_buffer *buf = &w->p->buffers[b];
-  if (off < 0 || count < 0 || (uint64_t)off > buf->count || (uint64_t)count > buf->count - (uint64_t)off)
+  if (off < 0 || (uint64_t)off > buf->count)
+    return wfail(w, st, "%s: offset %lld is outside buffer '%s' (%llu elements)", what, (long long)off, buf->name,
+                 (unsigned long long)buf->count);
+  if (count < 0 || (uint64_t)count > buf->count - (uint64_t)off)
     return wfail(w, st, "%s: %lld elements at offset %lld run outside buffer '%s' (%llu elements)",
                  what, (long long)count, (long long)off, buf->name,
                  (unsigned long long)buf->count);
   *addr = w->r->bindings.v[b] + (uint64_t)off * prog_type_size(buf->type);
   return 0;
+}
+
+/* A kernel's buffer argument: a pointer to one of b's elements, so an offset
+ * at the buffer's end (nothing left to point at) is refused too. */
+static int buf_pointer(walk *w, const prog_step *st, uint32_t b, int64_t off, uint32_t argno, uint64_t *addr) {
+  const prog_buffer *buf = &w->p->buffers[b];
+  if (off < 0 || (uint64_t)off >= buf->count)
+    return wfail(w, st, "argument %u of '%s': offset %lld is outside buffer '%s' (%llu elements; a buffer argument "
+                 "points at one of them)", argno, w->p->kernels[st->u.launch.kernel].name, (long long)off, buf->name,
+                 (unsigned long long)buf->count);
+  return buf_range(w, st, b, off, 1, "offset", addr);
 }
 
 static int pack_scalar(walk *w, const prog_step *st, prog_type t, prog_value v, uint32_t argno,
@@ -253,8 +268,7 @@ static int walk_step(walk *w, const prog_step *st, int depth, uint32_t rid, uint
       uint64_t *slot = &l->args[arg0 + a];
       if (pa->is_buffer) {
         int64_t off = 0;
-        if (eval_index(w, st, &pa->expr, "offset", &off) ||
-            buf_range(w, st, pa->buffer, off, 0, "offset", slot))
+        if (eval_index(w, st, &pa->expr, "offset", &off) || buf_pointer(w, st, pa->buffer, off, a + 1, slot))
           return -1;
       } else {
         prog_value v;

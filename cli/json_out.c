@@ -1,7 +1,8 @@
 /*
- * sched-run --json, written with json-c from the public API: the outcome
- * (status and exit status), the program, the devices and the fallback
- * reason, the summary's numbers, per-device counters, the failures, and
+ * sched-run --json, written with json-c: the library's report object
+ * (schedrun_report_json: the program, the summary's numbers, per-device
+ * counters, the failures) with what only the command knows added: the
+ * outcome (status and exit status), the config, the fallback reason, and
  * errors as structures: a config error is one {file, line, column, message}
  * per problem, a compile error names the kernel, the place the compiler
  * points at, its log and the teardown the compile actor ran.
@@ -57,13 +58,6 @@ static json_object *str_n(const char *s, size_t n) {
 static json_object *str(const char *s) { return s ? str_n(s, strlen(s)) : NULL; }
 
 static void put(json_object *o, const char *key, json_object *v) { json_object_object_add(o, key, v); }
-
-/* milliseconds, printed with microsecond precision */
-static json_object *msec(uint64_t ns) {
-  char buf[32];
-  snprintf(buf, sizeof buf, "%.3f", (double)ns / 1e6);
-  return json_object_new_double_s((double)ns / 1e6, buf);
-}
 
 /* "file:line:col: message" -> its parts; false when the line is not one. */
 static bool split_place(const char *line, size_t len, json_object **out) {
@@ -145,65 +139,41 @@ static json_object *compile_errors(const char *message) {
   return a;
 }
 
-static json_object *summary_devices(const schedrun_summary_t *sum) {
-  json_object *a = json_object_new_array();
-  for (int d = 0; d < sum->ndevices; d++) {
-    const schedrun_device_stats_t *ds = &sum->devices[d];
-    json_object *o = json_object_new_object();
-    put(o, "name", str(ds->name));
-    put(o, "jobs", json_object_new_int64((int64_t)ds->jobs));
-    put(o, "nodes_created", json_object_new_int64((int64_t)ds->nodes_created));
-    put(o, "nodes_updated", json_object_new_int64((int64_t)ds->nodes_updated));
-    put(o, "nodes_reused", json_object_new_int64((int64_t)ds->nodes_reused));
-    put(o, "busy_ms", msec(ds->busy_ns));
-    put(o, "launches", json_object_new_int64((int64_t)ds->launches));
-    put(o, "loop_syncs", json_object_new_int64((int64_t)ds->loop_syncs));
-    put(o, "loops", str(ds->loops));
-    json_object_array_add(a, o);
+/* The report's own object (schedrun_report_json), or NULL without a report. */
+static json_object *report_object(const schedrun_report_t *rep) {
+  char *text = rep ? schedrun_report_json(rep) : NULL;
+  json_object *j = text ? json_tokener_parse(text) : NULL;
+  free(text);
+  if (j && !json_object_is_type(j, json_type_object)) {
+    json_object_put(j);
+    j = NULL;
   }
-  return a;
+  return j;
 }
 
 int json_print_outcome(const cli_outcome *o) {
-  json_object *j = json_object_new_object();
-  put(j, "schema", json_object_new_int(JSON_SCHEMA));
+  /* what the library says of the run, then what only the command knows */
+  json_object *j = report_object(o->rep);
+  if (!j) {
+    j = json_object_new_object();
+    put(j, "schema", json_object_new_int(SCHEDRUN_REPORT_SCHEMA));
+    put(j, "program", o->prog ? str(schedrun_program_name(o->prog)) : NULL);
+    json_object *names = json_object_new_array();
+    for (int d = 0; o->s && d < schedrun_device_count(o->s); d++) {
+      json_object *dev = json_object_new_object();
+      put(dev, "name", str(schedrun_device_name(o->s, d)));
+      json_object_array_add(names, dev);
+    }
+    put(j, "devices", names);
+    put(j, "failures", json_object_new_array());
+  }
   put(j, "status", json_object_new_string(o->status));
   put(j, "exit", json_object_new_int(o->exit_status));
   put(j, "config", str(o->config));
-  put(j, "program", o->prog ? str(schedrun_program_name(o->prog)) : NULL);
   if (o->signal) put(j, "interrupted", json_object_new_string(o->signal));
-  const schedrun_summary_t *sum = o->rep ? schedrun_report_summary(o->rep) : NULL;
   put(j, "verified", json_object_new_boolean(o->exit_status == 0));
   put(j, "fallback", o->s && schedrun_device_fallback(o->s) ? str(schedrun_device_fallback(o->s)) : NULL);
-  if (sum) {
-    put(j, "runs", json_object_new_int64(sum->runs));
-    put(j, "jobs", json_object_new_int64(sum->jobs));
-    put(j, "jobs_verified", json_object_new_int64(sum->verified));
-    put(j, "jobs_failed", json_object_new_int64(sum->failed));
-    /* sums over jobs, not spans of the run (wall_ms is) */
-    put(j, "compile_ms_sum", msec(sum->compile_ns));
-    put(j, "record_ms_sum", msec(sum->record_ns));
-    put(j, "execute_ms_sum", msec(sum->execute_ns));
-    put(j, "wall_ms", msec(sum->wall_ns));
-    put(j, "cache_hits", json_object_new_int64((int64_t)sum->cache_hits));
-    put(j, "cache_misses", json_object_new_int64((int64_t)sum->cache_misses));
-    put(j, "nodes_created", json_object_new_int64((int64_t)sum->nodes_created));
-    put(j, "nodes_updated", json_object_new_int64((int64_t)sum->nodes_updated));
-    put(j, "nodes_reused", json_object_new_int64((int64_t)sum->nodes_reused));
-    put(j, "devices", summary_devices(sum));
-  } else {
-    json_object *names = json_object_new_array();
-    for (int d = 0; o->s && d < schedrun_device_count(o->s); d++)
-      json_object_array_add(names, json_object_new_object());
-    for (int d = 0; o->s && d < schedrun_device_count(o->s); d++)
-      put(json_object_array_get_idx(names, (size_t)d), "name", str(schedrun_device_name(o->s, d)));
-    put(j, "devices", names);
-  }
   if (o->ranks) put(j, "ranks", o->ranks);
-  json_object *failures = json_object_new_array();
-  for (size_t i = 0; o->rep && i < schedrun_report_failure_count(o->rep); i++)
-    json_object_array_add(failures, str(schedrun_report_failure(o->rep, i)));
-  put(j, "failures", failures);
   json_object *errors;
   if (o->message && !strcmp(o->status, "config-error")) errors = config_errors(o->message);
   else if (o->message && !strcmp(o->status, "compile-error")) errors = compile_errors(o->message);

@@ -6,8 +6,6 @@
 
 #include "schedrun.h"
 
-#define JSON_SCHEMA 1
-
 typedef struct cli_outcome {
   int exit_status;
   const char *status;   /* verified, not-verified, usage-error, config-error, compile-error, failed, interrupted */

@@ -76,6 +76,7 @@ int ranks_serve(cli_ranks *r) {
   opts.no_disk_cache = sh.no_cache;
   schedrun_error_t err = {0};
   int rc = schedrun_mpi_open(&r->m, MPI_COMM_WORLD, &opts, NULL, &err);
+  r->open_failed = rc != SCHEDRUN_OK;
   if (rc == SCHEDRUN_OK) {
     schedrun_report_t *rep = NULL;
     rc = schedrun_mpi_run(r->m, NULL, NULL, &rep, &err);
@@ -91,6 +92,7 @@ int ranks_open(cli_ranks *r, const schedrun_options_t *o, schedrun_t **s, schedr
   schedrun_mpi_options_init(&mo);
   mo.batch = r->batch;
   int rc = schedrun_mpi_open(&r->m, MPI_COMM_WORLD, o, &mo, err);
+  r->open_failed = rc != SCHEDRUN_OK;
   *s = rc == SCHEDRUN_OK ? schedrun_mpi_local(r->m) : NULL;
   return rc;
 }
@@ -148,7 +150,9 @@ int ranks_end(cli_ranks *r, schedrun_t **s, int status) {
   int lost = schedrun_mpi_lost(r->m);
   schedrun_mpi_close(&r->m);
   *s = NULL;
-  if (lost) MPI_Abort(MPI_COMM_WORLD, status ? status : 4); /* MPI cannot finish with a rank gone */
+  /* MPI cannot finish with a rank gone, or with ranks that did not all open
+   * (MPI_Finalize would wait for the missing one) */
+  if (lost || r->open_failed) MPI_Abort(MPI_COMM_WORLD, status ? status : 4);
   MPI_Finalize();
   return status;
 }

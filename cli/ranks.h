@@ -19,12 +19,13 @@ typedef struct cli_ranks {
   int rank, size;
   struct schedrun_mpi *m;
   int batch; /* --rank-batch; 0: the default */
+  bool open_failed; /* schedrun_mpi_open failed: the ranks cannot finish MPI together */
 } cli_ranks;
 
 /* This process's rank as an MPI launcher set it, or NULL when none started it. */
 const char *ranks_launcher_rank(void);
 /* First thing in main: a sched-run without MPI that an MPI launcher started
- * becomes sched-run-mpi (beside it), so that only runs across ranks load
+ * becomes sched-run-mpi (beside it in a build tree, in libexec/ installed), so that only runs across ranks load
  * MPI. Returns only to refuse (the exit status), or 0 to go on. */
 int ranks_handover(char **argv);
 /* The refusal shared by both builds: 2 when SLURM_NTASKS says this process

@@ -1,7 +1,10 @@
 /* ranks.h for sched-run itself: one process, as always; started by an MPI
- * launcher, it hands over to sched-run-mpi. */
+ * launcher, it hands over to sched-run-mpi, an internal program found beside
+ * sched-run in a build tree and in SCHEDRUN_CLI_LIBEXEC (relative to
+ * sched-run's directory) once installed. */
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,13 +14,14 @@
 int ranks_handover(char **argv) {
   if (!ranks_launcher_rank()) return 0;
 #ifdef SCHEDRUN_CLI_HANDOVER
-  char self[PATH_MAX], mpi[PATH_MAX + 16];
+  char self[PATH_MAX], mpi[PATH_MAX + 64];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n > 0) {
     self[n] = '\0';
     char *slash = strrchr(self, '/');
     if (slash) *slash = '\0';
-    snprintf(mpi, sizeof mpi, "%s/sched-run-mpi", self);
+    snprintf(mpi, sizeof mpi, "%s/sched-run-mpi", self); /* a build tree */
+    if (access(mpi, X_OK) != 0) snprintf(mpi, sizeof mpi, "%s/%s/sched-run-mpi", self, SCHEDRUN_CLI_LIBEXEC);
     execv(mpi, argv); /* returns only when it could not */
     fprintf(stderr, "sched-run: started by an MPI launcher, but %s cannot run: %s\n", mpi, strerror(errno));
   } else {

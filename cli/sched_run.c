@@ -255,6 +255,23 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   const char *path = argv[optind];
+  /* every file the run will write can be written: found out now, not after
+   * every job has run */
+  const struct {
+    const char *opt, *path;
+    int dir;
+  } outs[] = {{output_all ? "--output-all" : "--output", output, 1}, {"--dot", dotfile, 0}, {"--trace", trace, 0}};
+  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+    schedrun_error_t oerr = {0};
+    if (!outs[i].path || schedrun_check_output(outs[i].path, outs[i].dir, &oerr) == SCHEDRUN_OK) continue;
+    fprintf(stderr, "sched-run: %s: %s; nothing was run\n", outs[i].opt, oerr.message);
+    if (json) {
+      cli_outcome oc = {EXIT_USAGE, "usage-error", path, NULL, oerr.message, NULL, NULL, NULL, NULL};
+      json_print_outcome(&oc);
+    }
+    schedrun_error_clear(&oerr);
+    return EXIT_USAGE;
+  }
   if (strcmp(path, "-") != 0 && schedrun_config_is_graph(path, NULL) == 1) {
     /* a stages config: a job graph, run in this process */
     const char *refused = jobs ? "--jobs" : check ? "--check" : output ? (output_all ? "--output-all" : "--output")

@@ -60,6 +60,11 @@ int fs_write_atomic(const char *path, const void *data, size_t len, schedrun_err
  * an existing device or FIFO is written in place; a symbolic link is followed
  * (the link stays); a directory is refused; otherwise written atomically. */
 int fs_write_output(const char *path, const void *data, size_t len, schedrun_error_t *err);
+/* Whether fs_write_output (dir false) or files under a directory that
+ * fs_mkdir_p makes (dir true) could be written at path, found out without
+ * writing anything: SCHEDRUN_OK, or SCHEDRUN_EIO saying what stands in the
+ * way. */
+int fs_check_output(const char *path, bool dir, schedrun_error_t *err);
 /* Reads a file the user gave (a config, a kernel, an init): regular files
  * only, at most max_bytes, every failure named with its cause. */
 int fs_read_input(const char *path, uint64_t max_bytes, char **data, size_t *len, schedrun_error_t *err);

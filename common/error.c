@@ -25,6 +25,7 @@ const char *schedrun_strerror(int code) {
   case SCHEDRUN_EFAULT: return "kernel fault";
   case SCHEDRUN_ELOST: return "device lost";
   case SCHEDRUN_EDEPEND: return "a job it runs after failed";
+  case SCHEDRUN_EHOST: return "host task failed";
   default: return "unknown error";
   }
 }

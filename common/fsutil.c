@@ -134,6 +134,68 @@ int fs_write_output(const char *path, const void *data, size_t len, schedrun_err
   return fs_write_atomic(path, data, len, err);
 }
 
+/* A directory that a file can be created in: it exists, is a directory, and
+ * an entry made in it (a probe, removed at once) can be: permissions alone do
+ * not tell (a read-only mount, /proc). */
+static int writable_dir(const char *dir, const char *path, schedrun_error_t *err) {
+  struct stat st;
+  if (stat(dir, &st) != 0)
+    return err_set(err, SCHEDRUN_EIO, "%s: cannot be created: %s: %s", path, dir, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return err_set(err, SCHEDRUN_EIO, "%s: cannot be created: %s is not a directory", path, dir);
+  char probe[4200];
+  snprintf(probe, sizeof probe, "%s/.schedrun-probe-XXXXXX", dir);
+  if (!mkdtemp(probe)) return err_set(err, SCHEDRUN_EIO, "%s: cannot be created in %s: %s", path, dir, strerror(errno));
+  rmdir(probe);
+  return SCHEDRUN_OK;
+}
+
+int fs_check_output(const char *path, bool dir, schedrun_error_t *err) {
+  if (!path || !*path) return err_set(err, SCHEDRUN_EIO, "an empty path");
+  if (!dir && !strcmp(path, "-")) return SCHEDRUN_OK;
+  struct stat st;
+  if (stat(path, &st) == 0) {
+    if (dir) {
+      if (!S_ISDIR(st.st_mode)) return err_set(err, SCHEDRUN_EIO, "%s: is not a directory", path);
+      if (access(path, W_OK) != 0) return err_set(err, SCHEDRUN_EIO, "%s: cannot be written: %s", path, strerror(errno));
+      return SCHEDRUN_OK;
+    }
+    if (S_ISDIR(st.st_mode)) return err_set(err, SCHEDRUN_EIO, "%s: is a directory", path);
+    if (access(path, W_OK) != 0) return err_set(err, SCHEDRUN_EIO, "%s: cannot be written: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return SCHEDRUN_OK; /* a device or FIFO: written in place */
+    char *real = realpath(path, NULL); /* a regular file is replaced in its (link target's) directory */
+    if (!real) return err_set(err, SCHEDRUN_EIO, "%s: cannot resolve: %s", path, strerror(errno));
+    char *d = fs_dirname(real);
+    int rc = d ? writable_dir(d, path, err) : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    free(d);
+    free(real);
+    return rc;
+  }
+  if (errno != ENOENT) return err_set(err, SCHEDRUN_EIO, "%s: %s", path, strerror(errno));
+  /* not there: a dangling link names what gets created; a directory is made
+   * from its nearest existing ancestor */
+  char *target = NULL;
+  struct stat lst;
+  if (!dir && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode)) {
+    char to[4096];
+    ssize_t n = readlink(path, to, sizeof to - 1);
+    if (n < 0) return err_set(err, SCHEDRUN_EIO, "%s: cannot read the link: %s", path, strerror(errno));
+    to[n] = '\0';
+    target = fs_join_rel(path, to);
+  } else {
+    target = xstrdup(path);
+  }
+  char *d = target ? fs_dirname(target) : NULL;
+  while (d && dir && stat(d, &st) != 0 && errno == ENOENT && strcmp(d, ".") && strcmp(d, "/")) {
+    char *up = fs_dirname(d);
+    free(d);
+    d = up;
+  }
+  int rc = d ? writable_dir(d, path, err) : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  free(d);
+  free(target);
+  return rc;
+}
+
 int fs_read_input(const char *path, uint64_t max_bytes, char **data, size_t *len, schedrun_error_t *err) {
   *data = NULL;
   *len = 0;

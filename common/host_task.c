@@ -70,7 +70,7 @@ int schedrun_host_task_fail(schedrun_host_task_t *t, const char *why) {
   if (!t) return SCHEDRUN_EINVAL;
   free(t->why);
   t->why = xstrdup(why ? why : "");
-  return SCHEDRUN_EINVAL;
+  return SCHEDRUN_EHOST;
 }
 
 void host_task_clear(schedrun_host_task_t *t) {
@@ -92,7 +92,7 @@ void host_task_clear(schedrun_host_task_t *t) {
 int host_task_call(schedrun_host_task_t *t, schedrun_host_fn fn, void *user, const char **why) {
   int ret = fn(t, user);
   if (ret == 0) return SCHEDRUN_OK;
-  int status = ret < 0 && ret >= SCHEDRUN_EDEPEND ? ret : SCHEDRUN_EINVAL;
+  int status = ret < 0 && ret >= SCHEDRUN_EHOST ? ret : SCHEDRUN_EHOST;
   *why = t->why && *t->why ? t->why : schedrun_strerror(status);
   return status;
 }

@@ -1,4 +1,5 @@
 /* Choosing a backend from a device spec, and finding compile targets. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,6 +12,37 @@ static int host_count(const char *spec, schedrun_error_t *err) {
   if (spec[5] == '\0' || *end != '\0' || n < 1 || n > SCHEDRUN_MAX_DEVICES)
     return err_set(err, SCHEDRUN_EINVAL, "devices '%s': host:N needs N from 1 to %d", spec, SCHEDRUN_MAX_DEVICES);
   return (int)n;
+}
+
+/* How many host devices "all" makes without a GPU: one per core. */
+static int host_all_count(void) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return (int)(cores < 1 ? 1 : cores > SCHEDRUN_MAX_DEVICES ? SCHEDRUN_MAX_DEVICES : cores);
+}
+
+bool gpu_devices_fit(const char *want, const char *opened, const gpu_backend *b, bool fell_back) {
+  if (!strcmp(want, opened)) return true;
+  int n = b->ops->device_count(b);
+  bool host = n > 0 && !strncmp(b->ops->device_name(b, 0), "host:", 5);
+  if (!strcmp(want, "host")) return host && n == 1;
+  if (!strncmp(want, "host:", 5)) return host && n == atoi(want + 5);
+  if (!strncmp(want, "cuda:", 5)) { /* exactly those GPUs, in that order */
+    if (host) return false;
+    const char *p = want + 5;
+    for (int d = 0; d < n; d++) {
+      char *end;
+      long i = strtol(p, &end, 10);
+      char name[32];
+      snprintf(name, sizeof name, "cuda:%ld", i);
+      if (end == p || strcmp(name, b->ops->device_name(b, d))) return false;
+      p = *end == ',' ? end + 1 : end;
+    }
+    return *p == '\0';
+  }
+  /* auto, all, cuda: every GPU here, or (auto, all) host devices without one */
+  if (!host) return !strcmp(opened, "auto") || !strcmp(opened, "all") || !strcmp(opened, "cuda");
+  if (!fell_back) return false; /* opened as host devices: whether a GPU is here was never asked */
+  return !strcmp(want, "auto") ? n == 1 : !strcmp(want, "all") ? n == host_all_count() : false;
 }
 
 /* "auto": every GPU, else one host device. "all": every GPU, else one host
@@ -31,9 +63,7 @@ int gpu_backend_open(const char *devices, const gpu_open_opts *o, gpu_backend **
     if (gpu_cuda_open(NULL, 0, out, &why) == SCHEDRUN_OK) return SCHEDRUN_OK;
     if (why_fallback) *why_fallback = xstrdup(why.message);
     schedrun_error_clear(&why);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int n = !strcmp(spec, "all") ? (int)(cores < 1 ? 1 : cores > SCHEDRUN_MAX_DEVICES ? SCHEDRUN_MAX_DEVICES : cores) : 1;
-    return gpu_host_open(n, o, out, err);
+    return gpu_host_open(!strcmp(spec, "all") ? host_all_count() : 1, o, out, err);
   }
   if (!strcmp(spec, "cuda")) return gpu_cuda_open(NULL, 0, out, err);
   if (!strncmp(spec, "cuda:", 5)) {

@@ -55,7 +55,8 @@ enum schedrun_status {
   SCHEDRUN_EAGAIN = -14,    /* no room: max_inflight jobs are in flight */
   SCHEDRUN_EFAULT = -15,    /* a kernel faulted or ended its device's process */
   SCHEDRUN_ELOST = -16,     /* the device was lost to an earlier fault or deadline */
-  SCHEDRUN_EDEPEND = -17    /* a job this one runs after did not complete successfully */
+  SCHEDRUN_EDEPEND = -17,   /* a job this one runs after did not complete successfully */
+  SCHEDRUN_EHOST = -18      /* a host task or host step returned failure */
 };
 
 /* A short, static name for a status code ("config error", ...). */
@@ -188,7 +189,7 @@ SCHEDRUN_EXTERN int schedrun_program_load_string(schedrun_t *s, const char *yaml
  * calls). */
 typedef struct schedrun_host_task schedrun_host_task_t;
 /* Returns 0, or non-zero to fail (a SCHEDRUN_E* code is kept, any other value
- * is SCHEDRUN_EINVAL), with schedrun_host_task_fail's reason if given. A
+ * is SCHEDRUN_EHOST), with schedrun_host_task_fail's reason if given. A
  * graph's host task runs on the completion thread, a program's host step on
  * its device's thread: keep either short, and do not wait there for jobs. */
 typedef int (*schedrun_host_fn)(schedrun_host_task_t *t, void *user);
@@ -557,17 +558,18 @@ SCHEDRUN_EXTERN int schedrun_report_device(const schedrun_report_t *r, int run, 
 /* What happened to (run, job): SCHEDRUN_OK and *out filled, or SCHEDRUN_EINVAL when
  * there is no such job in the report. */
 SCHEDRUN_EXTERN int schedrun_report_job(const schedrun_report_t *r, int run, int job, schedrun_job_info_t *out);
-/* The summary as one JSON object. Heap string; free() it. */
+/* The summary as one JSON object, the one `sched-run --json` prints (less
+ * the command's own keys: status, exit, config, fallback, errors): schema
+ * SCHEDRUN_REPORT_SCHEMA, program, verified, runs, jobs, jobs_verified,
+ * jobs_failed, compile_ms_sum, record_ms_sum, execute_ms_sum, wall_ms,
+ * cache_hits, cache_misses, nodes_created, nodes_updated, nodes_reused,
+ * devices (name, jobs, nodes_*, busy_ms, launches, loop_syncs, loops) and
+ * failures. Heap string; free() it. */
+#define SCHEDRUN_REPORT_SCHEMA 1
 SCHEDRUN_EXTERN char *schedrun_report_json(const schedrun_report_t *r);
 /* Writes a Chrome trace event file (opens in Perfetto): one lane per actor
  * and per device, with each job's compile, record and execution spans. */
 SCHEDRUN_EXTERN int schedrun_report_write_trace(const schedrun_report_t *r, const char *path, schedrun_error_t *err);
-/* Writes output buffers as NumPy .npy files (dtype and shape set) under dir,
- * created if needed: dir/<buffer>.npy for run 0, job 0, and, when the run
- * has several runs or jobs, dir/run<R>/job<J>/<buffer>.npy for each. Which
- * buffers: every one with all; else those the config marks `output: true`,
- * or, when it marks none, those it has expectations for. The run must have
- * kept its outputs (keep_outputs); jobs that failed are left out. */
 /* Writes program p as it is recorded, as Graphviz DOT, to path ("-":
  * standard output): one cluster per {device, binding slot} a job of report r
  * ran in (r NULL: one, for device 0 and slot 0), with its launches, copies
@@ -575,7 +577,20 @@ SCHEDRUN_EXTERN int schedrun_report_write_trace(const schedrun_report_t *r, cons
  * as recorded for that context's first job; while loops as clusters. */
 SCHEDRUN_EXTERN int schedrun_program_write_dot(const schedrun_program_t *p, const schedrun_report_t *r, const char *path,
                                                schedrun_error_t *err);
+/* Writes output buffers as NumPy .npy files (dtype and shape set) under dir,
+ * created if needed: dir/<buffer>.npy for run 0, job 0, and, when the run
+ * has several runs or jobs, dir/run<R>/job<J>/<buffer>.npy for each. Which
+ * buffers: every one with all; else those the config marks `output: true`,
+ * or, when it marks none, those it has expectations for. The run must have
+ * kept its outputs (keep_outputs); jobs that failed are left out. */
 SCHEDRUN_EXTERN int schedrun_report_write_npy(const schedrun_report_t *r, const char *dir, int all, schedrun_error_t *err);
+/* Whether the writers above could write at path, found out before a run
+ * without writing anything: a file (directory 0: the trace, the DOT file;
+ * "-" is standard output) or a directory of files (directory 1: the .npy
+ * outputs, made with its parents if missing). SCHEDRUN_OK, or SCHEDRUN_EIO
+ * saying what stands in the way (a missing or unwritable directory, a
+ * directory where a file goes, a file where a directory goes). */
+SCHEDRUN_EXTERN int schedrun_check_output(const char *path, int directory, schedrun_error_t *err);
 SCHEDRUN_EXTERN void schedrun_report_free(schedrun_report_t **r);
 
 #ifdef __cplusplus

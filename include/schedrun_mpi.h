@@ -42,6 +42,8 @@ typedef struct schedrun_mpi_options {
   int lost_after_ms; /* a rank not heard from for this long is lost; 0: 10000 */
   int batch;         /* jobs per MPI message at most; 0: 256; 1: one message per job */
   int inflight_per_device; /* jobs rank 0 keeps out per device of a rank; 0: 512 */
+  int open_wait_ms;  /* how long the ranks wait for each other while they open (each opens its
+                        devices first); a rank silent past it fails the open; 0: 60000 */
 } schedrun_mpi_options_t;
 
 SCHEDRUN_EXTERN void schedrun_mpi_options_init(schedrun_mpi_options_t *o);

@@ -107,6 +107,7 @@ struct schedrun {
   schedrun_program_t *programs;
   char *temp_cache; /* removed at close */
   char *fallback;   /* why auto/all runs on the host */
+  char *opened_devices; /* the devices spec it was opened with ("auto" for NULL) */
   char target[96];  /* what kernels compile for: "host", "cuda sm_90" */
   uint64_t spin_ns; /* how long waiting threads poll before they sleep */
   /* callbacks of jobs whose COMPLETE a waiting thread took from the

@@ -218,6 +218,7 @@ static void teardown(schedrun_t *s) {
   if (s->temp_cache) fs_remove_tree(s->temp_cache);
   free(s->temp_cache);
   free(s->fallback);
+  free(s->opened_devices);
   free(s->core.cache_dir);
   free(s);
 }
@@ -266,6 +267,10 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   s->spin_ns = o.spin_us < 0 ? 0 : o.spin_us == 0 ? ACTOR_SPIN_NS : (uint64_t)o.spin_us * 1000u;
   gpu_open_opts go = {s->core.cache_dir, s->spin_ns, o.host_in_process != 0};
   if ((rc = gpu_backend_open(o.devices, &go, &s->core.backend, &s->fallback, err))) goto fail;
+  if (!(s->opened_devices = xstrdup(o.devices ? o.devices : "auto"))) {
+    rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    goto fail;
+  }
   s->core.ndevices = s->core.backend->ops->device_count(s->core.backend);
   {
     const gpu_backend *be = s->core.backend;

@@ -18,22 +18,42 @@ int api_wrap_program(prog_program *p, schedrun_program_t **out, schedrun_error_t
   return SCHEDRUN_OK;
 }
 
+/* A program loaded into scheduler s runs on s's devices: a config that names
+ * others is refused rather than run where it did not ask to run. */
+static int devices_fit(const schedrun_t *s, prog_program *p, schedrun_error_t *err) {
+  if (!s || p->devices_at.line == 0 ||
+      gpu_devices_fit(p->devices, s->opened_devices, s->core.backend, s->fallback != NULL))
+    return SCHEDRUN_OK;
+  strbuf names;
+  sb_init(&names);
+  for (int d = 0; d < s->core.ndevices; d++) sb_addf(&names, "%s%s", d ? ", " : "", s->core.backend->ops->device_name(s->core.backend, d));
+  int rc = err_set(err, SCHEDRUN_ECONFIG,
+                   "%s:%d:%d: devices '%s' are not this scheduler's: it was opened with devices '%s' (%s); open "
+                   "one with the program's devices (schedrun_program_devices), or load the program without a "
+                   "scheduler to run it wherever it is submitted",
+                   p->path, p->devices_at.line, p->devices_at.col, p->devices, s->opened_devices,
+                   names.data ? names.data : "");
+  sb_free(&names);
+  prog_free(p);
+  return rc;
+}
+
 int schedrun_program_load_file(schedrun_t *s, const char *path, schedrun_program_t **out, schedrun_error_t *err) {
-  (void)s;
   if (!out || !path) return err_set(err, SCHEDRUN_EINVAL, "schedrun_program_load_file: %s is NULL", out ? "path" : "out");
   *out = NULL;
   prog_program *p;
   int rc = prog_load_file(path, &p, err);
+  if (!rc) rc = devices_fit(s, p, err);
   return rc ? rc : api_wrap_program(p, out, err);
 }
 
 int schedrun_program_load_string(schedrun_t *s, const char *yaml, const char *origin, schedrun_program_t **out,
                                  schedrun_error_t *err) {
-  (void)s;
   if (!out || !yaml) return err_set(err, SCHEDRUN_EINVAL, "schedrun_program_load_string: %s is NULL", out ? "yaml" : "out");
   *out = NULL;
   prog_program *p;
   int rc = prog_load_string(yaml, strlen(yaml), origin ? origin : "<string>", &p, err);
+  if (!rc) rc = devices_fit(s, p, err);
   return rc ? rc : api_wrap_program(p, out, err);
 }
 

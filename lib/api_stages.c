@@ -179,28 +179,14 @@ static void load_graph(ld *l, node *root, schedrun_graph_t *g) {
 /* Parses path into l->doc; false (with the problem reported) when it cannot. */
 static bool parse(ld *l, const char *path) {
   char *data;
-  size_t len, dl, dc;
+  size_t len;
   schedrun_error_t e = {0};
   if (fs_read_input(path, PROG_MAX_CONFIG_BYTES, &data, &len, &e) != SCHEDRUN_OK) {
     err_set(l->err, SCHEDRUN_ECONFIG, "%s", e.message);
     schedrun_error_clear(&e);
     return false;
   }
-  if (prog_yaml_depth_check(data, len, PROG_MAX_YAML_DEPTH, &dl, &dc) != 0) {
-    err_set(l->err, SCHEDRUN_ECONFIG, "%s:%zu:%zu: collections nest more than %d deep", path, dl, dc,
-            PROG_MAX_YAML_DEPTH);
-    free(data);
-    return false;
-  }
-  yaml_parser_t parser;
-  yaml_parser_initialize(&parser);
-  yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
-  bool ok = yaml_parser_load(&parser, &l->doc) != 0;
-  if (!ok)
-    err_set(l->err, SCHEDRUN_ECONFIG, "%s:%zu:%zu: %s%s%s", path, parser.problem_mark.line + 1,
-            parser.problem_mark.column + 1, parser.context ? parser.context : "", parser.context ? ": " : "",
-            parser.problem ? parser.problem : "invalid YAML");
-  yaml_parser_delete(&parser);
+  bool ok = prog_yaml_parse(path, data, len, &l->doc, l->err);
   free(data);
   return ok;
 }

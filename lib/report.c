@@ -245,11 +245,13 @@ char *schedrun_report_json(const schedrun_report_t *r) {
   const schedrun_summary_t *s = &r->sum;
   strbuf sb;
   sb_init(&sb);
-  sb_adds(&sb, "{\"program\": ");
+  /* the keys and meanings of sched-run --json (docs/config.md, "The JSON
+   * report"), which prints this object with the command's own keys added */
+  sb_addf(&sb, "{\"schema\": %d, \"program\": ", SCHEDRUN_REPORT_SCHEMA);
   sb_add_json(&sb, r->name);
   sb_addf(&sb,
           ", \"verified\": %s, \"runs\": %u, \"jobs\": %u, \"jobs_verified\": %u, \"jobs_failed\": %u, "
-          "\"compile_ms\": %.3f, \"record_ms\": %.3f, \"execute_ms\": %.3f, \"wall_ms\": %.3f, "
+          "\"compile_ms_sum\": %.3f, \"record_ms_sum\": %.3f, \"execute_ms_sum\": %.3f, \"wall_ms\": %.3f, "
           "\"cache_hits\": %llu, \"cache_misses\": %llu, \"nodes_created\": %llu, \"nodes_updated\": %llu, "
           "\"nodes_reused\": %llu, \"devices\": [",
           s->failed == 0 && s->jobs == (uint32_t)(r->repeat * r->jobs) ? "true" : "false", s->runs, s->jobs,
@@ -271,7 +273,7 @@ char *schedrun_report_json(const schedrun_report_t *r) {
     sb_adds(&sb, "}");
   }
   sb_adds(&sb, "], \"failures\": [");
-  for (size_t i = 0; i < r->nfailures && i < 100; i++) {
+  for (size_t i = 0; i < r->nfailures; i++) {
     if (i) sb_adds(&sb, ", ");
     sb_add_json(&sb, r->failures[i]);
   }

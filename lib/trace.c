@@ -248,3 +248,8 @@ out:
   free(queued);
   return rc;
 }
+
+int schedrun_check_output(const char *path, int directory, schedrun_error_t *err) {
+  if (!path) return err_set(err, SCHEDRUN_EINVAL, "schedrun_check_output: path is NULL");
+  return fs_check_output(path, directory != 0, err);
+}

@@ -17,6 +17,80 @@ typedef struct hello {
   char names[SCHEDRUN_MAX_DEVICES][32];
 } hello;
 
+#define TAG_CONNECT 7302
+#define TAG_HELLO 7303
+#define TAG_TABLE 7304
+
+/* Waits for n requests until deadline_ns, testing every millisecond: no
+ * blocking call, so that a rank that stopped answering while the ranks open
+ * ends the open with an error instead of a hang. 0, or the index of a request
+ * still incomplete (and left so) at the deadline; -2 when MPI failed. */
+static int wait_until(MPI_Request *reqs, int n, uint64_t deadline_ns) {
+  for (;;) {
+    int done = 0;
+    if (MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) return -2;
+    if (done) return 0;
+    if (now_ns() >= deadline_ns) break;
+    usleep(1000);
+  }
+  for (int i = 0; i < n; i++) {
+    int done = 0;
+    if (reqs[i] != MPI_REQUEST_NULL && (MPI_Test(&reqs[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done)) return i;
+  }
+  return 0;
+}
+
+/* Requests a failed exchange leaves: cancelled where MPI can, then let go. */
+static void drop_requests(MPI_Request *reqs, int n) {
+  for (int i = 0; i < n; i++)
+    if (reqs[i] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&reqs[i]);
+      MPI_Request_free(&reqs[i]);
+    }
+}
+
+/* Every rank's hello, in all[], on every rank: rank 0 gathers them and sends
+ * the table back, each step bounded by deadline_ns. */
+static int exchange_hellos(schedrun_mpi_t *m, const hello *me, hello *all, uint64_t deadline_ns,
+                           schedrun_error_t *err) {
+  int n = m->size, late = 0;
+  MPI_Request *reqs = calloc((size_t)n, sizeof *reqs);
+  if (!reqs) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  for (int i = 0; i < n; i++) reqs[i] = MPI_REQUEST_NULL;
+  int rc = SCHEDRUN_OK;
+  if (m->rank == 0) {
+    all[0] = *me;
+    for (int r = 1; r < n; r++) MPI_Irecv(&all[r], (int)sizeof *all, MPI_BYTE, r, TAG_HELLO, m->comm, &reqs[r]);
+    late = wait_until(reqs, n, deadline_ns);
+    if (late) {
+      rc = late < 0 ? err_set(err, SCHEDRUN_EINTERNAL, "schedrun_mpi_open: the ranks could not exchange who they are")
+                    : err_set(err, SCHEDRUN_ELOST, "schedrun_mpi_open: rank %d did not say who it is within %.0f s "
+                              "(stopped, or its devices did not open)", late, (double)m->o.open_wait_ms / 1e3);
+      drop_requests(reqs, n);
+    } else {
+      for (int r = 1; r < n; r++)
+        MPI_Isend(all, (int)(sizeof *all * (size_t)n), MPI_BYTE, r, TAG_TABLE, m->comm, &reqs[r]);
+      late = wait_until(reqs, n, deadline_ns);
+      if (late) {
+        rc = err_set(err, SCHEDRUN_ELOST, "schedrun_mpi_open: rank %d did not take the table of ranks within %.0f s",
+                     late, (double)m->o.open_wait_ms / 1e3);
+        drop_requests(reqs, n);
+      }
+    }
+  } else {
+    MPI_Isend(me, (int)sizeof *me, MPI_BYTE, 0, TAG_HELLO, m->comm, &reqs[0]);
+    MPI_Irecv(all, (int)(sizeof *all * (size_t)n), MPI_BYTE, 0, TAG_TABLE, m->comm, &reqs[1]);
+    late = wait_until(reqs, 2, deadline_ns);
+    if (late) {
+      rc = err_set(err, SCHEDRUN_ELOST, "schedrun_mpi_open: no word from rank 0 within %.0f s",
+                   (double)m->o.open_wait_ms / 1e3);
+      drop_requests(reqs, 2);
+    }
+  }
+  free(reqs);
+  return rc;
+}
+
 void schedrun_mpi_options_init(schedrun_mpi_options_t *o) {
   if (o) memset(o, 0, sizeof *o);
 }
@@ -101,6 +175,7 @@ int schedrun_mpi_open(schedrun_mpi_t **out, MPI_Comm comm, const schedrun_option
   if (m->o.lost_after_ms <= 0) m->o.lost_after_ms = 10000;
   if (m->o.batch <= 0) m->o.batch = 256;
   if (m->o.inflight_per_device <= 0) m->o.inflight_per_device = 512;
+  if (m->o.open_wait_ms <= 0) m->o.open_wait_ms = 60000;
   if (MPI_Comm_dup(comm, &m->comm) != MPI_SUCCESS) {
     free_mpi(m);
     return err_set(err, SCHEDRUN_EINVAL, "schedrun_mpi_open: cannot duplicate the communicator");
@@ -110,13 +185,25 @@ int schedrun_mpi_open(schedrun_mpi_t **out, MPI_Comm comm, const schedrun_option
   MPI_Comm_size(m->comm, &m->size);
   /* connect every rank to rank 0 now, before the schedulers start: a
    * connection that MPI's TCP transport opens later, on a machine whose
-   * cores the actors keep busy, can time out (it reports EINPROGRESS) */
-  int token = m->rank;
-  if (m->rank == 0) {
-    for (int r = 1; r < m->size; r++)
-      MPI_Sendrecv_replace(&token, 1, MPI_INT, r, 1, r, 1, m->comm, MPI_STATUS_IGNORE);
-  } else {
-    MPI_Sendrecv_replace(&token, 1, MPI_INT, 0, 1, 0, 1, m->comm, MPI_STATUS_IGNORE);
+   * cores the actors keep busy, can time out (it reports EINPROGRESS). Every
+   * wait of the open is bounded by open_wait_ms. */
+  uint64_t deadline = now_ns() + (uint64_t)m->o.open_wait_ms * 1000000ull;
+  int tokens[2] = {m->rank, 0}, rc = SCHEDRUN_OK;
+  for (int r = 1; r < m->size && (m->rank == 0 || r == 1) && rc == SCHEDRUN_OK; r++) {
+    int peer = m->rank == 0 ? r : 0;
+    MPI_Request reqs[2];
+    MPI_Isend(&tokens[0], 1, MPI_INT, peer, TAG_CONNECT, m->comm, &reqs[0]);
+    MPI_Irecv(&tokens[1], 1, MPI_INT, peer, TAG_CONNECT, m->comm, &reqs[1]);
+    if (wait_until(reqs, 2, deadline)) {
+      drop_requests(reqs, 2);
+      rc = err_set(err, SCHEDRUN_ELOST, "schedrun_mpi_open: rank %d did not answer within %.0f s", peer,
+                   (double)m->o.open_wait_ms / 1e3);
+    }
+  }
+  if (rc != SCHEDRUN_OK) {
+    MPI_Comm_free(&m->comm);
+    free_mpi(m);
+    return rc;
   }
   m->ranks = calloc((size_t)m->size, sizeof *m->ranks);
   hello *all = calloc((size_t)m->size, sizeof *all);
@@ -136,12 +223,10 @@ int schedrun_mpi_open(schedrun_mpi_t **out, MPI_Comm comm, const schedrun_option
     for (int d = 0; d < me.ndevices && d < SCHEDRUN_MAX_DEVICES; d++)
       snprintf(me.names[d], sizeof me.names[d], "%s", schedrun_device_name(m->s, d));
   }
-  int rc = SCHEDRUN_OK;
-  /* every rank learns every rank's outcome, so all fail together */
-  if (MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all ? (void *)all : (void *)&me, (int)sizeof me, MPI_BYTE,
-                    m->comm) != MPI_SUCCESS || !all || !m->ranks) {
-    rc = err_set(err, SCHEDRUN_EINTERNAL, "schedrun_mpi_open: the ranks could not exchange who they are");
-  }
+  /* every rank learns every rank's outcome, so all fail together; a rank
+   * that does not answer in time fails the open where it is awaited */
+  if (!all || !m->ranks) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  else rc = exchange_hellos(m, &me, all, now_ns() + (uint64_t)m->o.open_wait_ms * 1000000ull, err);
   int first = 0;
   for (int r = 0; rc == SCHEDRUN_OK && r < m->size; r++) {
     if (all[r].status != SCHEDRUN_OK) {

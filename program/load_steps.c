@@ -114,9 +114,9 @@ static uint64_t load_launch(ld *l, node *n, int depth, prog_step *st) {
       if (off && ld_parse_expr_node(l, off, depth, "offset", &arg->expr)) {
         int64_t v;
         if (ld_const_int(&arg->expr, &v) &&
-            (v < 0 || (uint64_t)v > l->p->buffers[b].count))
-          ld_problem(l, off, "offset %lld is outside buffer '%s' (%llu elements)", (long long)v,
-                  l->p->buffers[b].name, (unsigned long long)l->p->buffers[b].count);
+            (v < 0 || (uint64_t)v >= l->p->buffers[b].count))
+          ld_problem(l, off, "offset %lld is outside buffer '%s' (%llu elements; a buffer argument points at one of them)",
+                     (long long)v, l->p->buffers[b].name, (unsigned long long)l->p->buffers[b].count);
       }
     } else {
       if (a->type == YAML_SCALAR_NODE && prog_find_buffer(l->p, ld_sval(a)) >= 0) {

@@ -342,8 +342,8 @@ static void load_expect(ld *l, node *n) {
     int b = ld_buffer_ref(l, k, "expect");
     if (b < 0) continue;
     const prog_buffer *buf = &l->p->buffers[b];
-    static const char *const keys[] = {"values", "at", "sum", "tol", "file", NULL};
-    node *f[5];
+    static const char *const keys[] = {"values", "at", "sum", "tol", "file", "rtol", NULL};
+    node *f[6];
     char what[160];
     snprintf(what, sizeof what, "expect for '%s'", buf->name);
     if (!ld_read_map(l, v, what, keys, f)) continue;
@@ -356,8 +356,12 @@ static void load_expect(ld *l, node *n) {
       ld_problem(l, v, "%s takes one of values, at, file (sum may go with any)", what);
       continue;
     }
-    double tol = prog_type_is_float(buf->type) ? 1e-5 : 0;
-    if (f[3] && ld_read_num(l, f[3], "tol", &tol) && tol < 0) ld_problem(l, f[3], "tol must be >= 0");
+    /* tol (absolute) and rtol (relative) as given; neither given: 1e-5 each
+     * for floating-point buffers, exact for integer ones */
+    double tol = 0, rtol = 0;
+    if (!f[3] && !f[5] && prog_type_is_float(buf->type)) tol = rtol = 1e-5;
+    if (f[3] && ld_read_num(l, f[3], "tol", &tol) && !(tol >= 0)) ld_problem(l, f[3], "tol must be >= 0");
+    if (f[5] && ld_read_num(l, f[5], "rtol", &rtol) && !(rtol >= 0)) ld_problem(l, f[5], "rtol must be >= 0");
     /* one check per kind given, all on this buffer */
     for (int kind = 0; kind < 4; kind++) {
       node *fk = kind == 0 ? f[2] : kind == 1 ? f[0] : kind == 2 ? f[1] : f[4];
@@ -365,7 +369,8 @@ static void load_expect(ld *l, node *n) {
       prog_expect *e = &l->p->expects[l->p->nexpects++];
       e->buffer = (uint32_t)b;
       e->loc = ld_loc_of(k);
-      e->tol = tol;
+      e->tol = tol >= 0 ? tol : 0;
+      e->rtol = rtol >= 0 ? rtol : 0;
       if (kind == 0) {
         e->kind = EXP_SUM;
         read_expect(l, fk, "sum", &e->sum, &e->sum_expr);
@@ -487,6 +492,7 @@ static void load_doc(ld *l, node *root) {
     else {
       free(p->devices);
       p->devices = xstrdup(ld_sval(f[2]));
+      p->devices_at = ld_loc_of(f[2]);
     }
   }
   p->repeat = p->buffer_sets = p->jobs = 1;
@@ -552,26 +558,10 @@ int prog_load_string(const char *text, size_t len, const char *origin, prog_prog
   if (!l.p) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   l.p->path = xstrdup(l.file);
 
-  size_t dl, dc;
-  if (prog_yaml_depth_check(text, len, PROG_MAX_YAML_DEPTH, &dl, &dc) != 0) {
-    err_set(err, SCHEDRUN_ECONFIG, "%s:%zu:%zu: collections nest more than %d deep", l.file, dl, dc,
-            PROG_MAX_YAML_DEPTH);
+  if (!prog_yaml_parse(l.file, text, len, &l.doc, err)) {
     prog_free(l.p);
     return SCHEDRUN_ECONFIG;
   }
-  yaml_parser_t parser;
-  yaml_parser_initialize(&parser);
-  yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-  if (!yaml_parser_load(&parser, &l.doc)) {
-    l.problems++;
-    err_append(err, SCHEDRUN_ECONFIG, "%s:%zu:%zu: %s%s%s", l.file, parser.problem_mark.line + 1,
-               parser.problem_mark.column + 1, parser.context ? parser.context : "",
-               parser.context ? ": " : "", parser.problem ? parser.problem : "invalid YAML");
-    yaml_parser_delete(&parser);
-    prog_free(l.p);
-    return SCHEDRUN_ECONFIG;
-  }
-  yaml_parser_delete(&parser);
   int rc = load_parsed(&l, out);
   if (rc != SCHEDRUN_OK) return rc;
   (*out)->text = malloc(len + 1);

@@ -166,7 +166,9 @@ typedef struct prog_expect {
   size_t n;
   double sum;
   prog_expr sum_expr; /* ops when the sum depends on $job, $run or $device */
-  double tol; /* relative: |got - want| <= tol * max(1, |want|) */
+  /* an element passes when |got - want| <= tol + rtol * |want| (numpy's
+   * isclose); both >= 0 */
+  double tol, rtol;
   prog_loc loc;
 } prog_expect;
 
@@ -175,7 +177,8 @@ typedef struct prog_program {
   char *path; /* the config file, or the origin name */
   char *text; /* the config's text as loaded (sent as is to other processes) */
   size_t text_len;
-  char *devices;
+  char *devices;      /* the config's devices:, or "auto" */
+  prog_loc devices_at; /* where the config says it; line 0: it does not */
   int repeat, buffer_sets, jobs;
   prog_kernel *kernels;
   uint32_t nkernels;

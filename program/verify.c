@@ -1,4 +1,5 @@
 /* Checking a buffer's contents against the config's `expect`. */
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -17,10 +18,12 @@ double prog_element(prog_type t, const void *data, uint64_t i) {
   }
 }
 
-static bool close_enough(double got, double want, double tol) {
+/* The check docs/config.md states: |got - want| <= tol + rtol * |want|. */
+static bool close_enough(double got, double want, const prog_expect *e) {
+  assert(e->tol >= 0 && e->rtol >= 0);
   if (got == want) return true;
   if (isnan(got) || isnan(want)) return false;
-  return fabs(got - want) <= tol * fmax(1.0, fabs(want));
+  return fabs(got - want) <= e->tol + e->rtol * fabs(want);
 }
 
 /* Several mismatches of one buffer read as a list. */
@@ -56,7 +59,7 @@ bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data
         sep(why);
         sb_addf(why, "buffer %s: the expected sum cannot be computed for this job", b->name);
         ok = false;
-      } else if (!close_enough(s, want, e->tol)) {
+      } else if (!close_enough(s, want, e)) {
         sep(why);
         sb_addf(why, "buffer %s: expected sum %.9g, got %.9g", b->name, want, s);
         ok = false;
@@ -80,7 +83,7 @@ bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data
         ok = false;
         break;
       }
-      if (!close_enough(got, want, e->tol)) {
+      if (!close_enough(got, want, e)) {
         sep(why);
         sb_addf(why, "buffer %s[%llu]: expected %.9g, got %.9g", b->name, (unsigned long long)i, want, got);
         ok = false;

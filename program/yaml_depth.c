@@ -1,6 +1,7 @@
 /* See yaml_depth.h. */
 #include <stdbool.h>
 
+#include "common/common.h"
 #include "program/yaml_depth.h"
 
 /* Whether the line from `p` (its first non-blank character) to the end
@@ -77,4 +78,35 @@ int prog_yaml_depth_check(const char *text, size_t len, int max_depth, size_t *l
     ln++;
   }
   return 0;
+}
+
+/* Whether libyaml stopped at a tab, or on a line indented with one. */
+static bool tab_at(const char *text, size_t len, size_t index) {
+  if (index < len && text[index] == '\t') return true;
+  size_t start = index < len ? index : len;
+  while (start > 0 && text[start - 1] != '\n') start--;
+  for (size_t i = start; i < len && (text[i] == ' ' || text[i] == '\t'); i++)
+    if (text[i] == '\t') return true;
+  return false;
+}
+
+bool prog_yaml_parse(const char *path, const char *text, size_t len, yaml_document_t *doc, schedrun_error_t *err) {
+  size_t dl, dc;
+  if (prog_yaml_depth_check(text, len, PROG_MAX_YAML_DEPTH, &dl, &dc) != 0) {
+    err_set(err, SCHEDRUN_ECONFIG, "%s:%zu:%zu: collections nest more than %d deep", path, dl, dc, PROG_MAX_YAML_DEPTH);
+    return false;
+  }
+  yaml_parser_t parser;
+  yaml_parser_initialize(&parser);
+  yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+  bool ok = yaml_parser_load(&parser, doc) != 0;
+  if (!ok) {
+    bool tab = tab_at(text, len, parser.problem_mark.index);
+    err_set(err, SCHEDRUN_ECONFIG, "%s:%zu:%zu: %s%s%s%s", path, parser.problem_mark.line + 1,
+            parser.problem_mark.column + 1, parser.context ? parser.context : "", parser.context ? ": " : "",
+            parser.problem ? parser.problem : "invalid YAML",
+            tab ? " (a tab character: YAML indents with spaces, never tabs)" : "");
+  }
+  yaml_parser_delete(&parser);
+  return ok;
 }

@@ -69,7 +69,7 @@ static void test_round_trips_in_order(void **st) {
   }
   for (int i = 0; i < N; i++) {
     msg r;
-    assert_int_equal(mbox_recv(inbox, 10000, &r, NULL, &err), SCHEDRUN_OK);
+    assert_int_equal(mbox_recv(inbox, TU_PATIENCE_MS, &r, NULL, &err), SCHEDRUN_OK);
     assert_int_equal(r.type, MSG_STATUS);
     assert_true(r.job == (uint64_t)i);
     assert_string_equal(r.from, "echo");
@@ -88,7 +88,7 @@ static void test_round_trips_in_order(void **st) {
   msg_init(&m, MSG_STATUS, 7, "client");
   assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
   msg_free(&m);
-  assert_int_equal(mbox_recv(inbox, 10000, &r, NULL, &err), SCHEDRUN_OK);
+  assert_int_equal(mbox_recv(inbox, TU_PATIENCE_MS, &r, NULL, &err), SCHEDRUN_OK);
   assert_true(r.job == 7);
   assert_true(r.body.status.items.v[0].value == N + 1);
   msg_free(&r);
@@ -347,7 +347,7 @@ static void test_guest_turn(void **st) {
   assert_int_equal(mbox_send(out, &bell, &err), SCHEDRUN_OK);
   msg_free(&bell);
   atomic_store(&ts.let_go, 1);
-  for (int i = 0; i < 10000 && atomic_load(&ts.n) < 4; i++) usleep(1000);
+  TU_WAIT_FOR(atomic_load(&ts.n) >= 4, "the actor's thread to run the queued message");
   assert_int_equal(atomic_load(&ts.n), 4);
   assert_int_equal(ts.jobs[3], 4);
   assert_false(pthread_equal(ts.by[3], pthread_self())); /* the actor's own thread */

@@ -241,7 +241,8 @@ static void test_twins_give_the_same_results(void **st) {
     snprintf(path, sizeof path, "%s/%s", tu_env("SCHEDRUN_CONFIGS"), twins[t].config);
     schedrun_program_t *py = NULL, *pb = NULL;
     schedrun_error_t err = {0};
-    if (schedrun_program_load_file(s, path, &py, &err) != SCHEDRUN_OK) fail_msg("%s", err.message);
+    /* without a scheduler: the config's devices: is not s's, the twin has none */
+    if (schedrun_program_load_file(NULL, path, &py, &err) != SCHEDRUN_OK) fail_msg("%s", err.message);
     schedrun_builder_t *b = twins[t].build();
     if (schedrun_builder_finish(b, &pb, &err) != SCHEDRUN_OK) fail_msg("%s twin: %s", twins[t].config, err.message);
     schedrun_builder_free(&b);

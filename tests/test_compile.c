@@ -609,7 +609,7 @@ static void test_teardown_before_the_error_arrives(void **st) {
   jo.user = &sf;
   schedrun_job_t id;
   assert_int_equal(schedrun_submit(s, p, &jo, &id, &err), SCHEDRUN_OK);
-  assert_int_equal(schedrun_wait_all(s, 60000, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait_all(s, TU_PATIENCE_MS, &err), SCHEDRUN_OK);
   assert_int_equal(sf.status, SCHEDRUN_ECOMPILE);
   assert_int_equal(sf.status_rc, SCHEDRUN_OK);
   assert_int_equal(sf.active_at_completion, 0);

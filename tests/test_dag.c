@@ -64,7 +64,7 @@ static schedrun_t *open_dag(void) {
 static schedrun_job_result_t *wait_ok(schedrun_t *s, schedrun_job_t id, int want_status) {
   schedrun_job_result_t *r = NULL;
   schedrun_error_t err = {0};
-  if (schedrun_wait(s, id, 60000, &r, &err)) fail_msg("wait %llu: %s", (unsigned long long)id, err.message);
+  if (schedrun_wait(s, id, TU_PATIENCE_MS, &r, &err)) fail_msg("wait %llu: %s", (unsigned long long)id, err.message);
   const schedrun_job_info_t *in = schedrun_job_result_info(r);
   if (in->status != want_status)
     fail_msg("job %llu: status %d (%s), wanted %d", (unsigned long long)id, in->status, schedrun_job_result_error(r),
@@ -433,7 +433,7 @@ static void host_tasks_between_jobs(void **state) {
       if (schedrun_graph_submit(s, g, ids, &err)) fail_msg("%s", err.message);
       schedrun_graph_free(&g);
       schedrun_job_result_t *ra = wait_ok(s, ids[a], SCHEDRUN_OK);
-      schedrun_job_result_t *rh = wait_ok(s, ids[h], failing ? SCHEDRUN_EINVAL : SCHEDRUN_OK);
+      schedrun_job_result_t *rh = wait_ok(s, ids[h], failing ? SCHEDRUN_EHOST : SCHEDRUN_OK);
       schedrun_job_result_t *re = wait_ok(s, ids[e], failing ? SCHEDRUN_EDEPEND : SCHEDRUN_OK);
       const float *va = output(ra, "out", N);
       for (int i = 0; i < N; i++) assert_true(va[i] == (float)(i + 1));
@@ -581,7 +581,7 @@ static void host_step_between_launches(void **state) {
   seen.fail = 1;
   schedrun_job_t id;
   assert_int_equal(schedrun_submit(s, p, NULL, &id, NULL), SCHEDRUN_OK);
-  schedrun_job_result_t *r = wait_ok(s, id, SCHEDRUN_EINVAL);
+  schedrun_job_result_t *r = wait_ok(s, id, SCHEDRUN_EHOST);
   assert_non_null(strstr(schedrun_job_result_error(r), "told to fail"));
   assert_non_null(strstr(schedrun_job_result_error(r), "host step 'scale' (step 2 of 'host-step')"));
   schedrun_job_result_free(&r);
@@ -666,7 +666,7 @@ static void chains_complete_exactly_once(void **state) {
   for (int n = 0; n < CHAINS * CHAIN; n++) {
     schedrun_job_t id;
     schedrun_job_result_t *r;
-    if (schedrun_wait_any(s, 60000, &id, &r, &err)) fail_msg("after %d results: %s", n, err.message);
+    if (schedrun_wait_any(s, TU_PATIENCE_MS, &id, &r, &err)) fail_msg("after %d results: %s", n, err.message);
     /* ids of one chain are consecutive: found from the first's */
     int at = -1;
     for (int c = 0; c < CHAINS && at < 0; c++)
@@ -722,7 +722,7 @@ static void shutdown_cuts_graphs_short(void **state) {
       assert_int_equal(schedrun_close(&s), SCHEDRUN_OK); /* held jobs, parcels: all freed */
       continue;
     }
-    assert_int_equal(schedrun_shutdown(s, 60000, &err), SCHEDRUN_OK);
+    assert_int_equal(schedrun_shutdown(s, TU_PATIENCE_MS, &err), SCHEDRUN_OK);
     int ran = 0, cut = 0;
     bool chain_cut = false;
     for (int i = 0; i < SCHAINS * CHAIN; i++) {

@@ -89,7 +89,7 @@ static void lone_jobs_run_on_the_callers_thread(void **st) {
     schedrun_job_t id;
     schedrun_job_result_t *r;
     assert_int_equal(schedrun_submit(s, p, &jo, &id, &err), SCHEDRUN_OK);
-    assert_int_equal(schedrun_wait(s, id, 30000, &r, &err), SCHEDRUN_OK);
+    assert_int_equal(schedrun_wait(s, id, TU_PATIENCE_MS, &r, &err), SCHEDRUN_OK);
     check_scaled(r, (float)i);
     schedrun_job_result_free(&r);
   }
@@ -143,7 +143,7 @@ static void submit_wait_under_load_and_after(void **st) {
   check_scaled(r, 1000.0f);
   schedrun_job_result_free(&r);
   for (int i = 0; i < N; i++) {
-    assert_int_equal(schedrun_wait(s, ids[i], 30000, &r, &err), SCHEDRUN_OK);
+    assert_int_equal(schedrun_wait(s, ids[i], TU_PATIENCE_MS, &r, &err), SCHEDRUN_OK);
     check_scaled(r, (float)i);
     schedrun_job_result_free(&r);
   }
@@ -179,7 +179,7 @@ static void submit_wait_deadline_ends_a_stuck_job(void **st) {
   if (in->status != SCHEDRUN_ETIMEOUT || !strstr(schedrun_job_result_error(r), "deadline"))
     fail_msg("a stuck job: status %d: %s", in->status, schedrun_job_result_error(r));
   schedrun_job_result_free(&r);
-  assert_true(took >= 300000000ull && took < 20000000000ull); /* ended at its deadline */
+  assert_true(took >= 300000000ull && took < TU_PATIENCE_NS); /* ended at its deadline, not before */
   assert_true(execute_rounds(s) > exec0);                      /* it ran on this thread */
   assert_non_null(schedrun_device_lost(s, 0));
   /* the next one goes to the device left */
@@ -239,12 +239,12 @@ static void submit_wait_misuse(void **st) {
   /* from a completion callback: it would wait for its own thread */
   schedrun_job_t id;
   assert_int_equal(schedrun_submit(s, p, &jo, &id, &err), SCHEDRUN_OK);
-  for (int i = 0; i < 30000 && atomic_load(&fc.rc) == -1; i++) usleep(1000);
+  TU_WAIT_FOR(atomic_load(&fc.rc) != -1, "the callback's schedrun_submit_wait to answer");
   assert_int_equal(atomic_load(&fc.rc), SCHEDRUN_EDEADLK);
   assert_int_equal(schedrun_get_stats(s, &stats, &err), SCHEDRUN_OK);
   assert_int_equal(stats.submitted, 1);
   /* after the shutdown */
-  assert_int_equal(schedrun_shutdown(s, 30000, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_shutdown(s, TU_PATIENCE_MS, &err), SCHEDRUN_OK);
   assert_int_equal(schedrun_submit_wait(s, p, NULL, &r, &err), SCHEDRUN_ECLOSED);
   assert_null(r);
   schedrun_error_clear(&err);
@@ -278,7 +278,7 @@ static void *caller_main(void *arg) {
       schedrun_job_t id;
       if (schedrun_submit(c->s, c->p, NULL, &id, &err) != SCHEDRUN_OK) break;
       c->submitted++;
-      if (schedrun_wait(c->s, id, 30000, &r, &err) != SCHEDRUN_OK) {
+      if (schedrun_wait(c->s, id, TU_PATIENCE_MS, &r, &err) != SCHEDRUN_OK) {
         c->other++;
         break;
       }
@@ -306,7 +306,7 @@ static void many_callers_and_a_shutdown(void **st) {
     assert_int_equal(pthread_create(&t[k], NULL, caller_main, &c[k]), 0);
   }
   usleep(300000);
-  assert_int_equal(schedrun_shutdown(s, 30000, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_shutdown(s, TU_PATIENCE_MS, &err), SCHEDRUN_OK);
   for (int k = 0; k < T; k++) {
     pthread_join(t[k], NULL);
     if (c[k].other) fail_msg("caller %d: %d jobs neither ran nor were cut short", k, c[k].other);

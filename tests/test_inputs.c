@@ -32,7 +32,7 @@ static void expect_run(const char *yaml, int status, const char *n1, const char 
   uint64_t took = now_ns() - t0;
   if (rc != status || (n1 && !strstr(err, n1)) || (n2 && !strstr(err, n2)))
     fail_msg("exit %d (wanted %d), wanted '%s' and '%s' in:\n%s%s", rc, status, n1 ? n1 : "", n2 ? n2 : "", out, err);
-  assert_true(took < 10000000000ull); /* within seconds, never a hang */
+  assert_true(took < TU_PATIENCE_NS); /* never a hang */
   free(out);
   free(err);
 }
@@ -208,7 +208,7 @@ static void test_trace_destinations(void **st) {
   free(err);
 
   rc = run(&out, &err, "-q", "--trace", dir, cfg);
-  if (rc != 4 || !strstr(err, "is a directory")) fail_msg("exit %d\n%s", rc, err);
+  if (rc != 2 || !strstr(err, "is a directory") || !strstr(err, "nothing was run")) fail_msg("exit %d\n%s", rc, err);
   free(out);
   free(err);
   free(dir);

@@ -127,7 +127,7 @@ static void test_ten_thousand_jobs(void **st) {
   for (int k = 0; k < NJOBS / 2; k++) {
     schedrun_job_t id;
     schedrun_job_result_t *r;
-    if (schedrun_wait_any(s, 60000, &id, &r, &err)) fail_msg("wait_any after %d: %s", k, err.message);
+    if (schedrun_wait_any(s, TU_PATIENCE_MS, &id, &r, &err)) fail_msg("wait_any after %d: %s", k, err.message);
     const schedrun_job_info_t *in = schedrun_job_result_info(r);
     int j = in->job;
     assert_true(j >= 0 && j < NJOBS && j % 2 == 1);
@@ -140,7 +140,7 @@ static void test_ten_thousand_jobs(void **st) {
     per_device[in->device]++;
     schedrun_job_result_free(&r);
   }
-  assert_int_equal(schedrun_wait_all(s, 60000, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait_all(s, TU_PATIENCE_MS, &err), SCHEDRUN_OK);
   for (int j = 0; j < NJOBS; j += 2) assert_int_equal(atomic_load(&T.calls[j]), 1);
   for (int j = 1; j < NJOBS; j += 2) assert_int_equal(seen[j], 1);
   assert_int_equal(atomic_load(&T.good), NJOBS / 2);
@@ -166,7 +166,7 @@ static void test_shutdown_in_the_middle(void **st) {
   schedrun_error_t err = {0};
   assert_int_equal(schedrun_program_load_string(s, slow_program, "slow.yaml", &p, &err), SCHEDRUN_OK);
   submit_all(s, p, NJOBS, true);
-  assert_int_equal(schedrun_shutdown(s, 60000, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_shutdown(s, TU_PATIENCE_MS, &err), SCHEDRUN_OK);
   /* every job reported exactly once: finished and correct, or failed as closed */
   for (int j = 0; j < NJOBS; j++)
     if (atomic_load(&T.calls[j]) != 1) fail_msg("job %d reported %d times", j, atomic_load(&T.calls[j]));
@@ -194,7 +194,7 @@ static void test_drain_then_close(void **st) {
   schedrun_error_t err = {0};
   assert_int_equal(schedrun_program_load_string(s, program, "jobs.yaml", &p, &err), SCHEDRUN_OK);
   submit_all(s, p, 2000, true);
-  assert_int_equal(schedrun_wait_all(s, 60000, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait_all(s, TU_PATIENCE_MS, &err), SCHEDRUN_OK);
   assert_int_equal(atomic_load(&T.good), 2000);
   schedrun_program_free(&p);
   schedrun_close(&s); /* nothing pending: nothing fails */
@@ -277,7 +277,7 @@ static void test_pin_wait_and_misuse(void **st) {
   int rc = schedrun_wait(s, id, 1000, &r, &err);
   assert_true(rc == SCHEDRUN_EINVAL); /* pending with a callback, or already reported: no wait either way */
   schedrun_error_clear(&err);
-  assert_int_equal(schedrun_wait_all(s, 10000, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait_all(s, TU_PATIENCE_MS, &err), SCHEDRUN_OK);
   assert_int_equal(atomic_load(&T.calls[0]), 1);
   assert_int_equal(atomic_load(&T.good), 1);
   /* a program of another scheduler */
@@ -320,7 +320,7 @@ static void test_free_program_with_jobs_in_flight(void **st) {
     assert_null(p);
     for (int j = 0; j < 50; j++) {
       schedrun_job_result_t *r;
-      assert_int_equal(schedrun_wait(s, ids[j], 30000, &r, &err), SCHEDRUN_OK);
+      assert_int_equal(schedrun_wait(s, ids[j], TU_PATIENCE_MS, &r, &err), SCHEDRUN_OK);
       const schedrun_job_info_t *info = schedrun_job_result_info(r);
       assert_int_equal(info->status, SCHEDRUN_OK);
       const float *out = schedrun_job_result_output(r, "out", NULL);
@@ -393,7 +393,7 @@ static void test_submit_many(void **st) {
     if (!correct(res[k], j, j % 3, why, sizeof why)) fail_msg("%s", why);
     schedrun_job_result_free(&res[k]);
   }
-  assert_int_equal(schedrun_wait_all(s, 60000, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait_all(s, TU_PATIENCE_MS, &err), SCHEDRUN_OK);
   for (int j = 0; j < NJOBS; j += 2) assert_int_equal(atomic_load(&T.calls[j]), 1);
   assert_int_equal(atomic_load(&T.good), NJOBS / 2);
   assert_int_equal(atomic_load(&T.bad), 0);
@@ -428,14 +428,14 @@ static void test_submit_many(void **st) {
   assert_non_null(strstr(err.message, "unknown"));
   schedrun_error_clear(&err);
   schedrun_job_t two[2] = {ids[0], ids[2]};
-  assert_int_equal(schedrun_wait_many(s, 2, two, 60000, res, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait_many(s, 2, two, TU_PATIENCE_MS, res, &err), SCHEDRUN_OK);
   for (int k = 0; k < 2; k++) {
     char why[128];
     int j = k ? 3 : 1;
     if (!correct(res[k], j, j % 3, why, sizeof why)) fail_msg("%s", why);
     schedrun_job_result_free(&res[k]);
   }
-  assert_int_equal(schedrun_wait_all(s, 60000, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait_all(s, TU_PATIENCE_MS, &err), SCHEDRUN_OK);
   /* a job that reports to its callback cannot be waited for: one queued
    * behind 1,000 slow jobs, so that it is still pending when asked */
   schedrun_program_t *slow = tu_load(s, slow_program, "slow.yaml");
@@ -451,7 +451,7 @@ static void test_submit_many(void **st) {
   schedrun_job_result_t **slow_res = calloc(1000, sizeof *slow_res);
   assert_int_equal(schedrun_wait_many(s, 1000, slow_ids, 120000, slow_res, &err), SCHEDRUN_OK);
   for (int k = 0; k < 1000; k++) schedrun_job_result_free(&slow_res[k]);
-  assert_int_equal(schedrun_wait_all(s, 60000, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait_all(s, TU_PATIENCE_MS, &err), SCHEDRUN_OK);
   free(slow_res);
   free(slow_ids);
   schedrun_program_free(&slow);

@@ -74,7 +74,7 @@ static void stop_actor(rig *r) {
 static void send_recv(rig *r, msg *m, msg *reply) {
   assert_int_equal(mbox_send(r->out, m, NULL), SCHEDRUN_OK);
   schedrun_error_t err = {0};
-  if (mbox_recv(r->inbox, 60000, reply, NULL, &err)) fail_msg("no reply: %s", err.message);
+  if (mbox_recv(r->inbox, TU_PATIENCE_MS, reply, NULL, &err)) fail_msg("no reply: %s", err.message);
 }
 
 static void compile_msg(msg *m, uint64_t id) {

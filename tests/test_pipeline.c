@@ -46,7 +46,8 @@ static void test_saxpy_every_run(void **st) {
   schedrun_error_t err = {0};
   char path[512];
   snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
-  assert_int_equal(schedrun_program_load_file(s, path, &p, &err), SCHEDRUN_OK);
+  /* without a scheduler: saxpy says devices: auto, s is one host device opened as such */
+  assert_int_equal(schedrun_program_load_file(NULL, path, &p, &err), SCHEDRUN_OK);
   schedrun_report_t *r = run_keep(s, p, SCHEDRUN_OK, &err);
   const schedrun_summary_t *sum = schedrun_report_summary(r);
   assert_int_equal(sum->runs, 3);
@@ -422,7 +423,7 @@ static void test_record_error_located(void **st) {
   schedrun_error_t err = {0};
   schedrun_report_t *r = NULL;
   assert_int_equal(schedrun_run(s, p, NULL, &r, &err), SCHEDRUN_ECONFIG);
-  assert_non_null(strstr(err.message, "t.yaml:14:5: offset: 0 elements at offset 200 run outside buffer 'a' (150 elements)"));
+  assert_non_null(strstr(err.message, "t.yaml:14:5: argument 1 of 'fill_slice': offset 200 is outside buffer 'a' (150 elements; a buffer argument points at one of them)"));
   const schedrun_summary_t *sum = schedrun_report_summary(r);
   assert_int_equal(sum->verified, 1);
   assert_int_equal(sum->failed, 1);

@@ -115,7 +115,7 @@ static void record(rig *r, uint32_t device, uint32_t slot, const uint64_t *b, si
   assert_int_equal(mbox_send(r->out, &m, NULL), SCHEDRUN_OK);
   msg_free(&m);
   schedrun_error_t err = {0};
-  if (mbox_recv(r->inbox, 30000, reply, NULL, &err)) fail_msg("%s", err.message);
+  if (mbox_recv(r->inbox, TU_PATIENCE_MS, reply, NULL, &err)) fail_msg("%s", err.message);
 }
 
 static uint64_t alloc(rig *r, int dev, size_t bytes) {
@@ -302,7 +302,7 @@ static void test_create_reuse_update_per_key(void **st) {
   q.body.status.items.n = 3;
   mbox_send(r.out, &q, NULL);
   msg_free(&q);
-  assert_int_equal(mbox_recv(r.inbox, 10000, &m, NULL, &err), SCHEDRUN_OK);
+  assert_int_equal(mbox_recv(r.inbox, TU_PATIENCE_MS, &m, NULL, &err), SCHEDRUN_OK);
   int64_t want[] = {9, 9, 9, 36}; /* nodes, created, updated, reused */
   const char *names[] = {"nodes", "created", "updated", "reused"};
   for (int k = 0; k < 4; k++)

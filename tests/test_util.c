@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -167,4 +168,16 @@ schedrun_program_t *tu_load(schedrun_t *s, const char *yaml, const char *origin)
   schedrun_error_t err = {0};
   if (schedrun_program_load_string(s, yaml, origin, &p, &err)) fail_msg("load %s: %s", origin, err.message);
   return p;
+}
+
+uint64_t tu_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+void tu_sleep_ms(int ms) {
+  struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&t, &t) != 0) {
+  }
 }

@@ -10,6 +10,28 @@
 
 #include "schedrun.h"
 
+/* How long a test waits for something that must happen (a job, a process, a
+ * file) before it calls it a hang. Tests wait for events, never for a guess of
+ * how fast the machine is: this bound is only for a real hang, so it is
+ * generous enough for a machine that is busy with other work. */
+#define TU_PATIENCE_MS 180000
+#define TU_PATIENCE_NS ((uint64_t)TU_PATIENCE_MS * 1000000ull)
+
+/* CLOCK_MONOTONIC, in nanoseconds. */
+uint64_t tu_now_ns(void);
+/* Waits until `cond` holds, looking every millisecond; fails the test naming
+ * `what` if it has not held within TU_PATIENCE_MS. */
+#define TU_WAIT_FOR(cond, what)                                                        \
+  do {                                                                                 \
+    uint64_t tu_t0_ = tu_now_ns();                                                     \
+    while (!(cond)) {                                                                  \
+      if (tu_now_ns() - tu_t0_ > TU_PATIENCE_NS)                                       \
+        fail_msg("waited %d s for %s: it never happened", TU_PATIENCE_MS / 1000, what); \
+      tu_sleep_ms(1);                                                                  \
+    }                                                                                  \
+  } while (0)
+void tu_sleep_ms(int ms);
+
 /* Writes text to a fresh file under a temporary directory; returns its path
  * (static storage, overwritten by the next call with the same slot). */
 const char *tu_write_temp(int slot, const char *name, const char *text);

@@ -14,7 +14,9 @@
  *
  * Device memory is the device's arena, mapped by both processes, so buffers
  * are read and written by the library directly, with no copy through the
- * worker. Modules are shared objects built by host_compile.c, loaded by the
+ * worker. Buffers lie in the arena's buffer zone, in whole pages each with a
+ * guard page after it, open to the worker only while they live: a kernel
+ * that writes past a buffer's pages or into free memory faults. Modules are shared objects built by host_compile.c, loaded by the
  * worker; each exports one launcher per kernel that runs the grid as loops
  * over blocks and threads. A sequence is an array of prepared 48-byte nodes
  * with the launch arguments in one array beside them, both in the arena:
@@ -69,9 +71,30 @@ static int dev_alloc(host_device *d, uint64_t bytes, uint64_t *addr) {
   return 0;
 }
 
+/* A buffer: whole pages in the buffer zone, then a guard page, opened to the
+ * worker. */
+static int buf_alloc(host_device *d, uint64_t bytes, uint64_t *addr) {
+  uint64_t pages = ((bytes ? bytes : 1) + d->page - 1) / d->page * d->page, off;
+  if (pages > UINT64_MAX - d->page || host_arena_alloc(&d->bufs, pages + d->page, &off)) return -1;
+  assert(off % d->page == 0 && off >= d->zone);
+  if (host_device_guard(d, d->wbase + off, pages, true)) {
+    host_arena_free(&d->bufs, off);
+    return -1;
+  }
+  *addr = d->wbase + off;
+  return 0;
+}
+
 static void dev_free(host_device *d, uint64_t addr) {
   if (!addr) return;
-  uint64_t off = addr - d->wbase, len = host_arena_free(&d->alloc, off);
+  uint64_t off = addr - d->wbase, len;
+  if (off >= d->zone) { /* a buffer: closed to the worker again, guard page and all */
+    len = host_arena_free(&d->bufs, off);
+    if (len && host_device_guard(d, addr, len - d->page, false))
+      host_device_abandon(d, "out of memory while closing a freed buffer to the kernels");
+  } else {
+    len = host_arena_free(&d->alloc, off);
+  }
   if (len >= PUNCH_BYTES) fallocate(d->arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
 }
 
@@ -117,9 +140,10 @@ static const char *h_arch(const gpu_backend *b, int dev) {
 
 static int h_mem_alloc(gpu_backend *b, int dev, uint64_t bytes, uint64_t *addr, schedrun_error_t *err) {
   host_device *d = dev_of(b, dev);
-  if (dev_alloc(d, bytes, addr))
-    return err_set(err, SCHEDRUN_ENOMEM, "%s: cannot allocate %llu bytes (%llu of %llu in use)", d->name,
-                   (unsigned long long)bytes, (unsigned long long)d->alloc.in_use, (unsigned long long)d->size);
+  if (buf_alloc(d, bytes, addr))
+    return err_set(err, SCHEDRUN_ENOMEM, "%s: cannot allocate %llu bytes (%llu of %llu bytes of buffer memory in use)",
+                   d->name, (unsigned long long)bytes, (unsigned long long)d->bufs.in_use,
+                   (unsigned long long)(d->size - d->zone));
   return SCHEDRUN_OK;
 }
 

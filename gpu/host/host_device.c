@@ -1,4 +1,5 @@
 /* See host_device.h. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -129,9 +130,66 @@ static bool worker_ended(const host_device *d) {
 
 int hw_handle(hw_ctl *ctl, uint32_t op, uint64_t arena); /* gpu/host/host_inprocess.c */
 
+int host_device_guard(host_device *d, uint64_t addr, uint64_t len, bool writable) {
+  assert(addr % d->page == 0 && len % d->page == 0 && addr - d->wbase >= d->zone);
+  if (d->in_process || len == 0) return 0; /* one mapping, the library's: nothing to guard */
+  pthread_mutex_lock(&d->lock_prot);
+  int rc = 0;
+  /* the latest pending change that touches the range: when it is the same
+   * range made the other way, the two cancel (a buffer freed and another
+   * allocated in its place before the worker heard of either) */
+  uint32_t i = d->nprot;
+  while (i > 0 && (d->prot_pending[i - 1].addr >= addr + len || addr >= d->prot_pending[i - 1].addr + d->prot_pending[i - 1].len))
+    i--;
+  if (i > 0 && d->prot_pending[i - 1].addr == addr && d->prot_pending[i - 1].len == len &&
+      (d->prot_pending[i - 1].writable != 0) != writable) {
+    memmove(&d->prot_pending[i - 1], &d->prot_pending[i], (d->nprot - i) * sizeof *d->prot_pending);
+    d->nprot--;
+  } else {
+    if (d->nprot == d->prot_cap) {
+      uint32_t cap = d->prot_cap ? 2 * d->prot_cap : 64;
+      hw_prot *p = realloc(d->prot_pending, cap * sizeof *p);
+      if (p) {
+        d->prot_pending = p;
+        d->prot_cap = cap;
+      }
+    }
+    if (d->nprot < d->prot_cap) d->prot_pending[d->nprot++] = (hw_prot){addr, len, writable, 0};
+    else rc = -1;
+  }
+  pthread_mutex_unlock(&d->lock_prot);
+  return rc;
+}
+
+/* Moves up to HW_PROT_MAX pending protection changes into the control block
+ * (the worker is between requests: d->lock is held); true when more remain. */
+static bool stage_prot(host_device *d) {
+  pthread_mutex_lock(&d->lock_prot);
+  uint32_t n = d->nprot < HW_PROT_MAX ? d->nprot : HW_PROT_MAX;
+  memcpy(d->ctl->prot, d->prot_pending, n * sizeof *d->prot_pending);
+  d->ctl->nprot = n;
+  memmove(d->prot_pending, d->prot_pending + n, (d->nprot - n) * sizeof *d->prot_pending);
+  d->nprot -= n;
+  bool more = d->nprot > 0;
+  pthread_mutex_unlock(&d->lock_prot);
+  return more;
+}
+
+static int post(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err);
+
 int host_device_request(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
   f->tag = HW_NO_TAG;
   f->lost = false;
+  /* the pending protection changes go first: HW_PROT_MAX with each request
+   * (a change made after this goes with the next one) */
+  while (!d->in_process && stage_prot(d)) {
+    int rc = post(d, HW_OP_PROTECT, deadline_ns, f, err);
+    if (rc) return rc;
+  }
+  return post(d, op, deadline_ns, f, err);
+}
+
+static int post(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
   if (d->in_process) {
     d->ctl->op = op;
     d->ctl->status = hw_handle(d->ctl, op, (uint64_t)(uintptr_t)d->base);
@@ -182,11 +240,12 @@ static int spawn(host_device *d, const char *worker, schedrun_error_t *err) {
     close(life[1]);
     return err_set(err, SCHEDRUN_EBACKEND, "%s: pipe: %s", d->name, strerror(errno));
   }
-  char size[32], library[32], spin[32];
+  char size[32], library[32], spin[32], zone[32];
   snprintf(size, sizeof size, "%llu", (unsigned long long)d->size);
   snprintf(library, sizeof library, "%d", (int)getpid());
   snprintf(spin, sizeof spin, "%llu", (unsigned long long)d->spin_ns);
-  char *argv[] = {(char *)worker, size, library, spin, NULL};
+  snprintf(zone, sizeof zone, "%llu", (unsigned long long)d->zone);
+  char *argv[] = {(char *)worker, size, library, spin, zone, NULL};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   /* both descriptors are >= 10 (F_DUPFD_CLOEXEC), so dup2 gives fresh
@@ -234,6 +293,7 @@ int host_device_start(host_device *d, int index, const char *worker, uint64_t sp
   snprintf(d->name, sizeof d->name, "host:%d", index);
   pthread_mutex_init(&d->lock, NULL);
   pthread_mutex_init(&d->lock_why, NULL);
+  pthread_mutex_init(&d->lock_prot, NULL);
   d->arena_fd = d->life_fd = d->lib_fd = -1;
   d->spin_ns = spin_ns;
   d->base = MAP_FAILED;
@@ -255,9 +315,15 @@ int host_device_start(host_device *d, int index, const char *worker, uint64_t sp
   d->ctl = (hw_ctl *)d->base;
   d->ctl->abi = HW_ABI_VERSION;
   d->in_process = worker == NULL;
-  int rc = host_arena_init(&d->alloc, HW_CTL_BYTES, d->size) ? err_set(err, SCHEDRUN_ENOMEM, "out of memory")
-           : d->in_process                                    ? SCHEDRUN_OK
-                                                              : spawn(d, worker, err);
+  /* a quarter for the worker's own data, the rest for buffers, the zone
+   * starting with a guard page */
+  long page = sysconf(_SC_PAGESIZE);
+  d->page = page > 0 ? (uint64_t)page : 4096;
+  d->zone = d->size / 4 / d->page * d->page;
+  int rc = host_arena_init(&d->alloc, HW_CTL_BYTES, d->zone) || host_arena_init(&d->bufs, d->zone + d->page, d->size)
+               ? err_set(err, SCHEDRUN_ENOMEM, "out of memory")
+           : d->in_process ? SCHEDRUN_OK
+                           : spawn(d, worker, err);
   gpu_failure f;
   if (rc == SCHEDRUN_OK) {
     pthread_mutex_lock(&d->lock);
@@ -286,8 +352,13 @@ void host_device_stop(host_device *d) {
   if (d->base != MAP_FAILED && d->base) munmap(d->base, d->size);
   if (d->arena_fd >= 0) close(d->arena_fd);
   host_arena_destroy(&d->alloc);
+  host_arena_destroy(&d->bufs);
+  free(d->prot_pending);
+  d->prot_pending = NULL;
+  d->nprot = d->prot_cap = 0;
   pthread_mutex_destroy(&d->lock);
   pthread_mutex_destroy(&d->lock_why);
+  pthread_mutex_destroy(&d->lock_prot);
   d->base = MAP_FAILED;
   d->arena_fd = d->life_fd = d->lib_fd = -1;
 }

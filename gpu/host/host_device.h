@@ -7,6 +7,14 @@
  * is killed), the device is lost for good, with a sentence saying why and the
  * tag of the node that was running. Device memory stays readable after that:
  * it is the library's mapping of the arena.
+ *
+ * The arena has two zones. The first holds what the worker itself reads and
+ * writes (the control block, modules, recorded sequences, staging), allocated
+ * from `alloc`. The second, from `zone` on, holds buffers, allocated from
+ * `bufs` in whole pages each followed by a guard page: in the worker only the
+ * live buffers are accessible (host_device_guard), so that a kernel writing
+ * past its buffer or into free space faults, as it would on a GPU. The
+ * library's own mapping is accessible everywhere.
  */
 #ifndef SCHEDRUN_HOST_DEVICE_H
 #define SCHEDRUN_HOST_DEVICE_H
@@ -29,7 +37,12 @@ typedef struct host_device {
   uint64_t wbase;     /* the worker's mapping: device addresses */
   uint64_t size;
   hw_ctl *ctl;
-  host_arena alloc;
+  host_arena alloc;   /* [HW_CTL_BYTES, zone) */
+  host_arena bufs;    /* [zone + page, size): buffers */
+  uint64_t zone, page;
+  pthread_mutex_t lock_prot; /* guards prot_* */
+  hw_prot *prot_pending;     /* changes not yet sent to the worker, in order */
+  uint32_t nprot, prot_cap;
   _Atomic pid_t pid;  /* 0 when there is no live worker */
   int life_fd;        /* closes (POLLHUP) when the worker ends */
   int lib_fd;         /* the worker's watchdog sees this close when we end */
@@ -49,6 +62,14 @@ void host_device_stop(host_device *d);
 /* Kills the worker from any thread: a request in flight fails with the
  * device lost, and so does every later one. */
 void host_device_abandon(host_device *d, const char *why);
+
+/* Opens [addr, addr + len) of the buffer zone to the worker's kernels
+ * (writable) or closes it again; page-aligned. The change reaches the worker
+ * with its next request, before that request runs anything, so it may be
+ * made from any thread while a request is in flight. A change that undoes the
+ * last pending change of the same range cancels it instead. 0, or -1 when
+ * out of memory. */
+int host_device_guard(host_device *d, uint64_t addr, uint64_t len, bool writable);
 
 /* Posts one request (ctl->op and ctl->a[] filled by the caller under d->lock)
  * and waits for its answer until deadline_ns (0: no deadline). Called with

@@ -6,7 +6,12 @@
  * (with "#define _GNU_SOURCE 1" and the text of gpu/host/host_worker_abi.h put
  * in front of it) and caches the program beside the kernels.
  *
- *   worker ARENA_SIZE LIBRARY_PID SPIN_NS
+ *   worker ARENA_SIZE LIBRARY_PID SPIN_NS BUFFER_ZONE
+ *
+ * The arena is mapped readable and writable up to BUFFER_ZONE (the control
+ * block, modules, recorded sequences, staging) and without access from there
+ * on, except for the buffers the library allocates, which each request's
+ * protection changes open and close (see hw_prot in the ABI header).
  *
  * fd 3 is the device's memory arena, fd 4 the write end of a pipe that only
  * this process holds: the library sees it close when this process ends,
@@ -223,6 +228,22 @@ int hw_handle(hw_ctl *ctl, uint32_t op, uint64_t arena) {
 }
 
 #ifndef HW_IN_PROCESS
+/* Applies the protection changes a request carries, in order. Should the
+ * kernel refuse one (it limits the number of mappings), the whole buffer
+ * zone becomes writable and stays so: buffers keep working, unguarded, and
+ * the library can tell from ctl->unguarded. */
+static void apply_prot(hw_ctl *ctl, uint8_t *zone, uint64_t zone_len) {
+  uint32_t n = ctl->nprot < HW_PROT_MAX ? ctl->nprot : HW_PROT_MAX;
+  for (uint32_t i = 0; i < n && !ctl->unguarded; i++) {
+    const hw_prot *p = &ctl->prot[i];
+    if (mprotect((void *)(uintptr_t)p->addr, p->len, p->writable ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) {
+      mprotect(zone, zone_len, PROT_READ | PROT_WRITE);
+      ctl->unguarded = 1;
+    }
+  }
+  ctl->nprot = 0;
+}
+
 /* Ends this process when the library's process has ended (its pipe closes). */
 static void *watchdog(void *arg) {
   (void)arg;
@@ -233,13 +254,15 @@ static void *watchdog(void *arg) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) return 2;
+  if (argc != 5) return 2;
   pthread_t w;
   if (pthread_create(&w, NULL, watchdog, NULL) != 0) return 5;
   uint64_t size = strtoull(argv[1], NULL, 10), spin_ns = strtoull(argv[3], NULL, 10);
+  uint64_t zone = strtoull(argv[4], NULL, 10);
   pid_t library = (pid_t)strtol(argv[2], NULL, 10);
   void *arena = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, 3, 0);
-  if (arena == MAP_FAILED) return 3;
+  if (arena == MAP_FAILED || zone < HW_CTL_BYTES || zone > size) return 3;
+  if (zone < size && mprotect((uint8_t *)arena + zone, size - zone, PROT_NONE) != 0) return 3;
   hw_ctl *ctl = (hw_ctl *)arena;
   fault_ctl = ctl;
   if (ctl->abi != HW_ABI_VERSION) return 4;
@@ -259,7 +282,8 @@ int main(int argc, char **argv) {
       if (getppid() != library) _exit(0); /* the library's process is gone */
     }
     seen = r;
-    ctl->status = hw_handle(ctl, ctl->op, (uint64_t)(uintptr_t)arena);
+    if (ctl->nprot) apply_prot(ctl, (uint8_t *)arena + zone, size - zone);
+    ctl->status = ctl->op == HW_OP_PROTECT ? 0 : hw_handle(ctl, ctl->op, (uint64_t)(uintptr_t)arena);
     __atomic_store_n(&ctl->done, r, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&ctl->library_sleeping, __ATOMIC_SEQ_CST)) futex_wake(&ctl->done);
   }

@@ -21,9 +21,10 @@
 
 #include <stdint.h>
 
-#define HW_ABI_VERSION 3
+#define HW_ABI_VERSION 4
 #define HW_CTL_BYTES 4096 /* the control block's share of the arena's start */
 #define HW_TEXT 1024
+#define HW_PROT_MAX 96 /* protection changes carried by one request */
 #define HW_NO_TAG 0xffffffffu
 
 /* Requests. Addresses are device (worker) addresses. */
@@ -36,8 +37,20 @@ enum {
                       (CLOCK_MONOTONIC ns) of each of its first a[2] nodes */
   HW_OP_RUN_NODE,  /* a[0]: one hw_node, a[1]: its argument slots */
   HW_OP_RUN_STEPS, /* a[0]: hw_step[a[1]], run in order; a[2]: the step running */
-  HW_OP_EXIT
+  HW_OP_EXIT,
+  HW_OP_PROTECT /* nothing but the protection changes every request carries */
 };
+
+/* Buffers' memory. The arena's buffer zone, from the offset the worker is
+ * started with to its end, is mapped without access in the worker except for
+ * the buffers allocated there, each followed by a guard page: a kernel that
+ * writes past its buffer or into unallocated space faults, as on a GPU.
+ * Before a request's operation the worker applies the changes it carries, in
+ * order: [addr, addr + len) readable and writable, or no access. */
+typedef struct hw_prot {
+  uint64_t addr, len; /* device addresses, page-aligned */
+  uint32_t writable, pad;
+} hw_prot;
 
 /* Node kinds: the values of gpu_node_kind. */
 enum { HW_LAUNCH = 0, HW_COPY = 1, HW_FILL = 2, HW_WHILE = 3 };
@@ -55,6 +68,9 @@ typedef struct hw_ctl {
   int32_t fault_signo, fault_code;
   uint64_t fault_addr;
   char text[HW_TEXT];
+  uint32_t nprot; /* protection changes to apply before `op`; the worker zeroes it */
+  uint32_t unguarded; /* set by the worker when it could not protect (the zone is then all writable) */
+  hw_prot prot[HW_PROT_MAX];
 } hw_ctl;
 
 /* A recorded node: 64 bytes; a launch's argument slots are in its sequence's

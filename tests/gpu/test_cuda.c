@@ -24,7 +24,8 @@ static schedrun_t *open_spec(const char *spec) {
 
 static schedrun_report_t *run_all(schedrun_t *s, const char *path, schedrun_program_t **keep) {
   schedrun_error_t err = {0};
-  if (schedrun_program_load_file(s, path, keep, &err)) fail_msg("%s", err.message);
+  /* loaded without a scheduler: it runs on s's devices whatever its config's devices: say */
+  if (schedrun_program_load_file(NULL, path, keep, &err)) fail_msg("%s", err.message);
   schedrun_run_options_t o;
   schedrun_run_options_init(&o);
   o.keep_outputs = 1;
