@@ -21,7 +21,7 @@ static int host_all_count(void) {
 }
 
 bool gpu_devices_fit(const char *want, const char *opened, const gpu_backend *b, bool fell_back) {
-  if (!strcmp(want, opened)) return true;
+  if (!strcmp(want, opened) || !strcmp(want, "auto")) return true; /* auto, as when devices: is left out: any */
   int n = b->ops->device_count(b);
   bool host = n > 0 && !strncmp(b->ops->device_name(b, 0), "host:", 5);
   if (!strcmp(want, "host")) return host && n == 1;
@@ -39,10 +39,10 @@ bool gpu_devices_fit(const char *want, const char *opened, const gpu_backend *b,
     }
     return *p == '\0';
   }
-  /* auto, all, cuda: every GPU here, or (auto, all) host devices without one */
+  /* all, cuda: every GPU here, or (all) a host device per core without one */
   if (!host) return !strcmp(opened, "auto") || !strcmp(opened, "all") || !strcmp(opened, "cuda");
   if (!fell_back) return false; /* opened as host devices: whether a GPU is here was never asked */
-  return !strcmp(want, "auto") ? n == 1 : !strcmp(want, "all") ? n == host_all_count() : false;
+  return !strcmp(want, "all") && n == host_all_count();
 }
 
 /* "auto": every GPU, else one host device. "all": every GPU, else one host

@@ -168,7 +168,8 @@ typedef struct gpu_open_opts {
  * the host. */
 /* Whether a program asking for devices `want` (a config's devices:) runs on
  * backend b, opened for devices `opened` (fell_back: auto or all found no GPU
- * and opened host devices): the same spec, or the same devices. */
+ * and opened host devices): the same spec, or the same devices; "auto", the
+ * default, runs anywhere. */
 bool gpu_devices_fit(const char *want, const char *opened, const gpu_backend *b, bool fell_back);
 int gpu_backend_open(const char *devices, const gpu_open_opts *o, gpu_backend **out, char **why_fallback,
                      schedrun_error_t *err);

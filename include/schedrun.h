@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 #define SCHEDRUN_VERSION_MAJOR 0
-#define SCHEDRUN_VERSION_MINOR 1
+#define SCHEDRUN_VERSION_MINOR 2
 #define SCHEDRUN_VERSION_PATCH 0
 
 /* Public functions are the only symbols the shared library exports; the
@@ -248,7 +248,8 @@ SCHEDRUN_EXTERN void schedrun_builder_end(schedrun_builder_t *b);
 SCHEDRUN_EXTERN void schedrun_builder_host(schedrun_builder_t *b, const char *name, schedrun_host_fn fn, void *user);
 /* Expectations, checked after every job: elements by index, or the first
  * n elements; values are numbers or expressions, as strings. Optionally the
- * sum (an expression; NULL: none). tol: relative tolerance (0: the default). */
+ * sum (an expression; NULL: none). tol: the allowed absolute difference, as
+ * a config's `tol` (0: the defaults, docs/config.md). */
 SCHEDRUN_EXTERN void schedrun_builder_expect_at(schedrun_builder_t *b, const char *buffer, const uint64_t *index,
                                                 const char *const *values, size_t n, const char *sum, double tol);
 SCHEDRUN_EXTERN void schedrun_builder_expect_values(schedrun_builder_t *b, const char *buffer,

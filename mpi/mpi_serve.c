@@ -85,7 +85,9 @@ static void on_program(serve *sv, wire_rd *rd) {
   if (copy) {
     memcpy(copy, text, len);
     copy[len] = '\0';
-    rc = schedrun_program_load_string(sv->m->s, copy, origin, &sv->p, &e);
+    /* without a scheduler: rank 0 chose the devices (sched-run --devices may
+     * override the config's), and this rank runs on the ones it opened */
+    rc = schedrun_program_load_string(NULL, copy, origin, &sv->p, &e);
   }
   free(copy);
   free(origin);

@@ -76,6 +76,14 @@ static void test_installed_tree(void **st) {
   expect_file("lib/cmake/schedrun/schedrunTargets.cmake");
   expect_file("bin/sched-run");
   expect_file("share/man/man1/sched-run.1");
+  /* the documents the man page points to, the licence, the changes */
+  static const char *const docs[] = {"README.md", "LICENSE", "CHANGELOG.md", "config.md", "design.md",
+                                     "cluster.md", "configs/saxpy.yaml"};
+  for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "share/doc/schedrun/%s", docs[i]);
+    expect_file(rel);
+  }
   char p[PATH_MAX];
   snprintf(p, sizeof p, "%s/include/sched.h", prefix);
   assert_int_not_equal(access(p, F_OK), 0); /* never shadow the C library's <sched.h> */
@@ -89,8 +97,11 @@ static void test_installed_tree(void **st) {
   assert_non_null(strstr(real, want));
   free(real);
 
-  char *man = sh("head -c 200 '%s/share/man/man1/sched-run.1'", prefix);
+  char *man = sh("cat '%s/share/man/man1/sched-run.1'", prefix);
   assert_non_null(strstr(man, ".TH SCHED-RUN 1"));
+  /* it names where the documents are installed (for the configured prefix) */
+  const char *docdir = tu_env("SCHEDRUN_DOCDIR");
+  if (!strstr(man, docdir)) fail_msg("the man page does not name %s", docdir);
   free(man);
 }
 
@@ -241,6 +252,12 @@ static void test_pkgconfig_mpi(void **st) {
   expect_file("include/schedrun_mpi.h");
   expect_file("lib/libschedrun_mpi.so.0");
   expect_file("lib/pkgconfig/schedrun-mpi.pc");
+  /* MPI by its own pkg-config module, not by absolute paths of this machine */
+  char *pc = sh("cat '%s/lib/pkgconfig/schedrun-mpi.pc'", prefix);
+  assert_non_null(strstr(pc, "\nRequires: "));
+  assert_null(strstr(pc, "-I/"));
+  assert_null(strstr(pc, " /usr/"));
+  free(pc);
   char *dyn = sh("nm -D --defined-only '%s/lib/libschedrun_mpi.so'", prefix);
   only_public(dyn, "libschedrun_mpi.so");
   assert_non_null(strstr(dyn, " schedrun_mpi_open\n"));
@@ -260,8 +277,12 @@ static void test_pkgconfig_mpi(void **st) {
   assert_non_null(strstr(out, "embed_mpi: 3 of 3 jobs verified on 2 ranks"));
   assert_non_null(strstr(out, "rank 1 on "));
   free(out);
-  /* the installed sched-run hands over to sched-run-mpi under a launcher, and loads no MPI itself */
-  expect_file("bin/sched-run-mpi");
+  /* the installed sched-run hands over to sched-run-mpi (libexec/: an
+   * internal program) under a launcher, and loads no MPI itself */
+  expect_file("libexec/sched-run-mpi");
+  char bin_mpi[PATH_MAX];
+  snprintf(bin_mpi, sizeof bin_mpi, "%s/bin/sched-run-mpi", prefix);
+  assert_int_not_equal(access(bin_mpi, F_OK), 0);
   ldd = sh("ldd '%s/bin/sched-run'", prefix);
   assert_null(strstr(ldd, "libmpi"));
   free(ldd);

@@ -27,6 +27,11 @@ static char *load_bad(const char *text) {
   return err.message;
 }
 
+static void load_ok_free(const char *text) {
+  prog_program *p = load_ok(text);
+  prog_free(p);
+}
+
 static void expect_problem(const char *text, const char *where, const char *needle) {
   char *m = load_bad(text);
   if (!strstr(m, where) || !strstr(m, needle)) fail_msg("'%s' lacks '%s' or '%s'", m, where, needle);
@@ -160,6 +165,19 @@ static void test_single_problems(void **st) {
   expect_problem(HEAD KER BUF
                  "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [{buffer: a, offset: 17}, 1, 1]}\n",
                  "t.yaml:10:71", "outside buffer 'a'");
+  /* a buffer argument points at an element: an offset at the buffer's end leaves none */
+  expect_problem(HEAD KER BUF
+                 "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [{buffer: a, offset: 16}, 1, 1]}\n",
+                 "t.yaml:10:71", "offset 16 is outside buffer 'a' (16 elements; a buffer argument points at one of them)");
+  load_ok_free(HEAD KER BUF
+               "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [{buffer: a, offset: 15}, 1, 1]}\n");
+  /* tabs are no indentation */
+  expect_problem(HEAD "buffers:\n\ta: {type: f32, count: 4}\nprogram: []\n", "t.yaml:3:1",
+                 "(a tab character: YAML indents with spaces, never tabs)");
+  expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1}\nexpect:\n  a: {sum: 16, rtol: -0.5}\n",
+                 "t.yaml:8:22", "rtol must be >= 0");
+  expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1}\nexpect:\n  a: {sum: 16, tol: -1}\n",
+                 "t.yaml:8:21", "tol must be >= 0");
   expect_problem(HEAD KER BUF "program:\n  - launch: {kernel: k, grid: 1, block: 2048, args: [a, 1, 1]}\n",
                  "t.yaml:10:41", "at most 1024");
   expect_problem(HEAD KER BUF
