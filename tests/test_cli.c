@@ -841,14 +841,7 @@ static void test_signals_stop_cleanly(void **st) {
   interrupt_with(SIGHUP, 129, "SIGHUP");
 }
 
-/* A host device's worker of library process *ctx: its second argument. */
-static int is_worker_of(int argc, char *const *argv, void *ctx) {
-  char want[32];
-  snprintf(want, sizeof want, "%ld", (long)*(pid_t *)ctx);
-  return argc >= 3 && strstr(argv[0], "host-worker") && !strcmp(argv[2], want);
-}
-
-static int workers_of(pid_t lib) { return tu_count_processes(is_worker_of, &lib); }
+static int workers_of(pid_t lib) { return tu_count_processes(tu_is_worker_of, &lib); }
 
 /* Killed outright while a kernel never returns, sched-run leaves no worker
  * process behind: each worker's watchdog sees the library's pipe close. */

@@ -198,13 +198,6 @@ static pid_t find_rank(int rank) {
   return found;
 }
 
-/* A host device's worker started by process *ctx (its second argument). */
-static int is_worker_of(int argc, char *const *argv, void *ctx) {
-  char want[32];
-  snprintf(want, sizeof want, "%ld", (long)*(pid_t *)ctx);
-  return argc >= 3 && strstr(argv[0], "host-worker") && !strcmp(argv[2], want);
-}
-
 /* The CPU time (clock ticks) that the workers of process lib have used:
  * more than none once kernels run there. */
 static long worker_ticks(pid_t lib) {
@@ -221,7 +214,7 @@ static long worker_ticks(pid_t lib) {
       char *argv[4] = {cmd, NULL, NULL, NULL};
       int argc = 1;
       for (size_t i = strlen(cmd) + 1; i < n && argc < 3; i += strlen(cmd + i) + 1) argv[argc++] = cmd + i;
-      worker = is_worker_of(argc, argv, &lib);
+      worker = tu_is_worker_of(argc, argv, &lib);
     }
     free(cmd);
     if (!worker) continue;

@@ -181,3 +181,9 @@ void tu_sleep_ms(int ms) {
   while (nanosleep(&t, &t) != 0) {
   }
 }
+
+int tu_is_worker_of(int argc, char *const *argv, void *ctx) {
+  char want[32];
+  snprintf(want, sizeof want, "%ld", (long)*(pid_t *)ctx);
+  return argc >= 3 && strstr(argv[0], "host-worker") && !strcmp(argv[2], want);
+}

@@ -51,6 +51,9 @@ struct gpu_open_opts;
 const struct gpu_open_opts *tu_gpu_opts(void);
 /* Counts the processes whose arguments `match` accepts (argv as in main). */
 int tu_count_processes(int (*match)(int argc, char *const *argv, void *ctx), void *ctx);
+/* For tu_count_processes: a host device's worker started by the library in
+ * process *(pid_t *)ctx (the worker's second argument). */
+int tu_is_worker_of(int argc, char *const *argv, void *ctx);
 /* A scheduler opened with o, or the test fails with the error. */
 schedrun_t *tu_open(const schedrun_options_t *o);
 /* A program loaded from yaml (named origin in errors) into s, or the test

@@ -166,10 +166,12 @@ int host_device_guard(host_device *d, uint64_t addr, uint64_t len, bool writable
 static bool stage_prot(host_device *d) {
   pthread_mutex_lock(&d->lock_prot);
   uint32_t n = d->nprot < HW_PROT_MAX ? d->nprot : HW_PROT_MAX;
-  memcpy(d->ctl->prot, d->prot_pending, n * sizeof *d->prot_pending);
   d->ctl->nprot = n;
-  memmove(d->prot_pending, d->prot_pending + n, (d->nprot - n) * sizeof *d->prot_pending);
-  d->nprot -= n;
+  if (n) {
+    memcpy(d->ctl->prot, d->prot_pending, n * sizeof *d->prot_pending);
+    memmove(d->prot_pending, d->prot_pending + n, (d->nprot - n) * sizeof *d->prot_pending);
+    d->nprot -= n;
+  }
   bool more = d->nprot > 0;
   pthread_mutex_unlock(&d->lock_prot);
   return more;
