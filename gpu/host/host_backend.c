@@ -71,16 +71,53 @@ static int dev_alloc(host_device *d, uint64_t bytes, uint64_t *addr) {
   return 0;
 }
 
+/* Frees a buffer's block (its length with the guard page): closed to the
+ * worker again, its pages given back when large. */
+static void buf_release(host_device *d, uint64_t off, uint64_t len) {
+  if (host_device_guard(d, d->wbase + off, len - d->page, false))
+    host_device_abandon(d, "out of memory while closing a freed buffer to the kernels");
+  host_arena_free(&d->bufs, off);
+  if (len >= PUNCH_BYTES) fallocate(d->arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
+}
+
+/* Gives back every kept block: when the zone is full, and at the end. */
+static void buf_release_kept(host_device *d) {
+  pthread_mutex_lock(&d->lock_prot);
+  host_extent kept[HOST_KEPT_MAX];
+  uint32_t n = d->nkept;
+  memcpy(kept, d->kept, n * sizeof *kept);
+  d->nkept = 0;
+  d->kept_bytes = 0;
+  pthread_mutex_unlock(&d->lock_prot);
+  for (uint32_t i = 0; i < n; i++) buf_release(d, kept[i].off, kept[i].len);
+}
+
 /* A buffer: whole pages in the buffer zone, then a guard page, opened to the
- * worker. */
+ * worker; a kept block of the same size first, already open. */
 static int buf_alloc(host_device *d, uint64_t bytes, uint64_t *addr) {
-  uint64_t pages = ((bytes ? bytes : 1) + d->page - 1) / d->page * d->page, off;
-  if (pages > UINT64_MAX - d->page || host_arena_alloc(&d->bufs, pages + d->page, &off)) return -1;
-  assert(off % d->page == 0 && off >= d->zone);
-  if (host_device_guard(d, d->wbase + off, pages, true)) {
-    host_arena_free(&d->bufs, off);
-    return -1;
+  uint64_t pages = ((bytes ? bytes : 1) + d->page - 1) / d->page * d->page, off = 0;
+  if (pages > UINT64_MAX - d->page) return -1;
+  bool kept = false;
+  pthread_mutex_lock(&d->lock_prot);
+  for (uint32_t i = d->nkept; i-- > 0 && !kept;)
+    if (d->kept[i].len == pages + d->page) {
+      off = d->kept[i].off;
+      d->kept_bytes -= d->kept[i].len;
+      d->kept[i] = d->kept[--d->nkept];
+      kept = true;
+    }
+  pthread_mutex_unlock(&d->lock_prot);
+  if (!kept) {
+    if (host_arena_alloc(&d->bufs, pages + d->page, &off)) {
+      buf_release_kept(d);
+      if (host_arena_alloc(&d->bufs, pages + d->page, &off)) return -1;
+    }
+    if (host_device_guard(d, d->wbase + off, pages, true)) {
+      host_arena_free(&d->bufs, off);
+      return -1;
+    }
   }
+  assert(off % d->page == 0 && off >= d->zone && host_arena_size_of(&d->bufs, off) == pages + d->page);
   *addr = d->wbase + off;
   return 0;
 }
@@ -88,13 +125,22 @@ static int buf_alloc(host_device *d, uint64_t bytes, uint64_t *addr) {
 static void dev_free(host_device *d, uint64_t addr) {
   if (!addr) return;
   uint64_t off = addr - d->wbase, len;
-  if (off >= d->zone) { /* a buffer: closed to the worker again, guard page and all */
-    len = host_arena_free(&d->bufs, off);
-    if (len && host_device_guard(d, addr, len - d->page, false))
-      host_device_abandon(d, "out of memory while closing a freed buffer to the kernels");
-  } else {
-    len = host_arena_free(&d->alloc, off);
+  if (off >= d->zone) { /* a buffer: kept open for the next of its size, or closed and freed */
+    len = host_arena_size_of(&d->bufs, off);
+    if (!len) return;
+    pthread_mutex_lock(&d->lock_prot);
+    bool keep = !d->in_process && d->nkept < HOST_KEPT_MAX && d->kept_bytes + len <= HOST_KEPT_BYTES;
+    for (uint32_t i = 0; i < d->nkept; i++)
+      if (d->kept[i].off == off) keep = false, len = 0; /* freed twice: it is kept already */
+    if (keep) {
+      d->kept[d->nkept++] = (host_extent){off, len};
+      d->kept_bytes += len;
+    }
+    pthread_mutex_unlock(&d->lock_prot);
+    if (!keep && len) buf_release(d, off, len);
+    return;
   }
+  len = host_arena_free(&d->alloc, off);
   if (len >= PUNCH_BYTES) fallocate(d->arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
 }
 

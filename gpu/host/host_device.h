@@ -28,6 +28,9 @@
 #include "gpu/host/host_arena.h"
 #include "gpu/host/host_worker_abi.h"
 
+#define HOST_KEPT_MAX 64
+#define HOST_KEPT_BYTES (64ull << 20)
+
 typedef struct host_device {
   int index;
   char name[16];
@@ -40,9 +43,15 @@ typedef struct host_device {
   host_arena alloc;   /* [HW_CTL_BYTES, zone) */
   host_arena bufs;    /* [zone + page, size): buffers */
   uint64_t zone, page;
-  pthread_mutex_t lock_prot; /* guards prot_* */
+  pthread_mutex_t lock_prot; /* guards prot_* and kept[] */
   hw_prot *prot_pending;     /* changes not yet sent to the worker, in order */
   uint32_t nprot, prot_cap;
+  /* freed buffers' blocks kept open for the next buffer of the same size
+   * (host_backend.c), so that buffers freed and made again job after job
+   * (hand-offs) cost the worker no mprotect */
+  host_extent kept[HOST_KEPT_MAX];
+  uint32_t nkept;
+  uint64_t kept_bytes;
   _Atomic pid_t pid;  /* 0 when there is no live worker */
   int life_fd;        /* closes (POLLHUP) when the worker ends */
   int lib_fd;         /* the worker's watchdog sees this close when we end */
