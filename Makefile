@@ -147,11 +147,12 @@ install: deps
 	  -DSCHEDRUN_BUILD_TESTS=OFF -DSCHEDRUN_BUILD_BENCH=OFF -DSCHEDRUN_BUILD_EXAMPLES=OFF $(OWN_FLAGS)
 	@$(STEP) build $(BUILD_RELEASE)
 	@cmake --install $(BUILD_RELEASE) --prefix $(PREFIX) >$(BUILD_RELEASE)/install.log && \
-	  echo "install: $$(wc -l < $(BUILD_RELEASE)/install_manifest.txt) files under $(DESTDIR)$(PREFIX) (list: $(BUILD_RELEASE)/install_manifest.txt)"
+	  echo "install: $$(grep -c . $(BUILD_RELEASE)/install_manifest.txt) files under $(DESTDIR)$(PREFIX) (list: $(BUILD_RELEASE)/install_manifest.txt)"
 
 uninstall:
 	@if [ ! -f $(BUILD_RELEASE)/install_manifest.txt ]; then echo "uninstall: nothing installed from here ($(BUILD_RELEASE)/install_manifest.txt is missing)"; exit 1; fi
-	@n=0; while IFS= read -r f; do \
+	@n=0; while IFS= read -r f || [ -n "$$f" ]; do \
+	  f="$(DESTDIR)$$f"; \
 	  if [ -e "$$f" ] || [ -L "$$f" ]; then rm -f "$$f" && n=$$((n + 1)); fi; \
 	  d=$$(dirname "$$f"); \
 	  while case "$$d" in */schedrun|*/schedrun/*) true;; *) false;; esac && rmdir "$$d" 2>/dev/null; do d=$$(dirname "$$d"); done; \
