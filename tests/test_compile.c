@@ -388,7 +388,17 @@ static void test_nvrtc_cubins(void **st) {
   (void)st;
   void *ctx = NULL;
   schedrun_error_t err = {0};
-  if (gpu_cuda_target.open(&ctx, &err)) fail_msg("NVRTC: %s", err.message);
+  if (gpu_cuda_target.open(&ctx, &err)) {
+    /* the real compiler is the CUDA toolkit's, which a machine may not have:
+     * then there is nothing to check it against (the CUDA path itself runs
+     * on the driver double, which brings its own NVRTC) */
+    if (err.message && strstr(err.message, "no libnvrtc.so found")) {
+      printf("[  SKIPPED ] NVRTC is not installed here: %s\n", err.message);
+      schedrun_error_clear(&err);
+      skip();
+    }
+    fail_msg("NVRTC: %s", err.message);
+  }
   char *id = NULL;
   assert_int_equal(gpu_cuda_target.identity(ctx, &id, &err), SCHEDRUN_OK);
   assert_non_null(strstr(id, "nvrtc "));
