@@ -172,14 +172,28 @@ static void test_while_same_as_one_process(void **st) {
   same_as_one_process("while_countdown.yaml", 1, "24", false);
 }
 
-/* The pid of rank `rank`'s sched-run (its environment says so), or 0. */
-static pid_t find_rank(int rank) {
+/* The parent of process pid, or 0. */
+static pid_t parent_of(const char *pid) {
+  char p[300];
+  snprintf(p, sizeof p, "/proc/%s/stat", pid);
+  char *stat = tu_slurp(p, NULL);
+  const char *after = stat ? strrchr(stat, ')') : NULL; /* the command name may hold spaces */
+  int ppid = 0;
+  if (after && sscanf(after + 2, "%*c %d", &ppid) != 1) ppid = 0;
+  free(stat);
+  return (pid_t)ppid;
+}
+
+/* The pid of rank `rank`'s sched-run (its environment says so) started by
+ * launcher `mpirun` (a rank of an earlier run may still be ending), or 0. */
+static pid_t find_rank(int rank, pid_t mpirun) {
   char want[64];
   snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
   DIR *d = opendir("/proc");
   pid_t found = 0;
   struct dirent *e;
   while (d && (e = readdir(d)) && !found) {
+    if (parent_of(e->d_name) != mpirun) continue;
     char p[300];
     snprintf(p, sizeof p, "/proc/%s/cmdline", e->d_name);
     size_t n = 0;
@@ -249,7 +263,7 @@ static void rank_fails(int sig) {
   assert_int_equal(posix_spawn(&pid, tu_env("SCHEDRUN_MPIRUN"), &fa, NULL, mpirun(args), environ), 0);
   posix_spawn_file_actions_destroy(&fa);
   pid_t rank_pid[3] = {0, 0, 0};
-  TU_WAIT_FOR((rank_pid[1] = find_rank(1)) > 0 && (rank_pid[2] = find_rank(2)) > 0, "ranks 1 and 2 to start");
+  TU_WAIT_FOR((rank_pid[1] = find_rank(1, pid)) > 0 && (rank_pid[2] = find_rank(2, pid)) > 0, "ranks 1 and 2 to start");
   /* the victim: the first of ranks 1 and 2 whose devices run jobs (their
    * workers used CPU time). On a machine so busy that a rank went unheard
    * past rank 0's limit it is lost already and gets no jobs: the other one
