@@ -14,6 +14,20 @@ static int host_count(const char *spec, schedrun_error_t *err) {
   return (int)n;
 }
 
+/* The device numbers of "cuda:I,J,...": how many, or -1 when they are not. */
+static int cuda_list(const char *spec, int which[SCHEDRUN_MAX_DEVICES]) {
+  int n = 0;
+  for (const char *p = spec + 5;;) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 0 || v >= SCHEDRUN_MAX_DEVICES || n == SCHEDRUN_MAX_DEVICES || (*end && *end != ','))
+      return -1;
+    which[n++] = (int)v;
+    if (!*end) return n;
+    p = end + 1;
+  }
+}
+
 /* How many host devices "all" makes without a GPU: one per core. */
 static int host_all_count(void) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -27,17 +41,14 @@ bool gpu_devices_fit(const char *want, const char *opened, const gpu_backend *b,
   if (!strcmp(want, "host")) return host && n == 1;
   if (!strncmp(want, "host:", 5)) return host && n == atoi(want + 5);
   if (!strncmp(want, "cuda:", 5)) { /* exactly those GPUs, in that order */
-    if (host) return false;
-    const char *p = want + 5;
+    int which[SCHEDRUN_MAX_DEVICES];
+    if (host || cuda_list(want, which) != n) return false;
     for (int d = 0; d < n; d++) {
-      char *end;
-      long i = strtol(p, &end, 10);
       char name[32];
-      snprintf(name, sizeof name, "cuda:%ld", i);
-      if (end == p || strcmp(name, b->ops->device_name(b, d))) return false;
-      p = *end == ',' ? end + 1 : end;
+      snprintf(name, sizeof name, "cuda:%d", which[d]);
+      if (strcmp(name, b->ops->device_name(b, d))) return false;
     }
-    return *p == '\0';
+    return true;
   }
   /* all, cuda: every GPU here, or (all) a host device per core without one */
   if (!host) return !strcmp(opened, "auto") || !strcmp(opened, "all") || !strcmp(opened, "cuda");
@@ -67,16 +78,8 @@ int gpu_backend_open(const char *devices, const gpu_open_opts *o, gpu_backend **
   }
   if (!strcmp(spec, "cuda")) return gpu_cuda_open(NULL, 0, out, err);
   if (!strncmp(spec, "cuda:", 5)) {
-    int which[SCHEDRUN_MAX_DEVICES], n = 0;
-    for (const char *p = spec + 5;;) {
-      char *end;
-      long v = strtol(p, &end, 10);
-      if (end == p || v < 0 || v >= SCHEDRUN_MAX_DEVICES || n == SCHEDRUN_MAX_DEVICES || (*end && *end != ','))
-        return err_set(err, SCHEDRUN_EINVAL, "devices '%s': cuda:I,J needs device numbers", spec);
-      which[n++] = (int)v;
-      if (!*end) break;
-      p = end + 1;
-    }
+    int which[SCHEDRUN_MAX_DEVICES], n = cuda_list(spec, which);
+    if (n < 0) return err_set(err, SCHEDRUN_EINVAL, "devices '%s': cuda:I,J needs device numbers", spec);
     return gpu_cuda_open(which, n, out, err);
   }
   return err_set(err, SCHEDRUN_EINVAL, "devices '%s' is not one of auto, host, host:N, cuda, cuda:I,J, all", spec);

@@ -80,7 +80,8 @@ static void buf_release(host_device *d, uint64_t off, uint64_t len) {
   if (len >= PUNCH_BYTES) fallocate(d->arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
 }
 
-/* Gives back every kept block: when the zone is full, and at the end. */
+/* Gives back every kept block, when the zone has no room for a new buffer
+ * (at the end they go with the arena). */
 static void buf_release_kept(host_device *d) {
   pthread_mutex_lock(&d->lock_prot);
   host_extent kept[HOST_KEPT_MAX];
