@@ -134,7 +134,7 @@ static int identity_cached(compile_state *s, const gpu_compile_target *t, void *
   int rc = t->identity(ctx, out, err);
   if (rc == SCHEDRUN_OK && !path.failed) {
     char *dir = fs_dirname(path.data);
-    if (dir && fs_mkdir_p(dir, NULL) == SCHEDRUN_OK) artifact_write(path.data, key, *out, strlen(*out), NULL);
+    if (dir && fs_mkdir_private(dir, NULL) == SCHEDRUN_OK) artifact_write(path.data, key, *out, strlen(*out), NULL);
     free(dir);
   }
   sb_free(&path);

@@ -46,8 +46,8 @@ static void run_future(compile_state *s, future *f, int worker) {
   if (asprintf(&tmp, "%s/tmp/p%ld-w%d-XXXXXX", s->core->cache_dir, (long)getpid(), worker) < 0) tmp = NULL;
   char *tdir = tmp ? fs_dirname(tmp) : NULL, *adir = fs_dirname(f->path);
   int rc = tdir && adir ? SCHEDRUN_OK : err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
-  if (rc == SCHEDRUN_OK) rc = fs_mkdir_p(tdir, &err);
-  if (rc == SCHEDRUN_OK) rc = fs_mkdir_p(adir, &err);
+  if (rc == SCHEDRUN_OK) rc = fs_mkdir_private(tdir, &err);
+  if (rc == SCHEDRUN_OK) rc = fs_mkdir_private(adir, &err);
   if (rc == SCHEDRUN_OK && !mkdtemp(tmp))
     rc = err_set(&err, SCHEDRUN_EIO, "the kernel cache: cannot create a directory under %s: %s", tdir, strerror(errno));
   if (rc == SCHEDRUN_OK) {

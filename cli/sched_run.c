@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "interrupt.h"
+#include "notes.h"
 #include "json_out.h"
 #include "ranks.h"
 #include "schedrun.h"
@@ -343,6 +344,7 @@ int main(int argc, char **argv) {
     return ranks_end(&ranks, &s, st);
   }
   interrupt_watch(s);
+  note_opened(s, no_cache, quiet || json);
   schedrun_run_options_t ro;
   schedrun_run_options_init(&ro);
   ro.repeat = repeat;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "interrupt.h"
+#include "notes.h"
 #include "schedrun.h"
 #include "stages.h"
 
@@ -98,6 +99,7 @@ int stages_run(const char *path, const stages_opts *o) {
     return st;
   }
   interrupt_watch(s);
+  note_opened(s, o->no_cache, o->quiet || o->json);
   int repeat = o->repeat ? o->repeat : schedrun_graph_repeat(g);
   size_t nodes = schedrun_graph_size(g), n = (size_t)repeat * nodes;
   schedrun_job_t *ids = calloc(n, sizeof *ids);

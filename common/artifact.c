@@ -54,7 +54,7 @@ int artifact_read(const char *path, const char *key, uint8_t **payload, size_t *
   *len = 0;
   char *data;
   size_t size;
-  int rc = fs_read_file(path, &data, &size, err);
+  int rc = fs_read_owned(path, ARTIFACT_MAX_BYTES, &data, &size, err);
   if (rc) return rc;
   const char *why = artifact_check(data, size, key);
   if (why) {

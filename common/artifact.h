@@ -16,6 +16,8 @@
 #include "common/common.h"
 
 #define ARTIFACT_HEADER 152
+/* No artifact is larger: a file in the cache that is, is not one. */
+#define ARTIFACT_MAX_BYTES (1ull << 30)
 
 /* Publishes atomically (temporary file, then rename). */
 int artifact_write(const char *path, const char *key, const void *payload, size_t len,

@@ -51,8 +51,28 @@ void hash_final_hex(hash_ctx *h, char out[65]); /* frees h */
 uint64_t hash_fnv1a(const void *p, size_t n);
 
 /* ---- files ---- */
+/* Reads a regular file whole (a device or FIFO is refused, not read). */
 int fs_read_file(const char *path, char **data, size_t *len, schedrun_error_t *err);
+/* Reads fd to its end into a NUL-terminated heap buffer (more than max_bytes
+ * is an error), then closes fd; path only names it in errors. */
+int fs_read_fd(int fd, const char *path, uint64_t max_bytes, char **data, size_t *len, schedrun_error_t *err);
 int fs_mkdir_p(const char *path, schedrun_error_t *err);
+/* ---- what only this user can write (common/fs_trust.c) ---- */
+struct stat;
+/* fs_mkdir_p with mode 0700 for what it creates. */
+int fs_mkdir_private(const char *path, schedrun_error_t *err);
+/* SCHEDRUN_OK when path is a directory owned by the effective user that no
+ * group or other user can write, in directories no other user could rename
+ * it out of; else SCHEDRUN_EIO saying why. */
+int fs_check_private_dir(const char *path, schedrun_error_t *err);
+/* Opens a file of the cache: a regular file (no link followed), owned by the
+ * effective user, not writable by group or others, at most max_bytes, and
+ * executable by its owner when asked. The descriptor (close-on-exec), with
+ * its status in *st; or -1 with err saying why. What is checked is what the
+ * descriptor reads: the path cannot be swapped after the check. */
+int fs_open_owned(const char *path, bool executable, uint64_t max_bytes, struct stat *st, schedrun_error_t *err);
+/* fs_read_file for a file of the cache, checked as fs_open_owned checks. */
+int fs_read_owned(const char *path, uint64_t max_bytes, char **data, size_t *len, schedrun_error_t *err);
 /* Writes through a temporary file in the same directory, then renames it
  * into place: readers see the old file or the new one, never a part. */
 int fs_write_atomic(const char *path, const void *data, size_t len, schedrun_error_t *err);
@@ -72,11 +92,13 @@ int fs_read_input(const char *path, uint64_t max_bytes, char **data, size_t *len
 char *fs_dirname(const char *path);
 /* `rel` resolved against the directory of `base_file` (rel if absolute). */
 char *fs_join_rel(const char *base_file, const char *rel);
+/* Removes a tree through directory descriptors, following no link. */
 int fs_remove_tree(const char *path);
 /* Creates a private directory dir/<prefix><pid>-XXXXXX in buf: 0, or -1 with
  * errno. The pid lets fs_sweep_dead find what a dead process left. */
 int fs_temp_dir(char *buf, size_t size, const char *dir, const char *prefix);
-/* Removes dir's entries named <prefix><pid>-... whose process no longer exists. */
+/* Removes dir's entries named <prefix><pid>-... whose process no longer
+ * exists: directories of the effective user's only, through descriptors. */
 void fs_sweep_dead(const char *dir, const char *prefix);
 
 /* ---- time ---- */

@@ -1,10 +1,7 @@
 /* Files and clocks. Writes that others may read at the same time go through a
  * temporary file and a rename, so no reader ever sees half a file. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,28 +12,7 @@
 #include "common/common.h"
 
 int fs_read_file(const char *path, char **data, size_t *len, schedrun_error_t *err) {
-  *data = NULL;
-  *len = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return err_set(err, SCHEDRUN_EIO, "%s: cannot open: %s", path, strerror(errno));
-  strbuf sb;
-  sb_init(&sb);
-  char buf[65536];
-  size_t n;
-  while (!sb.failed && (n = fread(buf, 1, sizeof buf, f)) > 0) sb_add(&sb, buf, n);
-  int bad = ferror(f) ? errno : 0;
-  fclose(f);
-  if (bad) {
-    sb_free(&sb);
-    return err_set(err, SCHEDRUN_EIO, "%s: read failed: %s", path, strerror(bad));
-  }
-  if (sb.failed) {
-    sb_free(&sb);
-    return err_set(err, SCHEDRUN_ENOMEM, "%s: out of memory reading the file", path);
-  }
-  *len = sb.len;
-  *data = sb_take(&sb);
-  return SCHEDRUN_OK;
+  return fs_read_input(path, UINT64_MAX, data, len, err);
 }
 
 int fs_mkdir_p(const char *path, schedrun_error_t *err) {
@@ -196,29 +172,31 @@ int fs_check_output(const char *path, bool dir, schedrun_error_t *err) {
   return rc;
 }
 
-int fs_read_input(const char *path, uint64_t max_bytes, char **data, size_t *len, schedrun_error_t *err) {
+int fs_read_fd(int fd, const char *path, uint64_t max_bytes, char **data, size_t *len, schedrun_error_t *err) {
   *data = NULL;
   *len = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return err_set(err, SCHEDRUN_EIO, "%s: cannot open: %s", path, strerror(errno));
+  /* read to the end, not to st_size: /proc files say 0, files grow */
   struct stat st;
-  int rc = SCHEDRUN_OK;
-  if (fstat(fd, &st) != 0) rc = err_set(err, SCHEDRUN_EIO, "%s: cannot stat: %s", path, strerror(errno));
-  else if (S_ISDIR(st.st_mode)) rc = err_set(err, SCHEDRUN_EIO, "%s: is a directory", path);
-  else if (!S_ISREG(st.st_mode))
-    rc = err_set(err, SCHEDRUN_EIO, "%s: is not a regular file (a device, a FIFO or a socket)", path);
-  else if ((uint64_t)st.st_size > max_bytes)
-    rc = err_set(err, SCHEDRUN_EIO, "%s: has %llu bytes; at most %llu", path, (unsigned long long)st.st_size,
-                 (unsigned long long)max_bytes);
-  char *buf = rc ? NULL : malloc((size_t)st.st_size + 1);
-  if (!rc && !buf) rc = err_set(err, SCHEDRUN_ENOMEM, "%s: out of memory for %llu bytes", path, (unsigned long long)st.st_size);
+  size_t cap = fstat(fd, &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size <= max_bytes ? (size_t)st.st_size + 1 : 65536;
+  char *buf = malloc(cap);
   size_t got = 0;
-  while (!rc && got < (size_t)st.st_size) {
-    ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+  int rc = buf ? SCHEDRUN_OK : err_set(err, SCHEDRUN_ENOMEM, "%s: out of memory for %zu bytes", path, cap);
+  while (rc == SCHEDRUN_OK) {
+    if (got + 1 >= cap) {
+      char *more = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+      if (!more) {
+        rc = err_set(err, SCHEDRUN_ENOMEM, "%s: out of memory reading the file", path);
+        break;
+      }
+      buf = more;
+      cap *= 2;
+    }
+    ssize_t r = read(fd, buf + got, cap - 1 - got);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) rc = err_set(err, SCHEDRUN_EIO, "%s: read failed: %s", path, strerror(errno));
-    else if (r == 0) break; /* it shrank meanwhile: what is there */
-    else got += (size_t)r;
+    else if (r == 0) break;
+    else if ((got += (size_t)r) > max_bytes)
+      rc = err_set(err, SCHEDRUN_EIO, "%s: has more than %llu bytes", path, (unsigned long long)max_bytes);
   }
   close(fd);
   if (rc) {
@@ -229,6 +207,27 @@ int fs_read_input(const char *path, uint64_t max_bytes, char **data, size_t *len
   *data = buf;
   *len = got;
   return SCHEDRUN_OK;
+}
+
+int fs_read_input(const char *path, uint64_t max_bytes, char **data, size_t *len, schedrun_error_t *err) {
+  *data = NULL;
+  *len = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return err_set(err, SCHEDRUN_EIO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  int rc = SCHEDRUN_OK;
+  if (fstat(fd, &st) != 0) rc = err_set(err, SCHEDRUN_EIO, "%s: cannot stat: %s", path, strerror(errno));
+  else if (S_ISDIR(st.st_mode)) rc = err_set(err, SCHEDRUN_EIO, "%s: is a directory", path);
+  else if (!S_ISREG(st.st_mode))
+    rc = err_set(err, SCHEDRUN_EIO, "%s: is not a regular file (a device, a FIFO or a socket)", path);
+  else if ((uint64_t)st.st_size > max_bytes)
+    rc = err_set(err, SCHEDRUN_EIO, "%s: has %llu bytes; at most %llu", path, (unsigned long long)st.st_size,
+                 (unsigned long long)max_bytes);
+  if (rc) {
+    close(fd);
+    return rc;
+  }
+  return fs_read_fd(fd, path, max_bytes, data, len, err);
 }
 
 char *fs_dirname(const char *path) {
@@ -253,15 +252,6 @@ char *fs_join_rel(const char *base_file, const char *rel) {
   return sb_take(&sb);
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-int fs_remove_tree(const char *path) { return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
-
 int fs_temp_dir(char *buf, size_t size, const char *dir, const char *prefix) {
   int n = snprintf(buf, size, "%s/%s%ld-XXXXXX", dir, prefix, (long)getpid());
   if (n < 0 || (size_t)n >= size) {
@@ -269,23 +259,6 @@ int fs_temp_dir(char *buf, size_t size, const char *dir, const char *prefix) {
     return -1;
   }
   return mkdtemp(buf) ? 0 : -1;
-}
-
-void fs_sweep_dead(const char *dir, const char *prefix) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  size_t plen = strlen(prefix);
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (strncmp(e->d_name, prefix, plen) != 0) continue;
-    char *end;
-    long pid = strtol(e->d_name + plen, &end, 10);
-    if (end == e->d_name + plen || *end != '-' || pid <= 0) continue;
-    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path) fs_remove_tree(path);
-  }
-  closedir(d);
 }
 
 uint64_t now_ns(void) {

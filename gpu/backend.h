@@ -177,8 +177,10 @@ void gpu_backend_close(gpu_backend **b);
 
 /* Host devices: each a worker process running the kernels (gpu/host/). */
 int gpu_host_open(int ndevices, const gpu_open_opts *o, gpu_backend **out, schedrun_error_t *err);
-/* Builds (once, into the cache) the host devices' worker program. */
-int host_worker_program(const char *cache_dir, char **path, schedrun_error_t *err);
+/* Builds (once, into the cache) the host devices' worker program: its path,
+ * and a descriptor (close-on-exec) of the file checked to be the user's own,
+ * which is what runs. */
+int host_worker_program(const char *cache_dir, char **path, int *fd, schedrun_error_t *err);
 /* The CUDA devices listed in which[0..nwhich) (all when nwhich is 0). */
 int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_error_t *err);
 

@@ -166,6 +166,10 @@ SCHEDRUN_EXTERN const char *schedrun_device_fallback(const schedrun_t *s);
  * ("host", "cuda sm_90"). Processes with the same target can share compiled
  * kernels (schedrun_program_artifacts, schedrun_cache_publish). */
 SCHEDRUN_EXTERN const char *schedrun_compile_target(const schedrun_t *s);
+/* The directory of the disk cache. *temporary (when not NULL) is set to 1
+ * when it is a private one removed at close: asked for (no_disk_cache), or
+ * because neither HOME nor XDG_CACHE_HOME names a place for the cache. */
+SCHEDRUN_EXTERN const char *schedrun_cache_dir(const schedrun_t *s, int *temporary);
 /* How many kernels this scheduler compiled since it opened (cache hits and
  * published artifacts are not compiles). */
 SCHEDRUN_EXTERN int schedrun_compile_count(schedrun_t *s, uint64_t *compiled, schedrun_error_t *err);

@@ -14,6 +14,11 @@
 
 const char *schedrun_compile_target(const schedrun_t *s) { return s ? s->target : NULL; }
 
+const char *schedrun_cache_dir(const schedrun_t *s, int *temporary) {
+  if (temporary) *temporary = s && s->temp_cache ? 1 : 0;
+  return s ? s->core.cache_dir : NULL;
+}
+
 int schedrun_compile_count(schedrun_t *s, uint64_t *compiled, schedrun_error_t *err) {
   if (!s || !compiled)
     return err_set(err, SCHEDRUN_EINVAL, "schedrun_compile_count: %s is NULL", !s ? "the scheduler" : "compiled");
@@ -95,7 +100,7 @@ int schedrun_cache_publish(schedrun_t *s, const char *name, const void *data, si
   sb_addf(&path, "%s/%s", s->core.cache_dir, name);
   char *dir = path.failed ? NULL : fs_dirname(path.data);
   if (!dir) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-  else if ((rc = fs_mkdir_p(dir, err)) == SCHEDRUN_OK) rc = fs_write_atomic(path.data, data, len, err);
+  else if ((rc = fs_mkdir_private(dir, err)) == SCHEDRUN_OK) rc = fs_write_atomic(path.data, data, len, err);
   free(dir);
   sb_free(&path);
   return rc;

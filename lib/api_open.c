@@ -57,7 +57,11 @@ struct timespec api_deadline_in(int timeout_ms) {
   return ts;
 }
 
-static char *default_cache_dir(void) {
+/* The disk cache's directory; *none when the environment names none (no
+ * HOME, no XDG_CACHE_HOME: cron, systemd units, env -i). There is no shared
+ * fallback: a fixed directory in /tmp is one another user can make first. */
+static char *default_cache_dir(bool *none) {
+  *none = false;
   const char *env = getenv("SCHEDRUN_CACHE_DIR");
   if (env && *env) return xstrdup(env);
   strbuf sb;
@@ -65,8 +69,8 @@ static char *default_cache_dir(void) {
   const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   if (xdg && *xdg) sb_addf(&sb, "%s/schedrun", xdg);
   else if (home && *home) sb_addf(&sb, "%s/.cache/schedrun", home);
-  else sb_adds(&sb, "/tmp/schedrun-cache");
-  return sb.failed ? (sb_free(&sb), NULL) : sb_take(&sb);
+  else *none = true;
+  return sb.failed || *none ? (sb_free(&sb), NULL) : sb_take(&sb);
 }
 
 /* Temporary directories of processes that died before they could remove
@@ -247,7 +251,9 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   idmap_init(&s->jobs);
   s->max_inflight = o.max_inflight ? (size_t)o.max_inflight : DEFAULT_MAX_INFLIGHT;
   int rc = SCHEDRUN_OK;
-  if (o.no_disk_cache) {
+  bool no_home = false;
+  char *dir = o.no_disk_cache || o.cache_dir ? NULL : default_cache_dir(&no_home);
+  if (o.no_disk_cache || no_home) {
     char tmpl[256];
     if (fs_temp_dir(tmpl, sizeof tmpl, "/tmp", "schedrun-cache-") != 0) {
       rc = err_set(err, SCHEDRUN_EIO, "cannot create a temporary cache directory in /tmp");
@@ -256,13 +262,16 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
     s->temp_cache = xstrdup(tmpl);
     s->core.cache_dir = xstrdup(tmpl);
   } else {
-    s->core.cache_dir = o.cache_dir ? xstrdup(o.cache_dir) : default_cache_dir();
+    s->core.cache_dir = o.cache_dir ? xstrdup(o.cache_dir) : dir;
+    dir = NULL;
   }
+  free(dir);
   if (!s->core.cache_dir) {
     rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     goto fail;
   }
-  if ((rc = fs_mkdir_p(s->core.cache_dir, err))) goto fail;
+  if ((rc = fs_mkdir_private(s->core.cache_dir, err))) goto fail;
+  if ((rc = fs_check_private_dir(s->core.cache_dir, err))) goto fail;
   sweep_dead_processes(s->core.cache_dir);
   s->spin_ns = o.spin_us < 0 ? 0 : o.spin_us == 0 ? ACTOR_SPIN_NS : (uint64_t)o.spin_us * 1000u;
   gpu_open_opts go = {s->core.cache_dir, s->spin_ns, o.host_in_process != 0};

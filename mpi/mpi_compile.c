@@ -2,6 +2,7 @@
  * artifacts it sends to the ranks that share its target. */
 #include <stdlib.h>
 
+#include "common/artifact.h"
 #include "mpi/mpi_internal.h"
 
 void mpi_compile_here(schedrun_mpi_t *m, schedrun_program_t *p) {
@@ -25,7 +26,7 @@ static void add_artifact(const char *name, const char *path, void *user) {
   art_list *a = user;
   char *data = NULL;
   size_t len = 0;
-  if (fs_read_file(path, &data, &len, NULL) != SCHEDRUN_OK) return; /* the others compile it themselves */
+  if (fs_read_owned(path, ARTIFACT_MAX_BYTES, &data, &len, NULL) != SCHEDRUN_OK) return; /* the others compile it themselves */
   msgpack_pack_array(&a->pk, 2);
   wire_pack_str(&a->pk, name);
   wire_pack_bin(&a->pk, data, len);

@@ -28,6 +28,13 @@ static char *config_of(const char *body, int count) {
                    "    source: |\n"
                    "      extern \"C\" void abort(void);\n"
                    "      extern \"C\" void exit(int);\n"
+                   "      extern \"C\" void _exit(int);\n"
+                   "      extern \"C\" int close(int);\n"
+                   "      extern \"C\" int fork(void);\n"
+                   "      extern \"C\" int setsid(void);\n"
+                   "      extern \"C\" unsigned sleep(unsigned);\n"
+                   "      extern \"C\" int access(const char *, int);\n"
+                   "      extern \"C\" int mkdir(const char *, unsigned);\n"
                    "      extern \"C\" __global__ void k(float *out, int mode) {\n"
                    "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                    "        if (mode == 0 && i == 0) { %s }\n"
@@ -46,7 +53,7 @@ static char *config_of(const char *body, int count) {
 
 static char *config(const char *body) { return config_of(body, 64); }
 
-#define STEP_AT "faults.yaml:17:5" /* where the launch step is in config() */
+#define STEP_AT "faults.yaml:24:5" /* where the launch step is in config() */
 
 typedef struct outcome {
   int status;
@@ -212,6 +219,72 @@ static void test_kernel_that_never_returns(void **st) {
   assert_true(took >= 2000000000ull && took < TU_PATIENCE_NS);
 }
 
+/* A kernel that closes every descriptor it can (the worker's among them)
+ * and then never returns: the worker is alive, so nothing is taken for its
+ * death; the deadline ends it, and no process of it is left. */
+static void test_kernel_that_closes_descriptors(void **st) {
+  (void)st;
+  const char *body = "for (int fd = 3; fd < 256; fd++) close(fd); volatile int spin = 1; while (spin) {}";
+  compile_first(body);
+  pid_t self = getpid();
+  outcome o = run_pair(body, 2000);
+  expect_named(&o, SCHEDRUN_ETIMEOUT, "past its deadline");
+  /* run_pair closed the scheduler: no worker of this process is left */
+  assert_int_equal(tu_count_processes(tu_is_worker_of, &self), 0);
+}
+
+/* The same kernel returning: the device works on (its worker watches the
+ * library's process another way), and its job verifies. */
+static void test_closed_descriptors_do_not_end_the_device(void **st) {
+  (void)st;
+  char *yaml = config("for (int fd = 3; fd < 256; fd++) close(fd);");
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "host:1";
+  schedrun_t *s = tu_open(&o);
+  schedrun_program_t *p = tu_load(s, yaml, "faults.yaml");
+  free(yaml);
+  schedrun_error_t err = {0};
+  for (int j = 0; j < 3; j++) {
+    schedrun_job_options_t jo;
+    schedrun_job_options_init(&jo);
+    jo.job = j % 2;
+    schedrun_job_t id;
+    schedrun_job_result_t *r;
+    assert_int_equal(schedrun_submit(s, p, &jo, &id, &err), SCHEDRUN_OK);
+    assert_int_equal(schedrun_wait(s, id, TU_PATIENCE_MS, &r, &err), SCHEDRUN_OK);
+    if (schedrun_job_result_info(r)->status != SCHEDRUN_OK || !schedrun_job_result_info(r)->verified)
+      fail_msg("job %d: %s", j, schedrun_job_result_error(r));
+    schedrun_job_result_free(&r);
+  }
+  assert_null(schedrun_device_lost(s, 0));
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+}
+
+/* A kernel cannot start a process: its fork fails, so no child of it holds
+ * anything of the device's or outlives it. Had the fork worked, the child
+ * would make a directory and sleep, and the kernel would wait for the
+ * directory before ending its process with status 3. That the process ended
+ * is seen at once (the job's deadline, 600 s, is not what ends it). */
+static void test_kernel_cannot_start_processes(void **st) {
+  (void)st;
+  char mark[] = "/tmp/schedrun-forked-XXXXXX";
+  assert_non_null(mkdtemp(mark));
+  assert_int_equal(rmdir(mark), 0);
+  char body[1024];
+  snprintf(body, sizeof body,
+           "int pid = fork(); if (pid == 0) { setsid(); mkdir(\"%s\", 0700); sleep(600); _exit(0); } "
+           "if (pid > 0) while (access(\"%s\", 0) != 0) {} _exit(3);",
+           mark, mark);
+  outcome o = run_pair(body, 600000);
+  expect_named(&o, SCHEDRUN_EFAULT, "exit status 3");
+  if (access(mark, F_OK) == 0) {
+    rmdir(mark);
+    fail_msg("a kernel's child process ran");
+  }
+}
+
 /* Without containment (host_in_process) the same program runs, and verifies,
  * with the kernels in this process. */
 static void test_in_process_devices_run(void **st) {
@@ -310,7 +383,9 @@ int main(void) {
       cmocka_unit_test(test_write_far_past_a_buffer), cmocka_unit_test(test_write_one_past_a_page_aligned_buffer),
       cmocka_unit_test(test_division_by_zero),    cmocka_unit_test(test_abort),
       cmocka_unit_test(test_exit_cannot_fake_success), cmocka_unit_test(test_kernel_that_never_returns),
-      cmocka_unit_test(test_in_process_devices_run),
+      cmocka_unit_test(test_in_process_devices_run), cmocka_unit_test(test_kernel_that_closes_descriptors),
+      cmocka_unit_test(test_closed_descriptors_do_not_end_the_device),
+      cmocka_unit_test(test_kernel_cannot_start_processes),
       cmocka_unit_test(test_fault_inside_a_batch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -613,17 +613,19 @@ int gpu_host_open(int ndevices, const gpu_open_opts *o, gpu_backend **out, sched
     cache = tmp;
   }
   char *worker = NULL;
-  int rc = o && o->host_in_process ? SCHEDRUN_OK : host_worker_program(cache, &worker, err);
+  int worker_fd = -1;
+  int rc = o && o->host_in_process ? SCHEDRUN_OK : host_worker_program(cache, &worker, &worker_fd, err);
   host_backend *b = rc ? NULL : calloc(1, sizeof *b);
   if (b) b->devs = calloc((size_t)ndevices, sizeof *b->devs);
   if (!rc && (!b || !b->devs)) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   if (!rc) {
     b->base.ops = &host_ops;
     for (; b->ndevices < ndevices && !rc; b->ndevices++)
-      rc = host_device_start(&b->devs[b->ndevices], b->ndevices, worker, o ? o->spin_ns : 0, err);
+      rc = host_device_start(&b->devs[b->ndevices], b->ndevices, worker, worker_fd, o ? o->spin_ns : 0, err);
     if (rc) b->ndevices--; /* that one cleaned up after itself */
   }
   free(worker);
+  if (worker_fd >= 0) close(worker_fd);
   if (cache == tmp) fs_remove_tree(tmp);
   if (rc) {
     if (b) h_destroy(&b->base);

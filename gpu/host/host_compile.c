@@ -12,6 +12,7 @@
  * cannot be honoured.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,8 +203,14 @@ const gpu_compile_target gpu_host_target = {
 extern const char host_worker_abi_text[];
 extern const char host_worker_text[];
 
-int host_worker_program(const char *cache_dir, char **path, schedrun_error_t *err) {
+/* The worker as a descriptor checked as fs_open_owned checks (what could
+ * be another user's is not run: it is built again in its place). */
+#define WORKER_MAX_BYTES (64ull << 20)
+
+int host_worker_program(const char *cache_dir, char **path, int *fd, schedrun_error_t *err) {
   *path = NULL;
+  *fd = -1;
+  struct stat fst;
   strbuf src, log, dir, out;
   sb_init(&src);
   sb_init(&log);
@@ -232,8 +239,8 @@ int host_worker_program(const char *cache_dir, char **path, schedrun_error_t *er
     rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     goto done;
   }
-  if (access(out.data, X_OK) == 0) goto found;
-  if ((rc = fs_mkdir_p(dir.data, err))) goto done;
+  if ((*fd = fs_open_owned(out.data, true, WORKER_MAX_BYTES, &fst, NULL)) >= 0) goto found;
+  if ((rc = fs_mkdir_private(dir.data, err))) goto done;
   sb_addf(&log, "%s/.build-%ld-XXXXXX", dir.data, (long)getpid());
   tmp = sb_take(&log);
   if (!tmp || !mkdtemp(tmp)) {
@@ -262,9 +269,22 @@ int host_worker_program(const char *cache_dir, char **path, schedrun_error_t *er
     rc = err_set(err, SCHEDRUN_EIO, "cannot publish %s: %s", out.data, strerror(errno));
     goto done;
   }
+  if ((*fd = fs_open_owned(out.data, true, WORKER_MAX_BYTES, &fst, err)) < 0) {
+    rc = err && err->code ? err->code : SCHEDRUN_EIO;
+    goto done;
+  }
 found:
   *path = sb_take(&out);
   if (!*path) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  /* kept clear of the descriptors a worker is given (0 to 5) */
+  int high = rc ? -1 : fcntl(*fd, F_DUPFD_CLOEXEC, 10);
+  if (*fd >= 0) close(*fd);
+  *fd = high;
+  if (!rc && high < 0) rc = err_set(err, SCHEDRUN_EIO, "%s: %s", *path, strerror(errno));
+  if (rc) {
+    free(*path);
+    *path = NULL;
+  }
 done:
   if (tmp) fs_remove_tree(tmp);
   free(tmp);

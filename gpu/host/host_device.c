@@ -82,6 +82,13 @@ static void describe_fault(const hw_ctl *c, char *out, size_t n) {
     snprintf(out, n, "%s (%s)", what, sig_name(sig));
 }
 
+/* Kills the worker and whatever its kernels started in its process group. */
+static void kill_worker(pid_t pid) {
+  if (pid <= 0) return;
+  kill(-pid, SIGKILL);
+  kill(pid, SIGKILL);
+}
+
 static pid_t reap(host_device *d, int *status) {
   pid_t pid = atomic_exchange(&d->pid, 0);
   *status = 0;
@@ -94,6 +101,7 @@ static pid_t reap(host_device *d, int *status) {
 /* The worker has ended: say how, and lose the device. */
 static int died(host_device *d, gpu_failure *f, schedrun_error_t *err) {
   int status;
+  kill_worker(atomic_load(&d->pid)); /* what is left of its group */
   reap(d, &status);
   f->tag = __atomic_load_n(&d->ctl->running_tag, __ATOMIC_RELAXED);
   f->lost = true;
@@ -113,8 +121,7 @@ static int died(host_device *d, gpu_failure *f, schedrun_error_t *err) {
 }
 
 static int timed_out(host_device *d, gpu_failure *f, schedrun_error_t *err) {
-  pid_t pid = atomic_load(&d->pid);
-  if (pid > 0) kill(pid, SIGKILL);
+  kill_worker(atomic_load(&d->pid));
   int status;
   reap(d, &status);
   f->tag = __atomic_load_n(&d->ctl->running_tag, __ATOMIC_RELAXED);
@@ -123,10 +130,18 @@ static int timed_out(host_device *d, gpu_failure *f, schedrun_error_t *err) {
   return err_set(err, SCHEDRUN_ETIMEOUT, "%s: the job ran past its deadline (the device is lost)", d->name);
 }
 
+/* Whether the worker process has ended, asked of the kernel without reaping
+ * it (a descriptor could be closed by a kernel, or kept open by a process it
+ * started: neither says anything about the worker). */
 static bool worker_ended(const host_device *d) {
-  struct pollfd p = {.fd = d->life_fd, .events = POLLIN};
-  return poll(&p, 1, 0) > 0; /* POLLHUP (or EOF): nobody holds the write end */
+  pid_t pid = atomic_load(&d->pid);
+  if (pid <= 0) return true;
+  siginfo_t info;
+  memset(&info, 0, sizeof info);
+  if (waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0) return errno == ECHILD;
+  return info.si_pid == pid;
 }
+
 
 int hw_handle(hw_ctl *ctl, uint32_t op, uint64_t arena); /* gpu/host/host_inprocess.c */
 
@@ -234,27 +249,34 @@ static int post(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_failure *
   return SCHEDRUN_OK;
 }
 
-static int spawn(host_device *d, const char *worker, schedrun_error_t *err) {
-  int life[2], lib[2];
-  if (pipe2(life, O_CLOEXEC) != 0) return err_set(err, SCHEDRUN_EBACKEND, "%s: pipe: %s", d->name, strerror(errno));
-  if (pipe2(lib, O_CLOEXEC) != 0) {
-    close(life[0]);
-    close(life[1]);
-    return err_set(err, SCHEDRUN_EBACKEND, "%s: pipe: %s", d->name, strerror(errno));
+static int spawn(host_device *d, const char *worker, int worker_fd, schedrun_error_t *err) {
+  int lib[2];
+  if (pipe2(lib, O_CLOEXEC) != 0) return err_set(err, SCHEDRUN_EBACKEND, "%s: pipe: %s", d->name, strerror(errno));
+  /* held, never written: it closes when this process ends, however it ends;
+   * kept clear of the descriptors the worker is given (0, 3 and 4), as the
+   * arena's and the worker program's are */
+  d->lib_fd = fcntl(lib[1], F_DUPFD_CLOEXEC, 10);
+  int lib_read = fcntl(lib[0], F_DUPFD_CLOEXEC, 10);
+  close(lib[0]);
+  close(lib[1]);
+  if (d->lib_fd < 0 || lib_read < 0) {
+    if (lib_read >= 0) close(lib_read);
+    return err_set(err, SCHEDRUN_EBACKEND, "%s: fcntl: %s", d->name, strerror(errno));
   }
-  char size[32], library[32], spin[32], zone[32];
+  assert(d->arena_fd >= 10 && worker_fd >= 10);
+  char size[32], library[32], spin[32], zone[32], exe[64];
   snprintf(size, sizeof size, "%llu", (unsigned long long)d->size);
   snprintf(library, sizeof library, "%d", (int)getpid());
   snprintf(spin, sizeof spin, "%llu", (unsigned long long)d->spin_ns);
   snprintf(zone, sizeof zone, "%llu", (unsigned long long)d->zone);
+  /* what runs is the file checked to be this user's (host_worker_program),
+   * through its descriptor: the path could have been swapped since */
+  snprintf(exe, sizeof exe, "/proc/self/fd/%d", worker_fd);
   char *argv[] = {(char *)worker, size, library, spin, zone, NULL};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  /* both descriptors are >= 10 (F_DUPFD_CLOEXEC), so dup2 gives fresh
-   * inheritable copies at 3 and 4 */
   posix_spawn_file_actions_adddup2(&fa, d->arena_fd, 3);
-  posix_spawn_file_actions_adddup2(&fa, life[1], 4);
-  posix_spawn_file_actions_adddup2(&fa, lib[0], 5);
+  posix_spawn_file_actions_adddup2(&fa, lib_read, 4);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawnattr_t at;
   posix_spawnattr_init(&at);
@@ -266,37 +288,29 @@ static int spawn(host_device *d, const char *worker, schedrun_error_t *err) {
   posix_spawnattr_setsigmask(&at, &none);
   posix_spawnattr_setsigdefault(&at, &faults);
   /* its own process group: a terminal's ^C is the library user's to handle,
-   * and must not take the devices away in the middle of it */
+   * and must not take the devices away in the middle of it; and ending the
+   * device ends the whole group */
   posix_spawnattr_setpgroup(&at, 0);
   posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
   pid_t pid;
-  int rc = posix_spawn(&pid, worker, &fa, &at, argv, environ);
+  int rc = posix_spawn(&pid, exe, &fa, &at, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&at);
-  close(life[1]);
-  close(lib[0]);
-  if (rc != 0) {
-    close(life[0]);
-    close(lib[1]);
-    return err_set(err, SCHEDRUN_EBACKEND, "%s: cannot start its worker process %s: %s", d->name, worker, strerror(rc));
-  }
-  d->life_fd = fcntl(life[0], F_DUPFD_CLOEXEC, 10);
-  close(life[0]);
-  /* held, never written: it closes when this process ends, however it ends */
-  d->lib_fd = fcntl(lib[1], F_DUPFD_CLOEXEC, 10);
-  close(lib[1]);
+  close(lib_read);
+  if (rc != 0) return err_set(err, SCHEDRUN_EBACKEND, "%s: cannot start its worker process %s: %s", d->name, worker, strerror(rc));
   atomic_store(&d->pid, pid);
   return SCHEDRUN_OK;
 }
 
-int host_device_start(host_device *d, int index, const char *worker, uint64_t spin_ns, schedrun_error_t *err) {
+int host_device_start(host_device *d, int index, const char *worker, int worker_fd, uint64_t spin_ns,
+                      schedrun_error_t *err) {
   memset(d, 0, sizeof *d);
   d->index = index;
   snprintf(d->name, sizeof d->name, "host:%d", index);
   pthread_mutex_init(&d->lock, NULL);
   pthread_mutex_init(&d->lock_why, NULL);
   pthread_mutex_init(&d->lock_prot, NULL);
-  d->arena_fd = d->life_fd = d->lib_fd = -1;
+  d->arena_fd = d->lib_fd = -1;
   d->spin_ns = spin_ns;
   d->base = MAP_FAILED;
   int fd = memfd_create("schedrun-device", MFD_CLOEXEC);
@@ -325,7 +339,7 @@ int host_device_start(host_device *d, int index, const char *worker, uint64_t sp
   int rc = host_arena_init(&d->alloc, HW_CTL_BYTES, d->zone) || host_arena_init(&d->bufs, d->zone + d->page, d->size)
                ? err_set(err, SCHEDRUN_ENOMEM, "out of memory")
            : d->in_process ? SCHEDRUN_OK
-                           : spawn(d, worker, err);
+                           : spawn(d, worker, worker_fd, err);
   gpu_failure f;
   if (rc == SCHEDRUN_OK) {
     pthread_mutex_lock(&d->lock);
@@ -340,16 +354,13 @@ int host_device_start(host_device *d, int index, const char *worker, uint64_t sp
 
 void host_device_abandon(host_device *d, const char *why) {
   set_lost(d, "%s: %s", d->name, why);
-  pid_t pid = atomic_load(&d->pid);
-  if (pid > 0) kill(pid, SIGKILL); /* a request in flight sees the worker end */
+  kill_worker(atomic_load(&d->pid)); /* a request in flight sees the worker end */
 }
 
 void host_device_stop(host_device *d) {
-  pid_t pid = atomic_load(&d->pid);
-  if (pid > 0) kill(pid, SIGKILL);
+  kill_worker(atomic_load(&d->pid));
   int status;
   reap(d, &status);
-  if (d->life_fd >= 0) close(d->life_fd);
   if (d->lib_fd >= 0) close(d->lib_fd);
   if (d->base != MAP_FAILED && d->base) munmap(d->base, d->size);
   if (d->arena_fd >= 0) close(d->arena_fd);
@@ -362,5 +373,5 @@ void host_device_stop(host_device *d) {
   pthread_mutex_destroy(&d->lock_why);
   pthread_mutex_destroy(&d->lock_prot);
   d->base = MAP_FAILED;
-  d->arena_fd = d->life_fd = d->lib_fd = -1;
+  d->arena_fd = d->lib_fd = -1;
 }

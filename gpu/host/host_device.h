@@ -53,7 +53,6 @@ typedef struct host_device {
   uint32_t nkept;
   uint64_t kept_bytes;
   _Atomic pid_t pid;  /* 0 when there is no live worker */
-  int life_fd;        /* closes (POLLHUP) when the worker ends */
   int lib_fd;         /* the worker's watchdog sees this close when we end */
   _Atomic bool lost;
   _Atomic uint64_t launches; /* sequence launches */
@@ -63,9 +62,11 @@ typedef struct host_device {
   bool in_process; /* no worker: requests run on the calling thread */
 } host_device;
 
-/* Maps an arena and starts the worker program `worker` for it; with worker
- * NULL the device runs its requests in this process (host_in_process). */
-int host_device_start(host_device *d, int index, const char *worker, uint64_t spin_ns, schedrun_error_t *err);
+/* Maps an arena and starts the worker program `worker` for it, run from
+ * worker_fd (see host_worker_program); with worker NULL the device runs its
+ * requests in this process (host_in_process). */
+int host_device_start(host_device *d, int index, const char *worker, int worker_fd, uint64_t spin_ns,
+                      schedrun_error_t *err);
 /* Kills the worker (if any) and unmaps everything. */
 void host_device_stop(host_device *d);
 /* Kills the worker from any thread: a request in flight fails with the

@@ -13,17 +13,31 @@
  * on, except for the buffers the library allocates, which each request's
  * protection changes open and close (see hw_prot in the ABI header).
  *
- * fd 3 is the device's memory arena, fd 4 the write end of a pipe that only
- * this process holds: the library sees it close when this process ends,
- * however that happens. fd 5 is the read end of a pipe whose write end only
- * the library's process holds: a watchdog thread here ends this process when
- * it closes, even while a kernel that never returns keeps the main thread. Requests arrive through the control block at the
- * arena's start (see the ABI header). A fault signal is recorded in the
+ * fd 3 is the device's memory arena. fd 4 is the read end of a pipe whose
+ * write end only the library's process holds: a watchdog thread here ends
+ * this process when it closes, even while a kernel that never returns keeps
+ * the main thread. The library learns that this process ended from the
+ * kernel (waitid), not from a descriptor a kernel could close or pass on.
+ * Requests arrive through the control block at the arena's start (see the
+ * ABI header).
+ *
+ * Kernels cannot start processes or replace this one: a seccomp filter makes
+ * fork, vfork, clone without CLONE_THREAD, execve and execveat fail with
+ * EPERM (threads still start: clone3, whose flags a filter cannot read,
+ * fails with ENOSYS, and the C library then uses clone). A process a kernel
+ * started would outlive the device, hold what the device held, and run on
+ * after the library ended the device. Where the filter cannot be installed,
+ * the process group still ends with the device. A fault signal is recorded in the
  * control block (signal, code, address, and the tag of the node that was
  * running) and then kills the process as it would have.
  */
 #include <dlfcn.h>
+#include <errno.h>
+#include <linux/filter.h>
 #include <linux/futex.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -246,20 +260,83 @@ static void apply_prot(hw_ctl *ctl, uint8_t *zone, uint64_t zone_len) {
 
 /* Ends this process when the library's process has ended (its pipe closes). */
 static void *watchdog(void *arg) {
-  (void)arg;
+  pid_t library = *(const pid_t *)arg;
   char c;
-  while (read(5, &c, 1) != 0) {
+  ssize_t r;
+  while ((r = read(4, &c, 1)) != 0)
+    if (r < 0 && errno != EINTR) break;
+  /* a kernel closed the descriptor: the parent is watched instead */
+  while (r != 0 && getppid() == library) {
+    struct timespec ts = {0, 100000000L};
+    nanosleep(&ts, NULL);
   }
   _exit(0);
 }
 
+#if defined(__x86_64__)
+#define HW_AUDIT_ARCH 0xc000003eu /* AUDIT_ARCH_X86_64 */
+#elif defined(__aarch64__)
+#define HW_AUDIT_ARCH 0xc00000b7u /* AUDIT_ARCH_AARCH64 */
+#endif
+
+/* See the comment at the top. 0, or -1 where no filter was installed. */
+static int forbid_processes(void) {
+#if defined(HW_AUDIT_ARCH) && defined(SYS_clone) && defined(SYS_execve)
+#define HW_LD(field) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, field))
+#define HW_RET(v) BPF_STMT(BPF_RET | BPF_K, (v))
+  struct sock_filter f[] = {
+      HW_LD(arch),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, HW_AUDIT_ARCH, 1, 0),
+      HW_RET(SECCOMP_RET_ERRNO | EPERM), /* another ABI's system calls */
+      HW_LD(nr),
+#if defined(__x86_64__)
+      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1), /* x32 */
+      HW_RET(SECCOMP_RET_ERRNO | EPERM),
+#endif
+#ifdef SYS_clone3
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
+      HW_RET(SECCOMP_RET_ERRNO | ENOSYS),
+#endif
+#ifdef SYS_fork
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_fork, 0, 1),
+      HW_RET(SECCOMP_RET_ERRNO | EPERM),
+#endif
+#ifdef SYS_vfork
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_vfork, 0, 1),
+      HW_RET(SECCOMP_RET_ERRNO | EPERM),
+#endif
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_execve, 0, 1),
+      HW_RET(SECCOMP_RET_ERRNO | EPERM),
+#ifdef SYS_execveat
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_execveat, 0, 1),
+      HW_RET(SECCOMP_RET_ERRNO | EPERM),
+#endif
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 1, 0),
+      HW_RET(SECCOMP_RET_ALLOW),
+      /* clone: a thread (CLONE_THREAD, 0x10000, in the flags, its first
+       * argument's low word on both ABIs) or nothing */
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x00010000u, 0, 1),
+      HW_RET(SECCOMP_RET_ALLOW),
+      HW_RET(SECCOMP_RET_ERRNO | EPERM),
+  };
+  struct sock_fprog prog = {(unsigned short)(sizeof f / sizeof f[0]), f};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0 ? 0 : -1;
+#else
+  return -1;
+#endif
+}
+
 int main(int argc, char **argv) {
   if (argc != 5) return 2;
-  pthread_t w;
-  if (pthread_create(&w, NULL, watchdog, NULL) != 0) return 5;
   uint64_t size = strtoull(argv[1], NULL, 10), spin_ns = strtoull(argv[3], NULL, 10);
   uint64_t zone = strtoull(argv[4], NULL, 10);
-  pid_t library = (pid_t)strtol(argv[2], NULL, 10);
+  static pid_t library;
+  library = (pid_t)strtol(argv[2], NULL, 10);
+  pthread_t w;
+  if (pthread_create(&w, NULL, watchdog, &library) != 0) return 5;
+  forbid_processes();
   void *arena = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, 3, 0);
   if (arena == MAP_FAILED || zone < HW_CTL_BYTES || zone > size) return 3;
   if (zone < size && mprotect((uint8_t *)arena + zone, size - zone, PROT_NONE) != 0) return 3;

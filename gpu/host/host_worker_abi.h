@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#define HW_ABI_VERSION 4
+#define HW_ABI_VERSION 5
 #define HW_CTL_BYTES 4096 /* the control block's share of the arena's start */
 #define HW_TEXT 1024
 #define HW_PROT_MAX 96 /* protection changes carried by one request */
