@@ -4,7 +4,8 @@
  * in a signal handler: the first signal shuts the scheduler down (jobs not
  * started complete as closed, running ones get a short grace), so that the run
  * returns what finished and sched-run can write its summary, trace and JSON
- * and clean up; a second signal ends the process at once.
+ * and clean up; a second signal ends the process at once, and so does a
+ * first one once the run is over and only outputs are being written.
  */
 #ifndef SCHED_RUN_INTERRUPT_H
 #define SCHED_RUN_INTERRUPT_H
@@ -14,6 +15,17 @@
 /* Blocks the signals and starts the thread; call before any other thread
  * starts (they inherit the mask). 0, or -1 when the thread cannot start. */
 int interrupt_start(void);
+/* Ends the process (exit 4, saying what it was doing) `seconds` after
+ * interrupt_start, and a moment more: --timeout bounds the whole process,
+ * loading and writing outputs included. 0, or -1. */
+int interrupt_bound(int seconds);
+/* What is left of that bound, in ms (at least 1). */
+int interrupt_left_ms(void);
+/* What the process is doing, for the messages; `outputs` when the run is
+ * over and files are written (then a first signal ends the process at once:
+ * a write may wait for a FIFO's reader, and there is nothing to shut down;
+ * each output is written whole under its name, or not at all). */
+void interrupt_phase(const char *what, int outputs);
 /* The scheduler a first signal shuts down (NULL: none yet). */
 void interrupt_watch(schedrun_t *s);
 /* The signal that arrived first, or 0. */

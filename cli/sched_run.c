@@ -275,6 +275,11 @@ int main(int argc, char **argv) {
     schedrun_error_clear(&oerr);
     return EXIT_USAGE;
   }
+  if (interrupt_bound(timeout_s) != 0) {
+    fprintf(stderr, "sched-run: cannot start the --timeout thread\n");
+    return EXIT_OTHER;
+  }
+  interrupt_phase("loading the config", 0);
   if (strcmp(path, "-") != 0 && schedrun_config_is_graph(path, NULL) == 1) {
     /* a stages config: a job graph, run in this process */
     const char *refused = jobs ? "--jobs" : check ? "--check" : output ? (output_all ? "--output-all" : "--output")
@@ -349,7 +354,7 @@ int main(int argc, char **argv) {
   schedrun_run_options_init(&ro);
   ro.repeat = repeat;
   ro.jobs = jobs;
-  ro.timeout_ms = timeout_s * 1000;
+  ro.timeout_ms = interrupt_left_ms(); /* --timeout counts from the start: loading took some */
   ro.check_only = check;
   ro.keep_outputs = output != NULL;
   progress pg = {{0, 0}, {0, 0}, 0, 0};
@@ -385,6 +390,7 @@ int main(int argc, char **argv) {
     status = EXIT_OTHER;
   }
   schedrun_error_t ferr = {0};
+  interrupt_phase("writing outputs", 1);
   if (output && rep && !check && schedrun_report_write_npy(rep, output, output_all, &ferr) != SCHEDRUN_OK)
     status = file_failed("--output", &ferr, status);
   if (dotfile && rep && schedrun_program_write_dot(prog, rep, dotfile, &ferr) != SCHEDRUN_OK)

@@ -113,7 +113,7 @@ int stages_run(const char *path, const stages_opts *o) {
   }
   /* --timeout bounds the whole run: every job's deadline, so that one still
    * running then fails (its device lost) as in a program config's run */
-  schedrun_graph_set_timeout(g, o->timeout_s * 1000);
+  schedrun_graph_set_timeout(g, interrupt_left_ms()); /* loading took some */
   for (int r = 0; status == EXIT_VERIFIED && r < repeat; r++) {
     schedrun_graph_set_run(g, r);
     if ((rc = schedrun_graph_submit(s, g, &ids[submitted], &err)) != SCHEDRUN_OK) {
@@ -126,6 +126,7 @@ int stages_run(const char *path, const stages_opts *o) {
   }
   if (message) fprintf(stderr, "sched-run: %s\n", message);
   if (o->dot) {
+    interrupt_phase("writing --dot", 0);
     schedrun_error_t ferr = {0};
     if (schedrun_graph_write_dot(g, o->dot, &ferr) != SCHEDRUN_OK) {
       fprintf(stderr, "sched-run: --dot: %s\n", ferr.message);
@@ -137,10 +138,14 @@ int stages_run(const char *path, const stages_opts *o) {
   int sig = interrupt_signal();
   if (status == EXIT_VERIFIED) status = sig ? 128 + sig : status_of(res, submitted);
   size_t verified = 0;
+  for (size_t i = 0; i < submitted; i++)
+    verified += res[i].r && schedrun_job_result_info(res[i].r)->status == SCHEDRUN_OK;
+  if (sig)
+    fprintf(stderr, "sched-run: interrupted by %s: %zu of %zu stage runs finished and verified\n", interrupt_name(sig),
+            verified, submitted);
   for (size_t i = 0; i < submitted; i++) {
     const schedrun_job_info_t *in = res[i].r ? schedrun_job_result_info(res[i].r) : NULL;
-    if (in && in->status == SCHEDRUN_OK) verified++;
-    else if (in && !o->json)
+    if (in && in->status != SCHEDRUN_OK && !o->json)
       fprintf(stderr, "sched-run: stage '%s' (run %d): %s: %s\n", schedrun_graph_node_name(g, res[i].node), res[i].run,
               schedrun_strerror(in->status), schedrun_job_result_error(res[i].r));
   }

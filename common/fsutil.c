@@ -74,6 +74,28 @@ int fs_write_atomic(const char *path, const void *data, size_t len, schedrun_err
   return SCHEDRUN_OK;
 }
 
+#define FIFO_READER_WAIT_MS 10000
+
+/* Opens a device or FIFO for writing without waiting forever: a FIFO with
+ * no reader is waited on for FIFO_READER_WAIT_MS, then it is ENXIO. Writes
+ * then block as usual (a reader that stops reading is the caller's to
+ * bound). */
+static int open_in_place(const char *path, bool fifo) {
+  int flags = O_WRONLY | O_CLOEXEC | O_NOCTTY;
+  if (!fifo) return open(path, flags);
+  for (int waited = 0;; waited += 10) {
+    int fd = open(path, flags | O_NONBLOCK);
+    if (fd >= 0) {
+      int fl = fcntl(fd, F_GETFL);
+      if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+      return fd;
+    }
+    if (errno != ENXIO || waited >= FIFO_READER_WAIT_MS) return -1;
+    struct timespec ts = {0, 10000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
 int fs_write_output(const char *path, const void *data, size_t len, schedrun_error_t *err) {
   if (!strcmp(path, "-")) return write_all(STDOUT_FILENO, data, len, "standard output", err);
   struct stat st, lst;
@@ -82,7 +104,10 @@ int fs_write_output(const char *path, const void *data, size_t len, schedrun_err
     if (S_ISDIR(st.st_mode)) return err_set(err, SCHEDRUN_EIO, "%s: is a directory", path);
     if (!S_ISREG(st.st_mode)) {
       /* a device, a FIFO, /dev/stdout: written in place, never replaced */
-      int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+      int fd = open_in_place(path, S_ISFIFO(st.st_mode));
+      if (fd < 0 && errno == ENXIO)
+        return err_set(err, SCHEDRUN_EIO, "%s: a FIFO that no process opened for reading within %d s", path,
+                       FIFO_READER_WAIT_MS / 1000);
       if (fd < 0) return err_set(err, SCHEDRUN_EIO, "%s: cannot open: %s", path, strerror(errno));
       int rc = write_all(fd, data, len, path, err);
       close(fd);

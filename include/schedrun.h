@@ -392,8 +392,12 @@ SCHEDRUN_EXTERN int schedrun_wait_any(schedrun_t *s, int timeout_ms, schedrun_jo
 SCHEDRUN_EXTERN int schedrun_wait_all(schedrun_t *s, int timeout_ms, schedrun_error_t *err);
 /* Stops taking jobs and drains: running compiles are stopped first (the compile
  * session is torn down, its compiler processes killed), then jobs not started
- * complete with SCHEDRUN_ECLOSED and started ones finish. Afterwards
- * schedrun_submit and every query answer SCHEDRUN_ECLOSED at once. */
+ * complete with SCHEDRUN_ECLOSED and started ones get timeout_ms (-1: two
+ * minutes) to finish. Those still running then are ended: their devices are
+ * abandoned (host workers killed, GPU contexts reset), the jobs complete with
+ * SCHEDRUN_ELOST, and the call returns SCHEDRUN_ETIMEOUT saying so once the
+ * drain is done. Afterwards schedrun_submit and every query answer
+ * SCHEDRUN_ECLOSED at once. */
 SCHEDRUN_EXTERN int schedrun_shutdown(schedrun_t *s, int timeout_ms, schedrun_error_t *err);
 
 typedef struct schedrun_job_info {

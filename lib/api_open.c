@@ -18,6 +18,7 @@
 #include "lib/deps.h"
 
 #define CLOSE_DRAIN_MS 1500
+#define ABANDON_WAIT_MS 30000 /* for jobs to end once their devices are abandoned */
 
 void schedrun_options_init(schedrun_options_t *o) {
   if (o) memset(o, 0, sizeof *o);
@@ -363,6 +364,17 @@ fail:
   return rc ? rc : SCHEDRUN_EINTERNAL;
 }
 
+/* Whether the scheduler answered TERM within timeout_ms. */
+static bool term_answered(schedrun_t *s, int timeout_ms) {
+  struct timespec ts = api_deadline_in(timeout_ms);
+  pthread_mutex_lock(&s->lock);
+  while (!s->term_ready && pthread_cond_timedwait(&s->cond, &s->lock, &ts) == 0) {
+  }
+  bool ready = s->term_ready;
+  pthread_mutex_unlock(&s->lock);
+  return ready;
+}
+
 int schedrun_shutdown(schedrun_t *s, int timeout_ms, schedrun_error_t *err) {
   if (!s) return err_set(err, SCHEDRUN_EINVAL, "schedrun_shutdown: the scheduler is NULL");
   if (api_on_completer(s))
@@ -399,13 +411,19 @@ int schedrun_shutdown(schedrun_t *s, int timeout_ms, schedrun_error_t *err) {
   msg_free(&t);
   if (rc) return rc;
   int limit = timeout_ms < 0 ? CLOSE_TIMEOUT_MS : timeout_ms;
-  struct timespec ts = api_deadline_in(limit);
-  pthread_mutex_lock(&s->lock);
-  while (!s->term_ready && rc == SCHEDRUN_OK)
-    if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) != 0 && !s->term_ready)
-      rc = err_set(err, SCHEDRUN_ETIMEOUT, "schedrun_shutdown: jobs still running after %d ms", limit);
-  pthread_mutex_unlock(&s->lock);
-  if (rc) return rc;
+  bool ended = false;
+  if (!term_answered(s, limit)) {
+    /* jobs still running past the grace (a kernel that never returns): their
+     * devices are abandoned (host workers killed, GPU contexts reset), which
+     * ends the jobs as lost, and the drain completes */
+    ended = true;
+    s->core.backend->ops->abandon(s->core.backend);
+    if (!term_answered(s, ABANDON_WAIT_MS))
+      return err_set(err, SCHEDRUN_ETIMEOUT,
+                     "schedrun_shutdown: jobs still running %d ms after their devices were abandoned (a kernel "
+                     "running in this process cannot be stopped)",
+                     ABANDON_WAIT_MS);
+  }
   /* the scheduler has answered and stops; schedrun_get_stats reads the
    * actors under the lock, and keeps its count of dropped messages */
   api_guests_close(s);
@@ -421,6 +439,9 @@ int schedrun_shutdown(schedrun_t *s, int timeout_ms, schedrun_error_t *err) {
   s->closed = true;
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
+  if (ended)
+    return err_set(err, SCHEDRUN_ETIMEOUT,
+                   "schedrun_shutdown: jobs still running after %d ms were ended (their devices abandoned)", limit);
   return SCHEDRUN_OK;
 }
 
@@ -428,11 +449,10 @@ int schedrun_close(schedrun_t **ps) {
   if (!ps || !*ps) return SCHEDRUN_OK;
   schedrun_t *s = *ps;
   if (api_on_completer(s)) return SCHEDRUN_EDEADLK;
-  if (schedrun_shutdown(s, CLOSE_DRAIN_MS, NULL) != SCHEDRUN_OK) {
-    /* jobs still running: abandon their devices (their workers are killed,
-     * a GPU context is reset), so that the execute actors can stop */
-    s->core.backend->ops->abandon(s->core.backend);
-  }
+  /* jobs still running after the drain have their devices abandoned there
+   * (their workers are killed, a GPU context is reset); the abandon here is
+   * for a drain that could not end even so */
+  if (schedrun_shutdown(s, CLOSE_DRAIN_MS, NULL) != SCHEDRUN_OK) s->core.backend->ops->abandon(s->core.backend);
   teardown(s);
   *ps = NULL;
   return SCHEDRUN_OK;
