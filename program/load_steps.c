@@ -296,6 +296,16 @@ uint64_t ld_load_steps(ld *l, node *n, int depth, prog_step **out, uint32_t *nou
   }
   size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
   if (count == 0) ld_problem(l, n, "a list of steps must not be empty");
+  if (l->too_many_steps) return PROG_MAX_NODES + 1;
+  /* counted before anything is loaded: a body that aliases itself over and
+   * over stops here at once, not once the whole tree has been built */
+  if ((l->steps += count) > PROG_MAX_STEPS) {
+    l->too_many_steps = true;
+    ld_problem(l, n, "the program has more than %u steps once YAML aliases are expanded (each use of an alias "
+                     "counts); write a loop instead of repeating steps",
+               PROG_MAX_STEPS);
+    return PROG_MAX_NODES + 1;
+  }
   *out = ld_calloc(l, n, count, sizeof(prog_step), "the steps");
   if (!*out) return 0;
   uint64_t nodes = 0;

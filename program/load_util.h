@@ -23,6 +23,8 @@ typedef struct ld {
   int problems;
   prog_program *p;
   uint32_t next_command;
+  uint64_t steps;        /* steps loaded so far, an alias's each time it is used */
+  bool too_many_steps;   /* past PROG_MAX_STEPS: no more steps are loaded */
   bool loop_is_while[PROG_MAX_DEPTH];
   uint64_t buffer_bytes; /* all buffers so far */
   bool out_of_memory;    /* a problem was an allocation: the load fails with ENOMEM */

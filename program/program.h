@@ -19,6 +19,9 @@
 #define PROG_MAX_DEPTH 8          /* loop nesting */
 #define PROG_MAX_HOST_STEPS 32    /* host steps in a program (builder only) */
 #define PROG_MAX_NODES (1u << 22) /* recorded nodes after unrolling */
+/* steps as loaded (a loop's body once, a YAML alias each time it is used):
+ * bounds the memory a small document can ask for (an alias bomb) */
+#define PROG_MAX_STEPS (1u << 18)
 /* A job's inputs and outputs travel in one message (at most 1 GiB): all of a
  * program's buffers together stay under it, with room for the rest. */
 #define PROG_MAX_BUFFER_BYTES (1023ull << 20)

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "program/program.h"
 #include "program/npy.h"
@@ -474,6 +475,35 @@ static void test_message_limits(void **st) {
   free(yaml);
 }
 
+/* An alias bomb: nine steps, each a loop over ten uses of the step before
+ * (10^8 steps written out, in a kilobyte). The loader counts steps as it
+ * expands aliases and stops at the limit, not after building the tree. */
+static void test_alias_bomb(void **st) {
+  (void)st;
+  char yaml[4096];
+  int n = snprintf(yaml, sizeof yaml,
+                   "version: 1\nkernels:\n  k:\n    params: [ptr]\n    source: \"x\"\n"
+                   "buffers:\n  out: {type: i32, count: 1}\nprogram:\n"
+                   "  - &s0 {launch: {kernel: k, grid: 1, block: 1, args: [out]}}\n");
+  for (int i = 1; i <= 8; i++) {
+    n += snprintf(yaml + n, sizeof yaml - (size_t)n, "  - &s%d {loop: {trips: 1, body: [", i);
+    for (int k = 0; k < 10; k++) n += snprintf(yaml + n, sizeof yaml - (size_t)n, "%s*s%d", k ? ", " : "", i - 1);
+    n += snprintf(yaml + n, sizeof yaml - (size_t)n, "]}}\n");
+  }
+  struct rusage before, after;
+  getrusage(RUSAGE_SELF, &before);
+  char *m = load_bad(yaml);
+  getrusage(RUSAGE_SELF, &after);
+  char want[64];
+  snprintf(want, sizeof want, "more than %u steps once YAML aliases are expanded", PROG_MAX_STEPS);
+  if (!strstr(m, want)) fail_msg("%s", m);
+  assert_int_equal(tu_count(m, "\n"), 0); /* that one problem, no consequences of it */
+  free(m);
+  /* bounded memory (the tree written out would take tens of gigabytes) */
+  long grew_mb = (after.ru_maxrss - before.ru_maxrss) / 1024;
+  if (grew_mb > 400) fail_msg("the load grew the process by %ld MB", grew_mb);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_damaged_configs),
@@ -481,7 +511,7 @@ int main(void) {
       cmocka_unit_test(test_single_problems),   cmocka_unit_test(test_files_and_inits),
       cmocka_unit_test(test_npy_and_output_mistakes),
       cmocka_unit_test(test_nested_and_while_ok), cmocka_unit_test(test_message_limits),
-      cmocka_unit_test(test_expect_expressions),
+      cmocka_unit_test(test_expect_expressions), cmocka_unit_test(test_alias_bomb),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
