@@ -132,7 +132,7 @@ int schedrun_graph_host(schedrun_graph_t *g, const char *name, schedrun_host_fn 
 }
 
 /* "node 2 (a job of 'saxpy')", "node 3 (host task 'sum')" */
-static void node_label(const schedrun_graph_t *g, int i, char *buf, size_t size) {
+void graph_node_label(const schedrun_graph_t *g, int i, char *buf, size_t size) {
   const g_node *n = &g->nodes[i];
   if (n->stage) snprintf(buf, size, "stage '%s'", n->stage);
   else if (n->host) snprintf(buf, size, "node %d (host task '%s')", i, n->name);
@@ -182,7 +182,7 @@ static long long job_buffer(const schedrun_graph_t *g, const char *fn, int i, co
   int b = prog_find_buffer(p, name);
   if (b < 0) {
     char l[160];
-    node_label(g, i, l, sizeof l);
+    graph_node_label(g, i, l, sizeof l);
     err_set(err, SCHEDRUN_EINVAL, "%s: %s has no buffer '%s'", fn, l, name);
     return -1;
   }
@@ -204,8 +204,8 @@ int schedrun_graph_handoff(schedrun_graph_t *g, int from, const char *from_buffe
   if (!f->host && (fb = job_buffer(g, fn, from, from_buffer, NULL, err)) < 0) return SCHEDRUN_EINVAL;
   if (!t->host && (tb = job_buffer(g, fn, to, to_buffer, NULL, err)) < 0) return SCHEDRUN_EINVAL;
   char fl[160], tl[160];
-  node_label(g, from, fl, sizeof fl);
-  node_label(g, to, tl, sizeof tl);
+  graph_node_label(g, from, fl, sizeof fl);
+  graph_node_label(g, to, tl, sizeof tl);
   if (fb >= 0 && tb >= 0 && fb != tb)
     return err_set(err, SCHEDRUN_EINVAL, "%s: %s's buffer '%s' has %lld bytes; %s's '%s' holds %lld", fn, fl,
                    from_buffer, fb, tl, to_buffer, tb);
@@ -221,71 +221,13 @@ int schedrun_graph_handoff(schedrun_graph_t *g, int from, const char *from_buffe
   return add_edge(g, from, to, from_buffer, to_buffer, err);
 }
 
-/* Refuses a cycle, naming it: nodes are taken in an order where every node
- * comes after those before it (Kahn); what is left lies on or after a cycle,
- * and walking back along edges from one of them must meet a node twice. */
-int graph_check_cycles(const schedrun_graph_t *g, schedrun_error_t *err) {
-  size_t *indeg = calloc(g->n, sizeof *indeg), *queue = calloc(g->n, sizeof *queue);
-  if (!indeg || !queue) {
-    free(indeg);
-    free(queue);
-    return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-  }
-  for (size_t i = 0; i < g->ne; i++) indeg[g->edges[i].to]++;
-  size_t head = 0, tail = 0;
-  for (size_t i = 0; i < g->n; i++)
-    if (!indeg[i]) queue[tail++] = i;
-  while (head < tail) {
-    size_t v = queue[head++];
-    for (size_t i = 0; i < g->ne; i++)
-      if ((size_t)g->edges[i].from == v && --indeg[g->edges[i].to] == 0) queue[tail++] = (size_t)g->edges[i].to;
-  }
-  int rc = SCHEDRUN_OK;
-  if (tail < g->n) {
-    /* a node left; step back along an edge from a node also left until one repeats */
-    size_t v = 0;
-    while (!indeg[v]) v++;
-    size_t *seen = queue; /* reused: the step at which each node was met, +1 */
-    memset(seen, 0, g->n * sizeof *seen);
-    size_t step = 1;
-    while (!seen[v]) {
-      seen[v] = step++;
-      for (size_t i = 0; i < g->ne; i++)
-        if ((size_t)g->edges[i].to == v && indeg[g->edges[i].from]) {
-          v = (size_t)g->edges[i].from;
-          break;
-        }
-    }
-    /* v starts the cycle: walk it again, forwards in the order met (backwards in edges) */
-    strbuf sb;
-    sb_init(&sb);
-    size_t start = v, k = 0;
-    char l[160];
-    do {
-      node_label(g, (int)v, l, sizeof l);
-      sb_addf(&sb, "%s%s", k++ ? " <- " : "", l);
-      for (size_t i = 0; i < g->ne; i++)
-        if ((size_t)g->edges[i].to == v && indeg[g->edges[i].from] && seen[g->edges[i].from]) {
-          v = (size_t)g->edges[i].from;
-          break;
-        }
-    } while (v != start && k <= g->n);
-    node_label(g, (int)start, l, sizeof l);
-    sb_addf(&sb, " <- %s", l);
-    rc = err_set(err, SCHEDRUN_EINVAL, "the graph has a cycle (each node runs after the next): %s", sb.data ? sb.data : "");
-    sb_free(&sb);
-  }
-  free(indeg);
-  free(queue);
-  return rc;
-}
-
 /* One node's job as it is registered, before the lock: its pending_job
  * and node, and a job's SUBMIT (with the buffers it leaves for others). */
-static int prepare(schedrun_t *s, const schedrun_graph_t *g, size_t i, pending_job **pjs, schedrun_error_t *err) {
+static int prepare(schedrun_t *s, const schedrun_graph_t *g, const graph_index *x, size_t i, pending_job **pjs,
+                   schedrun_error_t *err) {
   const g_node *n = &g->nodes[i];
   char fn[200], l[160];
-  node_label(g, (int)i, l, sizeof l);
+  graph_node_label(g, (int)i, l, sizeof l);
   if (n->stage) snprintf(fn, sizeof fn, "schedrun_graph_submit: %s", l);
   else snprintf(fn, sizeof fn, "schedrun_graph_submit: node %zu", i);
   pending_job *pj = pjs[i] = calloc(1, sizeof *pj);
@@ -308,12 +250,13 @@ static int prepare(schedrun_t *s, const schedrun_graph_t *g, size_t i, pending_j
   }
   /* the buffers handed to it, in edge order */
   size_t nins = 0;
-  for (size_t e = 0; e < g->ne; e++) nins += g->edges[e].to == (int)i && g->edges[e].to_buf;
+  for (size_t k = x->in_start[i]; k < x->in_start[i + 1]; k++) nins += g->edges[x->in[k]].to_buf != NULL;
   d->ins = calloc(nins ? nins : 1, sizeof *d->ins);
   if (!d->ins) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-  for (size_t e = 0; e < g->ne; e++) {
-    const g_edge *ge = &g->edges[e];
-    if (ge->to != (int)i || !ge->to_buf) continue;
+  for (size_t k = x->in_start[i]; k < x->in_start[i + 1]; k++) {
+    const g_edge *ge = &g->edges[x->in[k]];
+    assert(ge->to == (int)i);
+    if (!ge->to_buf) continue;
     dep_in *in = &d->ins[d->nins++];
     in->device = -1;
     if (!(in->name = xstrdup(ge->to_buf))) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
@@ -328,11 +271,11 @@ static int prepare(schedrun_t *s, const schedrun_graph_t *g, size_t i, pending_j
   if (!n->host) {
     msg_submit *sb = &d->submit.body.submit;
     size_t np = 0;
-    for (size_t e = 0; e < g->ne; e++) np += g->edges[e].from == (int)i && g->edges[e].from_buf;
+    for (size_t k = x->out_start[i]; k < x->out_start[i + 1]; k++) np += g->edges[x->out[k]].from_buf != NULL;
     if (np && !(sb->park.v = malloc(np * sizeof *sb->park.v))) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-    for (size_t e = 0; e < g->ne; e++)
-      if (g->edges[e].from == (int)i && g->edges[e].from_buf)
-        sb->park.v[sb->park.n++] = (uint64_t)prog_find_buffer(n->prog->p, g->edges[e].from_buf);
+    for (size_t k = x->out_start[i]; k < x->out_start[i + 1]; k++)
+      if (g->edges[x->out[k]].from_buf)
+        sb->park.v[sb->park.n++] = (uint64_t)prog_find_buffer(n->prog->p, g->edges[x->out[k]].from_buf);
   }
   return SCHEDRUN_OK;
 }
@@ -362,15 +305,18 @@ int schedrun_graph_submit(schedrun_t *s, schedrun_graph_t *g, schedrun_job_t *id
     return err_set(err, SCHEDRUN_EINVAL, "%s: %s is NULL", fn, !s ? "the scheduler" : !g ? "the graph" : "ids");
   for (size_t i = 0; i < g->n; i++) ids[i] = 0;
   if (g->n == 0) return err_set(err, SCHEDRUN_EINVAL, "%s: the graph has no nodes", fn);
-  int rc = graph_check_cycles(g, err);
-  if (rc && err && err->message) {
+  graph_index x;
+  int rc = graph_index_build(g, &x, err);
+  if (rc == SCHEDRUN_OK) rc = graph_check_cycles_indexed(g, &x, err);
+  if (rc && rc != SCHEDRUN_ENOMEM && err && err->message) {
     schedrun_error_t named = {0};
     err_set(&named, rc, "%s: %s", fn, err->message);
     err_move(err, &named);
   }
   pending_job **pjs = rc ? NULL : calloc(g->n, sizeof *pjs);
   if (rc == SCHEDRUN_OK && !pjs) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-  for (size_t i = 0; rc == SCHEDRUN_OK && i < g->n; i++) rc = prepare(s, g, i, pjs, err);
+  for (size_t i = 0; rc == SCHEDRUN_OK && i < g->n; i++) rc = prepare(s, g, &x, i, pjs, err);
+  graph_index_free(&x);
   if (rc) {
     for (size_t i = 0; pjs && i < g->n; i++)
       if (pjs[i]) {

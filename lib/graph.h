@@ -37,7 +37,21 @@ struct schedrun_graph {
   size_t nprograms;
 };
 
+/* "node 2 (a job of 'saxpy')", "stage 'combine'": a node in messages. */
+void graph_node_label(const schedrun_graph_t *g, int i, char *buf, size_t size);
+
+/* ---- the edges by node (lib/graph_index.c) ---- */
+
+/* Each node's edges in, and out, in the order they were added: edges[in[k]]
+ * for k in [in_start[i], in_start[i + 1]) end at node i; likewise out. Built
+ * in O(nodes + edges), so that submitting a graph is linear in its size. */
+typedef struct graph_index {
+  size_t *in_start, *in, *out_start, *out;
+} graph_index;
+int graph_index_build(const schedrun_graph_t *g, graph_index *x, schedrun_error_t *err);
+void graph_index_free(graph_index *x);
 /* Refuses a cycle, naming the nodes on it (SCHEDRUN_EINVAL). */
 int graph_check_cycles(const schedrun_graph_t *g, schedrun_error_t *err);
+int graph_check_cycles_indexed(const schedrun_graph_t *g, const graph_index *x, schedrun_error_t *err);
 
 #endif

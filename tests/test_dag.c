@@ -5,6 +5,7 @@
  * driver double runs it as "cuda"). */
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -794,8 +795,65 @@ static void callers_run_the_scheduler_where_it_is_safe(void **st) {
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
 
+/* 10,000 host tasks, each after the 50 before it (half a million edges):
+ * each runs once, and only after all 50 (graph submission is linear in
+ * nodes and edges; bench/dag_bench.c times it). */
+#define WIDE 10000
+#define WIDE_BEFORE 50
+static _Atomic int wide_runs[WIDE], wide_early;
+
+static int wide_task(schedrun_host_task_t *t, void *user) {
+  (void)t;
+  int k = (int)(intptr_t)user;
+  for (int b = k - WIDE_BEFORE < 0 ? 0 : k - WIDE_BEFORE; b < k; b++)
+    if (!atomic_load(&wide_runs[b])) atomic_fetch_add(&wide_early, 1);
+  atomic_fetch_add(&wide_runs[k], 1);
+  return 0;
+}
+
+static void wide_graph_in_order(void **state) {
+  (void)state;
+  schedrun_t *s = open_dag();
+  schedrun_graph_t *g;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_graph_new(&g, &err), SCHEDRUN_OK);
+  for (int k = 0; k < WIDE; k++) {
+    int node;
+    assert_int_equal(schedrun_graph_host(g, "wide", wide_task, (void *)(intptr_t)k, &node, &err), SCHEDRUN_OK);
+    assert_int_equal(node, k);
+    for (int b = k - WIDE_BEFORE < 0 ? 0 : k - WIDE_BEFORE; b < k; b++)
+      assert_int_equal(schedrun_graph_after(g, k, b, &err), SCHEDRUN_OK);
+  }
+  /* a cycle through the far end is found, and named */
+  assert_int_equal(schedrun_graph_after(g, 0, WIDE - 1, &err), SCHEDRUN_OK);
+  schedrun_job_t *ids = calloc(WIDE, sizeof *ids);
+  assert_int_equal(schedrun_graph_submit(s, g, ids, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "cycle"));
+  schedrun_error_clear(&err);
+  schedrun_graph_free(&g);
+  assert_int_equal(schedrun_graph_new(&g, &err), SCHEDRUN_OK);
+  for (int k = 0; k < WIDE; k++) {
+    int node;
+    assert_int_equal(schedrun_graph_host(g, "wide", wide_task, (void *)(intptr_t)k, &node, &err), SCHEDRUN_OK);
+    for (int b = k - WIDE_BEFORE < 0 ? 0 : k - WIDE_BEFORE; b < k; b++)
+      assert_int_equal(schedrun_graph_after(g, k, b, &err), SCHEDRUN_OK);
+  }
+  if (schedrun_graph_submit(s, g, ids, &err)) fail_msg("%s", err.message);
+  for (int k = 0; k < WIDE; k++) {
+    schedrun_job_result_t *r = wait_ok(s, ids[k], SCHEDRUN_OK);
+    schedrun_job_result_free(&r);
+  }
+  for (int k = 0; k < WIDE; k++)
+    if (atomic_load(&wide_runs[k]) != 1) fail_msg("task %d ran %d times", k, atomic_load(&wide_runs[k]));
+  assert_int_equal(atomic_load(&wide_early), 0);
+  free(ids);
+  schedrun_graph_free(&g);
+  schedrun_close(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(wide_graph_in_order),
       cmocka_unit_test(diamond),
       cmocka_unit_test(failure_ends_every_path),
       cmocka_unit_test(faulting_producer),
