@@ -180,7 +180,7 @@ static void parse_primary(parser *ps, int nest) {
       errno = 0;
       unsigned long long v = strtoull(p, &end, 10);
       if (v > (unsigned long long)INT64_MAX) {
-        fail(ps, "%s", "integer too large");
+        fail(ps, "%s", "integer too large (expressions compute in 64-bit signed integers: at most 9223372036854775807)");
         return;
       }
       op.num.i = (int64_t)v;
@@ -198,6 +198,15 @@ static void parse_unary(parser *ps, int nest) {
   char c = *ps->p;
   if (c == '-' || c == '+' || c == '~') {
     ps->p++;
+    static const char min_digits[] = "9223372036854775808"; /* -2^63: its magnitude alone does not fit */
+    const char *q = ps->p;
+    while (*q == ' ' || *q == '\t') q++;
+    size_t nd = sizeof min_digits - 1;
+    if (c == '-' && !strncmp(q, min_digits, nd) && !isalnum((unsigned char)q[nd]) && q[nd] != '.') {
+      ps->p = q + nd;
+      emit(ps, (prog_expr_op){.op = EXO_NUM, .num = {.is_int = true, .i = INT64_MIN}});
+      return;
+    }
     parse_unary(ps, nest + 1);
     if (c == '-') emit(ps, (prog_expr_op){.op = EXO_NEG});
     if (c == '~') emit(ps, (prog_expr_op){.op = EXO_NOT});

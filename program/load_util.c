@@ -1,6 +1,7 @@
 /* See load_util.h. */
 #include <assert.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,6 +134,91 @@ bool ld_read_num(ld *l, node *n, const char *what, double *out) {
   }
   *out = v;
   return true;
+}
+
+bool ld_read_number(ld *l, node *n, const char *what, ld_num *out) {
+  if (!ld_is_scalar(l, n, what)) return false;
+  const char *s = ld_sval(n);
+  memset(out, 0, sizeof *out);
+  const char *digits = s + (*s == '-' || *s == '+');
+  if (*digits && strspn(digits, "0123456789") == strlen(digits)) {
+    /* an integer literal: exact, or refused */
+    char *end;
+    errno = 0;
+    if (*s == '-') {
+      long long v = strtoll(s, &end, 10);
+      if (errno == ERANGE) {
+        ld_problem(l, n, "%s %s is below the smallest 64-bit integer (-9223372036854775808)", what, s);
+        return false;
+      }
+      out->kind = LD_INT;
+      out->i = v;
+    } else {
+      unsigned long long v = strtoull(digits, &end, 10);
+      if (errno == ERANGE) {
+        ld_problem(l, n, "%s %s is above the largest 64-bit integer (18446744073709551615)", what, s);
+        return false;
+      }
+      out->kind = v > (unsigned long long)INT64_MAX ? LD_UINT : LD_INT;
+      out->i = (int64_t)v;
+      out->u = v;
+    }
+    out->f = out->kind == LD_UINT ? (double)out->u : (double)out->i;
+    return true;
+  }
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end != '\0' || isnan(v)) {
+    ld_problem(l, n, "%s must be a number, not '%s'", what, s);
+    return false;
+  }
+  if (!isfinite(v)) { /* an overflow; an underflow is a tiny number or 0 */
+    ld_problem(l, n, "%s %s does not fit a double (its magnitude is at most %g)", what, s, DBL_MAX);
+    return false;
+  }
+  out->kind = LD_FLOAT;
+  out->f = v;
+  return true;
+}
+
+double ld_num_f(const ld_num *v) { return v->f; }
+
+bool ld_num_fits(prog_type t, const ld_num *v) {
+  if (t == PT_F64) return true;
+  if (t == PT_F32) return fabs(v->f) <= FLT_MAX;
+  if (v->kind == LD_FLOAT) return ld_value_fits(t, v->f);
+  if (v->kind == LD_UINT) return t == PT_U64;
+  switch (t) {
+  case PT_I32: return v->i >= INT32_MIN && v->i <= INT32_MAX;
+  case PT_U32: return v->i >= 0 && v->i <= (int64_t)UINT32_MAX;
+  case PT_U8: return v->i >= 0 && v->i <= 255;
+  case PT_U64: return v->i >= 0;
+  default: return true;
+  }
+}
+
+uint64_t ld_num_bits(prog_type t, const ld_num *v) {
+  (void)t;
+  if (v->kind == LD_UINT) return v->u;
+  if (v->kind == LD_INT) return (uint64_t)v->i;
+  return t == PT_U64 ? (uint64_t)v->f : (uint64_t)(int64_t)v->f; /* integral and in range: fits */
+}
+
+void ld_store_num(prog_type t, uint8_t *base, uint64_t i, const ld_num *v) {
+  if (prog_type_is_float(t) || t == PT_PTR) {
+    ld_store_elem(t, base, i, v->f);
+    return;
+  }
+  uint64_t bits = ld_num_bits(t, v);
+  switch (t) {
+  case PT_I32: ((int32_t *)base)[i] = (int32_t)(int64_t)bits; break;
+  case PT_U32: ((uint32_t *)base)[i] = (uint32_t)bits; break;
+  case PT_I64: ((int64_t *)base)[i] = (int64_t)bits; break;
+  case PT_U64: ((uint64_t *)base)[i] = bits; break;
+  case PT_U8: base[i] = (uint8_t)bits; break;
+  default: break;
+  }
 }
 
 const char *ld_read_str(ld *l, node *n, const char *what) {

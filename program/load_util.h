@@ -53,6 +53,28 @@ bool ld_parse_type(const char *s, prog_type *t);
 bool ld_type_is_int(prog_type t);
 bool ld_value_fits(prog_type t, double v);
 void ld_store_elem(prog_type t, uint8_t *base, uint64_t i, double v);
+
+/* A number as written: an integer literal kept exact (the whole of the i64
+ * and u64 ranges), anything else a double. */
+typedef struct ld_num {
+  enum { LD_FLOAT, LD_INT, LD_UINT } kind; /* LD_UINT: above INT64_MAX */
+  int64_t i;
+  uint64_t u;
+  double f;
+} ld_num;
+/* Reads a number; an integer literal outside 64 bits, or a float that
+ * overflows a double, is a problem naming it. */
+bool ld_read_number(ld *l, node *n, const char *what, ld_num *out);
+/* The number as a double (rounded for large integers). */
+double ld_num_f(const ld_num *v);
+/* Whether v fits an element of type t exactly (an integer type: an integer
+ * in range; f32: finite as a float). */
+bool ld_num_fits(prog_type t, const ld_num *v);
+/* Stores v (which fits) as element i of type t: integers exactly. */
+void ld_store_num(prog_type t, uint8_t *base, uint64_t i, const ld_num *v);
+/* The 64-bit pattern an integer element of type t holds: sign-extended for
+ * the signed types, zero-extended for the unsigned ones. */
+uint64_t ld_num_bits(prog_type t, const ld_num *v);
 /* An expression at loop depth `depth`; a constant one is computed now. */
 bool ld_parse_expr_node(ld *l, node *n, int depth, const char *what, prog_expr *out);
 /* The value of a constant integer expression. */

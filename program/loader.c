@@ -191,17 +191,17 @@ static void load_init(ld *l, node *n, prog_buffer *b) {
   }
   b->image = ld_calloc(l, n, b->count, es, "the buffer's contents");
   if (!b->image) return;
-  double start = 0, step = 0;
+  ld_num start = {.kind = LD_INT}, step = {.kind = LD_INT};
   bool ok = true;
   if (f[0]) {
-    ok = ld_read_num(l, f[0], "fill", &start);
+    ok = ld_read_number(l, f[0], "fill", &start);
   } else if (f[1]) {
     static const char *const ik[] = {"start", "step", NULL};
     node *iv[2];
     ok = ld_read_map(l, f[1], "iota", ik, iv);
-    if (ok && iv[0]) ok = ld_read_num(l, iv[0], "iota start", &start);
-    if (ok && iv[1]) ok = ld_read_num(l, iv[1], "iota step", &step);
-    else if (ok) step = 1;
+    if (ok && iv[0]) ok = ld_read_number(l, iv[0], "iota start", &start);
+    if (ok && iv[1]) ok = ld_read_number(l, iv[1], "iota step", &step);
+    else if (ok) step = (ld_num){.kind = LD_INT, .i = 1, .u = 1, .f = 1};
   } else {
     if (f[2]->type != YAML_SEQUENCE_NODE) {
       ld_problem(l, f[2], "values must be a list of numbers");
@@ -215,26 +215,51 @@ static void load_init(ld *l, node *n, prog_buffer *b) {
     }
     for (size_t i = 0; i < nv; i++) {
       node *e = ld_get(l, f[2]->data.sequence.items.start[i]);
-      double v;
-      if (!e || !ld_read_num(l, e, "a value", &v)) continue;
-      if (!ld_value_fits(b->type, v)) {
-        ld_problem(l, e, "%g does not fit buffer '%s' of type %s", v, b->name,
-                prog_type_name(b->type));
+      ld_num v;
+      if (!e || !ld_read_number(l, e, "a value", &v)) continue;
+      if (!ld_num_fits(b->type, &v)) {
+        ld_problem(l, e, "%s does not fit buffer '%s' of type %s", ld_sval(e), b->name, prog_type_name(b->type));
         continue;
       }
-      ld_store_elem(b->type, b->image, i, v);
+      ld_store_num(b->type, b->image, i, &v);
     }
     return;
   }
   if (!ok) return;
-  double last = start + step * (double)(b->count - 1);
-  if (!ld_value_fits(b->type, start) || !ld_value_fits(b->type, last) ||
-      (ld_type_is_int(b->type) && step != floor(step))) {
+  if (ld_type_is_int(b->type) && start.kind != LD_FLOAT && step.kind != LD_FLOAT) {
+    /* exact: start + i * step for every i, checked at both ends */
+    __extension__ typedef __int128 i128;
+    i128 s0 = start.kind == LD_UINT ? (i128)start.u : (i128)start.i;
+    i128 d = step.kind == LD_UINT ? (i128)step.u : (i128)step.i;
+    i128 last = s0 + d * (i128)(b->count - 1);
+    ld_num lo = {.kind = LD_INT}, hi = {.kind = LD_INT};
+    for (int end = 0; end < 2; end++) {
+      i128 v = end ? last : s0;
+      ld_num *x = end ? &hi : &lo;
+      if (v > (i128)UINT64_MAX || v < (i128)INT64_MIN) x->kind = LD_FLOAT, x->f = 1e300;
+      else if (v > (i128)INT64_MAX) x->kind = LD_UINT, x->u = (uint64_t)v, x->f = (double)v;
+      else x->i = (int64_t)v, x->f = (double)v;
+    }
+    if (!ld_num_fits(b->type, &lo) || !ld_num_fits(b->type, &hi)) {
+      ld_problem(l, n, "init values of buffer '%s' do not fit its type %s", b->name, prog_type_name(b->type));
+      return;
+    }
+    for (uint64_t i = 0; i < b->count; i++) {
+      i128 v = s0 + d * (i128)i;
+      ld_num x = {.kind = v > (i128)INT64_MAX ? LD_UINT : LD_INT, .i = (int64_t)v, .u = (uint64_t)v};
+      ld_store_num(b->type, b->image, i, &x);
+    }
+    return;
+  }
+  double first = start.f, by = step.f;
+  ld_num last = {.kind = LD_FLOAT, .f = first + by * (double)(b->count - 1)};
+  if (!ld_num_fits(b->type, &start) || !ld_num_fits(b->type, &last) || !isfinite(last.f) ||
+      (ld_type_is_int(b->type) && by != floor(by))) {
     ld_problem(l, n, "init values of buffer '%s' do not fit its type %s", b->name,
             prog_type_name(b->type));
     return;
   }
-  for (uint64_t i = 0; i < b->count; i++) ld_store_elem(b->type, b->image, i, start + step * (double)i);
+  for (uint64_t i = 0; i < b->count; i++) ld_store_elem(b->type, b->image, i, first + by * (double)i);
 }
 
 static void load_buffers(ld *l, node *n) {
@@ -301,30 +326,37 @@ static void load_buffers(ld *l, node *n) {
 
 /* An expected value: a number, or an expression over $job, $run and $device
  * (a constant one is computed now; the others per job, when verifying). */
-static bool read_expect(ld *l, node *n, const char *what, double *val, prog_expr *ex) {
+static bool read_expect(ld *l, node *n, const char *what, prog_type t, double *val, uint64_t *bits, prog_expr *ex) {
   memset(ex, 0, sizeof *ex);
   if (!ld_is_scalar(l, n, what)) return false;
   const char *s = ld_sval(n);
   char *end;
-  errno = 0;
-  double d = strtod(s, &end);
-  if (*s && *end == '\0' && errno == 0) {
-    *val = d;
-    return true;
-  }
-  unsigned uses = l->p->uses;
-  bool ok = ld_parse_expr_node(l, n, 0, what, ex);
-  /* an expectation is checked after the job ran: it never changes what the
-   * job records, so it does not make jobs with another $job or $run record */
-  l->p->uses = uses;
-  if (!ok) return false;
-  if (ex->constant) {
-    prog_value v;
+  strtod(s, &end);
+  ld_num v;
+  if (*s && *end == '\0') {
+    /* a number: an integer one exact */
+    if (!ld_read_number(l, n, what, &v)) return false;
+  } else {
+    unsigned uses = l->p->uses;
+    bool ok = ld_parse_expr_node(l, n, 0, what, ex);
+    /* an expectation is checked after the job ran: it never changes what the
+     * job records, so it does not make jobs with another $job or $run record */
+    l->p->uses = uses;
+    if (!ok) return false;
+    if (!ex->constant) return true; /* computed per job */
+    prog_value pv;
     prog_env env = {{0}};
-    prog_expr_eval(ex, &env, &v); /* checked by parse_expr_node */
-    *val = prog_value_f(v);
+    prog_expr_eval(ex, &env, &pv); /* checked by parse_expr_node */
     prog_expr_free(ex);
+    v = pv.is_int ? (ld_num){.kind = LD_INT, .i = pv.i, .u = (uint64_t)pv.i, .f = (double)pv.i}
+                  : (ld_num){.kind = LD_FLOAT, .f = pv.f};
   }
+  if (bits && !ld_num_fits(t, &v)) {
+    ld_problem(l, n, "%s %s does not fit the buffer's type %s", what, s, prog_type_name(t));
+    return false;
+  }
+  *val = v.f;
+  if (bits) *bits = ld_num_bits(t, &v);
   return true;
 }
 
@@ -342,6 +374,7 @@ static void load_expect(ld *l, node *n) {
     int b = ld_buffer_ref(l, k, "expect");
     if (b < 0) continue;
     const prog_buffer *buf = &l->p->buffers[b];
+    bool exact = ld_type_is_int(buf->type); /* integers are compared as integers */
     static const char *const keys[] = {"values", "at", "sum", "tol", "file", "rtol", NULL};
     node *f[6];
     char what[160];
@@ -373,7 +406,7 @@ static void load_expect(ld *l, node *n) {
       e->rtol = rtol >= 0 ? rtol : 0;
       if (kind == 0) {
         e->kind = EXP_SUM;
-        read_expect(l, fk, "sum", &e->sum, &e->sum_expr);
+        read_expect(l, fk, "sum", PT_F64, &e->sum, NULL, &e->sum_expr);
       } else if (kind == 1) {
         e->kind = EXP_VALUES;
         if (fk->type != YAML_SEQUENCE_NODE) {
@@ -388,9 +421,10 @@ static void load_expect(ld *l, node *n) {
         }
         e->values = ld_calloc(l, fk, nv, sizeof(double), "the expected values");
         e->exprs = e->values ? ld_calloc(l, fk, nv, sizeof(prog_expr), "the expected values") : NULL;
-        for (size_t i = 0; e->values && e->exprs && i < nv; i++) {
+        e->bits = e->exprs && exact ? ld_calloc(l, fk, nv, sizeof(uint64_t), "the expected values") : NULL;
+        for (size_t i = 0; e->values && e->exprs && (e->bits || !exact) && i < nv; i++) {
           node *x = ld_get(l, fk->data.sequence.items.start[i]);
-          if (x) read_expect(l, x, "a value", &e->values[e->n], &e->exprs[e->n]);
+          if (x) read_expect(l, x, "a value", buf->type, &e->values[e->n], e->bits ? &e->bits[e->n] : NULL, &e->exprs[e->n]);
           e->n++;
         }
       } else if (kind == 2) {
@@ -403,8 +437,9 @@ static void load_expect(ld *l, node *n) {
         e->values = ld_calloc(l, fk, nv, sizeof(double), "the expected values");
         e->exprs = e->values ? ld_calloc(l, fk, nv, sizeof(prog_expr), "the expected values") : NULL;
         e->index = e->exprs ? ld_calloc(l, fk, nv, sizeof(uint64_t), "the expected values") : NULL;
+        e->bits = e->index && exact ? ld_calloc(l, fk, nv, sizeof(uint64_t), "the expected values") : NULL;
         for (yaml_node_pair_t *q = fk->data.mapping.pairs.start;
-             e->values && e->exprs && e->index && q < fk->data.mapping.pairs.top; q++) {
+             e->values && e->exprs && e->index && (e->bits || !exact) && q < fk->data.mapping.pairs.top; q++) {
           node *ik = ld_get(l, q->key), *iv = ld_get(l, q->value);
           int64_t idx;
           if (!ik || !iv || !ld_read_int(l, ik, "an index", 0, INT64_MAX, &idx)) continue;
@@ -413,7 +448,9 @@ static void load_expect(ld *l, node *n) {
                     (unsigned long long)buf->count);
             continue;
           }
-          if (read_expect(l, iv, "a value", &e->values[e->n], &e->exprs[e->n])) e->index[e->n++] = (uint64_t)idx;
+          if (read_expect(l, iv, "a value", buf->type, &e->values[e->n], e->bits ? &e->bits[e->n] : NULL,
+                          &e->exprs[e->n]))
+            e->index[e->n++] = (uint64_t)idx;
         }
       } else {
         e->kind = EXP_VALUES;
@@ -428,8 +465,12 @@ static void load_expect(ld *l, node *n) {
         if (data && len != buf->count * es)
           ld_problem(l, fk, "expect file '%s' has %zu bytes; buffer '%s' holds %llu", rel, len, buf->name,
                   (unsigned long long)(buf->count * es));
-        else if (data && (e->values = ld_calloc(l, fk, buf->count, sizeof(double), "the expected values"))) {
-          for (uint64_t i = 0; i < buf->count; i++) e->values[i] = prog_element(buf->type, data, i);
+        else if (data && (e->values = ld_calloc(l, fk, buf->count, sizeof(double), "the expected values")) &&
+                 (!exact || (e->bits = ld_calloc(l, fk, buf->count, sizeof(uint64_t), "the expected values")))) {
+          for (uint64_t i = 0; i < buf->count; i++) {
+            e->values[i] = prog_element(buf->type, data, i);
+            if (exact) e->bits[i] = prog_element_bits(buf->type, data, i);
+          }
           e->n = buf->count;
         }
         free(data);

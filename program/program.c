@@ -76,6 +76,7 @@ void prog_free(prog_program *p) {
   for (uint32_t i = 0; i < p->nexpects; i++) {
     free(p->expects[i].index);
     free(p->expects[i].values);
+    free(p->expects[i].bits);
     for (size_t j = 0; p->expects[i].exprs && j < p->expects[i].n; j++) prog_expr_free(&p->expects[i].exprs[j]);
     free(p->expects[i].exprs);
     prog_expr_free(&p->expects[i].sum_expr);

@@ -164,6 +164,8 @@ typedef struct prog_expect {
   prog_expect_kind kind;
   uint64_t *index; /* EXP_AT */
   double *values;  /* EXP_VALUES: n values from index 0; EXP_AT: one per index */
+  uint64_t *bits;  /* an integer buffer's: the same values exactly, as the 64-bit
+                      pattern an element holds (prog_element_bits) */
   prog_expr *exprs; /* NULL, or one per value: those with ops depend on $job, $run or
                        $device and are computed per job (values[] holds the rest) */
   size_t n;
@@ -238,5 +240,8 @@ void prog_describe_command(const prog_program *p, uint32_t cmd, char *out, size_
 bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data, size_t len, const prog_env *env,
                         strbuf *why);
 double prog_element(prog_type t, const void *data, uint64_t i);
+/* Element i of an integer type as 64 bits: sign-extended for i32 and i64,
+ * zero-extended for u8, u32 and u64. */
+uint64_t prog_element_bits(prog_type t, const void *data, uint64_t i);
 
 #endif

@@ -1,6 +1,7 @@
 /* Checking a buffer's contents against the config's `expect`. */
 #include <assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "program/program.h"
@@ -16,6 +17,23 @@ double prog_element(prog_type t, const void *data, uint64_t i) {
   case PT_U8: return ((const uint8_t *)data)[i];
   default: return 0;
   }
+}
+
+uint64_t prog_element_bits(prog_type t, const void *data, uint64_t i) {
+  switch (t) {
+  case PT_I32: { int32_t v; memcpy(&v, (const char *)data + 4 * i, 4); return (uint64_t)(int64_t)v; }
+  case PT_U32: { uint32_t v; memcpy(&v, (const char *)data + 4 * i, 4); return v; }
+  case PT_I64:
+  case PT_U64: { uint64_t v; memcpy(&v, (const char *)data + 8 * i, 8); return v; }
+  case PT_U8: return ((const uint8_t *)data)[i];
+  default: return 0;
+  }
+}
+
+/* An integer element as text, signed or not as its type is. */
+static void int_text(prog_type t, uint64_t bits, char *out, size_t n) {
+  if (t == PT_U64 || t == PT_U32 || t == PT_U8) snprintf(out, n, "%llu", (unsigned long long)bits);
+  else snprintf(out, n, "%lld", (long long)(int64_t)bits);
 }
 
 /* The check docs/config.md states: |got - want| <= tol + rtol * |want|. */
@@ -74,6 +92,34 @@ bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data
                 (unsigned long long)count, (unsigned long long)i);
         ok = false;
         break;
+      }
+      if (e->bits && e->tol == 0 && e->rtol == 0) {
+        /* an integer buffer: compared as integers, exactly (a double holds
+         * only 53 bits) */
+        uint64_t got = prog_element_bits(b->type, data, i), want = e->bits[j];
+        bool known = true;
+        if (e->exprs && e->exprs[j].n) {
+          prog_value v;
+          known = !prog_expr_eval(&e->exprs[j], env, &v);
+          want = v.is_int ? (uint64_t)v.i : (uint64_t)(int64_t)v.f;
+        }
+        if (!known) {
+          sep(why);
+          sb_addf(why, "buffer %s[%llu]: the expected value cannot be computed for this job", b->name,
+                  (unsigned long long)i);
+          ok = false;
+          break;
+        }
+        if (got != want) {
+          char g[32], w[32];
+          int_text(b->type, got, g, sizeof g);
+          int_text(b->type, want, w, sizeof w);
+          sep(why);
+          sb_addf(why, "buffer %s[%llu]: expected %s, got %s", b->name, (unsigned long long)i, w, g);
+          ok = false;
+          break;
+        }
+        continue;
       }
       double got = prog_element(b->type, data, i), want;
       if (!want_of(e->exprs ? &e->exprs[j] : NULL, e->values[j], env, &want)) {
