@@ -56,6 +56,9 @@ int fs_read_file(const char *path, char **data, size_t *len, schedrun_error_t *e
 /* Reads fd to its end into a NUL-terminated heap buffer (more than max_bytes
  * is an error), then closes fd; path only names it in errors. */
 int fs_read_fd(int fd, const char *path, uint64_t max_bytes, char **data, size_t *len, schedrun_error_t *err);
+/* Creates path and the directories above it that are missing, with mode
+ * (0755 for fs_mkdir_p); one that exists is fine. */
+int fs_mkdir_mode(const char *path, unsigned mode, schedrun_error_t *err);
 int fs_mkdir_p(const char *path, schedrun_error_t *err);
 /* ---- what only this user can write (common/fs_trust.c) ---- */
 struct stat;

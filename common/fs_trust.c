@@ -26,25 +26,7 @@ static const char *untrusted(const struct stat *st) {
   return NULL;
 }
 
-int fs_mkdir_private(const char *path, schedrun_error_t *err) {
-  char *p = xstrdup(path);
-  if (!p) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-  for (char *s = p + 1;; s++) {
-    if (*s == '/' || *s == '\0') {
-      char c = *s;
-      *s = '\0';
-      if (mkdir(p, 0700) != 0 && errno != EEXIST) {
-        int e = errno;
-        free(p);
-        return err_set(err, SCHEDRUN_EIO, "%s: cannot create directory: %s", path, strerror(e));
-      }
-      *s = c;
-      if (c == '\0') break;
-    }
-  }
-  free(p);
-  return SCHEDRUN_OK;
-}
+int fs_mkdir_private(const char *path, schedrun_error_t *err) { return fs_mkdir_mode(path, 0700, err); }
 
 int fs_check_private_dir(const char *path, schedrun_error_t *err) {
   struct stat st;

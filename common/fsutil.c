@@ -15,14 +15,14 @@ int fs_read_file(const char *path, char **data, size_t *len, schedrun_error_t *e
   return fs_read_input(path, UINT64_MAX, data, len, err);
 }
 
-int fs_mkdir_p(const char *path, schedrun_error_t *err) {
+int fs_mkdir_mode(const char *path, unsigned mode, schedrun_error_t *err) {
   char *p = xstrdup(path);
   if (!p) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   for (char *s = p + 1;; s++) {
     if (*s == '/' || *s == '\0') {
       char c = *s;
       *s = '\0';
-      if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+      if (mkdir(p, (mode_t)mode) != 0 && errno != EEXIST) {
         int e = errno;
         free(p);
         return err_set(err, SCHEDRUN_EIO, "%s: cannot create directory: %s", path, strerror(e));
@@ -34,6 +34,8 @@ int fs_mkdir_p(const char *path, schedrun_error_t *err) {
   free(p);
   return SCHEDRUN_OK;
 }
+
+int fs_mkdir_p(const char *path, schedrun_error_t *err) { return fs_mkdir_mode(path, 0755, err); }
 
 static int write_all(int fd, const void *data, size_t len, const char *what, schedrun_error_t *err) {
   const char *p = data;
