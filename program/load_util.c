@@ -110,6 +110,11 @@ bool ld_read_int(ld *l, node *n, const char *what, int64_t lo, int64_t hi, int64
   char *end;
   errno = 0;
   long long v = strtoll(s, &end, 0);
+  if (end != s && *end == '\0' && errno == ERANGE) {
+    /* an integer, too large for 64 bits: the range is what is wrong */
+    ld_problem(l, n, "%s must be between %lld and %lld, not %s", what, (long long)lo, (long long)hi, s);
+    return false;
+  }
   if (end == s || *end != '\0' || errno) {
     ld_problem(l, n, "%s must be an integer, not '%s'", what, s);
     return false;

@@ -124,6 +124,9 @@ static void test_what_does_not_fit_is_refused(void **st) {
   expect_refused("version: 1\nkernels:\n  k:\n    params: [f32]\n    source: \"x\"\n"
                  "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [1e39]}\n",
                  "t.yaml:7:", "1e39 does not fit f32");
+  /* an integer too large for 64 bits is out of range, not "not an integer" */
+  expect_refused("version: 1\nrepeat: 99999999999999999999999\nkernels: {}\nprogram: []\n", "t.yaml:2:9:",
+                 "repeat must be between 1 and 1000000, not 99999999999999999999999");
   /* an exact iota at the top of u64 */
   prog_program *p = NULL;
   schedrun_error_t err = {0};
