@@ -601,7 +601,7 @@ int prog_load_string(const char *text, size_t len, const char *origin, prog_prog
 
   if (!prog_yaml_parse(l.file, text, len, &l.doc, err)) {
     prog_free(l.p);
-    return SCHEDRUN_ECONFIG;
+    return err && err->code == SCHEDRUN_ENOMEM ? SCHEDRUN_ENOMEM : SCHEDRUN_ECONFIG;
   }
   int rc = load_parsed(&l, out);
   if (rc != SCHEDRUN_OK) return rc;

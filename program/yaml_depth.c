@@ -100,7 +100,19 @@ bool prog_yaml_parse(const char *path, const char *text, size_t len, yaml_docume
   yaml_parser_initialize(&parser);
   yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
   bool ok = yaml_parser_load(&parser, doc) != 0;
-  if (!ok) {
+  if (!ok && parser.error == YAML_MEMORY_ERROR) {
+    /* the document's nodes do not fit in memory: not a mistake in it */
+    err_set(err, SCHEDRUN_ENOMEM, "%s: out of memory parsing its %zu bytes of YAML", path, len);
+  } else if (!ok && parser.error == YAML_READER_ERROR) {
+    /* libyaml places a reader's error by byte offset only */
+    size_t at = parser.problem_offset < len ? parser.problem_offset : len, line = 1, col = 1;
+    for (size_t i = 0; i < at; i++) {
+      if (text[i] == '\n') line++, col = 1;
+      else col++;
+    }
+    err_set(err, SCHEDRUN_ECONFIG, "%s:%zu:%zu: %s (byte 0x%02x at offset %zu): a config is UTF-8 text", path, line,
+            col, parser.problem ? parser.problem : "invalid input", (unsigned)(parser.problem_value & 0xff), at);
+  } else if (!ok) {
     bool tab = tab_at(text, len, parser.problem_mark.index);
     err_set(err, SCHEDRUN_ECONFIG, "%s:%zu:%zu: %s%s%s%s", path, parser.problem_mark.line + 1,
             parser.problem_mark.column + 1, parser.context ? parser.context : "", parser.context ? ": " : "",

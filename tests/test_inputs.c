@@ -300,12 +300,50 @@ static void test_full_disk(void **st) {
   free(err);
 }
 
+/* A byte that is not UTF-8 is placed where it is (libyaml gives only its
+ * offset); a config whose YAML does not fit in memory is exit 4, memory,
+ * not a mistake in the config. */
+static void test_encoding_and_memory(void **st) {
+  (void)st;
+  char *y = with_program("  - launch: {kernel: k, grid: 1, block: 1, args: [o, 1]} # \xff\n");
+  expect_run(y, 2, "in.yaml:11:60: invalid leading UTF-8 octet (byte 0xff", "a config is UTF-8 text");
+  free(y);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  skip(); /* the sanitizers reserve more address space than the limit below */
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  skip();
+#endif
+#endif
+  /* 4,000,000 values: libyaml's nodes take far more than the 700 MB of
+   * address space the run gets */
+  size_t n = 4000000;
+  strbuf sb;
+  sb_init(&sb);
+  sb_adds(&sb, head);
+  sb_adds(&sb, "  big: {type: i32, count: 4000000, init: {values: [");
+  for (size_t i = 0; i < n; i++) sb_adds(&sb, i ? ", 7" : "7");
+  sb_adds(&sb, "]}}\nprogram:\n  - launch: {kernel: k, grid: 1, block: 1, args: [o, 1]}\n");
+  assert_false(sb.failed);
+  const char *cfg = tu_write_temp(0, "huge.yaml", sb.data);
+  sb_free(&sb);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "ulimit -v 700000; exec '%s' --check '%s'", tu_env("SCHEDRUN_RUN"), cfg);
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  char *out, *err;
+  int rc = tu_run(argv, &out, &err);
+  if (rc != 4 || !strstr(err, "out of memory parsing its")) fail_msg("exit %d\n%s%s", rc, out, err);
+  free(out);
+  free(err);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_expressions_overflow), cmocka_unit_test(test_launch_limits),
       cmocka_unit_test(test_deep_nesting_refused), cmocka_unit_test(test_input_files),
       cmocka_unit_test(test_trips_loop_inside_while_body), cmocka_unit_test(test_trace_destinations),
       cmocka_unit_test(test_cache_paths),          cmocka_unit_test(test_full_disk),
+      cmocka_unit_test(test_encoding_and_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
