@@ -157,7 +157,7 @@ int json_print_outcome(const cli_outcome *o) {
   if (!j) {
     j = json_object_new_object();
     put(j, "schema", json_object_new_int(SCHEDRUN_REPORT_SCHEMA));
-    put(j, "program", o->prog ? str(schedrun_program_name(o->prog)) : NULL);
+    put(j, "program", o->prog ? str(schedrun_program_name(o->prog)) : o->name ? str(o->name) : NULL);
     json_object *names = json_object_new_array();
     for (int d = 0; o->s && d < schedrun_device_count(o->s); d++) {
       json_object *dev = json_object_new_object();
@@ -165,7 +165,9 @@ int json_print_outcome(const cli_outcome *o) {
       json_object_array_add(names, dev);
     }
     put(j, "devices", names);
-    put(j, "failures", json_object_new_array());
+    put(j, "failures", o->failures ? o->failures : json_object_new_array());
+  } else if (o->failures) {
+    json_object_put(o->failures);
   }
   put(j, "status", json_object_new_string(o->status));
   put(j, "exit", json_object_new_int(o->exit_status));
@@ -174,6 +176,7 @@ int json_print_outcome(const cli_outcome *o) {
   put(j, "verified", json_object_new_boolean(o->exit_status == 0));
   put(j, "fallback", o->s && schedrun_device_fallback(o->s) ? str(schedrun_device_fallback(o->s)) : NULL);
   if (o->ranks) put(j, "ranks", o->ranks);
+  if (o->stages) put(j, "stages", o->stages);
   json_object *errors;
   if (o->message && !strcmp(o->status, "config-error")) errors = config_errors(o->message);
   else if (o->message && !strcmp(o->status, "compile-error")) errors = compile_errors(o->message);

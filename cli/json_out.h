@@ -16,6 +16,9 @@ typedef struct cli_outcome {
   const schedrun_program_t *prog;
   const schedrun_report_t *rep;
   json_object *ranks;   /* across MPI ranks: one entry per rank (taken over); NULL otherwise */
+  const char *name;     /* a stages config's name (its `program` key), or NULL */
+  json_object *stages;  /* a stages config's stage runs (taken over), or NULL */
+  json_object *failures; /* without a report: the failures (taken over), or NULL for none */
 } cli_outcome;
 
 /* Prints the outcome as one line of JSON; every string valid UTF-8 (bytes

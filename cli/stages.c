@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "interrupt.h"
+#include "json_out.h"
 #include "notes.h"
 #include "schedrun.h"
 #include "stages.h"
@@ -36,21 +37,13 @@ static int status_of(const stage_result *res, size_t n) {
   return st;
 }
 
+static const char *sig_name(void) { return interrupt_signal() ? interrupt_name(interrupt_signal()) : NULL; }
+
+/* The one --json object (cli/json_out.c), with a `stages` array: every
+ * stage of every repeat. */
 static void print_json(const char *path, const char *what, int status, const char *message, schedrun_t *s,
                        const schedrun_graph_t *g, const stage_result *res, size_t n) {
-  json_object *o = json_object_new_object();
-  json_object_object_add(o, "status", json_object_new_string(what));
-  json_object_object_add(o, "exit_status", json_object_new_int(status));
-  json_object_object_add(o, "config", json_object_new_string(path));
-  if (g && schedrun_graph_name(g)) json_object_object_add(o, "name", json_object_new_string(schedrun_graph_name(g)));
-  if (message) json_object_object_add(o, "error", json_object_new_string(message));
-  if (s) {
-    json_object *devs = json_object_new_array();
-    for (int d = 0; d < schedrun_device_count(s); d++)
-      json_object_array_add(devs, json_object_new_string(schedrun_device_name(s, d)));
-    json_object_object_add(o, "devices", devs);
-  }
-  json_object *stages = json_object_new_array();
+  json_object *stages = json_object_new_array(), *failures = json_object_new_array();
   for (size_t i = 0; i < n; i++) {
     json_object *st = json_object_new_object();
     const schedrun_job_info_t *in = res[i].r ? schedrun_job_result_info(res[i].r) : NULL;
@@ -68,10 +61,16 @@ static void print_json(const char *path, const char *what, int status, const cha
         json_object_object_add(st, "error", json_object_new_string(schedrun_job_result_error(res[i].r)));
     }
     json_object_array_add(stages, st);
+    if (in && in->status != SCHEDRUN_OK) {
+      char line[2048];
+      snprintf(line, sizeof line, "stage '%s' (run %d): %s: %s", schedrun_graph_node_name(g, res[i].node), res[i].run,
+               schedrun_strerror(in->status), schedrun_job_result_error(res[i].r));
+      json_object_array_add(failures, json_object_new_string(line));
+    }
   }
-  json_object_object_add(o, "stages", stages);
-  printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
-  json_object_put(o);
+  cli_outcome oc = {status, what, path, sig_name(), message, s, NULL, NULL, NULL,
+                    g ? schedrun_graph_name(g) : NULL, stages, failures};
+  json_print_outcome(&oc);
 }
 
 int stages_run(const char *path, const stages_opts *o) {

@@ -88,6 +88,7 @@ static void load_edges(ld *l, schedrun_graph_t *g, const stage_list *sl, size_t 
         if (!before) continue;
         int k = find_stage(sl, before);
         if (k < 0) ld_problem(l, a, "stage '%s' runs after '%s', which is no stage", sl->names[i], before);
+        else if ((size_t)k == i) ld_problem(l, a, "stage '%s' cannot run after itself", sl->names[i]);
         else if (nodes[k] >= 0 && schedrun_graph_after(g, nodes[i], nodes[k], &e) != SCHEDRUN_OK)
           ld_problem(l, a, "%s", e.message);
         schedrun_error_clear(&e);
@@ -112,6 +113,7 @@ static void load_edges(ld *l, schedrun_graph_t *g, const stage_list *sl, size_t 
     char *stage = xstrndup(from, (size_t)(dot - from));
     int s = stage ? find_stage(sl, stage) : -1;
     if (s < 0) ld_problem(l, v, "input '%s' comes from '%s', which is no stage", from, stage ? stage : "?");
+    else if ((size_t)s == i) ld_problem(l, v, "stage '%s' cannot take an input from itself ('%s')", sl->names[i], from);
     else if (nodes[s] >= 0 && schedrun_graph_handoff(g, nodes[s], dot + 1, nodes[i], to, &e) != SCHEDRUN_OK)
       ld_problem(l, v, "%s", strncmp(e.message, "schedrun_graph_handoff: ", 24) ? e.message : e.message + 24);
     schedrun_error_clear(&e);

@@ -151,9 +151,56 @@ static void mistakes_are_named(void **state) {
           "stages.yaml:3:23: unknown key 'colour' in a stage");
   mistake("version: 1\nstages:\n  a: {config: a.yaml}\n  a: {config: a.yaml}\n", 2, "stage 'a' appears twice");
   mistake("version: 1\nstages:\n  a: {config: a.yaml, device: 3}\n", 2, "stage 'a': no device 3 (there are 1)");
+  /* in the config's words (stages), not the C API's (nodes) */
+  mistake("version: 1\nstages:\n  a: {config: a.yaml, after: [a]}\n", 2,
+          "stages.yaml:3:31: stage 'a' cannot run after itself");
+  mistake("version: 1\nstages:\n  a: {config: a.yaml, inputs: {x: a.x}}\n", 2,
+          "stages.yaml:3:35: stage 'a' cannot take an input from itself ('a.x')");
   /* a stage that fails its expectation: exit 1; the stage after it did not run */
   mistake("version: 1\ndevices: host\nstages:\n  w: {config: wrong.yaml}\n  a: {config: a.yaml, after: [w]}\n", 1,
           "stage 'a' (run 0): a job it runs after failed: runs after job");
+}
+
+/* --json for a stages config is the one schema of docs/config.md: schema,
+ * exit, errors with file, line and column, failures, and the stages. */
+static void json_is_the_one_schema(void **state) {
+  (void)state;
+  tu_write_temp(1, "a.yaml", stage_a);
+  tu_write_temp(1, "wrong.yaml", "version: 1\nname: wrong\nbuffers:\n  x: {type: f32, count: 4}\n"
+                                 "program:\n  - fill: {buffer: x, value: 1}\nexpect:\n  x: {at: {0: 2}}\n");
+  const char *path = tu_write_temp(1, "stages.yaml", "version: 1\nstages:\n  a: {config: a.yaml, after: [nope]}\n");
+  char *out = NULL, *err = NULL;
+  assert_int_equal(run_cli("--json", path, NULL, &out, &err), 2);
+  json_object *j = json_tokener_parse(out);
+  if (!j) fail_msg("not JSON: %s", out);
+  assert_int_equal(json_object_get_int(get(j, "schema")), 1);
+  assert_int_equal(json_object_get_int(get(j, "exit")), 2);
+  assert_string_equal(json_object_get_string(get(j, "status")), "config-error");
+  json_object *e = json_object_array_get_idx(get(j, "errors"), 0);
+  assert_non_null(e);
+  assert_int_equal(json_object_get_int(get(e, "line")), 3);
+  assert_int_equal(json_object_get_int(get(e, "column")), 31);
+  assert_non_null(strstr(json_object_get_string(get(e, "message")), "which is no stage"));
+  assert_non_null(strstr(json_object_get_string(get(e, "file")), "stages.yaml"));
+  json_object_put(j);
+  free(out);
+  free(err);
+  path = tu_write_temp(1, "stages.yaml", "version: 1\nname: two\ndevices: host\nstages:\n  w: {config: wrong.yaml}\n"
+                                         "  a: {config: a.yaml, after: [w]}\n");
+  assert_int_equal(run_cli("--json", path, NULL, &out, &err), 1);
+  j = json_tokener_parse(out);
+  if (!j) fail_msg("not JSON: %s", out);
+  assert_int_equal(json_object_get_int(get(j, "schema")), 1);
+  assert_int_equal(json_object_get_int(get(j, "exit")), 1);
+  assert_string_equal(json_object_get_string(get(j, "program")), "two");
+  assert_false(json_object_get_boolean(get(j, "verified")));
+  assert_int_equal(json_object_array_length(get(j, "stages")), 2);
+  json_object *f = get(j, "failures");
+  assert_int_equal(json_object_array_length(f), 2);
+  assert_non_null(strstr(json_object_get_string(json_object_array_get_idx(f, 0)), "stage 'w' (run 0)"));
+  json_object_put(j);
+  free(out);
+  free(err);
 }
 
 static void pipeline_example_runs(void **state) {
@@ -170,7 +217,7 @@ static void pipeline_example_runs(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(shipped_pipeline_runs),
-      cmocka_unit_test(mistakes_are_named),
+      cmocka_unit_test(mistakes_are_named), cmocka_unit_test(json_is_the_one_schema),
       cmocka_unit_test(timeout_ends_the_run),
       cmocka_unit_test(pipeline_example_runs),
   };
