@@ -144,7 +144,11 @@ static void check_range(ld *l, node *n, const prog_expr *off, const prog_expr *c
   bool ko = !off->n || ld_const_int(off, &o), kc = ld_const_int(cnt, &c);
   if (!ko || !kc) return; /* checked when recorded */
   const prog_buffer *buf = &l->p->buffers[b];
-  if (o < 0 || c < 0 || (uint64_t)o + (uint64_t)c > buf->count)
+  if (c < 0 || o < 0) {
+    ld_problem(l, n, "%s %s must be >= 0, not %lld", what, c < 0 ? "count" : "offset", (long long)(c < 0 ? c : o));
+    return;
+  }
+  if ((uint64_t)o + (uint64_t)c > buf->count)
     ld_problem(l, n, "%s of %lld elements at offset %lld runs outside buffer '%s' (%llu elements)",
             what, (long long)c, (long long)o, buf->name, (unsigned long long)buf->count);
 }

@@ -203,6 +203,10 @@ static void test_single_problems(void **st) {
                  "needs one of values, at, sum, file");
   expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1, count: 20}\n", "t.yaml:6:11",
                  "runs outside buffer 'a'");
+  expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1, count: -1}\n", "t.yaml:6:11",
+                 "fill count must be >= 0, not -1");
+  expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1, count: 2, offset: -3}\n", "t.yaml:6:11",
+                 "fill offset must be >= 0, not -3");
   expect_problem(HEAD BUF "program:\n  - jump: {}\n", "t.yaml:6:5", "unknown step 'jump'");
   /* an expression's error points at the character at fault, quoted or plain */
   expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: \"512 >>> $job\"}\n", "t.yaml:6:37",
