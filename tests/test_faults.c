@@ -35,6 +35,8 @@ static char *config_of(const char *body, int count) {
                    "      extern \"C\" unsigned sleep(unsigned);\n"
                    "      extern \"C\" int access(const char *, int);\n"
                    "      extern \"C\" int mkdir(const char *, unsigned);\n"
+                   "      extern \"C\" int kill(int, int);\n"
+                   "      extern \"C\" int getpid(void);\n"
                    "      extern \"C\" __global__ void k(float *out, int mode) {\n"
                    "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                    "        if (mode == 0 && i == 0) { %s }\n"
@@ -53,7 +55,7 @@ static char *config_of(const char *body, int count) {
 
 static char *config(const char *body) { return config_of(body, 64); }
 
-#define STEP_AT "faults.yaml:24:5" /* where the launch step is in config() */
+#define STEP_AT "faults.yaml:26:5" /* where the launch step is in config() */
 
 typedef struct outcome {
   int status;
@@ -285,6 +287,14 @@ static void test_kernel_cannot_start_processes(void **st) {
   }
 }
 
+/* A worker killed from outside (SIGKILL: what the out-of-memory killer
+ * sends) is named as such, not only as a signal. */
+static void test_killed_from_outside(void **st) {
+  (void)st;
+  outcome o = run_pair("kill(getpid(), 9);", 600000);
+  expect_named(&o, SCHEDRUN_EFAULT, "killed by SIGKILL, not by schedrun: the system's out-of-memory killer");
+}
+
 /* Without containment (host_in_process) the same program runs, and verifies,
  * with the kernels in this process. */
 static void test_in_process_devices_run(void **st) {
@@ -385,7 +395,7 @@ int main(void) {
       cmocka_unit_test(test_exit_cannot_fake_success), cmocka_unit_test(test_kernel_that_never_returns),
       cmocka_unit_test(test_in_process_devices_run), cmocka_unit_test(test_kernel_that_closes_descriptors),
       cmocka_unit_test(test_closed_descriptors_do_not_end_the_device),
-      cmocka_unit_test(test_kernel_cannot_start_processes),
+      cmocka_unit_test(test_kernel_cannot_start_processes), cmocka_unit_test(test_killed_from_outside),
       cmocka_unit_test(test_fault_inside_a_batch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

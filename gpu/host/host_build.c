@@ -128,6 +128,11 @@ void host_build_flags(strbuf *sb) {
   for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(host_flags); i++) sb_addf(sb, "%s ", host_flags[i]);
 }
 
+bool host_disk_full(const char *dir) {
+  struct statvfs vfs;
+  return statvfs(dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < (1u << 20);
+}
+
 int host_build_so(const char *tu, size_t tu_len, const char *tmp_dir, const char *stem, const char *what,
                   const _Atomic int *cancel, uint8_t **out, size_t *out_len, char **log, schedrun_error_t *err) {
   *log = NULL;
@@ -163,8 +168,7 @@ int host_build_so(const char *tu, size_t tu_len, const char *tmp_dir, const char
   if (st != 0) {
     /* a compiler that fails on a full disk says so only in its log ("ld
      * returned 1"): that is the disk's failure, not the kernel's */
-    struct statvfs vfs;
-    if (statvfs(tmp_dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < (1u << 20))
+    if (host_disk_full(tmp_dir))
       rc = err_set(err, SCHEDRUN_EIO, "the disk holding %s is full: %s could not be built there", tmp_dir, what);
     else
       rc = err_set(err, SCHEDRUN_ECOMPILE, "%s does not compile (%s exited with %d)", what, host_cxx(), st);

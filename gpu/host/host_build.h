@@ -31,4 +31,8 @@ void host_build_flags(strbuf *sb);
 int host_build_so(const char *tu, size_t tu_len, const char *tmp_dir, const char *stem, const char *what,
                   const _Atomic int *cancel, uint8_t **out, size_t *out_len, char **log, schedrun_error_t *err);
 
+/* Whether the file system holding dir has less than 1 MiB left: a compiler
+ * that fails there says so only in its log ("ld returned 1"). */
+bool host_disk_full(const char *dir);
+
 #endif

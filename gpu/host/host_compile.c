@@ -256,7 +256,10 @@ int host_worker_program(const char *cache_dir, char **path, int *fd, schedrun_er
   int st = host_run_logged(argv, f_log, NULL, err);
   if (st != 0) {
     text = host_read_log(f_log);
-    if (st > 0)
+    if (st > 0 && host_disk_full(tmp))
+      rc = err_set(err, SCHEDRUN_EIO, "the disk holding %s is full: the host devices' worker program could not be "
+                   "built there", tmp);
+    else if (st > 0)
       rc = err_set(err, SCHEDRUN_EBACKEND, "cannot build the host devices' worker program with '%s' (exit %d):\n%s",
                    host_cxx(), st, text ? text : "");
     else

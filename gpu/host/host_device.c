@@ -111,6 +111,10 @@ static int died(host_device *d, gpu_failure *f, schedrun_error_t *err) {
   else if (WIFEXITED(status))
     snprintf(how, sizeof how, "the device's process ended with exit status %d (a kernel may not end it)",
              WEXITSTATUS(status));
+  else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+    snprintf(how, sizeof how, "the device's process was killed by SIGKILL, not by schedrun: the system's "
+                              "out-of-memory killer does this when memory runs out (the kernel log says), or "
+                              "another process did");
   else if (WIFSIGNALED(status))
     snprintf(how, sizeof how, "the device's process was killed by %s", sig_name(WTERMSIG(status)));
   else
