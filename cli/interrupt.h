@@ -21,10 +21,11 @@ int interrupt_start(void);
 int interrupt_bound(int seconds);
 /* What is left of that bound, in ms (at least 1). */
 int interrupt_left_ms(void);
-/* What the process is doing, for the messages; `outputs` when the run is
- * over and files are written (then a first signal ends the process at once:
- * a write may wait for a FIFO's reader, and there is nothing to shut down;
- * each output is written whole under its name, or not at all). */
+/* What the process is doing, for the messages; `outputs` when there is
+ * nothing left to shut down: the run is over and files are written (a write
+ * may wait for a FIFO's reader; each output is written whole under its name,
+ * or not at all), or the process is an MPI rank serving rank 0. Then a first
+ * signal ends the process at once. */
 void interrupt_phase(const char *what, int outputs);
 /* The scheduler a first signal shuts down (NULL: none yet). */
 void interrupt_watch(schedrun_t *s);

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "interrupt.h"
 #include "ranks.h"
 #include "schedrun_mpi.h"
 
@@ -62,6 +63,9 @@ static int exit_for(int rc) {
 }
 
 int ranks_serve(cli_ranks *r) {
+  /* a serving rank has no summary to write: a first signal ends it at once
+   * (the launcher then ends the others, rank 0 saying why) */
+  interrupt_phase("serving rank 0's jobs", 1);
   share sh;
   memset(&sh, 0, sizeof sh);
   MPI_Bcast(&sh, (int)sizeof sh, MPI_BYTE, 0, MPI_COMM_WORLD);
