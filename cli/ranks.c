@@ -1,5 +1,6 @@
 /* See ranks.h. */
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,11 +23,16 @@ int ranks_handover(char **argv) {
   return 0; /* this is the program that runs across ranks */
 }
 
+/* A serving rank's own standard error, kept for what only it can say (rank
+ * 0 lost: rank 0 cannot say so itself). */
+static int serving_stderr = -1;
+
 void ranks_silence_others(void) {
   const char *rank = ranks_launcher_rank();
   if (!rank || atoi(rank) == 0) return;
   int null = open("/dev/null", O_WRONLY);
   if (null < 0) return;
+  serving_stderr = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
   dup2(null, STDOUT_FILENO);
   dup2(null, STDERR_FILENO);
   close(null);
@@ -84,6 +90,10 @@ int ranks_serve(cli_ranks *r) {
   if (rc == SCHEDRUN_OK) {
     schedrun_report_t *rep = NULL;
     rc = schedrun_mpi_run(r->m, NULL, NULL, &rep, &err);
+  }
+  if (rc != SCHEDRUN_OK && rc != SCHEDRUN_ECLOSED && serving_stderr >= 0) {
+    /* rank 0 stopped or gone: Open MPI's text says only that a rank ended */
+    dprintf(serving_stderr, "sched-run: rank %d: %s\n", r->rank, err.message ? err.message : schedrun_strerror(rc));
   }
   schedrun_error_clear(&err);
   schedrun_t *none = NULL;

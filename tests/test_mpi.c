@@ -249,7 +249,7 @@ static long worker_ticks(pid_t lib) {
  * goes to it. The run must end non-zero, naming that rank:
  * a stopped rank is found by rank 0's heartbeats (nothing heard for
  * lost_after_ms), a killed one by mpirun. Only a hang fails on time. */
-static void rank_fails(int sig) {
+static void rank_fails(int sig, bool rank0) {
   char path[512], outp[] = "/tmp/schedrun-mpi-kill-XXXXXX";
   snprintf(path, sizeof path, "%s/multi_device_demo.yaml", tu_env("SCHEDRUN_CONFIGS"));
   int fd = mkstemp(outp);
@@ -285,6 +285,8 @@ static void rank_fails(int sig) {
     }
     usleep(10000);
   }
+  if (rank0) TU_WAIT_FOR((rank_pid[0] = find_rank(0, pid)) > 0, "rank 0 to be found");
+  if (rank0) vr = 0;
   pid_t victim = rank_pid[vr];
   assert_int_equal(kill(victim, sig), 0);
   uint64_t t0 = tu_now_ns();
@@ -308,19 +310,29 @@ static void rank_fails(int sig) {
   char named[16];
   snprintf(named, sizeof named, "rank %d", vr);
   if (!strstr(out, named)) fail_msg("the output does not name %s (it ended %.1f s after the signal):\n%s", named, took, out);
+  /* rank 0 cannot say it was lost: a serving rank does, in its own words */
+  if (rank0 && (!strstr(out, "rank 0 (host ") || !strstr(out, "lost: nothing heard from it")))
+    fail_msg("no rank says that rank 0 was lost:\n%s", out);
   free(out);
 }
 
 /* Stopped, it answers nothing: rank 0's heartbeats find it lost. */
 static void test_stopped_rank(void **st) {
   (void)st;
-  rank_fails(SIGSTOP);
+  rank_fails(SIGSTOP, false);
+}
+
+/* Rank 0 stopped: the serving ranks find it lost, and one of them says so
+ * (their output is otherwise silenced). */
+static void test_stopped_rank_0(void **st) {
+  (void)st;
+  rank_fails(SIGSTOP, true);
 }
 
 /* Killed: mpirun sees it exit and ends the job, naming it. */
 static void test_killed_rank(void **st) {
   (void)st;
-  rank_fails(SIGKILL);
+  rank_fails(SIGKILL, false);
 }
 
 /* A rank that cannot load the program (its kernel file is not there: the
@@ -387,6 +399,7 @@ int main(void) {
       cmocka_unit_test(test_singleton_refused),       cmocka_unit_test(test_demo_same_as_one_process),
       cmocka_unit_test(test_loops_same_as_one_process), cmocka_unit_test(test_while_same_as_one_process),
       cmocka_unit_test(test_stopped_rank),            cmocka_unit_test(test_killed_rank),
+      cmocka_unit_test(test_stopped_rank_0),
       cmocka_unit_test(test_rank_cannot_load),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
