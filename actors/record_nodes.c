@@ -272,9 +272,13 @@ static int walk_step(walk *w, const prog_step *st, int depth, uint32_t rid, uint
           return -1;
       } else {
         prog_value v;
-        if (eval(w, st, &pa->expr, "argument", &v) ||
-            pack_scalar(w, st, k->params[a], v, a + 1, slot))
+        if (eval(w, st, &pa->expr, "argument", &v)) return -1;
+        if (pa->expr.u64_literal) { /* its bits, which only a u64 parameter takes (checked at load) */
+          assert(k->params[a] == PT_U64 && v.is_int);
+          memcpy(slot, &v.i, 8);
+        } else if (pack_scalar(w, st, k->params[a], v, a + 1, slot)) {
           return -1;
+        }
       }
     }
     return 0;

@@ -47,6 +47,7 @@ typedef struct parser {
   size_t why_len;
   size_t at; /* where it failed: an offset into s */
   bool failed;
+  bool big; /* a literal above INT64_MAX was read */
 } parser;
 
 static void fail(parser *ps, const char *fmt, const char *arg) {
@@ -179,10 +180,11 @@ static void parse_primary(parser *ps, int nest) {
       op.num.is_int = true;
       errno = 0;
       unsigned long long v = strtoull(p, &end, 10);
-      if (v > (unsigned long long)INT64_MAX) {
-        fail(ps, "%s", "integer too large (expressions compute in 64-bit signed integers: at most 9223372036854775807)");
+      if (errno == ERANGE) {
+        fail(ps, "%s", "integer too large (at most 18446744073709551615)");
         return;
       }
+      ps->big |= v > (unsigned long long)INT64_MAX; /* allowed alone only: checked at the end */
       op.num.i = (int64_t)v;
     }
     ps->p = end;
@@ -304,6 +306,11 @@ const char *prog_expr_parse_at(const char *text, int depth, prog_expr *out, char
   skip_ws(ps);
   if (!ps->failed && *ps->p != '\0')
     fail(ps, "unexpected '%.1s' after a complete expression (operators: " EXPR_OPERATORS ")", ps->p);
+  if (!ps->failed && ps->big && ps->n != 1) {
+    ps->at = 0;
+    fail(ps, "%s", "integer too large for arithmetic (expressions compute in 64-bit signed integers, at most "
+                   "9223372036854775807; a larger literal can only stand alone, as a u64 kernel argument)");
+  }
   if (!ps->failed) {
     out->ops = malloc(ps->n * sizeof *out->ops);
     if (!out->ops) fail(ps, "%s", "out of memory");
@@ -318,6 +325,7 @@ const char *prog_expr_parse_at(const char *text, int depth, prog_expr *out, char
   out->constant = ps->constant;
   out->depth_used = ps->depth_used;
   out->iters_used = ps->iters_used;
+  out->u64_literal = ps->big;
   free(ps);
   return NULL;
 }

@@ -284,6 +284,13 @@ bool ld_parse_expr_node(ld *l, node *n, int depth, const char *what, prog_expr *
     problem_in_scalar(l, n, at, "%s: %s", what, bad);
     return false;
   }
+  if (out->u64_literal && !l->u64_literal_ok) {
+    ld_problem(l, n, "%s: %s is above 9223372036854775807; only a u64 kernel argument can be (expressions "
+                     "compute in 64-bit signed integers)",
+               what, ld_sval(n));
+    prog_expr_free(out);
+    return false;
+  }
   l->p->uses |= prog_expr_uses(out);
   /* only the iterations it reads: a trips loop inside a while body may use
    * its own $iter */

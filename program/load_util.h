@@ -25,6 +25,7 @@ typedef struct ld {
   uint32_t next_command;
   uint64_t steps;        /* steps loaded so far, an alias's each time it is used */
   bool too_many_steps;   /* past PROG_MAX_STEPS: no more steps are loaded */
+  bool u64_literal_ok;   /* the expression parsed is a u64 kernel argument */
   bool loop_is_while[PROG_MAX_DEPTH];
   uint64_t buffer_bytes; /* all buffers so far */
   bool out_of_memory;    /* a problem was an allocation: the load fails with ENOMEM */

@@ -65,6 +65,8 @@ typedef struct prog_expr {
   bool constant;     /* no variables */
   uint32_t depth_used; /* deepest $iterK used + 1, 0 when none */
   uint32_t iters_used; /* bit K: $iterK (or $iter at depth K) is used */
+  bool u64_literal;    /* a lone integer literal above INT64_MAX, its bits held in
+                          the one op's i (only a u64 kernel argument takes one) */
 } prog_expr;
 
 typedef struct prog_env {

@@ -139,11 +139,48 @@ static void test_what_does_not_fit_is_refused(void **st) {
   expect_refused(over, "t.yaml:7:", "init values of buffer 'o' do not fit its type u64");
 }
 
+/* A u64 argument takes the whole u64 range; a literal above INT64_MAX
+ * stands alone (expressions compute in i64), only where a u64 is taken. */
+static void test_u64_arguments(void **st) {
+  (void)st;
+  const char *yaml = "version: 1\nname: u64arg\n"
+                     "kernels:\n  k:\n    params: [ptr, u64]\n    source: |\n"
+                     "      extern \"C\" __global__ void k(unsigned long long *o, unsigned long long x) { o[0] = x; o[1] = x - 1; }\n"
+                     "buffers:\n  o: {type: u64, count: 2}\n"
+                     "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [o, 18446744073709551615]}\n"
+                     "expect:\n  o: {values: [18446744073709551615, 18446744073709551614]}\n";
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "host:1";
+  schedrun_t *s = tu_open(&o);
+  schedrun_program_t *p = tu_load(s, yaml, "u64.yaml");
+  schedrun_run_options_t ro;
+  schedrun_run_options_init(&ro);
+  schedrun_report_t *r = NULL;
+  schedrun_error_t err = {0};
+  if (schedrun_run(s, p, &ro, &r, &err) != SCHEDRUN_OK) fail_msg("%s", err.message);
+  assert_int_equal(schedrun_report_summary(r)->verified, 1);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+#define U64_PROGRAM(PARAM, ARG) \
+  "version: 1\nkernels:\n  k:\n    params: [ptr, " PARAM "]\n    source: \"x\"\nbuffers:\n  o: {type: u64, count: 1}\n" \
+  "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [o, " ARG "]}\n"
+  expect_refused(U64_PROGRAM("i64", "18446744073709551615"), "t.yaml:9:",
+                 "18446744073709551615 is above 9223372036854775807; only a u64 kernel argument can be");
+  expect_refused(U64_PROGRAM("u64", "\"18446744073709551615 - 1\""), "t.yaml:9:",
+                 "a larger literal can only stand alone");
+  expect_refused(U64_PROGRAM("u64", "18446744073709551616"), "t.yaml:9:", "at most 18446744073709551615");
+  expect_refused("version: 1\nkernels: {}\nbuffers:\n  o: {type: u64, count: 1}\n"
+                 "program:\n  - fill: {buffer: o, value: 18446744073709551615}\n",
+                 "t.yaml:6:", "only a u64 kernel argument can be");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_extremes_round_trip),
       cmocka_unit_test(test_below_double_precision_fails),
-      cmocka_unit_test(test_what_does_not_fit_is_refused),
+      cmocka_unit_test(test_what_does_not_fit_is_refused), cmocka_unit_test(test_u64_arguments),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
