@@ -129,12 +129,9 @@ static uint64_t load_launch(ld *l, node *n, int depth, prog_step *st) {
       if (parsed && arg->expr.constant) {
         prog_value v;
         prog_env env = {{0}};
-        ld_num num = {.kind = LD_FLOAT};
+        ld_num num;
         if (!prog_expr_eval(&arg->expr, &env, &v) &&
-            (num = arg->expr.u64_literal ? (ld_num){.kind = LD_UINT, .i = v.i, .u = (uint64_t)v.i, .f = (double)(uint64_t)v.i}
-                   : v.is_int            ? (ld_num){.kind = LD_INT, .i = v.i, .u = (uint64_t)v.i, .f = (double)v.i}
-                                         : (ld_num){.kind = LD_FLOAT, .f = v.f},
-             !ld_num_fits(k->params[i], &num)))
+            (num = ld_num_of(v, arg->expr.u64_literal), !ld_num_fits(k->params[i], &num)))
           ld_problem(l, a, "%s: %s does not fit %s", what, ld_sval(a), prog_type_name(k->params[i]));
       }
     }

@@ -187,7 +187,11 @@ bool ld_read_number(ld *l, node *n, const char *what, ld_num *out) {
   return true;
 }
 
-double ld_num_f(const ld_num *v) { return v->f; }
+ld_num ld_num_of(prog_value v, bool u64_literal) {
+  if (u64_literal) return (ld_num){.kind = LD_UINT, .i = v.i, .u = (uint64_t)v.i, .f = (double)(uint64_t)v.i};
+  if (v.is_int) return (ld_num){.kind = LD_INT, .i = v.i, .u = (uint64_t)v.i, .f = (double)v.i};
+  return (ld_num){.kind = LD_FLOAT, .f = v.f};
+}
 
 bool ld_num_fits(prog_type t, const ld_num *v) {
   if (t == PT_F64) return true;
@@ -204,7 +208,6 @@ bool ld_num_fits(prog_type t, const ld_num *v) {
 }
 
 uint64_t ld_num_bits(prog_type t, const ld_num *v) {
-  (void)t;
   if (v->kind == LD_UINT) return v->u;
   if (v->kind == LD_INT) return (uint64_t)v->i;
   return t == PT_U64 ? (uint64_t)v->f : (uint64_t)(int64_t)v->f; /* integral and in range: fits */

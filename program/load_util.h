@@ -66,8 +66,9 @@ typedef struct ld_num {
 /* Reads a number; an integer literal outside 64 bits, or a float that
  * overflows a double, is a problem naming it. */
 bool ld_read_number(ld *l, node *n, const char *what, ld_num *out);
-/* The number as a double (rounded for large integers). */
-double ld_num_f(const ld_num *v);
+/* An expression's value as a number; u64_literal: its bits are a lone
+ * literal above INT64_MAX (prog_expr.u64_literal). */
+ld_num ld_num_of(prog_value v, bool u64_literal);
 /* Whether v fits an element of type t exactly (an integer type: an integer
  * in range; f32: finite as a float). */
 bool ld_num_fits(prog_type t, const ld_num *v);

@@ -348,8 +348,7 @@ static bool read_expect(ld *l, node *n, const char *what, prog_type t, double *v
     prog_env env = {{0}};
     prog_expr_eval(ex, &env, &pv); /* checked by parse_expr_node */
     prog_expr_free(ex);
-    v = pv.is_int ? (ld_num){.kind = LD_INT, .i = pv.i, .u = (uint64_t)pv.i, .f = (double)pv.i}
-                  : (ld_num){.kind = LD_FLOAT, .f = pv.f};
+    v = ld_num_of(pv, false); /* a u64 literal is parsed as a number above, never here */
   }
   if (bits && !ld_num_fits(t, &v)) {
     ld_problem(l, n, "%s %s does not fit the buffer's type %s", what, s, prog_type_name(t));
