@@ -149,20 +149,7 @@ static void test_u64_arguments(void **st) {
                      "buffers:\n  o: {type: u64, count: 2}\n"
                      "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [o, 18446744073709551615]}\n"
                      "expect:\n  o: {values: [18446744073709551615, 18446744073709551614]}\n";
-  schedrun_options_t o;
-  schedrun_options_init(&o);
-  o.devices = "host:1";
-  schedrun_t *s = tu_open(&o);
-  schedrun_program_t *p = tu_load(s, yaml, "u64.yaml");
-  schedrun_run_options_t ro;
-  schedrun_run_options_init(&ro);
-  schedrun_report_t *r = NULL;
-  schedrun_error_t err = {0};
-  if (schedrun_run(s, p, &ro, &r, &err) != SCHEDRUN_OK) fail_msg("%s", err.message);
-  assert_int_equal(schedrun_report_summary(r)->verified, 1);
-  schedrun_report_free(&r);
-  schedrun_program_free(&p);
-  schedrun_close(&s);
+  tu_run_once(NULL, yaml, "u64.yaml", 1);
 #define U64_PROGRAM(PARAM, ARG) \
   "version: 1\nkernels:\n  k:\n    params: [ptr, " PARAM "]\n    source: \"x\"\nbuffers:\n  o: {type: u64, count: 1}\n" \
   "program:\n  - launch: {kernel: k, grid: 1, block: 1, args: [o, " ARG "]}\n"

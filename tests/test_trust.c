@@ -55,29 +55,7 @@ static const char *fresh_cache(int slot) {
 
 /* Runs tu_tiny_yaml once on host:1 with cache dir `cache`; it must verify
  * when `verify`. */
-static void run_tiny_as(const char *cache, bool verify) {
-  schedrun_options_t o;
-  schedrun_options_init(&o);
-  o.devices = "host:1";
-  o.cache_dir = cache;
-  schedrun_t *s = tu_open(&o);
-  schedrun_program_t *p = tu_load(s, tu_tiny_yaml, "tiny.yaml");
-  schedrun_run_options_t ro;
-  schedrun_run_options_init(&ro);
-  schedrun_report_t *r = NULL;
-  schedrun_error_t err = {0};
-  int rc = schedrun_run(s, p, &ro, &r, &err);
-  if (verify) {
-    if (rc != SCHEDRUN_OK) fail_msg("%s", err.message);
-    const schedrun_summary_t *sum = schedrun_report_summary(r);
-    assert_int_equal(sum->jobs, 1);
-    assert_int_equal(sum->verified, 1);
-  }
-  schedrun_error_clear(&err);
-  schedrun_report_free(&r);
-  schedrun_program_free(&p);
-  schedrun_close(&s);
-}
+static void run_tiny_as(const char *cache, bool verify) { tu_run_once(cache, tu_tiny_yaml, "tiny.yaml", verify); }
 
 static void run_tiny(const char *cache) { run_tiny_as(cache, true); }
 

@@ -163,6 +163,30 @@ const char tu_tiny_yaml[] =
     "expect:\n"
     "  out: {values: [1]}\n";
 
+void tu_run_once(const char *cache_dir, const char *yaml, const char *origin, int verify) {
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "host:1";
+  o.cache_dir = cache_dir;
+  schedrun_t *s = tu_open(&o);
+  schedrun_program_t *p = tu_load(s, yaml, origin);
+  schedrun_run_options_t ro;
+  schedrun_run_options_init(&ro);
+  schedrun_report_t *r = NULL;
+  schedrun_error_t err = {0};
+  int rc = schedrun_run(s, p, &ro, &r, &err);
+  if (verify) {
+    if (rc != SCHEDRUN_OK) fail_msg("%s: %s", origin, err.message);
+    const schedrun_summary_t *sum = schedrun_report_summary(r);
+    assert_int_equal(sum->jobs, 1);
+    assert_int_equal(sum->verified, 1);
+  }
+  schedrun_error_clear(&err);
+  schedrun_report_free(&r);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+}
+
 schedrun_program_t *tu_load(schedrun_t *s, const char *yaml, const char *origin) {
   schedrun_program_t *p = NULL;
   schedrun_error_t err = {0};

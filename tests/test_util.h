@@ -59,6 +59,9 @@ schedrun_t *tu_open(const schedrun_options_t *o);
 /* A program loaded from yaml (named origin in errors) into s, or the test
  * fails with the error. */
 schedrun_program_t *tu_load(schedrun_t *s, const char *yaml, const char *origin);
+/* Runs yaml (named origin) once on host:1, with cache_dir when not NULL;
+ * when `verify`, the test fails unless its one job verified. */
+void tu_run_once(const char *cache_dir, const char *yaml, const char *origin, int verify);
 /* A program of one launch that writes 1 into `out`, and expects it. */
 extern const char tu_tiny_yaml[];
 /* Counts occurrences of needle in hay. */
