@@ -5,10 +5,11 @@
  *
  * Decoding happens in two steps, each of which rejects bad bytes with
  * SCHEDRUN_EPROTO instead of crashing:
- *   1. msg_parse (msg_parse.h) reads the bytes into a tree of msgpack
- *      objects, checking as it goes that they form exactly one object, no
- *      deeper than MSG_MAX_DEPTH, and that no container claims more elements
- *      than there are bytes left (so an absurd length never allocates);
+ *   1. msg_parse (msg_parse.h) checks that the bytes form exactly one
+ *      object, no deeper than MSG_MAX_DEPTH, whose containers claim no more
+ *      elements than there are bytes left (so an absurd length never
+ *      allocates), then has msgpack-c's unpacker read them into a tree of
+ *      msgpack objects;
  *   2. the schema walk copies each field out, checking its type, range and
  *      length, and that no field is missing, unknown or repeated.
  */
