@@ -12,19 +12,7 @@
 
 #include "actors/actor.h"
 
-/* ThreadSanitizer cannot see inside libzmq (not instrumented), so it misses the
- * happens-before edge a message carries from sender to receiver and reports
- * the receiver's reads of the (zero-copy) message buffer as races. These two
- * annotations state that edge; they compile to nothing in other builds. */
-#if defined(__SANITIZE_THREAD__)
-void __tsan_acquire(void *addr);
-void __tsan_release(void *addr);
-#define HB_SEND(p) __tsan_release(p)
-#define HB_RECV(p) __tsan_acquire(p)
-#else
-#define HB_SEND(p) ((void)(p))
-#define HB_RECV(p) ((void)(p))
-#endif
+#include "actors/zmq_hb.h"
 
 #define MAX_PEERS 80
 #define LINGER_MS 1000
@@ -146,7 +134,10 @@ int mbox_send(void *sock, const msg *m, schedrun_error_t *err) {
     return err_set(err, SCHEDRUN_ENOMEM, "zmq_msg_init_data: %s", zmq_strerror(zmq_errno()));
   }
   for (;;) {
-    if (zmq_msg_send(&zm, sock, 0) >= 0) return SCHEDRUN_OK;
+    if (zmq_msg_send(&zm, sock, 0) >= 0) {
+      msg_tally_sent(m);
+      return SCHEDRUN_OK;
+    }
     if (zmq_errno() == EINTR) continue;
     int e = zmq_errno();
     zmq_msg_close(&zm);
@@ -436,144 +427,4 @@ uint64_t actor_join(actor_t **pa) {
   free(a);
   *pa = NULL;
   return malformed;
-}
-
-/* ---- a queue beside a mailbox ---- */
-
-void msgq_init(msg_queue *q) {
-  memset(q, 0, sizeof *q);
-  pthread_mutex_init(&q->lock, NULL);
-}
-
-void msgq_destroy(msg_queue *q) {
-  pthread_mutex_destroy(&q->lock);
-  free(q->buf);
-  free(q->spare);
-  memset(q, 0, sizeof *q);
-}
-
-/* Each message is a 4-byte length, then its bytes. */
-int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err) {
-  *ring = false;
-  pthread_mutex_lock(&q->lock);
-  size_t at = q->len;
-  int rc = SCHEDRUN_OK;
-  if (q->cap - q->len < 4) {
-    size_t cap = q->cap ? 2 * q->cap : 4096;
-    uint8_t *b = realloc(q->buf, cap);
-    if (b) {
-      q->buf = b;
-      q->cap = cap;
-    } else {
-      rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory queueing %s", msg_type_name(m->type));
-    }
-  }
-  if (rc == SCHEDRUN_OK) {
-    q->len += 4; /* the length, written once the message is there */
-    rc = msg_encode_append(m, &q->buf, &q->len, &q->cap, err);
-    if (rc) q->len = at;
-  }
-  if (rc == SCHEDRUN_OK) {
-    uint32_t n = (uint32_t)(q->len - at - 4); /* at most MSG_MAX_BYTES */
-    for (int i = 0; i < 4; i++) q->buf[at + (size_t)i] = (uint8_t)(n >> (8 * i));
-    /* queued, then pollers; a poller stops in the other order (both
-     * sequentially consistent), so one of the two sees the other */
-    atomic_store(&q->queued, q->len);
-    *ring = !q->rung && atomic_load(&q->pollers) == 0;
-    if (*ring) q->rung = true;
-  }
-  pthread_mutex_unlock(&q->lock);
-  return rc;
-}
-
-bool msgq_any(msg_queue *q) { return atomic_load(&q->queued) != 0; }
-void msgq_poll_begin(msg_queue *q) { atomic_fetch_add(&q->pollers, 1); }
-void msgq_poll_end(msg_queue *q) { atomic_fetch_sub(&q->pollers, 1); }
-
-bool msgq_claim_ring(msg_queue *q) {
-  pthread_mutex_lock(&q->lock);
-  bool ring = q->len && !q->rung;
-  if (ring) q->rung = true;
-  pthread_mutex_unlock(&q->lock);
-  return ring;
-}
-
-void msgq_unring(msg_queue *q) {
-  pthread_mutex_lock(&q->lock);
-  q->rung = false;
-  pthread_mutex_unlock(&q->lock);
-}
-
-/* Takes the queued bytes and their buffer's capacity; the spare, if any,
- * becomes the queue's buffer. */
-static uint8_t *take(msg_queue *q, size_t *len, size_t *cap) {
-  pthread_mutex_lock(&q->lock);
-  uint8_t *b = q->len ? q->buf : NULL;
-  *len = q->len;
-  *cap = b ? q->cap : 0;
-  if (b) {
-    q->buf = q->spare;
-    q->cap = q->spare_cap;
-    q->len = 0;
-    q->spare = NULL;
-    q->spare_cap = 0;
-  }
-  q->rung = false;
-  atomic_store_explicit(&q->queued, 0, memory_order_relaxed);
-  pthread_mutex_unlock(&q->lock);
-  return b;
-}
-
-/* A drained buffer goes back as the spare when there is none (and it is not
- * too big to keep), else it is freed. */
-static void recycle(msg_queue *q, uint8_t *b, size_t cap) {
-  if (b && cap <= MSGQ_KEEP) {
-    pthread_mutex_lock(&q->lock);
-    if (!q->spare) {
-      q->spare = b;
-      q->spare_cap = cap;
-      b = NULL;
-    }
-    pthread_mutex_unlock(&q->lock);
-  }
-  free(b);
-}
-
-uint8_t *msgq_take(msg_queue *q, size_t *len) {
-  size_t cap;
-  return take(q, len, &cap);
-}
-
-int msgq_next(const uint8_t *data, size_t len, size_t *off, msg *m, schedrun_error_t *err) {
-  memset(m, 0, sizeof *m);
-  if (*off >= len) return err_set(err, SCHEDRUN_ECLOSED, "end of the queue");
-  uint32_t n = 0;
-  if (len - *off < 4) {
-    *off = len;
-    return err_set(err, SCHEDRUN_EPROTO, "a queued message's length is cut short");
-  }
-  for (int i = 0; i < 4; i++) n |= (uint32_t)data[*off + (size_t)i] << (8 * i);
-  if (n > len - *off - 4) {
-    *off = len;
-    return err_set(err, SCHEDRUN_EPROTO, "a queued message runs past the queue's end");
-  }
-  int rc = msg_decode(data + *off + 4, n, m, err);
-  *off += 4 + (size_t)n;
-  return rc;
-}
-
-size_t msgq_drain(msg_queue *q, bool (*fn)(void *ctx, msg *m), void *ctx) {
-  size_t len = 0, cap = 0, off = 0, bad = 0;
-  uint8_t *data = take(q, &len, &cap);
-  for (;;) {
-    msg one;
-    schedrun_error_t err = {0};
-    int rc = msgq_next(data, len, &off, &one, &err);
-    schedrun_error_clear(&err);
-    if (rc == SCHEDRUN_ECLOSED) break;
-    if (rc != SCHEDRUN_OK || !fn(ctx, &one)) bad++;
-    msg_free(&one);
-  }
-  recycle(q, data, cap);
-  return bad;
 }

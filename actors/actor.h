@@ -114,33 +114,45 @@ int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg_queue *q, m
 
 /* ---- a queue beside a mailbox ----
  *
- * Encoded messages that a sender appends and the receiver takes all at once,
- * for a stream of small messages to a busy receiver: the sender rings the
- * receiver's mailbox (a QUEUED message, over ZeroMQ) only when the queue
- * was idle, and the receiver, on that doorbell, takes everything queued
- * since. A lone message waits for nothing; a burst costs one wake. The bytes
- * are the same msgpack messages, decoded as strictly as the mailbox's. */
+ * A stream of small messages to a busy receiver, on an inproc ZeroMQ
+ * PUSH/PULL pair of its own beside the receiver's mailbox: the sender rings
+ * the receiver's mailbox (a QUEUED message) only when the queue was idle,
+ * and the receiver, on that doorbell, takes everything queued since. A lone
+ * message waits for nothing; a burst costs one wake. The bytes are the same
+ * msgpack messages, decoded as strictly as the mailbox's.
+ *
+ * Any thread may push (the PUSH socket is used under `lock`, whose mutex is
+ * the full barrier ZeroMQ asks for when a socket changes threads); any
+ * thread may take (the PULL socket is used under `take_lock`). `queued`
+ * counts the messages sent and not yet taken: a taker takes exactly those,
+ * so it never asks the socket for a message that is not there, and a
+ * receiver polls the count, not the socket. */
 struct msg_queue {
-  pthread_mutex_t lock;
-  uint8_t *buf;
-  size_t len, cap;
-  /* a drained buffer kept for the next messages (up to MSGQ_KEEP bytes):
-   * the queue fills memory it has used before instead of growing a new
-   * buffer, and faulting in its pages, after every take */
-  uint8_t *spare;
-  size_t spare_cap;
+  pthread_mutex_t lock; /* pushers: push, buf, rung */
+  void *push;
+  uint8_t *buf; /* the encoder's buffer, kept from message to message */
+  size_t cap;
   bool rung; /* a doorbell is on its way, and the queue not taken since */
-  _Atomic size_t queued; /* bytes queued, for a look without the lock */
+  pthread_mutex_t take_lock; /* takers: pull */
+  void *pull;
+  _Atomic size_t queued; /* messages sent, not yet taken */
   _Atomic int pollers;   /* receivers polling the queue themselves */
 };
 
+/* A queue with no sockets yet (msgq_open makes them). */
 void msgq_init(msg_queue *q);
+/* Binds the queue's PULL socket to inproc://q.<name> in zctx and connects its
+ * PUSH socket to it. */
+int msgq_open(msg_queue *q, void *zctx, const char *name, schedrun_error_t *err);
+/* Closes the sockets (before their context ends); what is still queued is
+ * dropped. msgq_destroy closes them too, and frees the rest. */
+void msgq_close(msg_queue *q);
 void msgq_destroy(msg_queue *q);
-/* Appends m; *ring is true when the caller must now ring the receiver. */
+/* Sends m; *ring is true when the caller must now ring the receiver. */
 int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err);
 /* Whether anything is queued now (no lock: a hint for a polling receiver). */
 bool msgq_any(msg_queue *q);
-/* A receiver polls the queue itself (msgq_any, then msgq_take) between
+/* A receiver polls the queue itself (msgq_any, then msgq_drain) between
  * these two: pushes meanwhile do not ring. After msgq_poll_end the receiver
  * must look once more, and take what it finds: a push that saw it polling
  * rang nobody. */
@@ -152,16 +164,9 @@ void msgq_poll_end(msg_queue *q);
 bool msgq_claim_ring(msg_queue *q);
 /* The doorbell could not be sent: the next push rings again. */
 void msgq_unring(msg_queue *q);
-#define MSGQ_KEEP (4u << 20)
-/* Takes everything queued (malloc'ed, *len bytes; NULL when empty). */
-uint8_t *msgq_take(msg_queue *q, size_t *len);
 /* Takes everything queued and hands each message, in order, to fn (which
  * returns false for a type it does not take); returns how many messages
  * were malformed or refused. */
 size_t msgq_drain(msg_queue *q, bool (*fn)(void *ctx, msg *m), void *ctx);
-/* Decodes the message at *off of taken bytes, moving *off past it.
- * SCHEDRUN_ECLOSED at the end; a malformed message gives SCHEDRUN_EPROTO
- * and ends the walk (*off = len). */
-int msgq_next(const uint8_t *data, size_t len, size_t *off, msg *m, schedrun_error_t *err);
 
 #endif

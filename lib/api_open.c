@@ -182,6 +182,9 @@ static void teardown(schedrun_t *s) {
   mbox_close(s->outbox);
   for (int d = 0; d < s->core.ndevices; d++) mbox_close(s->execute_bell[d]);
   msg_free(&s->term_reply);
+  msgq_close(&s->core.to_scheduler);
+  msgq_close(&s->core.to_client);
+  for (int d = 0; d < s->core.ndevices; d++) msgq_close(&s->core.to_execute[d]);
   if (s->core.zctx) zmq_ctx_term(s->core.zctx);
   size_t pos = 0;
   void *v;
@@ -301,6 +304,14 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   }
   /* every endpoint is inproc, which needs no I/O thread */
   zmq_ctx_set(s->core.zctx, ZMQ_IO_THREADS, 0);
+  if ((rc = msgq_open(&s->core.to_scheduler, s->core.zctx, ACTOR_SCHEDULER, err)) ||
+      (rc = msgq_open(&s->core.to_client, s->core.zctx, ACTOR_CLIENT, err)))
+    goto fail;
+  for (int d = 0; d < s->core.ndevices; d++) {
+    char name[32];
+    snprintf(name, sizeof name, ACTOR_EXECUTE_FMT, d);
+    if ((rc = msgq_open(&s->core.to_execute[d], s->core.zctx, name, err))) goto fail;
+  }
   s->inbox = mbox_bind(s->core.zctx, ACTOR_CLIENT, err);
   s->ctl_inbox = s->inbox ? mbox_bind(s->core.zctx, ACTOR_CONTROL, err) : NULL;
   s->bell = s->ctl_inbox ? mbox_connect(s->core.zctx, ACTOR_CLIENT, err) : NULL;
