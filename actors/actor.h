@@ -128,13 +128,12 @@ int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg_queue *q, m
  * so it never asks the socket for a message that is not there, and a
  * receiver polls the count, not the socket. */
 struct msg_queue {
-  pthread_mutex_t lock; /* pushers: push, buf, rung */
+  pthread_mutex_t lock; /* pushers: push, rung */
   void *push;
-  uint8_t *buf; /* the encoder's buffer, kept from message to message */
-  size_t cap;
   bool rung; /* a doorbell is on its way, and the queue not taken since */
   pthread_mutex_t take_lock; /* takers: pull */
   void *pull;
+  _Atomic bool again; /* a taker found another taking: take once more */
   _Atomic size_t queued; /* messages sent, not yet taken */
   _Atomic int pollers;   /* receivers polling the queue themselves */
 };
@@ -166,7 +165,8 @@ bool msgq_claim_ring(msg_queue *q);
 void msgq_unring(msg_queue *q);
 /* Takes everything queued and hands each message, in order, to fn (which
  * returns false for a type it does not take); returns how many messages
- * were malformed or refused. */
+ * were malformed or refused. When another thread is taking, returns at
+ * once, and that thread takes what this one would have. */
 size_t msgq_drain(msg_queue *q, bool (*fn)(void *ctx, msg *m), void *ctx);
 
 #endif

@@ -1,5 +1,6 @@
 /* A queue beside a mailbox, on a ZeroMQ socket pair of its own. See actor.h. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +54,6 @@ void msgq_destroy(msg_queue *q) {
   msgq_close(q);
   pthread_mutex_destroy(&q->lock);
   pthread_mutex_destroy(&q->take_lock);
-  free(q->buf);
   memset(q, 0, sizeof *q);
 }
 
@@ -62,40 +62,77 @@ static void free_buf(void *data, void *hint) {
   free(data);
 }
 
-/* The encoded message (q->buf, len bytes) as a ZeroMQ message (lock held). */
-static int wrap(msg_queue *q, size_t len, zmq_msg_t *zm) {
-  if (len > COPY_MAX) {
-    if (zmq_msg_init_data(zm, q->buf, len, free_buf, NULL) != 0) return -1;
-    q->buf = NULL; /* ZeroMQ's now: freed by whoever closes the last copy */
-    q->cap = 0;
-    return 0;
+/* ---- the encoder's buffer: the calling thread's, kept from message to
+ * message, so that a push encodes and copies outside the queue's lock ---- */
+
+typedef struct scratch {
+  uint8_t *buf;
+  size_t cap;
+} scratch;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *p) {
+  scratch *sc = p;
+  free(sc->buf);
+  free(sc);
+}
+
+static void scratch_key_init(void) {
+  if (pthread_key_create(&scratch_key, scratch_free) != 0) scratch_key = (pthread_key_t)-1;
+}
+
+static scratch *thread_scratch(void) {
+  pthread_once(&scratch_once, scratch_key_init);
+  if (scratch_key == (pthread_key_t)-1) return NULL;
+  scratch *sc = pthread_getspecific(scratch_key);
+  if (!sc && (sc = calloc(1, sizeof *sc)) && pthread_setspecific(scratch_key, sc) != 0) {
+    free(sc);
+    sc = NULL;
   }
-  if (zmq_msg_init_size(zm, len) != 0) return -1;
-  memcpy(zmq_msg_data(zm), q->buf, len);
-  return 0;
+  return sc;
+}
+
+/* m, encoded, as a ZeroMQ message: up to COPY_MAX bytes copied out of the
+ * thread's buffer, more handed over as the buffer itself. */
+static int encode_msg(const msg *m, zmq_msg_t *zm, schedrun_error_t *err) {
+  scratch *sc = thread_scratch();
+  if (!sc) return err_set(err, SCHEDRUN_ENOMEM, "out of memory queueing %s", msg_type_name(m->type));
+  size_t len = 0;
+  int rc = msg_encode_append(m, &sc->buf, &len, &sc->cap, err);
+  if (rc) return rc;
+  if (len > COPY_MAX) {
+    if (zmq_msg_init_data(zm, sc->buf, len, free_buf, NULL) != 0)
+      return err_set(err, SCHEDRUN_ENOMEM, "out of memory queueing %s", msg_type_name(m->type));
+    sc->buf = NULL; /* ZeroMQ's now: freed by whoever closes the last copy */
+    sc->cap = 0;
+  } else {
+    if (zmq_msg_init_size(zm, len) != 0)
+      return err_set(err, SCHEDRUN_ENOMEM, "out of memory queueing %s", msg_type_name(m->type));
+    memcpy(zmq_msg_data(zm), sc->buf, len);
+  }
+  HB_SEND(zmq_msg_data(zm));
+  return SCHEDRUN_OK;
 }
 
 int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err) {
   *ring = false;
-  pthread_mutex_lock(&q->lock);
-  size_t len = 0;
-  int rc = q->push ? msg_encode_append(m, &q->buf, &len, &q->cap, err)
-                   : err_set(err, SCHEDRUN_ECLOSED, "the queue for %s is closed", msg_type_name(m->type));
   zmq_msg_t zm;
-  if (rc == SCHEDRUN_OK && wrap(q, len, &zm) != 0)
-    rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory queueing %s", msg_type_name(m->type));
-  if (rc == SCHEDRUN_OK) {
-    HB_SEND(zmq_msg_data(&zm));
+  int rc = encode_msg(m, &zm, err);
+  if (rc) return rc;
+  pthread_mutex_lock(&q->lock);
+  if (!q->push) {
+    rc = err_set(err, SCHEDRUN_ECLOSED, "the queue for %s is closed", msg_type_name(m->type));
+  } else {
     /* no high-water mark, inproc: a send to the open queue never waits */
     while (zmq_msg_send(&zm, q->push, 0) < 0) {
       if (zmq_errno() == EINTR) continue;
       rc = err_set(err, SCHEDRUN_ECLOSED, "queue %s: %s", msg_type_name(m->type), zmq_strerror(zmq_errno()));
-      zmq_msg_close(&zm);
       break;
     }
   }
   if (rc == SCHEDRUN_OK) {
-    msg_tally_sent(m);
     /* queued, then pollers; a poller stops in the other order (both
      * sequentially consistent), so one of the two sees the other */
     atomic_fetch_add(&q->queued, 1);
@@ -103,6 +140,8 @@ int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err) {
     if (*ring) q->rung = true;
   }
   pthread_mutex_unlock(&q->lock);
+  if (rc) zmq_msg_close(&zm);
+  else msg_tally_sent(m);
   return rc;
 }
 
@@ -136,9 +175,9 @@ static int take_one(msg_queue *q, zmq_msg_t *zm) {
   }
 }
 
-size_t msgq_drain(msg_queue *q, bool (*fn)(void *ctx, msg *m), void *ctx) {
+/* Takes what is counted now (take_lock held). */
+static size_t take_counted(msg_queue *q, bool (*fn)(void *ctx, msg *m), void *ctx) {
   size_t bad = 0;
-  pthread_mutex_lock(&q->take_lock);
   pthread_mutex_lock(&q->lock);
   q->rung = false;
   /* what was counted was sent before (both under lock): it is in the pipe,
@@ -162,6 +201,23 @@ size_t msgq_drain(msg_queue *q, bool (*fn)(void *ctx, msg *m), void *ctx) {
     if (rc != SCHEDRUN_OK || !fn(ctx, &one)) bad++;
     msg_free(&one);
   }
-  pthread_mutex_unlock(&q->take_lock);
+  return bad;
+}
+
+/* One taker at a time takes; one that finds another taking leaves its
+ * wish in `again` and returns at once, and the holder, after it lets go,
+ * takes again for it (the holder's look at `again` follows its unlock, and
+ * the other's trylock follows its store: one of the two sees the other).
+ * A waiting caller and the completion thread both take completions: neither
+ * sleeps on the other's lock while it files. */
+size_t msgq_drain(msg_queue *q, bool (*fn)(void *ctx, msg *m), void *ctx) {
+  size_t bad = 0;
+  atomic_store(&q->again, true);
+  while (atomic_load(&q->again)) {
+    if (pthread_mutex_trylock(&q->take_lock) != 0) return bad;
+    atomic_store(&q->again, false);
+    bad += take_counted(q, fn, ctx);
+    pthread_mutex_unlock(&q->take_lock);
+  }
   return bad;
 }

@@ -51,6 +51,9 @@ typedef enum msg_type {
 const char *msg_type_name(int type);
 
 typedef struct msg_bytes { uint8_t *data; size_t len; } msg_bytes;
+/* A column of integers: on the wire one msgpack bin of 8 bytes per
+ * element, little-endian, so that a batch's columns cost a copy each, not
+ * a msgpack value per job. */
 typedef struct msg_u64s { uint64_t *v; size_t n; } msg_u64s;
 typedef struct msg_strs { char **v; size_t n; } msg_strs;
 

@@ -251,13 +251,27 @@ static int decode_field(dctx *d, const field *f, const msgpack_object *o, void *
     return SCHEDRUN_OK;
   }
   case FK_U64S: {
+    /* a column: bytes, 8 per element, little-endian (msg.h) */
     msg_u64s *a = p;
-    if ((rc = get_array(d, w, o, sizeof(uint64_t), (void **)&a->v, &a->n))) return rc;
-    for (uint32_t k = 0; k < o->via.array.size; k++) {
-      if ((rc = get_int(d, w, &o->via.array.ptr[k], 0, UINT64_MAX, false, &a->v[k], NULL)))
-        return rc;
-      a->n++;
+    if (o->type != MSGPACK_OBJECT_BIN) return bad(d, w, "expected a column (bytes)");
+    if (o->via.bin.size % 8) return bad(d, w, "a column's length is not a multiple of 8 bytes");
+    if (o->via.bin.size / 8 > MSG_MAX_ARRAY) return bad(d, w, "array too long");
+    a->n = 0;
+    a->v = NULL;
+    size_t n = o->via.bin.size / 8;
+    if (n == 0) return SCHEDRUN_OK;
+    if (!(a->v = malloc(n * sizeof *a->v))) return err_set(d->err, SCHEDRUN_ENOMEM, "out of memory decoding %s", d->type);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(a->v, o->via.bin.ptr, n * 8);
+#else
+    const uint8_t *b = (const uint8_t *)o->via.bin.ptr;
+    for (size_t k = 0; k < n; k++) {
+      uint64_t v = 0;
+      for (int i = 7; i >= 0; i--) v = v << 8 | b[8 * k + (size_t)i];
+      a->v[k] = v;
     }
+#endif
+    a->n = n;
     return SCHEDRUN_OK;
   }
   case FK_STRS: {

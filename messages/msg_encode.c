@@ -27,28 +27,40 @@ static void over(outbuf *o, const char *what) {
   if (!o->too_big) o->too_big = what;
 }
 
-/* msgpack-c's write callback: appends n bytes, or marks the buffer failed
- * (the packer's later writes are then dropped). */
-static int ob_write(void *data, const char *buf, size_t n) {
-  outbuf *o = data;
-  if (o->failed) return -1;
+/* Room for n more bytes at o->data + o->len, growing the buffer; false
+ * (and the buffer failed) past the message limit or out of memory. */
+static bool room(outbuf *o, size_t n) {
+  if (o->failed) return false;
   if (o->len - o->start + n > MSG_MAX_BYTES) {
     o->too_big = "the message is over 1 GiB";
     o->failed = true;
-    return -1;
+    return false;
   }
-  if (o->cap - o->len < n) {
-    size_t cap = o->cap ? o->cap : 256;
-    while (cap - o->len < n) cap *= 2;
-    uint8_t *p = realloc(o->data, cap);
-    if (!p) {
-      o->failed = true;
-      return -1;
-    }
-    o->data = p;
-    o->cap = cap;
+  if (o->cap - o->len >= n) return true;
+  size_t cap = o->cap ? o->cap : 256;
+  while (cap - o->len < n) cap *= 2;
+  uint8_t *p = realloc(o->data, cap);
+  if (!p) {
+    o->failed = true;
+    return false;
   }
-  if (n) memcpy(o->data + o->len, buf, n);
+  o->data = p;
+  o->cap = cap;
+  return true;
+}
+
+/* msgpack-c's write callback, once per value: appends n bytes, or marks the
+ * buffer failed (the packer's later writes are then dropped). The usual
+ * write is a few bytes into room there is, copied inline. */
+static int ob_write(void *data, const char *buf, size_t n) {
+  outbuf *o = data;
+  if (o->failed) return -1;
+  if ((n > o->cap - o->len || o->len - o->start + n > MSG_MAX_BYTES) && !room(o, n)) return -1;
+  uint8_t *d = o->data + o->len;
+  if (n <= 16)
+    for (size_t k = 0; k < n; k++) d[k] = (uint8_t)buf[k];
+  else
+    memcpy(d, buf, n);
   o->len += n;
   return 0;
 }
@@ -94,9 +106,20 @@ static void pack_struct(enc *e, const schema *s, const void *base) {
       break;
     }
     case FK_U64S: {
+      /* a column: bytes, 8 per element, little-endian (msg.h) */
       const msg_u64s *a = p;
-      pack_array(e, a->n);
-      for (size_t k = 0; k < a->n; k++) msgpack_pack_uint64(pk, a->v[k]);
+      if (a->n > MSG_MAX_ARRAY) over(e->o, "an array is over its limit");
+      msgpack_pack_bin(pk, a->n * 8);
+      if (a->n && room(e->o, a->n * 8)) {
+        uint8_t *d = e->o->data + e->o->len;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        memcpy(d, a->v, a->n * 8);
+#else
+        for (size_t k = 0; k < a->n; k++)
+          for (int b = 0; b < 8; b++) d[8 * k + (size_t)b] = (uint8_t)(a->v[k] >> (8 * b));
+#endif
+        e->o->len += a->n * 8;
+      }
       break;
     }
     case FK_STRS: {
