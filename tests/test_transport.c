@@ -66,15 +66,24 @@ static void wait_ok(schedrun_t *s, schedrun_job_t id) {
   schedrun_job_result_free(&r);
 }
 
-static void test_single_jobs(void **st) {
-  (void)st;
+/* host:2 with the tiny program loaded and run once (its first job also
+ * compiles and records). */
+static schedrun_t *open_warm(schedrun_program_t **p) {
   schedrun_t *s = open_devices("host:2");
-  schedrun_program_t *p = tu_load(s, tu_tiny_yaml, "tiny.yaml");
+  *p = tu_load(s, tu_tiny_yaml, "tiny.yaml");
   schedrun_error_t err = {0};
   schedrun_job_t id;
-  /* warm: the first job also compiles and records */
-  if (schedrun_submit(s, p, NULL, &id, &err)) fail_msg("submit: %s", err.message);
+  if (schedrun_submit(s, *p, NULL, &id, &err)) fail_msg("submit: %s", err.message);
   wait_ok(s, id);
+  return s;
+}
+
+static void test_single_jobs(void **st) {
+  (void)st;
+  schedrun_program_t *p;
+  schedrun_t *s = open_warm(&p);
+  schedrun_error_t err = {0};
+  schedrun_job_t id;
 
   counts c = settled_counts();
   for (int j = 0; j < 50; j++) { /* lone: submitted, then waited for */
@@ -118,12 +127,9 @@ static void test_single_jobs(void **st) {
 /* A graph of chains: each job after the one before it, 10 chains of 20. */
 static void test_graph(void **st) {
   (void)st;
-  schedrun_t *s = open_devices("host:2");
-  schedrun_program_t *p = tu_load(s, tu_tiny_yaml, "tiny.yaml");
+  schedrun_program_t *p;
+  schedrun_t *s = open_warm(&p);
   schedrun_error_t err = {0};
-  schedrun_job_t id;
-  if (schedrun_submit(s, p, NULL, &id, &err)) fail_msg("submit: %s", err.message);
-  wait_ok(s, id);
   schedrun_graph_t *g = NULL;
   assert_int_equal(schedrun_graph_new(&g, &err), SCHEDRUN_OK);
   enum { CHAINS = 10, LEN = 20 };
