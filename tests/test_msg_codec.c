@@ -674,6 +674,56 @@ static void test_u32_range(void **st) {
   msgpack_sbuffer_destroy(&sb);
 }
 
+/* A column of integers is a bin of 8 bytes per element: an EXECUTED_MANY
+ * whose jobs column is 7 bytes, or an array, is refused naming it; 16 bytes
+ * are two jobs, read little-endian. */
+static void build_executed_many(msgpack_packer *pk, int form) {
+  msgpack_pack_map(pk, 5);
+  pk_str(pk, "v"); msgpack_pack_uint32(pk, 1);
+  pk_str(pk, "type"); msgpack_pack_uint32(pk, MSG_EXECUTED_MANY);
+  pk_str(pk, "job"); msgpack_pack_uint64(pk, 0);
+  pk_str(pk, "from"); pk_str(pk, "x");
+  pk_str(pk, "body");
+  msgpack_pack_map(pk, 3);
+  pk_str(pk, "program"); msgpack_pack_uint64(pk, 1);
+  pk_str(pk, "device"); msgpack_pack_uint32(pk, 0);
+  pk_str(pk, "jobs");
+  static const unsigned char two[16] = {5, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0};
+  if (form == 0) { /* two jobs: 5 and 256 */
+    msgpack_pack_bin(pk, 16);
+    msgpack_pack_bin_body(pk, two, 16);
+  } else if (form == 1) { /* 7 bytes */
+    msgpack_pack_bin(pk, 7);
+    msgpack_pack_bin_body(pk, two, 7);
+  } else { /* an array of integers, the old form */
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_uint64(pk, 5);
+  }
+}
+
+static void test_columns(void **st) {
+  (void)st;
+  for (int form = 0; form < 3; form++) {
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    build_executed_many(&pk, form);
+    if (form == 0) {
+      msg o;
+      schedrun_error_t err = {0};
+      assert_int_equal(msg_decode(sb.data, sb.size, &o, &err), SCHEDRUN_OK);
+      assert_int_equal(o.body.executed_many.jobs.n, 2);
+      assert_int_equal(o.body.executed_many.jobs.v[0], 5);
+      assert_int_equal(o.body.executed_many.jobs.v[1], 256);
+      msg_free(&o);
+    } else {
+      expect_reject(sb.data, sb.size, form == 1 ? "jobs: a column's length is not a multiple of 8" : "jobs: expected a column");
+    }
+    msgpack_sbuffer_destroy(&sb);
+  }
+}
+
 static void test_random_bytes(void **st) {
   (void)st;
   uint64_t x = 0x9e3779b97f4a7c15ull;
@@ -728,6 +778,7 @@ int main(void) {
       cmocka_unit_test(test_bad_structure),
       cmocka_unit_test(test_fields),
       cmocka_unit_test(test_u32_range),
+      cmocka_unit_test(test_columns),
       cmocka_unit_test(test_random_bytes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
