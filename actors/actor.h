@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <zmq.h>
 
 #include "common/common.h"
 #include "messages/msg.h"
@@ -102,6 +103,15 @@ void *mbox_bind(void *zctx, const char *name, schedrun_error_t *err);    /* PULL
 void *mbox_connect(void *zctx, const char *name, schedrun_error_t *err); /* PUSH */
 void mbox_close(void *sock);
 int mbox_send(void *sock, const msg *m, schedrun_error_t *err);
+/* m, encoded, as a ZeroMQ message for zmq_msg_send: encoded in a buffer the
+ * calling thread keeps, then copied into the message (one allocation of
+ * ZeroMQ's, none up to its 33-byte inline size); a message of more than
+ * MBOX_COPY_MAX bytes (outputs) takes the buffer itself, without a copy. */
+#define MBOX_COPY_MAX (64u << 10)
+int mbox_encode(const msg *m, zmq_msg_t *zm, schedrun_error_t *err);
+/* Decodes a received message into m and closes it: SCHEDRUN_OK, or
+ * SCHEDRUN_EPROTO for malformed bytes (m is then empty). */
+int mbox_decode(zmq_msg_t *zm, msg *m);
 /* Waits up to timeout_ms (-1: forever) for one well-formed message. Returns
  * SCHEDRUN_ETIMEOUT when none came; malformed ones are skipped and counted in
  * *malformed when given. */

@@ -1,19 +1,12 @@
 /* A queue beside a mailbox, on a ZeroMQ socket pair of its own. See actor.h. */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
 
 #include "actors/actor.h"
-#include "actors/zmq_hb.h"
 
-/* Messages up to this size are copied into a ZeroMQ message (one
- * allocation of ZeroMQ's, none at all up to its 33-byte inline size) and
- * the encoder's buffer is kept; bigger ones (outputs) hand ZeroMQ the
- * encoder's buffer itself. */
-#define COPY_MAX (64u << 10)
 /* A taker asks for a message the count says is there; if the socket has
  * not shown it yet (it never has), it waits this long for it. */
 #define TAKE_WAIT_MS 1000
@@ -57,69 +50,10 @@ void msgq_destroy(msg_queue *q) {
   memset(q, 0, sizeof *q);
 }
 
-static void free_buf(void *data, void *hint) {
-  (void)hint;
-  free(data);
-}
-
-/* ---- the encoder's buffer: the calling thread's, kept from message to
- * message, so that a push encodes and copies outside the queue's lock ---- */
-
-typedef struct scratch {
-  uint8_t *buf;
-  size_t cap;
-} scratch;
-
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-
-static void scratch_free(void *p) {
-  scratch *sc = p;
-  free(sc->buf);
-  free(sc);
-}
-
-static void scratch_key_init(void) {
-  if (pthread_key_create(&scratch_key, scratch_free) != 0) scratch_key = (pthread_key_t)-1;
-}
-
-static scratch *thread_scratch(void) {
-  pthread_once(&scratch_once, scratch_key_init);
-  if (scratch_key == (pthread_key_t)-1) return NULL;
-  scratch *sc = pthread_getspecific(scratch_key);
-  if (!sc && (sc = calloc(1, sizeof *sc)) && pthread_setspecific(scratch_key, sc) != 0) {
-    free(sc);
-    sc = NULL;
-  }
-  return sc;
-}
-
-/* m, encoded, as a ZeroMQ message: up to COPY_MAX bytes copied out of the
- * thread's buffer, more handed over as the buffer itself. */
-static int encode_msg(const msg *m, zmq_msg_t *zm, schedrun_error_t *err) {
-  scratch *sc = thread_scratch();
-  if (!sc) return err_set(err, SCHEDRUN_ENOMEM, "out of memory queueing %s", msg_type_name(m->type));
-  size_t len = 0;
-  int rc = msg_encode_append(m, &sc->buf, &len, &sc->cap, err);
-  if (rc) return rc;
-  if (len > COPY_MAX) {
-    if (zmq_msg_init_data(zm, sc->buf, len, free_buf, NULL) != 0)
-      return err_set(err, SCHEDRUN_ENOMEM, "out of memory queueing %s", msg_type_name(m->type));
-    sc->buf = NULL; /* ZeroMQ's now: freed by whoever closes the last copy */
-    sc->cap = 0;
-  } else {
-    if (zmq_msg_init_size(zm, len) != 0)
-      return err_set(err, SCHEDRUN_ENOMEM, "out of memory queueing %s", msg_type_name(m->type));
-    memcpy(zmq_msg_data(zm), sc->buf, len);
-  }
-  HB_SEND(zmq_msg_data(zm));
-  return SCHEDRUN_OK;
-}
-
 int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err) {
   *ring = false;
   zmq_msg_t zm;
-  int rc = encode_msg(m, &zm, err);
+  int rc = mbox_encode(m, &zm, err);
   if (rc) return rc;
   pthread_mutex_lock(&q->lock);
   if (!q->push) {
@@ -192,13 +126,8 @@ static size_t take_counted(msg_queue *q, bool (*fn)(void *ctx, msg *m), void *ct
       bad += n - k;
       break;
     }
-    HB_RECV(zmq_msg_data(&zm));
     msg one;
-    schedrun_error_t err = {0};
-    int rc = msg_decode(zmq_msg_data(&zm), zmq_msg_size(&zm), &one, &err);
-    zmq_msg_close(&zm);
-    schedrun_error_clear(&err);
-    if (rc != SCHEDRUN_OK || !fn(ctx, &one)) bad++;
+    if (mbox_decode(&zm, &one) != SCHEDRUN_OK || !fn(ctx, &one)) bad++;
     msg_free(&one);
   }
   return bad;
