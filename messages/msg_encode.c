@@ -65,40 +65,37 @@ static int ob_write(void *data, const char *buf, size_t n) {
   return 0;
 }
 
-typedef struct enc {
-  msgpack_packer pk;
-  outbuf *o;
-} enc;
+/* The packer writes into an outbuf (its data). */
+static outbuf *out_of(msgpack_packer *pk) { return pk->data; }
 
-static void pack_strn(enc *e, const char *s, size_t n) {
-  msgpack_pack_str(&e->pk, n);
-  msgpack_pack_str_body(&e->pk, s, n);
+static void pack_strn(msgpack_packer *pk, const char *s, size_t n) {
+  msgpack_pack_str(pk, n);
+  msgpack_pack_str_body(pk, s, n);
 }
 
-static void pack_str(enc *e, const char *s) {
+static void pack_str(msgpack_packer *pk, const char *s) {
   size_t n = s ? strlen(s) : 0;
-  if (n > MSG_MAX_STRING) over(e->o, "a string is over 16 MiB");
-  pack_strn(e, s ? s : "", n);
+  if (n > MSG_MAX_STRING) over(out_of(pk), "a string is over 16 MiB");
+  pack_strn(pk, s ? s : "", n);
 }
 
-static void pack_array(enc *e, size_t n) {
-  if (n > MSG_MAX_ARRAY) over(e->o, "an array is over its limit");
-  msgpack_pack_array(&e->pk, n);
+static void pack_array(msgpack_packer *pk, size_t n) {
+  if (n > MSG_MAX_ARRAY) over(out_of(pk), "an array is over its limit");
+  msgpack_pack_array(pk, n);
 }
 
-static void pack_struct(enc *e, const schema *s, const void *base) {
-  msgpack_packer *pk = &e->pk;
+static void pack_struct(msgpack_packer *pk, const schema *s, const void *base) {
   msgpack_pack_map(pk, s->nfields);
   for (size_t i = 0; i < s->nfields; i++) {
     const field *f = &s->fields[i];
     const void *p = (const char *)base + f->off;
-    pack_strn(e, f->wire, f->wire_len);
+    pack_strn(pk, f->wire, f->wire_len);
     switch (f->kind) {
     case FK_U32: msgpack_pack_uint32(pk, *(const uint32_t *)p); break;
     case FK_I32: msgpack_pack_int32(pk, *(const int32_t *)p); break;
     case FK_U64: msgpack_pack_uint64(pk, *(const uint64_t *)p); break;
     case FK_I64: msgpack_pack_int64(pk, *(const int64_t *)p); break;
-    case FK_STR: pack_str(e, *(char *const *)p); break;
+    case FK_STR: pack_str(pk, *(char *const *)p); break;
     case FK_BIN: {
       const msg_bytes *b = p;
       msgpack_pack_bin(pk, b->len);
@@ -108,30 +105,31 @@ static void pack_struct(enc *e, const schema *s, const void *base) {
     case FK_U64S: {
       /* a column: bytes, 8 per element, little-endian (msg.h) */
       const msg_u64s *a = p;
-      if (a->n > MSG_MAX_ARRAY) over(e->o, "an array is over its limit");
+      outbuf *o = out_of(pk);
+      if (a->n > MSG_MAX_ARRAY) over(o, "an array is over its limit");
       msgpack_pack_bin(pk, a->n * 8);
-      if (a->n && room(e->o, a->n * 8)) {
-        uint8_t *d = e->o->data + e->o->len;
+      if (a->n && room(o, a->n * 8)) {
+        uint8_t *d = o->data + o->len;
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
         memcpy(d, a->v, a->n * 8);
 #else
         for (size_t k = 0; k < a->n; k++)
           for (int b = 0; b < 8; b++) d[8 * k + (size_t)b] = (uint8_t)(a->v[k] >> (8 * b));
 #endif
-        e->o->len += a->n * 8;
+        o->len += a->n * 8;
       }
       break;
     }
     case FK_STRS: {
       const msg_strs *a = p;
-      pack_array(e, a->n);
-      for (size_t k = 0; k < a->n; k++) pack_str(e, a->v[k]);
+      pack_array(pk, a->n);
+      for (size_t k = 0; k < a->n; k++) pack_str(pk, a->v[k]);
       break;
     }
     case FK_ARR: {
       const any_arr *a = p;
-      pack_array(e, a->n);
-      for (size_t k = 0; k < a->n; k++) pack_struct(e, f->sub, (const char *)a->v + k * f->sub->size);
+      pack_array(pk, a->n);
+      for (size_t k = 0; k < a->n; k++) pack_struct(pk, f->sub, (const char *)a->v + k * f->sub->size);
       break;
     }
     }
@@ -143,19 +141,19 @@ static int encode_into(const msg *m, outbuf *ob, schedrun_error_t *err) {
   if (m->type <= 0 || m->type >= MSG__END)
     return err_set(err, SCHEDRUN_EINVAL, "cannot encode a message of unknown type %d", m->type);
   size_t start = ob->start = ob->len;
-  enc e = {.o = ob};
-  msgpack_packer_init(&e.pk, ob, ob_write);
-  msgpack_pack_map(&e.pk, 5);
-  pack_strn(&e, "v", 1);
-  msgpack_pack_uint32(&e.pk, m->v);
-  pack_strn(&e, "type", 4);
-  msgpack_pack_uint32(&e.pk, (uint32_t)m->type);
-  pack_strn(&e, "job", 3);
-  msgpack_pack_uint64(&e.pk, m->job);
-  pack_strn(&e, "from", 4);
-  pack_str(&e, m->from);
-  pack_strn(&e, "body", 4);
-  pack_struct(&e, msg_body_schema[m->type], &m->body);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, ob, ob_write);
+  msgpack_pack_map(&pk, 5);
+  pack_strn(&pk, "v", 1);
+  msgpack_pack_uint32(&pk, m->v);
+  pack_strn(&pk, "type", 4);
+  msgpack_pack_uint32(&pk, (uint32_t)m->type);
+  pack_strn(&pk, "job", 3);
+  msgpack_pack_uint64(&pk, m->job);
+  pack_strn(&pk, "from", 4);
+  pack_str(&pk, m->from);
+  pack_strn(&pk, "body", 4);
+  pack_struct(&pk, msg_body_schema[m->type], &m->body);
   if (ob->too_big || ob->failed || !ob->data) {
     ob->len = start;
     if (ob->too_big)
