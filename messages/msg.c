@@ -35,8 +35,8 @@ int msg_init(msg *m, int type, uint64_t job, const char *from) {
 /* one cache line per type, so that senders of different types do not
  * share one */
 typedef struct tally {
-  _Atomic uint64_t messages, jobs;
-  char pad[64 - 2 * sizeof(uint64_t)];
+  _Atomic uint64_t jobs;
+  char pad[64 - sizeof(uint64_t)];
 } tally;
 static tally tallies[MSG__END];
 
@@ -53,12 +53,7 @@ static uint64_t jobs_of(const msg *m) {
 
 void msg_tally_sent(const msg *m) {
   if (m->type <= 0 || m->type >= MSG__END) return;
-  atomic_fetch_add_explicit(&tallies[m->type].messages, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&tallies[m->type].jobs, jobs_of(m), memory_order_relaxed);
-}
-
-uint64_t msg_tally_messages(int type) {
-  return type > 0 && type < MSG__END ? atomic_load_explicit(&tallies[type].messages, memory_order_relaxed) : 0;
 }
 
 uint64_t msg_tally_jobs(int type) {

@@ -283,12 +283,11 @@ int msg_encode_append(const msg *m, uint8_t **buf, size_t *len, size_t *cap, sch
  * the field; m is then empty (nothing to free, but msg_free is harmless). */
 int msg_decode(const void *data, size_t len, msg *m, schedrun_error_t *err);
 
-/* What went through ZeroMQ sockets in this process, by type: the sender
- * counts each message it handed to a socket (msg_tally_sent), and the jobs
- * it carried (a batch's jobs, or its own job). Relaxed counts, any thread;
- * for tests that check every job's messages took the one transport. */
+/* What went through ZeroMQ sockets in this process, by type: for each
+ * message a sender handed to a socket (msg_tally_sent), the jobs it carried
+ * (a batch's jobs, or its own job). Relaxed counts, any thread; for tests
+ * that check every job's messages took the one transport. */
 void msg_tally_sent(const msg *m);
-uint64_t msg_tally_messages(int type);
 uint64_t msg_tally_jobs(int type);
 
 #endif
