@@ -1,16 +1,16 @@
 /*
  * The messages actors exchange, and their msgpack codec.
  *
- * Every message is an envelope {v, type, job, from, body}; the body is a map
- * whose fields are fixed per type. Messages are self-contained: ids, sizes,
+ * Every message is an envelope, the msgpack array [v, type, job, from, body];
+ * the body is the array of its type's fields, in the order of its schema. Messages are self-contained: ids, sizes,
  * strings and bytes, plus device handles (buffer addresses, sequence handles)
  * that are meaningful to the backend, never a pointer into another actor's
  * memory. All strings and arrays of a decoded message are heap-allocated and
  * owned by it; msg_free releases them.
  *
  * One schema table per body drives both the encoder and the decoder, so the two
- * cannot drift apart. The decoder is strict: every field must be present with
- * its type, no field may be unknown or repeated, and lengths are bounded.
+ * cannot drift apart. The decoder is strict: a body has exactly its schema's
+ * number of fields, each of its type, and lengths are bounded.
  */
 #ifndef SCHEDRUN_MSG_H
 #define SCHEDRUN_MSG_H
@@ -20,7 +20,7 @@
 
 #include "schedrun.h"
 
-#define MSG_VERSION 1
+#define MSG_VERSION 2 /* 2: envelope and bodies are arrays in schema order */
 #define MSG_MAX_BYTES (1u << 30)     /* a whole message */
 #define MSG_MAX_STRING (16u << 20)   /* one string (kernel sources, logs) */
 #define MSG_MAX_ARRAY (1u << 22)     /* elements of one array */

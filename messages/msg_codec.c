@@ -11,9 +11,12 @@
  *      allocates), then has msgpack-c's unpacker read them into a tree of
  *      msgpack objects;
  *   2. the schema walk copies each field out, checking its type, range and
- *      length, and that no field is missing, unknown or repeated.
+ *      length. The envelope is the array [v, type, job, from, body] and a
+ *      body the array of its schema's fields in order: no keys to write,
+ *      look up or compare, and a wrong number of fields is refused.
  */
 #include <msgpack.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,10 +27,10 @@
 
 /* ---- schemas ------------------------------------------------------------ */
 
-#define F(T, fname, kind) {#fname, sizeof(#fname) - 1, kind, offsetof(T, fname), NULL}
-#define FA(T, fname, sub) {#fname, sizeof(#fname) - 1, FK_ARR, offsetof(T, fname), &sub}
-/* a field inside a nested struct: its wire key is its last name */
-#define FN(T, path, key, kind) {key, sizeof(key) - 1, kind, offsetof(T, path), NULL}
+#define F(T, fname, kind) {#fname, kind, offsetof(T, fname), NULL}
+#define FA(T, fname, sub) {#fname, FK_ARR, offsetof(T, fname), &sub}
+/* a field inside a nested struct: errors call it by its last name */
+#define FN(T, path, key, kind) {key, kind, offsetof(T, path), NULL}
 #define SCHEMA(var, T, ...)                                                          \
   static const field var##_fields[] = {__VA_ARGS__};                                 \
   static const schema var = {#T, sizeof(T), SCHEDRUN__ARRAY_LEN(var##_fields), var##_fields}
@@ -167,16 +170,6 @@ static int bad(dctx *d, const char *where, const char *what) {
   return err_set(d->err, SCHEDRUN_EPROTO, "malformed %s message: %s: %s", d->type, where, what);
 }
 
-static bool key_is(const msgpack_object *k, const char *name) {
-  return k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(name) &&
-         memcmp(k->via.str.ptr, name, k->via.str.size) == 0;
-}
-
-static bool key_is_field(const msgpack_object *k, const field *f) {
-  return k->type == MSGPACK_OBJECT_STR && k->via.str.size == f->wire_len &&
-         memcmp(k->via.str.ptr, f->wire, f->wire_len) == 0;
-}
-
 static int get_int(dctx *d, const char *where, const msgpack_object *o, int64_t lo, uint64_t hi,
                    bool is_signed, uint64_t *u, int64_t *s) {
   if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
@@ -218,7 +211,7 @@ static int get_array(dctx *d, const char *where, const msgpack_object *o, size_t
 static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void *base);
 
 static int decode_field(dctx *d, const field *f, const msgpack_object *o, void *p) {
-  const char *w = f->wire;
+  const char *w = f->name;
   uint64_t u = 0;
   int64_t sv = 0;
   int rc;
@@ -299,30 +292,17 @@ static int decode_field(dctx *d, const field *f, const msgpack_object *o, void *
 }
 
 static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void *base) {
-  if (o->type != MSGPACK_OBJECT_MAP) return bad(d, s->name, "expected a map");
-  uint64_t seen = 0; /* schemas have fewer than 64 fields */
-  for (uint32_t k = 0; k < o->via.map.size; k++) {
-    const msgpack_object *key = &o->via.map.ptr[k].key;
-    /* our encoder writes fields in schema order: try that place first */
-    size_t i = k < s->nfields && key_is_field(key, &s->fields[k]) ? k : 0;
-    while (i < s->nfields && !key_is_field(key, &s->fields[i])) i++;
-    if (i == s->nfields) {
-      if (key->type != MSGPACK_OBJECT_STR) return bad(d, s->name, "a field name is not a string");
-      char name[48];
-      size_t len = key->via.str.size < sizeof name - 1 ? key->via.str.size : sizeof name - 1;
-      memcpy(name, key->via.str.ptr, len);
-      name[len] = '\0';
-      for (size_t c = 0; c < len; c++)
-        if ((unsigned char)name[c] < 0x20 || (unsigned char)name[c] > 0x7e) name[c] = '?';
-      return bad(d, name, "unknown field");
-    }
-    if (seen & (1ull << i)) return bad(d, s->fields[i].wire, "repeated field");
-    seen |= 1ull << i;
-    int rc = decode_field(d, &s->fields[i], &o->via.map.ptr[k].val, (char *)base + s->fields[i].off);
+  if (o->type != MSGPACK_OBJECT_ARRAY) return bad(d, s->name, "expected an array of its fields");
+  if (o->via.array.size != s->nfields) {
+    char what[80];
+    snprintf(what, sizeof what, "expected %zu field%s, got %u", s->nfields, s->nfields == 1 ? "" : "s",
+             (unsigned)o->via.array.size);
+    return bad(d, s->name, what);
+  }
+  for (size_t i = 0; i < s->nfields; i++) {
+    int rc = decode_field(d, &s->fields[i], &o->via.array.ptr[i], (char *)base + s->fields[i].off);
     if (rc) return rc;
   }
-  for (size_t i = 0; i < s->nfields; i++)
-    if (!(seen & (1ull << i))) return bad(d, s->fields[i].wire, "missing field");
   return SCHEDRUN_OK;
 }
 
@@ -394,48 +374,24 @@ int msg_decode(const void *data, size_t len, msg *m, schedrun_error_t *err) {
   if (why) return bad(&d, "envelope", why);
   const msgpack_object *o = &obj;
   int rc = SCHEDRUN_OK;
-  const msgpack_object *body = NULL;
-  unsigned have = 0;
-  if (o->type != MSGPACK_OBJECT_MAP || o->via.map.size != 5) {
-    rc = bad(&d, "envelope", "expected a map of v, type, job, from, body");
+  if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 5) {
+    rc = bad(&d, "envelope", "expected an array of v, type, job, from, body");
     goto out;
   }
-  for (uint32_t k = 0; k < 5 && rc == SCHEDRUN_OK; k++) {
-    const msgpack_object *key = &o->via.map.ptr[k].key, *val = &o->via.map.ptr[k].val;
-    uint64_t u = 0;
-    unsigned bit = key_is(key, "v") ? 1 : key_is(key, "type") ? 2 : key_is(key, "job") ? 4 : key_is(key, "from") ? 8
-                 : key_is(key, "body") ? 16 : 0;
-    /* a repeated field is refused before its value is taken (a second
-     * "from" would otherwise replace, and leak, the first) */
-    if (bit && (have & bit)) {
-      rc = bad(&d, "envelope", "repeated field");
-      break;
-    }
-    if (key_is(key, "v")) {
-      if (!(rc = get_int(&d, "v", val, 0, UINT32_MAX, false, &u, NULL)) && u != MSG_VERSION)
-        rc = bad(&d, "v", "unsupported version");
-      m->v = (uint32_t)u;
-    } else if (key_is(key, "type")) {
-      if (!(rc = get_int(&d, "type", val, 0, UINT32_MAX, false, &u, NULL)) &&
-          (u == 0 || u >= MSG__END))
-        rc = bad(&d, "type", "unknown message type");
-      m->type = (int)u;
-    } else if (key_is(key, "job")) {
-      rc = get_int(&d, "job", val, 0, UINT64_MAX, false, &m->job, NULL);
-    } else if (key_is(key, "from")) {
-      rc = get_str(&d, "from", val, &m->from);
-    } else if (key_is(key, "body")) {
-      body = val;
-    } else {
-      rc = bad(&d, "envelope", "unknown field");
-      break;
-    }
-    have |= bit;
-  }
+  const msgpack_object *e = o->via.array.ptr;
+  uint64_t u = 0;
+  if (!(rc = get_int(&d, "v", &e[0], 0, UINT32_MAX, false, &u, NULL)) && u != MSG_VERSION)
+    rc = bad(&d, "v", "unsupported version");
+  m->v = (uint32_t)u;
+  if (rc == SCHEDRUN_OK && !(rc = get_int(&d, "type", &e[1], 0, UINT32_MAX, false, &u, NULL)) &&
+      (u == 0 || u >= MSG__END))
+    rc = bad(&d, "type", "unknown message type");
+  if (rc == SCHEDRUN_OK) m->type = (int)u;
+  if (rc == SCHEDRUN_OK) rc = get_int(&d, "job", &e[2], 0, UINT64_MAX, false, &m->job, NULL);
+  if (rc == SCHEDRUN_OK) rc = get_str(&d, "from", &e[3], &m->from);
   if (rc == SCHEDRUN_OK) {
-    /* type is known here: all five distinct keys were seen */
     d.type = msg_type_name(m->type);
-    rc = decode_struct(&d, msg_body_schema[m->type], body, &m->body);
+    rc = decode_struct(&d, msg_body_schema[m->type], &e[4], &m->body);
     if (rc == SCHEDRUN_OK) rc = check_batch(&d, m);
   }
 out:

@@ -85,11 +85,10 @@ static void pack_array(msgpack_packer *pk, size_t n) {
 }
 
 static void pack_struct(msgpack_packer *pk, const schema *s, const void *base) {
-  msgpack_pack_map(pk, s->nfields);
+  msgpack_pack_array(pk, s->nfields); /* the fields' values, in the schema's order */
   for (size_t i = 0; i < s->nfields; i++) {
     const field *f = &s->fields[i];
     const void *p = (const char *)base + f->off;
-    pack_strn(pk, f->wire, f->wire_len);
     switch (f->kind) {
     case FK_U32: msgpack_pack_uint32(pk, *(const uint32_t *)p); break;
     case FK_I32: msgpack_pack_int32(pk, *(const int32_t *)p); break;
@@ -143,16 +142,11 @@ static int encode_into(const msg *m, outbuf *ob, schedrun_error_t *err) {
   size_t start = ob->start = ob->len;
   msgpack_packer pk;
   msgpack_packer_init(&pk, ob, ob_write);
-  msgpack_pack_map(&pk, 5);
-  pack_strn(&pk, "v", 1);
+  msgpack_pack_array(&pk, 5); /* [v, type, job, from, body] */
   msgpack_pack_uint32(&pk, m->v);
-  pack_strn(&pk, "type", 4);
   msgpack_pack_uint32(&pk, (uint32_t)m->type);
-  pack_strn(&pk, "job", 3);
   msgpack_pack_uint64(&pk, m->job);
-  pack_strn(&pk, "from", 4);
   pack_str(&pk, m->from);
-  pack_strn(&pk, "body", 4);
   pack_struct(&pk, msg_body_schema[m->type], &m->body);
   if (ob->too_big || ob->failed || !ob->data) {
     ob->len = start;

@@ -1,7 +1,9 @@
 /*
  * The schema tables that drive the msgpack codec (messages/msg_codec.c
  * defines them and decodes; msg_encode.c encodes): one table per message
- * body, naming each field's wire key, kind and place in the struct.
+ * body, naming each field, its kind and its place in the struct. On the
+ * wire a body is a msgpack array of its fields' values in the table's order
+ * (the names are for error messages only).
  * Private to messages/.
  */
 #ifndef SCHEDRUN_MSG_SCHEMA_H
@@ -15,8 +17,7 @@ typedef enum { FK_U32, FK_I32, FK_U64, FK_I64, FK_STR, FK_BIN, FK_U64S, FK_STRS,
 
 typedef struct schema schema;
 typedef struct field {
-  const char *wire; /* the key on the wire */
-  size_t wire_len;
+  const char *name; /* what errors call it */
   field_kind kind;
   size_t off;
   const schema *sub; /* FK_ARR: element schema */

@@ -15,6 +15,23 @@ static uint8_t *enc(const msg *m, size_t *len) {
   return buf;
 }
 
+/* Writes m's bytes to $SCHEDRUN_WRITE_SEED_DIR/<TYPE> when set: the fuzzer's
+ * seed for the type (tests/fuzz/corpus/codec). Every message round-tripped
+ * here writes its type's seed: the last of a type is kept. */
+static void write_seed(const msg *m) {
+  const char *dir = getenv("SCHEDRUN_WRITE_SEED_DIR");
+  if (!dir) return;
+  size_t len;
+  uint8_t *buf = enc(m, &len);
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, msg_type_name(m->type));
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(buf, 1, len, f), len);
+  fclose(f);
+  free(buf);
+}
+
 static void roundtrip(msg *m, msg *out) {
   size_t len;
   uint8_t *buf = enc(m, &len);
@@ -22,6 +39,7 @@ static void roundtrip(msg *m, msg *out) {
   int rc = msg_decode(buf, len, out, &err);
   if (rc) fail_msg("decode failed: %s", err.message);
   free(buf);
+  write_seed(m);
   assert_int_equal(out->v, MSG_VERSION);
   assert_int_equal(out->type, m->type);
   assert_true(out->job == m->job);
@@ -46,8 +64,7 @@ static void test_submit(void **st) {
   msg_free(&o);
 }
 
-/* SUBMIT_MANY: every job's fields and inputs back, in order; its bytes are
- * also the fuzzer's seed for the type (SCHEDRUN_WRITE_SEED=path writes them). */
+/* SUBMIT_MANY: every job's fields and inputs back, in order. */
 static void test_submit_many(void **st) {
   (void)st;
   msg m, o;
@@ -76,36 +93,8 @@ static void test_submit_many(void **st) {
   }
   assert_memory_equal(o.body.submit_many.jobs.v[1].inputs.v[0].data.data, "abcd", 4);
   assert_string_equal(msg_type_name(MSG_SUBMIT_MANY), "SUBMIT_MANY");
-  const char *seed = getenv("SCHEDRUN_WRITE_SEED");
-  if (seed) {
-    uint8_t *buf;
-    size_t len;
-    schedrun_error_t err = {0};
-    assert_int_equal(msg_encode(&m, &buf, &len, &err), SCHEDRUN_OK);
-    FILE *f = fopen(seed, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(buf, 1, len, f), len);
-    fclose(f);
-    free(buf);
-  }
   msg_free(&m);
   msg_free(&o);
-}
-
-/* Writes m's bytes to $SCHEDRUN_WRITE_SEED_DIR/<TYPE> when set: the fuzzer's
- * seed for the type (tests/fuzz/corpus/codec). */
-static void write_seed(const msg *m) {
-  const char *dir = getenv("SCHEDRUN_WRITE_SEED_DIR");
-  if (!dir) return;
-  size_t len;
-  uint8_t *buf = enc(m, &len);
-  char path[512];
-  snprintf(path, sizeof path, "%s/%s", dir, msg_type_name(m->type));
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(buf, 1, len, f), len);
-  fclose(f);
-  free(buf);
 }
 
 /* m's bytes are refused by the decoder, with `named` in the sentence. */
@@ -179,7 +168,6 @@ static void test_batches(void **st) {
   assert_int_equal(y->inputs.n, 2);
   assert_true(y->input_jobs.v[0] == 0 && y->input_jobs.v[1] == 2);
   assert_memory_equal(y->inputs.v[1].data.data, "wxyz", 4);
-  write_seed(&m);
   msg_free(&o);
 
   /* a column one short, an input of no job, inputs out of job order: refused by name */
@@ -236,7 +224,6 @@ static void test_batches(void **st) {
                 d->t_submits.v[k] == 100 + k && d->t_executes.v[k] == 200 + k && d->t_dones.v[k] == 300 + k &&
                 d->execute_ns.v[k] == 5 + k);
   assert_true(d->outputs.n == 3 && d->output_jobs.v[0] == 0 && d->output_jobs.v[1] == 1 && d->output_jobs.v[2] == 1);
-  write_seed(&m);
   msg_free(&o);
   c->output_jobs.n = 2; /* an output without its job */
   refused(&m, "output_jobs");
@@ -255,7 +242,6 @@ static void test_batches(void **st) {
   roundtrip(&m, &o);
   assert_true(o.body.executed_many.program == 5 && o.body.executed_many.device == 1);
   for (size_t k = 0; k < 4; k++) assert_true(o.body.executed_many.jobs.v[k] == 60 + k);
-  write_seed(&m);
   msg_free(&o);
   m.body.executed_many.jobs.n = 0; /* a batch of nothing */
   refused(&m, "no jobs");
@@ -265,7 +251,6 @@ static void test_batches(void **st) {
   msg_init(&m, MSG_QUEUED, 70, "client");
   roundtrip(&m, &o);
   assert_string_equal(msg_type_name(MSG_QUEUED), "QUEUED");
-  write_seed(&m);
   msg_free(&o);
   msg_free(&m);
 }
@@ -534,7 +519,7 @@ static void test_truncated_everywhere(void **st) {
 
 static void test_bad_structure(void **st) {
   (void)st;
-  /* not a map */
+  /* an array of 3, not the envelope's 5 */
   expect_reject("\x93\x01\x02\x03", 4, "envelope");
   /* an invalid msgpack byte */
   expect_reject("\xc1", 1, "invalid");
@@ -572,49 +557,47 @@ static void pk_str(msgpack_packer *pk, const char *v) {
 }
 
 typedef enum { BAD_NONE, BAD_TYPE_STR, BAD_UNKNOWN_TYPE, BAD_MISSING, BAD_EXTRA, BAD_WRONG_FIELD_TYPE,
-               BAD_RANGE, BAD_VERSION, BAD_REPEATED, BAD_ENVELOPE_EXTRA } bad_kind;
+               BAD_RANGE, BAD_VERSION, BAD_ENVELOPE_EXTRA, BAD_BODY_MAP, BAD_ENVELOPE_MAP } bad_kind;
 
+/* A RELEASE by hand: [v, type, job, from, [program]], or one thing wrong. */
 static uint8_t *build_release(bad_kind k, size_t *len) {
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   msgpack_packer pk;
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, k == BAD_ENVELOPE_EXTRA ? 6 : 5);
-  pk_str(&pk, "v");
-  msgpack_pack_uint32(&pk, k == BAD_VERSION ? 2 : 1);
-  pk_str(&pk, "type");
+  if (k == BAD_ENVELOPE_MAP) { /* the first wire form: keys and values */
+    msgpack_pack_map(&pk, 5);
+    pk_str(&pk, "v"); msgpack_pack_uint32(&pk, MSG_VERSION);
+    pk_str(&pk, "type"); msgpack_pack_uint32(&pk, MSG_RELEASE);
+    pk_str(&pk, "job"); msgpack_pack_uint64(&pk, 1);
+    pk_str(&pk, "from"); pk_str(&pk, "t");
+    pk_str(&pk, "body"); msgpack_pack_array(&pk, 1); msgpack_pack_uint64(&pk, 1);
+    *len = sb.size;
+    return (uint8_t *)msgpack_sbuffer_release(&sb);
+  }
+  msgpack_pack_array(&pk, k == BAD_ENVELOPE_EXTRA ? 6 : 5);
+  msgpack_pack_uint32(&pk, k == BAD_VERSION ? 1 : MSG_VERSION);
   if (k == BAD_TYPE_STR) pk_str(&pk, "RELEASE");
   else msgpack_pack_uint32(&pk, k == BAD_UNKNOWN_TYPE ? 99 : MSG_RELEASE);
-  pk_str(&pk, "job");
   msgpack_pack_uint64(&pk, 1);
-  pk_str(&pk, "from");
   pk_str(&pk, "t");
-  pk_str(&pk, "body");
   if (k == BAD_MISSING) {
-    msgpack_pack_map(&pk, 0);
+    msgpack_pack_array(&pk, 0);
   } else if (k == BAD_EXTRA) {
-    msgpack_pack_map(&pk, 2);
-    pk_str(&pk, "program");
+    msgpack_pack_array(&pk, 2);
     msgpack_pack_uint64(&pk, 1);
-    pk_str(&pk, "bogus");
     msgpack_pack_uint64(&pk, 1);
-  } else if (k == BAD_REPEATED) {
+  } else if (k == BAD_BODY_MAP) {
     msgpack_pack_map(&pk, 1);
     pk_str(&pk, "program");
     msgpack_pack_uint64(&pk, 1);
-    /* the schema has one field: a map of 1 with a repeat is impossible, so
-       repeat the envelope's job instead below */
   } else {
-    msgpack_pack_map(&pk, 1);
-    pk_str(&pk, "program");
+    msgpack_pack_array(&pk, 1);
     if (k == BAD_WRONG_FIELD_TYPE) pk_str(&pk, "1");
     else if (k == BAD_RANGE) msgpack_pack_int64(&pk, -1);
     else msgpack_pack_uint64(&pk, 1);
   }
-  if (k == BAD_ENVELOPE_EXTRA) {
-    pk_str(&pk, "job");
-    msgpack_pack_uint64(&pk, 2);
-  }
+  if (k == BAD_ENVELOPE_EXTRA) msgpack_pack_uint64(&pk, 2);
   *len = sb.size;
   return (uint8_t *)msgpack_sbuffer_release(&sb);
 }
@@ -627,13 +610,21 @@ static void test_fields(void **st) {
   schedrun_error_t err = {0};
   assert_int_equal(msg_decode(b, len, &o, &err), SCHEDRUN_OK);
   assert_true(o.body.release.program == 1);
+  assert_int_equal(o.job, 1);
+  assert_string_equal(o.from, "t");
   msg_free(&o);
   free(b);
   struct { bad_kind k; const char *needle; } cases[] = {
-      {BAD_TYPE_STR, "type"},           {BAD_UNKNOWN_TYPE, "unknown message type"},
-      {BAD_MISSING, "missing field"},   {BAD_EXTRA, "unknown field"},
-      {BAD_WRONG_FIELD_TYPE, "program"}, {BAD_RANGE, "out of range"},
-      {BAD_VERSION, "version"},         {BAD_ENVELOPE_EXTRA, "envelope"},
+      {BAD_TYPE_STR, "type: expected an integer"},
+      {BAD_UNKNOWN_TYPE, "type: unknown message type"},
+      {BAD_MISSING, "RELEASE message: msg_release: expected 1 field, got 0"},
+      {BAD_EXTRA, "msg_release: expected 1 field, got 2"},
+      {BAD_WRONG_FIELD_TYPE, "program: expected an integer"},
+      {BAD_RANGE, "program: integer out of range"},
+      {BAD_VERSION, "v: unsupported version"},
+      {BAD_ENVELOPE_EXTRA, "envelope: expected an array of v, type, job, from, body"},
+      {BAD_BODY_MAP, "msg_release: expected an array of its fields"},
+      {BAD_ENVELOPE_MAP, "envelope: expected an array of v, type, job, from, body"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     b = build_release(cases[i].k, &len);
@@ -642,35 +633,28 @@ static void test_fields(void **st) {
   }
 }
 
+static void pack_envelope(msgpack_packer *pk, int type, uint64_t job) {
+  msgpack_pack_array(pk, 5);
+  msgpack_pack_uint32(pk, MSG_VERSION);
+  msgpack_pack_uint32(pk, (uint32_t)type);
+  msgpack_pack_uint64(pk, job);
+  pk_str(pk, "x");
+}
+
 static void test_u32_range(void **st) {
   (void)st;
-  /* a SUBMIT whose run (u32) holds 2^40 */
-  msg m;
-  msg_init(&m, MSG_RECORDED, 1, "x");
-  size_t len;
-  uint8_t *b = enc(&m, &len);
-  msg_free(&m);
-  /* find "device" key followed by 0x00 and widen it: rebuild by hand instead */
-  free(b);
+  /* a RECORDED whose device (u32) holds 2^40 */
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   msgpack_packer pk;
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 5);
-  pk_str(&pk, "v"); msgpack_pack_uint32(&pk, 1);
-  pk_str(&pk, "type"); msgpack_pack_uint32(&pk, MSG_RECORDED);
-  pk_str(&pk, "job"); msgpack_pack_uint64(&pk, 1);
-  pk_str(&pk, "from"); pk_str(&pk, "x");
-  pk_str(&pk, "body");
-  msgpack_pack_map(&pk, 7);
-  pk_str(&pk, "program"); msgpack_pack_uint64(&pk, 1);
-  pk_str(&pk, "device"); msgpack_pack_uint64(&pk, 1ull << 40);
-  pk_str(&pk, "slot"); msgpack_pack_uint32(&pk, 0);
-  pk_str(&pk, "sequence"); msgpack_pack_uint64(&pk, 0);
-  pk_str(&pk, "created"); msgpack_pack_uint32(&pk, 0);
-  pk_str(&pk, "updated"); msgpack_pack_uint32(&pk, 0);
-  pk_str(&pk, "reused"); msgpack_pack_uint32(&pk, 0);
-  expect_reject(sb.data, sb.size, "device");
+  pack_envelope(&pk, MSG_RECORDED, 1);
+  /* program, device, slot, sequence, created, updated, reused */
+  msgpack_pack_array(&pk, 7);
+  msgpack_pack_uint64(&pk, 1);
+  msgpack_pack_uint64(&pk, 1ull << 40);
+  for (int k = 0; k < 5; k++) msgpack_pack_uint32(&pk, 0);
+  expect_reject(sb.data, sb.size, "device: integer out of range");
   msgpack_sbuffer_destroy(&sb);
 }
 
@@ -678,16 +662,10 @@ static void test_u32_range(void **st) {
  * whose jobs column is 7 bytes, or an array, is refused naming it; 16 bytes
  * are two jobs, read little-endian. */
 static void build_executed_many(msgpack_packer *pk, int form) {
-  msgpack_pack_map(pk, 5);
-  pk_str(pk, "v"); msgpack_pack_uint32(pk, 1);
-  pk_str(pk, "type"); msgpack_pack_uint32(pk, MSG_EXECUTED_MANY);
-  pk_str(pk, "job"); msgpack_pack_uint64(pk, 0);
-  pk_str(pk, "from"); pk_str(pk, "x");
-  pk_str(pk, "body");
-  msgpack_pack_map(pk, 3);
-  pk_str(pk, "program"); msgpack_pack_uint64(pk, 1);
-  pk_str(pk, "device"); msgpack_pack_uint32(pk, 0);
-  pk_str(pk, "jobs");
+  pack_envelope(pk, MSG_EXECUTED_MANY, 0);
+  msgpack_pack_array(pk, 3); /* program, device, jobs */
+  msgpack_pack_uint64(pk, 1);
+  msgpack_pack_uint32(pk, 0);
   static const unsigned char two[16] = {5, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0};
   if (form == 0) { /* two jobs: 5 and 256 */
     msgpack_pack_bin(pk, 16);
