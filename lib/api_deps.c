@@ -324,10 +324,14 @@ void deps_settle(schedrun_t *s, deps_work *w) {
 }
 
 void deps_send(schedrun_t *s, deps_work *w, bool on_completer) {
+  /* One job released (a chain's next step): this thread places it itself,
+   * as it would a lone submit, instead of waking the scheduler's thread for
+   * it. Several: the scheduler's thread places them beside this one. */
+  submit_how how = w->nsend == 1 ? SUBMIT_PLACE_HERE : SUBMIT_QUEUE;
   for (size_t i = 0; i < w->nsend; i++) {
     msg *m = &w->send[i];
     schedrun_error_t err = {0};
-    if (api_send_submit(s, m, SUBMIT_QUEUE, &err) != SCHEDRUN_OK) {
+    if (api_send_submit(s, m, how, &err) != SCHEDRUN_OK) {
       /* never sent: it completes here, and its parcels go back */
       core_free_parcels(&s->core, &m->body.submit.takes);
       pthread_mutex_lock(&s->lock);
