@@ -348,7 +348,7 @@ int actor_send(actor_t *self, const char *to, const msg *m) {
     void *s = mbox_connect(self->zctx, to, NULL);
     if (!s) return SCHEDRUN_EINTERNAL;
     p = &self->peers[self->npeers++];
-    snprintf(p->name, sizeof p->name, "%s", to);
+    str_copy(p->name, sizeof p->name, to);
     p->sock = s;
   }
   schedrun_error_t err = {0};
@@ -444,7 +444,7 @@ int actor_start_spin(void *zctx, const actor_def *def, const char *name, void *s
   a->zctx = zctx;
   a->def = def;
   a->state = state;
-  snprintf(a->name, sizeof a->name, "%s", name);
+  str_copy(a->name, sizeof a->name, name);
   pthread_mutex_init(&a->lock, NULL);
   pthread_mutex_init(&a->turn, NULL);
   pthread_cond_init(&a->cond, NULL);

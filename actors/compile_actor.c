@@ -371,7 +371,7 @@ static void handle_compile(actor_t *self, compile_state *s, msg *m) {
   }
   ss->id = m->job;
   ss->program = c->program;
-  snprintf(ss->reply_to, sizeof ss->reply_to, "%s", m->from);
+  str_copy(ss->reply_to, sizeof ss->reply_to, m->from);
   ss->n = n;
   ss->pending = n;
   sb_init(&ss->report);

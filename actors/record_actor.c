@@ -303,7 +303,7 @@ static int ensure_functions(record_state *s, const prog_program *p, const msg_re
     if (!rm) {
       rm = calloc(1, sizeof *rm);
       if (!rm) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-      snprintf(rm->key, sizeof rm->key, "%s", mm->key);
+      str_copy(rm->key, sizeof rm->key, mm->key);
       uint8_t *img = NULL;
       size_t len = 0;
       int rc = artifact_read(mm->path, mm->key, &img, &len, err);

@@ -97,7 +97,7 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   j->takes = sb->takes;
   memset(&m->body.submit.park, 0, sizeof m->body.submit.park);
   memset(&m->body.submit.takes, 0, sizeof m->body.submit.takes);
-  snprintf(j->client, sizeof j->client, "%s", m->from);
+  str_copy(j->client, sizeof j->client, m->from);
   prog_state *ps = scheduler_prog_get(s, sb->program, false);
   const prog_program *p = ps ? ps->p : core_program(s->core, sb->program);
   const char *bad = NULL;
@@ -290,7 +290,7 @@ static void handle_release(actor_t *self, scheduler_state *s, msg *m) {
     /* the record actor has dropped its recordings: finish */
     if (!ps || !ps->releasing) return;
     char to[32];
-    snprintf(to, sizeof to, "%s", ps->release_to);
+    str_copy(to, sizeof to, ps->release_to);
     uint64_t job_id = ps->release_job;
     hmap_remove(&s->progs, &id);
     scheduler_prog_state_free(s, ps);
@@ -305,7 +305,7 @@ static void handle_release(actor_t *self, scheduler_state *s, msg *m) {
   }
   if (ps->releasing) return; /* asked twice: one answer */
   ps->releasing = true;
-  snprintf(ps->release_to, sizeof ps->release_to, "%s", m->from);
+  str_copy(ps->release_to, sizeof ps->release_to, m->from);
   ps->release_job = m->job;
   if (ps->jobs == 0) scheduler_finish_release(self, s, ps);
 }
@@ -327,7 +327,7 @@ static int scheduler_handle(actor_t *self, msg *m) {
   case MSG_RELEASE: handle_release(self, s, m); break;
   case MSG_TERM: {
     s->closing = true;
-    snprintf(s->close_to, sizeof s->close_to, "%s", m->from);
+    str_copy(s->close_to, sizeof s->close_to, m->from);
     s->close_job = m->job;
     /* fail what is placed but not started; what is recording or executing
      * finishes. Jobs waiting for a compile complete when the compile actor

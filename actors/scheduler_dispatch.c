@@ -88,6 +88,7 @@ static void free_slots(scheduler_state *s, prog_state *ps) {
 }
 
 void scheduler_prog_state_free(scheduler_state *s, prog_state *ps) {
+  if (s->last_prog == ps) s->last_prog = NULL;
   free_slots(s, ps);
   scheduler_free_modules(&ps->modules);
   free(ps);
@@ -108,7 +109,14 @@ void scheduler_state_free(scheduler_state *s) {
 }
 
 prog_state *scheduler_prog_get(scheduler_state *s, uint64_t id, bool create) {
+  /* a job's messages look its program up several times, and jobs in a row
+   * mostly share one: the last found is tried first */
+  if (s->last_prog && s->last_prog->id == id) {
+    assert(hmap_get(&s->progs, &id) == s->last_prog);
+    return s->last_prog;
+  }
   prog_state *ps = hmap_get(&s->progs, &id);
+  if (ps) s->last_prog = ps;
   if (ps || !create) return ps;
   ps = calloc(1, sizeof *ps);
   if (!ps) return NULL;
@@ -119,6 +127,7 @@ prog_state *scheduler_prog_get(scheduler_state *s, uint64_t id, bool create) {
     free(ps);
     return NULL;
   }
+  s->last_prog = ps;
   return ps;
 }
 
@@ -493,24 +502,34 @@ void scheduler_flush(actor_t *self, scheduler_state *s) {
  * except that a device already holding this program's recording for the
  * job's slot is preferred while it is at most one job busier: warm recorded
  * state is worth a little imbalance, not an idle device. */
-static int pick_device(scheduler_state *s, prog_state *ps, const job *j) {
+static int pick_device(scheduler_state *s, prog_state *ps, const job *j, slot_state **warm_slot) {
   gpu_backend *be = s->core->backend;
+  *warm_slot = NULL;
   if (j->pin >= 0) return be->ops->device_lost(be, j->pin) ? -1 : j->pin;
   int least = -1, warm = -1;
+  slot_state *warm_ss = NULL;
   for (int d = 0; d < s->core->ndevices; d++) {
     if (be->ops->device_lost(be, d)) continue; /* lost devices take no more jobs */
     if (least < 0 || s->load[d] < s->load[least]) least = d;
     slot_key sk = {(uint32_t)d, j->slot};
-    if (hmap_get(&ps->slots, &sk) && (warm < 0 || s->load[d] < s->load[warm])) warm = d;
+    slot_state *ss = hmap_get(&ps->slots, &sk);
+    if (ss && (warm < 0 || s->load[d] < s->load[warm])) {
+      warm = d;
+      warm_ss = ss;
+    }
   }
-  if (warm >= 0 && s->load[warm] <= s->load[least] + 1) return warm;
+  if (warm >= 0 && s->load[warm] <= s->load[least] + 1) {
+    *warm_slot = warm_ss; /* found already: the caller need not look again */
+    return warm;
+  }
   return least;
 }
 
 void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) {
   const prog_program *p = ps->p;
   assert(ps->id == j->program);
-  j->device = pick_device(s, ps, j);
+  slot_state *ss;
+  j->device = pick_device(s, ps, j, &ss);
   if (j->device < 0) {
     gpu_backend *be = s->core->backend;
     int d = j->pin >= 0 ? j->pin : 0;
@@ -523,7 +542,8 @@ void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) 
   s->load[j->device]++;
   j->state = JOB_PLACED_WAITING;
   slot_key sk = {(uint32_t)j->device, j->slot};
-  slot_state *ss = hmap_get(&ps->slots, &sk);
+  if (!ss) ss = hmap_get(&ps->slots, &sk);
+  assert(ss == hmap_get(&ps->slots, &sk));
   schedrun_error_t err = {0};
   if (!ss) {
     ss = calloc(1, sizeof *ss);

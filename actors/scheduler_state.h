@@ -106,6 +106,7 @@ struct scheduler_state {
   schedrun_core *core;
   idmap jobs; /* id -> job* */
   hmap progs; /* id -> prog_state* */
+  prog_state *last_prog; /* the one scheduler_prog_get found last, or NULL */
   uint32_t *load;
   size_t active; /* recording or executing */
   bool closing;

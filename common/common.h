@@ -109,5 +109,8 @@ uint64_t now_ns(void);
 
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
+/* Copies s (NULL: "") into dst of cap bytes, cut to fit, always terminated:
+ * what snprintf(dst, cap, "%s", s) does, without parsing a format. */
+void str_copy(char *dst, size_t cap, const char *s);
 
 #endif

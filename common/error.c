@@ -1,4 +1,5 @@
 /* Error objects: a status code and heap text, one line per problem. */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,3 +82,10 @@ void err_move(schedrun_error_t *dst, schedrun_error_t *src) {
 
 char *xstrdup(const char *s) { return s ? strdup(s) : NULL; }
 char *xstrndup(const char *s, size_t n) { return s ? strndup(s, n) : NULL; }
+
+void str_copy(char *dst, size_t cap, const char *s) {
+  assert(cap > 0);
+  size_t n = s ? strnlen(s, cap - 1) : 0;
+  if (n) memcpy(dst, s, n);
+  dst[n] = '\0';
+}

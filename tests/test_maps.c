@@ -1,9 +1,10 @@
 /* The maps: idmap against a plain array as the model, through the patterns
  * jobs make (a sliding window of sequential ids), ids far apart that share
- * slots, removal in every order, growth, iteration; and hmap's basics. */
+ * slots, removal in every order, growth, iteration; hmap's basics; and str_copy. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/common.h"
 #include "common/hmap.h"
 #include "common/idmap.h"
 #include "test_util.h"
@@ -124,12 +125,32 @@ static void test_hmap_basics(void **st) {
   hmap_destroy(&h);
 }
 
+/* str_copy: what fits is copied and terminated, what does not is cut at the
+ * last byte; NULL is the empty string; bytes past the end are untouched. */
+static void test_str_copy(void **st) {
+  (void)st;
+  char b[8];
+  memset(b, 'x', sizeof b);
+  str_copy(b, 5, "abc");
+  assert_string_equal(b, "abc");
+  assert_int_equal(b[4], 'x');
+  str_copy(b, 5, "abcdefgh");
+  assert_string_equal(b, "abcd");
+  assert_int_equal(b[5], 'x');
+  str_copy(b, 5, NULL);
+  assert_string_equal(b, "");
+  str_copy(b, 1, "abc");
+  assert_string_equal(b, "");
+  assert_int_equal(b[1], 'b'); /* left from before */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_idmap_window),
       cmocka_unit_test(test_idmap_collisions),
       cmocka_unit_test(test_idmap_sliding_window_stays_small),
       cmocka_unit_test(test_hmap_basics),
+      cmocka_unit_test(test_str_copy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
