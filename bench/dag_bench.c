@@ -10,6 +10,14 @@
  *   wide submit: graphs of 800, 3,200 and 10,000 jobs, each after the 50
  *           before it (schedrun_graph_after): the time schedrun_graph_submit
  *           takes (checks, registration, edges), median of 3.
+ *   chain of 100: a graph of 100 jobs, each adding 1 to one float it takes
+ *           from the job before it, submitted and waited for, 50 times: the
+ *           median cost per job (StarPU's peer: 100 tasks on one read-write
+ *           handle, submitted and waited for, 50 times).
+ *   diamond: four saxpy jobs on 4,096 floats, A -> B, C -> D (B and C take
+ *           A's y as their x, D takes B's y as x and C's as y), submitted
+ *           and waited for, 200 times: the median time per diamond; D's y
+ *           is checked element by element.
  * Every job's result is checked. Prints key=value lines.
  */
 #include <stdio.h>
@@ -34,6 +42,26 @@ static const char incr_program[] =
     "buffers:\n  x: {type: f32, count: 1024}\n"
     "program:\n  - launch: {kernel: incr, grid: 4, block: 256, args: [x, 1024]}\n"
     "expect:\n  x: {at: {0: \"$job + 1\", 1023: \"$job + 1\"}}\n";
+
+static const char tiny_program[] =
+    "version: 1\nname: tiny\n"
+    "kernels:\n  tiny:\n    params: [ptr]\n    source: |\n"
+    "      extern \"C\" __global__ void tiny(float *p) { if (threadIdx.x == 0) p[0] += 1.0f; }\n"
+    "buffers:\n  p: {type: f32, count: 1}\n"
+    "program:\n  - launch: {kernel: tiny, grid: 1, block: 1, args: [p]}\n"
+    "expect:\n  p: {at: {0: \"$job + 1\"}}\n";
+
+#define SAXPY_N 4096
+static const char saxpy_program[] =
+    "version: 1\nname: saxpy\n"
+    "kernels:\n  saxpy:\n    params: [f32, ptr, ptr, i32]\n    source: |\n"
+    "      extern \"C\" __global__ void saxpy(float a, const float *x, float *y, int n) {\n"
+    "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "        if (i < n) y[i] = a * x[i] + y[i];\n"
+    "      }\n"
+    "buffers:\n  x: {type: f32, count: 4096, init: {iota: {start: 0, step: 1}}}\n"
+    "  y: {type: f32, count: 4096, init: {fill: 1.0}}\n"
+    "program:\n  - launch: {kernel: saxpy, grid: 16, block: 256, args: [2.0, x, y, 4096]}\n";
 
 static schedrun_graph_t *chain_graph(schedrun_program_t *p) {
   schedrun_graph_t *g;
@@ -129,6 +157,96 @@ static void chains(int devices) {
   schedrun_close(&s);
 }
 
+/* Graph node k is job k (o.job = k, so that "$job + 1" is its value). */
+static int add_node(schedrun_graph_t *g, schedrun_program_t *p, int k, int keep) {
+  schedrun_job_options_t o;
+  schedrun_job_options_init(&o);
+  o.job = k;
+  o.keep_outputs = keep;
+  int node;
+  schedrun_error_t err = {0};
+  if (schedrun_graph_job(g, p, &o, &node, &err)) bench_die("graph job", &err);
+  return node;
+}
+
+static void handoff(schedrun_graph_t *g, int from, const char *fb, int to, const char *tb) {
+  schedrun_error_t err = {0};
+  if (schedrun_graph_handoff(g, from, fb, to, tb, &err)) bench_die("hand-off", &err);
+}
+
+/* A chain of 100 dependent jobs, submitted and waited for at a time. */
+static void deps100(int devices) {
+  enum { LEN = 100, ROUNDS = 50 };
+  schedrun_t *s = bench_open_host(devices, NULL);
+  schedrun_error_t err = {0};
+  schedrun_program_t *p;
+  if (schedrun_program_load_string(s, tiny_program, "tiny", &p, &err)) bench_die("load", &err);
+  schedrun_graph_t *g;
+  if (schedrun_graph_new(&g, &err)) bench_die("graph", &err);
+  for (int k = 0; k < LEN; k++) {
+    int node = add_node(g, p, k, 0);
+    if (k) handoff(g, node - 1, "p", node, "p");
+  }
+  schedrun_job_t ids[LEN];
+  schedrun_job_result_t *rs[LEN];
+  double per[ROUNDS];
+  for (int r = -3; r < ROUNDS; r++) { /* 3 to warm: compiled and recorded */
+    uint64_t t0 = bench_ns();
+    if (schedrun_graph_submit(s, g, ids, &err)) bench_die("submit", &err);
+    if (schedrun_wait_many(s, LEN, ids, -1, rs, &err)) bench_die("wait", &err);
+    if (r >= 0) per[r] = (double)(bench_ns() - t0) / LEN;
+    for (int k = 0; k < LEN; k++) { /* each verified its own value, $job + 1 */
+      if (schedrun_job_result_info(rs[k])->status != SCHEDRUN_OK) bench_die(schedrun_job_result_error(rs[k]), NULL);
+      schedrun_job_result_free(&rs[k]);
+    }
+  }
+  printf("dag_deps100_%ddev_ns_per_job=%.0f\n", devices, bench_median(per, ROUNDS));
+  schedrun_graph_free(&g);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+}
+
+/* Four saxpy jobs in a diamond, submitted and waited for at a time. */
+static void diamond(int devices) {
+  enum { ROUNDS = 200 };
+  schedrun_t *s = bench_open_host(devices, NULL);
+  schedrun_error_t err = {0};
+  schedrun_program_t *p;
+  if (schedrun_program_load_string(s, saxpy_program, "saxpy", &p, &err)) bench_die("load", &err);
+  schedrun_graph_t *g;
+  if (schedrun_graph_new(&g, &err)) bench_die("graph", &err);
+  int a = add_node(g, p, 0, 0), b = add_node(g, p, 1, 0), c = add_node(g, p, 2, 0), d = add_node(g, p, 3, 1);
+  handoff(g, a, "y", b, "x");
+  handoff(g, a, "y", c, "x");
+  handoff(g, b, "y", d, "x");
+  handoff(g, c, "y", d, "y");
+  schedrun_job_t ids[4];
+  schedrun_job_result_t *rs[4];
+  double us[ROUNDS];
+  for (int r = -3; r < ROUNDS; r++) {
+    uint64_t t0 = bench_ns();
+    if (schedrun_graph_submit(s, g, ids, &err)) bench_die("submit", &err);
+    if (schedrun_wait_many(s, 4, ids, -1, rs, &err)) bench_die("wait", &err);
+    if (r >= 0) us[r] = (double)(bench_ns() - t0) / 1e3;
+    for (int k = 0; k < 4; k++)
+      if (schedrun_job_result_info(rs[k])->status != SCHEDRUN_OK) bench_die(schedrun_job_result_error(rs[k]), NULL);
+    /* A: y = 2i + 1; B, C: 2(2i + 1) + 1; D: 2(4i + 3) + (4i + 3) */
+    size_t bytes;
+    const float *y = schedrun_job_result_output(rs[3], "y", &bytes);
+    if (!y || bytes != SAXPY_N * sizeof(float)) bench_die("diamond: D's y is missing", NULL);
+    for (int i = 0; i < SAXPY_N; i++)
+      if (y[i] != 12.0f * (float)i + 9.0f) {
+        fprintf(stderr, "diamond: y[%d] is %g, not %g\n", i, y[i], 12.0 * i + 9.0);
+        exit(1);
+      }
+    for (int k = 0; k < 4; k++) schedrun_job_result_free(&rs[k]);
+  }
+  printf("dag_diamond_%ddev_us=%.1f\n", devices, bench_median(us, ROUNDS));
+  schedrun_graph_free(&g);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+}
+
 static void wide(schedrun_t *s, schedrun_program_t *p, int n) {
   schedrun_error_t err = {0};
   schedrun_graph_t *g;
@@ -155,8 +273,19 @@ static void wide(schedrun_t *s, schedrun_program_t *p, int n) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 2 && !strcmp(argv[1], "--deps-only")) { /* the chain of 100 and the diamond (run under load) */
+    for (int d = 1; d <= 2; d++) {
+      deps100(d);
+      diamond(d);
+    }
+    return 0;
+  }
   if (argc < 2 || strcmp(argv[1], "--wide-only") != 0)
-    for (int d = 1; d <= 2; d++) chains(d);
+    for (int d = 1; d <= 2; d++) {
+      chains(d);
+      deps100(d);
+      diamond(d);
+    }
   schedrun_t *s = bench_open_host(2, NULL);
   schedrun_error_t err = {0};
   schedrun_program_t *p;

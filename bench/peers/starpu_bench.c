@@ -8,6 +8,12 @@
  *   (d) 1,000 chains of 10 tasks, each chain on its own vector of 1,024
  *       floats, all submitted at once: cost per task (bench/dag_bench.c's
  *       job graph chains).
+ *   (e) a chain of 100 tiny tasks on one read-write handle, submitted and
+ *       waited for, 50 times: the median cost per task (dag_bench's chain
+ *       of 100 dependent jobs);
+ *   (f) a diamond of four saxpy tasks on 4,096 floats (A -> B, C -> D, as
+ *       in dag_bench), submitted and waited for, 200 times: the median time
+ *       per diamond, D's result checked element by element.
  * With (a), the CPU time and the context switches of the whole process (its
  * workers are threads) per task.
  * Prints key=value lines.
@@ -55,6 +61,26 @@ static void incr_vec(void *buffers[], void *arg) {
   float *v = (float *)STARPU_VECTOR_GET_PTR(buffers[0]);
   unsigned n = STARPU_VECTOR_GET_NX(buffers[0]);
   for (unsigned i = 0; i < n; i++) v[i] += 1.0f;
+}
+
+/* y = 2x + y */
+static void saxpy(void *buffers[], void *arg) {
+  (void)arg;
+  const float *x = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+  float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);
+  unsigned n = STARPU_VECTOR_GET_NX(buffers[0]);
+  for (unsigned i = 0; i < n; i++) y[i] = 2.0f * x[i] + y[i];
+}
+
+static struct starpu_codelet saxpy_cl = {
+    .cpu_funcs = {saxpy}, .nbuffers = 2, .modes = {STARPU_R, STARPU_RW}, .name = "saxpy"};
+
+static int submit2(struct starpu_codelet *cl, starpu_data_handle_t a, starpu_data_handle_t b) {
+  struct starpu_task *t = starpu_task_create();
+  t->cl = cl;
+  t->handles[0] = a;
+  t->handles[1] = b;
+  return starpu_task_submit(t);
 }
 
 static struct starpu_codelet incr_cl = {.cpu_funcs = {incr_vec}, .nbuffers = 1, .modes = {STARPU_RW}, .name = "incr"};
@@ -158,6 +184,75 @@ int main(int argc, char **argv) {
   printf("starpu_dag_ns_per_task=%.1f\n", per);
   free(vec);
   free(hv);
+
+  /* (e) a chain of 100 on one read-write handle, at a time */
+  enum { LEN = 100, ROUNDS = 50 };
+  double chain_ns[ROUNDS];
+  value = 0;
+  starpu_variable_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)&value, sizeof value);
+  for (int r = -3; r < ROUNDS; r++) {
+    t0 = now_s();
+    for (int k = 0; k < LEN; k++) {
+      struct starpu_task *t = starpu_task_create();
+      t->cl = &tiny_cl;
+      t->handles[0] = h;
+      if (starpu_task_submit(t) != 0) return 1;
+    }
+    starpu_task_wait_for_all();
+    if (r >= 0) chain_ns[r] = (now_s() - t0) / LEN * 1e9;
+  }
+  starpu_data_unregister(h);
+  if (value != (float)(LEN * (ROUNDS + 3))) {
+    fprintf(stderr, "chain of 100: %g runs counted\n", value);
+    return 1;
+  }
+  qsort(chain_ns, ROUNDS, sizeof *chain_ns, cmp);
+  printf("starpu_deps100_ns_per_task=%.1f\n", chain_ns[ROUNDS / 2]);
+
+  /* (f) diamonds of saxpy: A's y is B's and C's x, B's y D's x, C's y D's y */
+  enum { SN = 4096, DROUNDS = 200 };
+  float *xs = malloc(SN * sizeof *xs), *ya = malloc(SN * sizeof *ya), *yb = malloc(SN * sizeof *yb),
+        *yc = malloc(SN * sizeof *yc);
+  starpu_data_handle_t hx, ha, hb, hc;
+  starpu_vector_data_register(&hx, STARPU_MAIN_RAM, (uintptr_t)xs, SN, sizeof(float));
+  starpu_vector_data_register(&ha, STARPU_MAIN_RAM, (uintptr_t)ya, SN, sizeof(float));
+  starpu_vector_data_register(&hb, STARPU_MAIN_RAM, (uintptr_t)yb, SN, sizeof(float));
+  starpu_vector_data_register(&hc, STARPU_MAIN_RAM, (uintptr_t)yc, SN, sizeof(float));
+  double dia_us[DROUNDS];
+  for (int r = -3; r < DROUNDS; r++) {
+    /* fresh inputs, outside the timed span, as a job's buffers start from
+     * their init */
+    starpu_data_handle_t all[] = {hx, ha, hb, hc};
+    for (int k = 0; k < 4; k++) starpu_data_acquire(all[k], STARPU_W);
+    for (int i = 0; i < SN; i++) {
+      xs[i] = (float)i;
+      ya[i] = yb[i] = yc[i] = 1.0f;
+    }
+    for (int k = 0; k < 4; k++) starpu_data_release(all[k]);
+    t0 = now_s();
+    if (submit2(&saxpy_cl, hx, ha) || submit2(&saxpy_cl, ha, hb) || submit2(&saxpy_cl, ha, hc) ||
+        submit2(&saxpy_cl, hb, hc))
+      return 1;
+    starpu_task_wait_for_all();
+    if (r >= 0) dia_us[r] = (now_s() - t0) * 1e6;
+    starpu_data_acquire(hc, STARPU_R);
+    for (int i = 0; i < SN; i++)
+      if (yc[i] != 12.0f * (float)i + 9.0f) {
+        fprintf(stderr, "diamond: y[%d] is %g\n", i, yc[i]);
+        return 1;
+      }
+    starpu_data_release(hc);
+  }
+  starpu_data_unregister(hx);
+  starpu_data_unregister(ha);
+  starpu_data_unregister(hb);
+  starpu_data_unregister(hc);
+  free(xs);
+  free(ya);
+  free(yb);
+  free(yc);
+  qsort(dia_us, DROUNDS, sizeof *dia_us, cmp);
+  printf("starpu_diamond_us=%.1f\n", dia_us[DROUNDS / 2]);
   starpu_shutdown();
   return 0;
 }
