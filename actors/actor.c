@@ -11,6 +11,7 @@
 #include <zmq.h>
 
 #include "actors/actor.h"
+#include "common/spin_gauge.h"
 
 /* ThreadSanitizer cannot see inside libzmq (not instrumented), so it misses
  * the happens-before edge a message carries from sender to receiver and
@@ -239,11 +240,16 @@ int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg_queue *q, m
       return SCHEDRUN_EAGAIN;
     }
     int got = take_now(sock, &zm);
-    bool polling = got == 0 && spin_ns && q;
+    uint64_t look = now_ns();
+    bool spin = spin_ns && spin_gauge_may_spin(&spin_gauge_process, look);
+    bool polling = got == 0 && spin && q;
     if (polling) msgq_poll_begin(q);
-    while (got == 0 && now_ns() - start < spin_ns && now_ns() < deadline) {
+    while (got == 0 && spin && look - start < spin_ns && look < deadline) {
       if (q && msgq_any(q)) break;
       sched_yield(); /* a spinning thread must not keep a core from one with work */
+      uint64_t after = now_ns();
+      spin = spin_gauge_step(&spin_gauge_process, look, after); /* the core went elsewhere: sleep instead */
+      look = after;
       got = take_now(sock, &zm);
     }
     /* no longer watching: a push now rings, and one that came before this

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/spin_gauge.h"
 #include "lib/deps.h"
 
 void schedrun_job_options_init(schedrun_job_options_t *o) {
@@ -28,25 +29,34 @@ void schedrun_job_options_init(schedrun_job_options_t *o) {
 static bool wait_completion(schedrun_t *s, const struct timespec *deadline, bool forever) {
   uint64_t seen = atomic_load(&s->completions);
   pthread_mutex_unlock(&s->lock);
-  uint64_t t0 = now_ns();
+  uint64_t t0 = now_ns(), look = t0;
   msg_queue *q = &s->core.to_client, *sq = &s->core.to_scheduler;
+  bool spin = s->spin_ns && spin_gauge_may_spin(&spin_gauge_process, t0);
   /* and the scheduler's queue: the EXECUTED of the job waited for is run
    * here, as the scheduler's guest (lib/api_guest.c) */
-  actor_t *sched = s->spin_ns ? api_guest_enter(s) : NULL;
-  if (s->spin_ns) msgq_poll_begin(q); /* what arrives meanwhile rings nobody: it is ours to file */
+  actor_t *sched = spin ? api_guest_enter(s) : NULL;
+  if (spin) msgq_poll_begin(q); /* what arrives meanwhile rings nobody: it is ours to file */
   if (sched) msgq_poll_begin(sq);
-  while (atomic_load(&s->completions) == seen && now_ns() - t0 < s->spin_ns) {
+  bool polled = spin;
+  while (spin && atomic_load(&s->completions) == seen && look - t0 < s->spin_ns) {
     /* a COMPLETE waiting in the queue is filed here, without a hop through
      * the completion thread */
     if (msgq_any(q)) api_drain_completions(s, false);
-    else if (!sched || !msgq_any(sq) || actor_run_queue_here(sched) != ACTOR_TURN_RAN) sched_yield();
+    else if (!sched || !msgq_any(sq) || actor_run_queue_here(sched) != ACTOR_TURN_RAN) {
+      sched_yield();
+      uint64_t after = now_ns();
+      spin = spin_gauge_step(&spin_gauge_process, look, after); /* the core went elsewhere: sleep instead */
+      look = after;
+      continue;
+    }
+    look = now_ns();
   }
   if (sched) {
     msgq_poll_end(sq);
     api_guest_settle(s, sched);
     api_guest_leave(s);
   }
-  if (s->spin_ns) {
+  if (polled) {
     msgq_poll_end(q);
     if (msgq_any(q)) api_drain_completions(s, false);
   }

@@ -199,7 +199,9 @@ const gpu_compile_target gpu_host_target = {
 
 /* ---- the worker program of host devices ---- */
 
-/* gpu/host/host_worker_abi.h and gpu/host/host_worker.c, as text (generated). */
+/* common/spin_gauge.h, gpu/host/host_worker_abi.h and gpu/host/host_worker.c,
+ * as text (generated). */
+extern const char spin_gauge_text[];
 extern const char host_worker_abi_text[];
 extern const char host_worker_text[];
 
@@ -220,6 +222,9 @@ int host_worker_program(const char *cache_dir, char **path, int *fd, schedrun_er
   int rc = host_stamp(NULL, &stamp, err);
   if (rc) goto done;
   sb_adds(&src, "#define _GNU_SOURCE 1\n");
+  sb_adds(&src, "#line 1 \"common/spin_gauge.h\"\n");
+  sb_adds(&src, spin_gauge_text);
+  sb_adds(&src, "#line 1 \"gpu/host/host_worker_abi.h\"\n");
   sb_adds(&src, host_worker_abi_text);
   sb_adds(&src, "#line 1 \"gpu/host/host_worker.c\"\n");
   sb_adds(&src, host_worker_text);

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/spin_gauge.h"
 #include "gpu/host/host_device.h"
 
 extern char **environ;
@@ -230,11 +231,14 @@ static int post(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_failure *
   uint32_t r = c->req + 1;
   __atomic_store_n(&c->req, r, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&c->worker_sleeping, __ATOMIC_SEQ_CST)) futex_wake(&c->req);
-  uint64_t t0 = now_ns();
+  uint64_t t0 = now_ns(), look = t0;
+  bool spin = spin_gauge_may_spin(&spin_gauge_process, t0);
   while (__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) != r) {
     uint64_t now = now_ns();
-    if (now - t0 < d->spin_ns) {
-      sched_yield();
+    if (spin && now - t0 < d->spin_ns) {
+      spin = spin_gauge_step(&spin_gauge_process, look, now); /* the core went elsewhere: sleep instead */
+      look = now;
+      if (spin) sched_yield();
       continue;
     }
     long slice = SLEEP_SLICE_NS;

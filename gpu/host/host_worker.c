@@ -3,8 +3,9 @@
  * recorded sequences, so that a kernel that faults, aborts, calls exit() or
  * never returns takes down this process and not the program that uses
  * schedrun. The library builds this file at run time with the host compiler
- * (with "#define _GNU_SOURCE 1" and the text of gpu/host/host_worker_abi.h put
- * in front of it) and caches the program beside the kernels.
+ * (with "#define _GNU_SOURCE 1" and the texts of common/spin_gauge.h and
+ * gpu/host/host_worker_abi.h put in front of it) and caches the program
+ * beside the kernels.
  *
  *   worker ARENA_SIZE LIBRARY_PID SPIN_NS BUFFER_ZONE
  *
@@ -344,13 +345,18 @@ int main(int argc, char **argv) {
   fault_ctl = ctl;
   if (ctl->abi != HW_ABI_VERSION) return 4;
   catch_faults();
+  spin_gauge gauge = {0};
   uint32_t seen = __atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE);
   for (;;) {
     uint32_t r;
-    uint64_t t0 = hw_now_ns();
+    uint64_t t0 = hw_now_ns(), look = t0;
+    bool spin = spin_gauge_may_spin(&gauge, t0);
     while ((r = __atomic_load_n(&ctl->req, __ATOMIC_ACQUIRE)) == seen) {
-      if (hw_now_ns() - t0 < spin_ns) {
+      if (spin && look - t0 < spin_ns) {
         sched_yield();
+        uint64_t after = hw_now_ns();
+        spin = spin_gauge_step(&gauge, look, after); /* the core went elsewhere: sleep instead */
+        look = after;
         continue;
       }
       __atomic_store_n(&ctl->worker_sleeping, 1, __ATOMIC_SEQ_CST);
