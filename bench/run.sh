@@ -34,6 +34,8 @@ median_keys() {
 for round in 1 2 3; do
   echo "jobs (round $round of 3): 100,000 single-launch jobs, latency, chains; six pipeline modes" >&2
   "$build/jobs_bench" 100000 > "$tmp/jobs.$round"
+  echo "dependent jobs (round $round of 3): a chain of 100, a diamond" >&2
+  "$build/dag_bench" --deps-only > "$tmp/deps.$round"
   if [ -x "$build/starpu_bench" ]; then
     # at the same worker count as schedrun's devices: 1 vs 1 and 2 vs 2
     for w in 1 2; do
@@ -45,6 +47,7 @@ for round in 1 2 3; do
   fi
 done
 median_keys "$tmp"/jobs.? > "$tmp/jobs"
+median_keys "$tmp"/deps.? >> "$tmp/jobs"
 # system calls per job, counted by perf (when it can count tracepoints here)
 syscalls() { # command... -> system calls per job of 100,000, or n/a
   if perf stat -x, -e raw_syscalls:sys_enter -o "$tmp/perf" -- "$@" >/dev/null 2>&1; then
@@ -68,6 +71,49 @@ if [ -x "$build/starpu_bench" ]; then
 else
   : > "$tmp/starpu"
 fi
+# instructions per empty job, from callgrind: the same on a busy machine as on
+# an idle one. The slope between 10,000 and 30,000 jobs (or tasks), so that
+# start-up and shutdown cancel; one device against one CPU worker.
+instructions() { # command prefix... -> instructions (Ir) of the whole run, or nothing
+  valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 | sed -n 's/.*Collected : //p' | tr -d ' ,'
+}
+if command -v valgrind >/dev/null; then
+  echo "instructions per job (callgrind): schedrun, 1 device" >&2
+  a=$(instructions "$build/jobs_bench" --only-jobs 10000 1); b=$(instructions "$build/jobs_bench" --only-jobs 30000 1)
+  [ -n "$a" ] && [ -n "$b" ] && echo "instructions_1dev_per_job=$(( (b - a) / 20000 ))" >> "$tmp/jobs"
+  if [ -x "$build/starpu_bench" ]; then
+    echo "instructions per task (callgrind): StarPU, 1 worker" >&2
+    a=$(instructions env STARPU_SILENT=1 STARPU_NCPU=1 "$build/starpu_bench" --only-tasks 10000)
+    b=$(instructions env STARPU_SILENT=1 STARPU_NCPU=1 "$build/starpu_bench" --only-tasks 30000)
+    [ -n "$a" ] && [ -n "$b" ] && echo "starpu1_instructions_per_task=$(( (b - a) / 20000 ))" >> "$tmp/starpu"
+  fi
+fi
+
+# The same jobs with a background load beside both: two busy loops per core,
+# schedrun and StarPU taking turns, twice.
+busy=()
+for _ in $(seq $((2 * $(nproc)))); do
+  ( while :; do :; done ) &
+  busy+=($!)
+done
+trap 'kill "${busy[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+for round in 1 2; do
+  echo "with $((2 * $(nproc))) busy loops (round $round of 2): schedrun jobs and dependent jobs" >&2
+  "$build/jobs_bench" --shipped 50000 > "$tmp/ljobs.$round"
+  "$build/dag_bench" --deps-only >> "$tmp/ljobs.$round"
+  if [ -x "$build/starpu_bench" ]; then
+    for w in 1 2; do
+      echo "with $((2 * $(nproc))) busy loops (round $round of 2): StarPU, $w worker(s)" >&2
+      STARPU_SILENT=1 STARPU_NCPU=$w "$build/starpu_bench" 50000 | sed "s/^starpu_/starpu${w}_/" > "$tmp/lstarpu$w.$round"
+    done
+  fi
+done
+kill "${busy[@]}" 2>/dev/null
+wait "${busy[@]}" 2>/dev/null || true
+trap 'rm -rf "$tmp"' EXIT
+median_keys "$tmp"/ljobs.? > "$tmp/load"
+if [ -x "$build/starpu_bench" ]; then median_keys "$tmp"/lstarpu?.? > "$tmp/lstarpu"; else : > "$tmp/lstarpu"; fi
+
 echo "job graphs: 1,000 chains of 10 hand-offs; one chain's steps, graph vs caller" >&2
 "$build/dag_bench" > "$tmp/dag"
 echo "breakdown: zmq floor, codec, one job phase by phase" >&2
@@ -144,6 +190,10 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
       cr[$w]="1/$(ratio "$sp" "$me") of the cost"; cv[$w]="$sp ns | $me ns"
     done
     echo "| (c) a chain of 100 tiny kernels x 1,000: per kernel | ${cv[1]} | **${cr[1]}** | ${cv[2]} | **${cr[2]}** | $(get starpu_chain_ns_per_task "$S") ns |"
+    row "(d) a chain of 100 dependent jobs (tasks), submitted and waited for: per job, median of 50" "ns" deps100_ns_per_task "dag_deps100_%ddev_ns_per_job" starpu_deps100_ns_per_task cost
+    row "(e) a diamond of four saxpy jobs (tasks) on 4,096 floats, submitted and waited for: median of 200" "us" diamond_us "dag_diamond_%ddev_us" starpu_diamond_us cost
+    sp=$(get starpu1_instructions_per_task "$S"); me=$(get instructions_1dev_per_job "$J")
+    echo "| (f) instructions per empty job (task) of (a), callgrind | $sp | $me | **$(ratio "$me" "$sp")x as many** | | | | |"
   else
     echo "StarPU is not installed (libstarpu-dev): run \`make bench\` as root to compare."
   fi
@@ -158,8 +208,44 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "\`schedrun_submit_wait\`, which runs a lone job on the calling thread. (c)"
   echo "StarPU submits 100 tasks read-writing one piece of data (each depends on the"
   echo "previous), 1,000 times; schedrun runs 1,000 jobs of a program that is one recorded"
-  echo "sequence of 100 launches (its tail) and divides by 100,000 kernels."
+  echo "sequence of 100 launches (its tail) and divides by 100,000 kernels. (d) StarPU"
+  echo "submits 100 tasks on one read-write handle and waits for them; schedrun submits a"
+  echo "graph of 100 jobs, each handing its one float on to the next (\`dag_bench\`), and"
+  echo "waits for them; 50 times each, the median per job. (e) A -> B, C -> D: B and C read"
+  echo "A's y as their x, D reads B's y as x and C's as y; D's 4,096 results are checked."
+  echo "(f) \`valgrind --tool=callgrind\` over \`jobs_bench --only-jobs N 1\` and"
+  echo "\`STARPU_NCPU=1 starpu_bench --only-tasks N\`, N = 10,000 and 30,000: the difference"
+  echo "divided by 20,000 (start-up cancels), every thread and, for schedrun, not the"
+  echo "worker process (the kernels' side). Callgrind counts what a spinning thread does"
+  echo "too, so both figures include their waits' polling."
   echo
+  if [ -s "$S" ]; then
+    echo "### With a background load"
+    echo
+    echo "The same jobs with $((2 * $(nproc))) busy loops beside both (two per core), schedrun"
+    echo "and StarPU taking turns, medians of two runs each (\`jobs_bench --shipped 50000\`,"
+    echo "\`dag_bench --deps-only\`, \`starpu_bench 50000\`)."
+    echo
+    echo "| workload, loaded | StarPU, 1 worker | schedrun, 1 device | **1 vs 1** | StarPU, 2 workers | schedrun, 2 devices | **2 vs 2** |"
+    echo "|---|---|---|---|---|---|---|"
+    lrow() { # label unit starpu-key schedrun-key-fmt direction
+      local v=() r=()
+      for w in 1 2; do
+        local sp; sp=$(get "starpu${w}_$3" "$tmp/lstarpu"); local me; me=$(get "$(printf "$4" "$w")" "$tmp/load")
+        if [ "$5" = higher ]; then r+=("$(ratio "$me" "$sp")x the rate")
+        elif [ "$5" = cost ]; then r+=("$(ratio "$me" "$sp")x as much"); else r+=("$(ratio "$sp" "$me")x as fast"); fi
+        v+=("$sp $2" "$me $2")
+      done
+      echo "| $1 | ${v[0]} | ${v[1]} | **${r[0]}** | ${v[2]} | ${v[3]} | **${r[1]}** |"
+    }
+    lrow "(a) empty single-kernel jobs, submitted one by one" "per s" throughput_tasks_per_s "throughput_%ddev_jobs_per_s" higher
+    lrow "(b) submit-and-wait latency, median" "us" latency_median_us "latency_%ddev_median_us" lower
+    lrow "(b') the same, 99th percentile" "us" latency_p99_us "latency_%ddev_p99_us" lower
+    lrow "(b2) \`schedrun_submit_wait\`, median" "us" latency_median_us "sync_latency_%ddev_median_us" lower
+    lrow "(d) a chain of 100 dependent jobs: per job" "ns" deps100_ns_per_task "dag_deps100_%ddev_ns_per_job" cost
+    lrow "(e) a diamond of four saxpy jobs" "us" diamond_us "dag_diamond_%ddev_us" cost
+    echo
+  fi
   echo "| resident memory after 200,000 jobs in waves of 1,000 | | $(get rss_1dev_kib "$J") KiB | $(get rss_2dev_kib "$J") KiB | |"
   echo "| **its growth over the last 100,000 of them** (flat: no growth per job) | | $(get rss_1dev_growth_kib "$J") KiB | $(get rss_2dev_growth_kib "$J") KiB | |"
   echo
@@ -250,15 +336,18 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
     echo "| chain of 100, per kernel, $d device(s) | $a ns | $c ns | $(ratio "$c" "$a")x as much |"
   done
   echo
-  echo "Changes that cannot be switched off at run time, measured before and after on"
-  echo "this machine with \`build/jobs_bench 20000\` (single-launch throughput, 1 / 2 devices):"
+  echo "Changes that cannot be switched off at run time, measured by hand before and after"
+  echo "on this machine, taking turns (single-launch throughput, 1 / 2 devices, unless said):"
   echo
   echo "| change | before | after |"
   echo "|---|---|---|"
-  echo "| the encoder's buffer starts at 256 bytes, not msgpack-c's 8 KiB (every message had allocated 8 KiB, freed by another thread) | 236,703 / 194,169 jobs/s | 334,358 / 425,759 jobs/s |"
-  echo "| the decoder finds each field at its schema position first, and keys' lengths are known at compile time | COMPLETE round trip 1,642 ns | 953 ns |"
-  echo "| spinning receivers yield the CPU (sched_yield) while they poll: on 2 cores a bare spin starved the thread with work | 143,039 jobs/s, 77 us | 224,076 jobs/s, 17 us |"
-  echo "| a one-pass msgpack parser instead of a structural scan and msgpack-c's unpacker; a direct msgpack writer instead of msgpack-c's packer; queues keep their drained buffer; the scheduler looks each program up once (CPU per job, 200,000 jobs on 2 devices, \`jobs_bench --only-jobs 200000 2\`) | SUBMIT decoded in 377 ns, encoded in 222 ns; 2.10 us per job | 227 ns, 166 ns; 1.80 us per job |"
+  echo "| the encoder's buffer starts at 256 bytes, not msgpack-c's 8 KiB (every message had allocated 8 KiB, freed by another thread); \`jobs_bench 20000\` | 236,703 / 194,169 jobs/s | 334,358 / 425,759 jobs/s |"
+  echo "| spinning receivers yield the CPU (sched_yield) while they poll: on 2 cores a bare spin starved the thread with work; \`jobs_bench 20000\` | 143,039 jobs/s, 77 us | 224,076 jobs/s, 17 us |"
+  echo "| every message through inproc ZeroMQ and msgpack-c (the mutex queues and the hand-written parser and writer gone); \`jobs_bench --shipped 100000\`, instructions from \`--only-jobs\` under callgrind | 0.87-1.03 M jobs/s (1 device), 16,600 instructions per job | 0.64-0.66 M jobs/s, 17,000-17,500 instructions |"
+  echo "| message bodies as msgpack arrays in schema order, not maps (no keys to write, look up and compare) | 17,000-17,500 instructions per job; SUBMIT round trip 700-900 ns | 11,400; 340-360 ns |"
+  echo "| the scheduler tries the last program looked up first, keeps the slot \`pick_device\` found, copies names without snprintf | 11,400 instructions per job | 10,500 |"
+  echo "| a job released by its predecessors alone is placed by the releasing thread (no wake of the scheduler's thread); a chain of 100 dependent jobs | 24-25 us per job | 15-16 us |"
+  echo "| waits stop spinning once a yield has lost a time slice (\`common/spin_gauge.h\`); with 4 busy loops on the 2 cores, \`jobs_bench --shipped 20000\` | 30-38k jobs/s, 4.0 ms median latency | 110-500k jobs/s, 50-60 us |"
   echo
   echo "## Where a job's time goes"
   echo
