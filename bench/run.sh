@@ -83,8 +83,8 @@ if command -v valgrind >/dev/null; then
   [ -n "$a" ] && [ -n "$b" ] && echo "instructions_1dev_per_job=$(( (b - a) / 20000 ))" >> "$tmp/jobs"
   if [ -x "$build/starpu_bench" ]; then
     echo "instructions per task (callgrind): StarPU, 1 worker" >&2
-    a=$(instructions env STARPU_SILENT=1 STARPU_NCPU=1 "$build/starpu_bench" --only-tasks 10000)
-    b=$(instructions env STARPU_SILENT=1 STARPU_NCPU=1 "$build/starpu_bench" --only-tasks 30000)
+    a=$(STARPU_SILENT=1 STARPU_NCPU=1 instructions "$build/starpu_bench" --only-tasks 10000)
+    b=$(STARPU_SILENT=1 STARPU_NCPU=1 instructions "$build/starpu_bench" --only-tasks 30000)
     [ -n "$a" ] && [ -n "$b" ] && echo "starpu1_instructions_per_task=$(( (b - a) / 20000 ))" >> "$tmp/starpu"
   fi
 fi
