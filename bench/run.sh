@@ -166,7 +166,9 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
     echo
     echo "| workload | StarPU, 1 worker | schedrun, 1 device | **1 vs 1** | StarPU, 2 workers | schedrun, 2 devices | **2 vs 2** | StarPU default |"
     echo "|---|---|---|---|---|---|---|---|"
-    row() { # label unit starpu-key schedrun-key-fmt default-key direction(higher|lower)
+    # label unit starpu-key schedrun-key-fmt default-key(or "") direction(higher|lower|cost);
+    # StarPU's figures from $S, schedrun's from $J
+    row() {
       local v=() r=()
       for w in 1 2; do
         local sp; sp=$(get "starpu${w}_$3" "$S"); local me; me=$(get "$(printf "$4" "$w")" "$J")
@@ -174,7 +176,9 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
         elif [ "$6" = cost ]; then r+=("$(ratio "$me" "$sp")x as much"); else r+=("$(ratio "$sp" "$me")x as fast"); fi
         v+=("$sp $2" "$me $2")
       done
-      echo "| $1 | ${v[0]} | ${v[1]} | **${r[0]}** | ${v[2]} | ${v[3]} | **${r[1]}** | $(get "$5" "$S") $2 |"
+      local last=""
+      [ -n "$5" ] && last=" $(get "$5" "$S") $2 |"
+      echo "| $1 | ${v[0]} | ${v[1]} | **${r[0]}** | ${v[2]} | ${v[3]} | **${r[1]}** |$last"
     }
     row "(a) 100,000 empty single-kernel jobs, submitted one by one" "per s" throughput_tasks_per_s "throughput_%ddev_jobs_per_s" starpu_throughput_tasks_per_s higher
     row "(a') the same through \`schedrun_submit_many\` / \`schedrun_wait_many\`" "per s" throughput_tasks_per_s "many_throughput_%ddev_jobs_per_s" starpu_throughput_tasks_per_s higher
@@ -228,16 +232,7 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
     echo
     echo "| workload, loaded | StarPU, 1 worker | schedrun, 1 device | **1 vs 1** | StarPU, 2 workers | schedrun, 2 devices | **2 vs 2** |"
     echo "|---|---|---|---|---|---|---|"
-    lrow() { # label unit starpu-key schedrun-key-fmt direction
-      local v=() r=()
-      for w in 1 2; do
-        local sp; sp=$(get "starpu${w}_$3" "$tmp/lstarpu"); local me; me=$(get "$(printf "$4" "$w")" "$tmp/load")
-        if [ "$5" = higher ]; then r+=("$(ratio "$me" "$sp")x the rate")
-        elif [ "$5" = cost ]; then r+=("$(ratio "$me" "$sp")x as much"); else r+=("$(ratio "$sp" "$me")x as fast"); fi
-        v+=("$sp $2" "$me $2")
-      done
-      echo "| $1 | ${v[0]} | ${v[1]} | **${r[0]}** | ${v[2]} | ${v[3]} | **${r[1]}** |"
-    }
+    lrow() { S="$tmp/lstarpu" J="$tmp/load" row "$1" "$2" "$3" "$4" "" "$5"; } # the same, loaded
     lrow "(a) empty single-kernel jobs, submitted one by one" "per s" throughput_tasks_per_s "throughput_%ddev_jobs_per_s" higher
     lrow "(b) submit-and-wait latency, median" "us" latency_median_us "latency_%ddev_median_us" lower
     lrow "(b') the same, 99th percentile" "us" latency_p99_us "latency_%ddev_p99_us" lower
