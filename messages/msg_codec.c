@@ -191,7 +191,7 @@ static int get_str(dctx *d, const char *where, const msgpack_object *o, char **o
   if (o->via.str.size > MSG_MAX_STRING) return bad(d, where, "string too long");
   *out = malloc(o->via.str.size + 1);
   if (!*out) return err_set(d->err, SCHEDRUN_ENOMEM, "out of memory decoding %s", d->type);
-  memcpy(*out, o->via.str.ptr, o->via.str.size);
+  if (o->via.str.size) memcpy(*out, o->via.str.ptr, o->via.str.size); /* an empty one may have no bytes */
   (*out)[o->via.str.size] = '\0';
   return SCHEDRUN_OK;
 }
