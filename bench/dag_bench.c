@@ -174,15 +174,23 @@ static void handoff(schedrun_graph_t *g, int from, const char *fb, int to, const
   if (schedrun_graph_handoff(g, from, fb, to, tb, &err)) bench_die("hand-off", &err);
 }
 
+/* n host devices, a program loaded from yaml and an empty graph. */
+static schedrun_t *open_with(int devices, const char *yaml, const char *name, schedrun_program_t **p,
+                             schedrun_graph_t **g) {
+  schedrun_t *s = bench_open_host(devices, NULL);
+  schedrun_error_t err = {0};
+  if (schedrun_program_load_string(s, yaml, name, p, &err)) bench_die("load", &err);
+  if (schedrun_graph_new(g, &err)) bench_die("graph", &err);
+  return s;
+}
+
 /* A chain of 100 dependent jobs, submitted and waited for at a time. */
 static void deps100(int devices) {
   enum { LEN = 100, ROUNDS = 50 };
-  schedrun_t *s = bench_open_host(devices, NULL);
-  schedrun_error_t err = {0};
   schedrun_program_t *p;
-  if (schedrun_program_load_string(s, tiny_program, "tiny", &p, &err)) bench_die("load", &err);
   schedrun_graph_t *g;
-  if (schedrun_graph_new(&g, &err)) bench_die("graph", &err);
+  schedrun_t *s = open_with(devices, tiny_program, "tiny", &p, &g);
+  schedrun_error_t err = {0};
   for (int k = 0; k < LEN; k++) {
     int node = add_node(g, p, k, 0);
     if (k) handoff(g, node - 1, "p", node, "p");
@@ -209,12 +217,10 @@ static void deps100(int devices) {
 /* Four saxpy jobs in a diamond, submitted and waited for at a time. */
 static void diamond(int devices) {
   enum { ROUNDS = 200 };
-  schedrun_t *s = bench_open_host(devices, NULL);
-  schedrun_error_t err = {0};
   schedrun_program_t *p;
-  if (schedrun_program_load_string(s, saxpy_program, "saxpy", &p, &err)) bench_die("load", &err);
   schedrun_graph_t *g;
-  if (schedrun_graph_new(&g, &err)) bench_die("graph", &err);
+  schedrun_t *s = open_with(devices, saxpy_program, "saxpy", &p, &g);
+  schedrun_error_t err = {0};
   int a = add_node(g, p, 0, 0), b = add_node(g, p, 1, 0), c = add_node(g, p, 2, 0), d = add_node(g, p, 3, 1);
   handoff(g, a, "y", b, "x");
   handoff(g, a, "y", c, "x");
