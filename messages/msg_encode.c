@@ -68,15 +68,11 @@ static int ob_write(void *data, const char *buf, size_t n) {
 /* The packer writes into an outbuf (its data). */
 static outbuf *out_of(msgpack_packer *pk) { return pk->data; }
 
-static void pack_strn(msgpack_packer *pk, const char *s, size_t n) {
-  msgpack_pack_str(pk, n);
-  msgpack_pack_str_body(pk, s, n);
-}
-
 static void pack_str(msgpack_packer *pk, const char *s) {
   size_t n = s ? strlen(s) : 0;
   if (n > MSG_MAX_STRING) over(out_of(pk), "a string is over 16 MiB");
-  pack_strn(pk, s ? s : "", n);
+  msgpack_pack_str(pk, n);
+  msgpack_pack_str_body(pk, s ? s : "", n);
 }
 
 static void pack_array(msgpack_packer *pk, size_t n) {
