@@ -2,7 +2,6 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,18 +23,15 @@
 #if defined(__SANITIZE_THREAD__)
 void __tsan_acquire(void *addr);
 void __tsan_release(void *addr);
+static char hb_token[MSG__END];
 #define HB_SEND(p) __tsan_release(p)
 #define HB_RECV(p) __tsan_acquire(p)
+/* t: a type the codec accepted (an encoded or a decoded message's) */
+#define HB_SEND_TYPE(t) __tsan_release(&hb_token[t])
+#define HB_RECV_TYPE(t) __tsan_acquire(&hb_token[t])
 #else
 #define HB_SEND(p) ((void)(p))
 #define HB_RECV(p) ((void)(p))
-#endif
-
-#if defined(__SANITIZE_THREAD__)
-static char hb_token[MSG__END];
-#define HB_SEND_TYPE(t) HB_SEND(&hb_token[(t) > 0 && (t) < MSG__END ? (t) : 0])
-#define HB_RECV_TYPE(t) HB_RECV(&hb_token[(t) > 0 && (t) < MSG__END ? (t) : 0])
-#else
 #define HB_SEND_TYPE(t) ((void)(t))
 #define HB_RECV_TYPE(t) ((void)(t))
 #endif
@@ -261,10 +257,7 @@ int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg_queue *q, m
     if (polling) msgq_poll_begin(q);
     while (got == 0 && spin && look - start < spin_ns && look < deadline) {
       if (q && msgq_any(q)) break;
-      sched_yield(); /* a spinning thread must not keep a core from one with work */
-      uint64_t after = now_ns();
-      spin = spin_gauge_step(&spin_gauge_process, look, after); /* the core went elsewhere: sleep instead */
-      look = after;
+      spin = spin_gauge_yield(&spin_gauge_process, &look, now_ns); /* false: the core went elsewhere */
       got = take_now(sock, &zm);
     }
     /* no longer watching: a push now rings, and one that came before this
