@@ -25,6 +25,7 @@
 #ifndef SCHEDRUN_SPIN_GAUGE_H
 #define SCHEDRUN_SPIN_GAUGE_H
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -56,6 +57,16 @@ static inline bool spin_gauge_step(spin_gauge *g, uint64_t before, uint64_t afte
   atomic_store_explicit(&g->lost_at, after, memory_order_relaxed);
   atomic_store_explicit(&g->quiet_until, after + q, memory_order_relaxed);
   return false;
+}
+
+/* One look of a spin: yields the core, then reads the caller's clock into
+ * *look; true to go on spinning (spin_gauge_step on the yield). */
+static inline bool spin_gauge_yield(spin_gauge *g, uint64_t *look, uint64_t (*now)(void)) {
+  sched_yield(); /* a spinning thread must not keep a core from one with work */
+  uint64_t after = now();
+  bool go = spin_gauge_step(g, *look, after);
+  *look = after;
+  return go;
 }
 
 /* The library's: its threads' waits all learn from one another. */

@@ -6,7 +6,6 @@
  * need that thread to make progress answer SCHEDRUN_EDEADLK instead.
  */
 #include <assert.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,10 +42,7 @@ static bool wait_completion(schedrun_t *s, const struct timespec *deadline, bool
      * the completion thread */
     if (msgq_any(q)) api_drain_completions(s, false);
     else if (!sched || !msgq_any(sq) || actor_run_queue_here(sched) != ACTOR_TURN_RAN) {
-      sched_yield();
-      uint64_t after = now_ns();
-      spin = spin_gauge_step(&spin_gauge_process, look, after); /* the core went elsewhere: sleep instead */
-      look = after;
+      spin = spin_gauge_yield(&spin_gauge_process, &look, now_ns); /* false: the core went elsewhere */
       continue;
     }
     look = now_ns();

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -234,13 +233,11 @@ static int post(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_failure *
   uint64_t t0 = now_ns(), look = t0;
   bool spin = spin_gauge_may_spin(&spin_gauge_process, t0);
   while (__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) != r) {
-    uint64_t now = now_ns();
-    if (spin && now - t0 < d->spin_ns) {
-      spin = spin_gauge_step(&spin_gauge_process, look, now); /* the core went elsewhere: sleep instead */
-      look = now;
-      if (spin) sched_yield();
+    if (spin && look - t0 < d->spin_ns) {
+      spin = spin_gauge_yield(&spin_gauge_process, &look, now_ns); /* false: the core went elsewhere */
       continue;
     }
+    uint64_t now = now_ns();
     long slice = SLEEP_SLICE_NS;
     if (deadline_ns && deadline_ns > now && (long)(deadline_ns - now) < slice) slice = (long)(deadline_ns - now);
     __atomic_store_n(&c->library_sleeping, 1, __ATOMIC_SEQ_CST);

@@ -40,7 +40,6 @@
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -353,10 +352,7 @@ int main(int argc, char **argv) {
     bool spin = spin_gauge_may_spin(&gauge, t0);
     while ((r = __atomic_load_n(&ctl->req, __ATOMIC_ACQUIRE)) == seen) {
       if (spin && look - t0 < spin_ns) {
-        sched_yield();
-        uint64_t after = hw_now_ns();
-        spin = spin_gauge_step(&gauge, look, after); /* the core went elsewhere: sleep instead */
-        look = after;
+        spin = spin_gauge_yield(&gauge, &look, hw_now_ns); /* false: the core went elsewhere */
         continue;
       }
       __atomic_store_n(&ctl->worker_sleeping, 1, __ATOMIC_SEQ_CST);
