@@ -136,11 +136,30 @@ int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg_queue *q, m
  * thread may take (the PULL socket is used under `take_lock`). `queued`
  * counts the messages sent and not yet taken: a taker takes exactly those,
  * so it never asks the socket for a message that is not there, and a
- * receiver polls the count, not the socket. */
+ * receiver polls the count, not the socket.
+ *
+ * SUBMITs pushed while the queue holds messages not yet taken are gathered
+ * (one caller submitting jobs one by one faster than the scheduler takes
+ * them): their fields wait in `gather`, in columns, and leave as one
+ * SUBMIT_MANY, encoded and sent under `lock` when the queue is next taken
+ * or when a push cannot join them. A taker is sure to come (something
+ * counted is waiting for it), and it finds the SUBMIT_MANY behind what was
+ * counted before it, in push order. A SUBMIT that finds the queue empty
+ * leaves at once, as any message does, and so does one that carries data
+ * (inputs, hand-offs). */
+#define MSGQ_GATHER_JOBS 1024 /* jobs in one gathered SUBMIT_MANY */
+typedef struct msgq_gather {
+  uint64_t *cols[MSG_SUBMIT_COLUMNS]; /* of cap elements, n used */
+  size_t n, cap;
+  uint64_t job;  /* the first's; the others follow it one by one */
+  char from[32]; /* theirs, all the same */
+} msgq_gather;
+
 struct msg_queue {
-  pthread_mutex_t lock; /* pushers: push, rung */
+  pthread_mutex_t lock; /* pushers: push, rung, gather */
   void *push;
   bool rung; /* a doorbell is on its way, and the queue not taken since */
+  msgq_gather gather;   /* never holds jobs while queued is 0 */
   pthread_mutex_t take_lock; /* takers: pull */
   void *pull;
   _Atomic bool again; /* a taker found another taking: take once more */

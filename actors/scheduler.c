@@ -77,7 +77,8 @@ static bool handoffs_fit(const scheduler_state *s, const prog_program *p, const 
   return true;
 }
 
-static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
+/* A SUBMIT; `refused` (or NULL) says why it cannot be taken before it is looked at. */
+static void handle_submit(actor_t *self, scheduler_state *s, msg *m, const char *refused) {
   const msg_submit *sb = &m->body.submit;
   job *j = calloc(1, sizeof *j);
   if (!j) return; /* the client's wait times out: nothing can be said without memory */
@@ -101,7 +102,8 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   prog_state *ps = scheduler_prog_get(s, sb->program, false);
   const prog_program *p = ps ? ps->p : core_program(s->core, sb->program);
   const char *bad = NULL;
-  if (idmap_get(&s->jobs, j->id)) bad = "a job with this id is already in flight";
+  if (refused) bad = refused;
+  else if (idmap_get(&s->jobs, j->id)) bad = "a job with this id is already in flight";
   else if (!p) bad = "no such program";
   else if (!inputs_fit(p, &j->inputs)) bad = "inputs do not match the program's buffers";
   else if (!handoffs_fit(s, p, j)) bad = "hand-offs name buffers or devices that are not there";
@@ -112,7 +114,7 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
     bad = "out of memory";
   else if (ps->releasing) bad = "the program is being released";
   if (bad) {
-    int code = s->closing ? SCHEDRUN_ECLOSED : SCHEDRUN_EINVAL;
+    int code = s->closing ? SCHEDRUN_ECLOSED : !strcmp(bad, "out of memory") ? SCHEDRUN_ENOMEM : SCHEDRUN_EINVAL;
     if (idmap_get(&s->jobs, j->id) == j) idmap_remove(&s->jobs, j->id);
     job tmp = *j;
     scheduler_job_free(s, j);
@@ -149,16 +151,27 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m) {
   }
 }
 
-/* SUBMIT_MANY: each job as its own SUBMIT, ids from the envelope's on. */
+/* SUBMIT_MANY: each job as its own SUBMIT, ids from the envelope's on, its
+ * inputs moved out of the batch's list. */
 static void handle_submit_many(actor_t *self, scheduler_state *s, msg *m) {
-  msg_submits *jobs = &m->body.submit_many.jobs;
-  for (size_t k = 0; k < jobs->n; k++) {
+  msg_submit_many *b = &m->body.submit_many;
+  size_t in = 0; /* the next input, in job order (the decoder checked) */
+  for (size_t k = 0; k < b->programs.n; k++) {
     msg one = {.v = m->v, .type = MSG_SUBMIT, .job = m->job + k, .from = m->from};
-    one.body.submit = jobs->v[k];
-    handle_submit(self, s, &one);
-    jobs->v[k].inputs = one.body.submit.inputs; /* taken by the job, or still to free */
-    jobs->v[k].park = one.body.submit.park;
-    jobs->v[k].takes = one.body.submit.takes;
+    msg_submit_many_get(b, k, &one.body.submit);
+    size_t first = in;
+    while (in < b->input_jobs.n && b->input_jobs.v[in] == k) in++;
+    msg_outputs *ins = &one.body.submit.inputs;
+    if (in > first && (ins->v = malloc((in - first) * sizeof *ins->v))) {
+      ins->n = in - first;
+      memcpy(ins->v, &b->inputs.v[first], ins->n * sizeof *ins->v);
+      memset(&b->inputs.v[first], 0, ins->n * sizeof *ins->v); /* the job's now */
+    }
+    /* without memory for its list the job is refused; its inputs are freed
+     * with the batch */
+    handle_submit(self, s, &one, in > first && !ins->v ? "out of memory" : NULL);
+    for (size_t i = 0; i < ins->n; i++) free(ins->v[i].data.data); /* not taken: no job */
+    free(ins->v);
   }
 }
 
@@ -171,7 +184,7 @@ static bool take_queued(void *ctx, msg *m) {
   actor_t *self = ctx;
   scheduler_state *s = actor_state(self);
   switch (m->type) {
-  case MSG_SUBMIT: handle_submit(self, s, m); return true;
+  case MSG_SUBMIT: handle_submit(self, s, m, NULL); return true;
   case MSG_SUBMIT_MANY: handle_submit_many(self, s, m); return true;
   case MSG_EXECUTED: handle_executed(self, s, m); return true;
   case MSG_EXECUTED_MANY: handle_executed_many(self, s, m); return true;
@@ -314,7 +327,7 @@ static int scheduler_handle(actor_t *self, msg *m) {
   scheduler_state *s = actor_state(self);
   s->defer = true;
   switch (m->type) {
-  case MSG_SUBMIT: handle_submit(self, s, m); break;
+  case MSG_SUBMIT: handle_submit(self, s, m, NULL); break;
   case MSG_SUBMIT_MANY: handle_submit_many(self, s, m); break;
   case MSG_QUEUED:
     for (size_t bad = msgq_drain(&s->core->to_scheduler, take_queued, self); bad; bad--) actor_count_malformed(self);

@@ -420,15 +420,17 @@ int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const s
     /* the message, outside the lock: ids first .. first + k - 1 */
     msg m;
     msg_init(&m, MSG_SUBMIT_MANY, first, ACTOR_CLIENT);
-    if (rc == SCHEDRUN_OK) {
-      m.body.submit_many.jobs.v = calloc(k, sizeof(msg_submit));
-      if (!m.body.submit_many.jobs.v) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-    }
+    size_t nin = 0;
+    for (size_t j = 0; opts && j < k; j++) nin += opts[at + j].ninputs;
+    if (rc == SCHEDRUN_OK && msg_submit_many_reserve(&m.body.submit_many, k, nin) != SCHEDRUN_OK)
+      rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     for (size_t j = 0; rc == SCHEDRUN_OK && j < k; j++) {
-      msg_submit *sb = &m.body.submit_many.jobs.v[m.body.submit_many.jobs.n++];
-      rc = api_fill_submit(p, fn, opts ? &opts[at + j] : &d, sb, err);
+      msg one = {.type = MSG_SUBMIT};
+      rc = api_fill_submit(p, fn, opts ? &opts[at + j] : &d, &one.body.submit, err);
       if (rc) name_job(err, rc, at + j);
-      sb->program = h->id;
+      one.body.submit.program = h->id;
+      if (rc == SCHEDRUN_OK) msg_submit_many_add(&m.body.submit_many, &one.body.submit);
+      msg_free(&one); /* what a failed fill had made */
     }
     if (rc == SCHEDRUN_OK) rc = api_send_submit(s, &m, SUBMIT_QUEUE, err);
     msg_free(&m);

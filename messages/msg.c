@@ -1,4 +1,5 @@
 /* Message type names and construction. */
+#include <assert.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,66 @@ int msg_init(msg *m, int type, uint64_t job, const char *from) {
   return m->from ? SCHEDRUN_OK : SCHEDRUN_ENOMEM;
 }
 
+/* ---- SUBMIT_MANY's columns ---- */
+
+void msg_submit_columns(msg_submit_many *b, msg_u64s *cols[MSG_SUBMIT_COLUMNS]) {
+  msg_u64s *c[MSG_SUBMIT_COLUMNS] = {&b->programs, &b->runs,  &b->job_indexes, &b->slots,
+                                     &b->devices,  &b->keeps, &b->deadlines,   &b->record_onlys};
+  memcpy(cols, c, sizeof c);
+}
+
+void msg_submit_values(const msg_submit *sb, uint64_t v[MSG_SUBMIT_COLUMNS]) {
+  v[0] = sb->program;
+  v[1] = sb->run;
+  v[2] = sb->job_index;
+  v[3] = sb->slot;
+  v[4] = (uint64_t)(int64_t)sb->device;
+  v[5] = sb->keep;
+  v[6] = sb->deadline;
+  v[7] = sb->record_only;
+}
+
+int msg_submit_many_reserve(msg_submit_many *b, size_t n, size_t nin) {
+  msg_u64s *cols[MSG_SUBMIT_COLUMNS];
+  msg_submit_columns(b, cols);
+  for (int c = 0; c < MSG_SUBMIT_COLUMNS; c++) {
+    assert(cols[c]->n == 0 && !cols[c]->v);
+    if (n && !(cols[c]->v = malloc(n * sizeof(uint64_t)))) return SCHEDRUN_ENOMEM;
+  }
+  if (nin && (!(b->input_jobs.v = malloc(nin * sizeof(uint64_t))) || !(b->inputs.v = calloc(nin, sizeof(msg_output)))))
+    return SCHEDRUN_ENOMEM;
+  return SCHEDRUN_OK;
+}
+
+void msg_submit_many_add(msg_submit_many *b, msg_submit *sb) {
+  assert(sb->park.n == 0 && sb->takes.n == 0); /* such a job travels alone */
+  msg_u64s *cols[MSG_SUBMIT_COLUMNS];
+  msg_submit_columns(b, cols);
+  uint64_t v[MSG_SUBMIT_COLUMNS];
+  msg_submit_values(sb, v);
+  size_t k = b->programs.n;
+  for (int c = 0; c < MSG_SUBMIT_COLUMNS; c++) cols[c]->v[cols[c]->n++] = v[c];
+  for (size_t i = 0; i < sb->inputs.n; i++) {
+    b->input_jobs.v[b->input_jobs.n++] = k;
+    b->inputs.v[b->inputs.n++] = sb->inputs.v[i];
+  }
+  free(sb->inputs.v);
+  sb->inputs = (msg_outputs){NULL, 0};
+}
+
+void msg_submit_many_get(const msg_submit_many *b, size_t k, msg_submit *sb) {
+  assert(k < b->programs.n); /* the decoder checked every column's length */
+  uint64_t d = b->devices.v[k];
+  *sb = (msg_submit){.program = b->programs.v[k],
+                     .run = (uint32_t)b->runs.v[k],
+                     .job_index = (uint32_t)b->job_indexes.v[k],
+                     .slot = (uint32_t)b->slots.v[k],
+                     .device = d <= INT32_MAX ? (int32_t)d : d == UINT64_MAX ? -1 : INT32_MAX,
+                     .keep = (uint32_t)b->keeps.v[k],
+                     .deadline = b->deadlines.v[k],
+                     .record_only = (uint32_t)b->record_onlys.v[k]};
+}
+
 /* ---- what went through ZeroMQ ---- */
 
 /* one cache line per type, so that senders of different types do not
@@ -43,7 +104,7 @@ static tally tallies[MSG__END];
 /* the jobs a message carries: a batch's, or its own */
 static uint64_t jobs_of(const msg *m) {
   switch (m->type) {
-  case MSG_SUBMIT_MANY: return m->body.submit_many.jobs.n;
+  case MSG_SUBMIT_MANY: return m->body.submit_many.programs.n;
   case MSG_EXECUTE_MANY: return m->body.execute_many.jobs.n;
   case MSG_COMPLETE_MANY: return m->body.complete_many.jobs.n;
   case MSG_EXECUTED_MANY: return m->body.executed_many.jobs.n;
@@ -51,9 +112,11 @@ static uint64_t jobs_of(const msg *m) {
   }
 }
 
-void msg_tally_sent(const msg *m) {
-  if (m->type <= 0 || m->type >= MSG__END) return;
-  atomic_fetch_add_explicit(&tallies[m->type].jobs, jobs_of(m), memory_order_relaxed);
+void msg_tally_sent(const msg *m) { msg_tally_add(m->type, jobs_of(m)); }
+
+void msg_tally_add(int type, uint64_t jobs) {
+  if (type <= 0 || type >= MSG__END) return;
+  atomic_fetch_add_explicit(&tallies[type].jobs, jobs, memory_order_relaxed);
 }
 
 uint64_t msg_tally_jobs(int type) {

@@ -103,10 +103,31 @@ typedef struct msg_submit {
   msg_u64s park, takes;
 } msg_submit;
 
-/* SUBMIT for several jobs in one message (schedrun_submit_many): job k has
- * id `job` + k of the envelope. */
-typedef struct msg_submits { msg_submit *v; size_t n; } msg_submits;
-typedef struct msg_submit_many { msg_submits jobs; } msg_submit_many;
+/* SUBMIT for several jobs in one message (schedrun_submit_many, and the
+ * SUBMITs a queue gathers): job k has id `job` + k of the envelope. In
+ * columns, as EXECUTE_MANY: one element per job in each, the fields of
+ * msg_submit (devices as two's complement, -1 all ones); inputs in job
+ * order, each with its job's position in input_jobs. A job that hands
+ * buffers on (park, takes) is sent as its own SUBMIT. */
+typedef struct msg_submit_many {
+  msg_u64s programs, runs, job_indexes, slots, devices, keeps, deadlines, record_onlys;
+  msg_u64s input_jobs;
+  msg_outputs inputs;
+} msg_submit_many;
+#define MSG_SUBMIT_COLUMNS 8 /* programs ... record_onlys */
+/* The columns of b, in the order above. */
+void msg_submit_columns(msg_submit_many *b, msg_u64s *cols[MSG_SUBMIT_COLUMNS]);
+/* A SUBMIT's column values, in that order. */
+void msg_submit_values(const msg_submit *sb, uint64_t v[MSG_SUBMIT_COLUMNS]);
+/* Room for n jobs and nin inputs in an empty b: SCHEDRUN_OK, or
+ * SCHEDRUN_ENOMEM (b then holds what msg_free frees). */
+int msg_submit_many_reserve(msg_submit_many *b, size_t n, size_t nin);
+/* Adds sb as b's next job, within what was reserved, moving its inputs
+ * (sb then has none); sb hands nothing on (no park, no takes). */
+void msg_submit_many_add(msg_submit_many *b, msg_submit *sb);
+/* Job k of b as a SUBMIT, without inputs; a device that is not an int32
+ * becomes INT32_MAX (no such device). */
+void msg_submit_many_get(const msg_submit_many *b, size_t k, msg_submit *sb);
 
 typedef struct msg_compile {
   uint64_t program;
@@ -288,6 +309,8 @@ int msg_decode(const void *data, size_t len, msg *m, schedrun_error_t *err);
  * (a batch's jobs, or its own job). Relaxed counts, any thread; for tests
  * that check every job's messages took the one transport. */
 void msg_tally_sent(const msg *m);
+/* The same for a message of `type` carrying `jobs` that was sent as bytes. */
+void msg_tally_add(int type, uint64_t jobs);
 uint64_t msg_tally_jobs(int type);
 
 #endif

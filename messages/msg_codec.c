@@ -92,7 +92,11 @@ SCHEMA(status_s, msg_status, FA(msg_status, items, stat_s));
 static const schema term_s = {"msg_term", 0, 0, NULL};
 SCHEMA(release_s, msg_release, F(msg_release, program, FK_U64));
 SCHEMA(cancel_s, msg_cancel, F(msg_cancel, program, FK_U64));
-SCHEMA(submit_many_s, msg_submit_many, FA(msg_submit_many, jobs, submit_s));
+SCHEMA(submit_many_s, msg_submit_many, F(msg_submit_many, programs, FK_U64S), F(msg_submit_many, runs, FK_U64S),
+       F(msg_submit_many, job_indexes, FK_U64S), F(msg_submit_many, slots, FK_U64S),
+       F(msg_submit_many, devices, FK_U64S), F(msg_submit_many, keeps, FK_U64S),
+       F(msg_submit_many, deadlines, FK_U64S), F(msg_submit_many, record_onlys, FK_U64S),
+       F(msg_submit_many, input_jobs, FK_U64S), FA(msg_submit_many, inputs, output_s));
 SCHEMA(execute_many_s, msg_execute_many, F(msg_execute_many, program, FK_U64), F(msg_execute_many, device, FK_U32),
        F(msg_execute_many, slot, FK_U32), F(msg_execute_many, sequence, FK_U64),
        F(msg_execute_many, bindings, FK_U64S), F(msg_execute_many, client, FK_STR), F(msg_execute_many, nodes, FK_U32),
@@ -306,12 +310,14 @@ static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void
   return SCHEDRUN_OK;
 }
 
-/* Batch messages: every column has one element per job, job ids are not 0,
- * and each input or output names a job of the batch, in job order. */
+/* Batch messages: every column has as many elements as the first, `jobs`
+ * (one per job; job ids not 0, unless the first column is another), and
+ * each input or output names a job of the batch, in job order. */
 static int check_columns(dctx *d, const msg_u64s *jobs, const msg_u64s *const *cols, const char *const *names,
                          size_t ncols, const msg_u64s *owners, const char *owner_name, size_t nitems) {
-  if (jobs->n == 0) return bad(d, "jobs", "a batch of no jobs");
-  for (size_t k = 0; k < jobs->n; k++)
+  const char *first = names && ncols && cols[0] == jobs ? names[0] : "jobs";
+  if (jobs->n == 0) return bad(d, first, "a batch of no jobs");
+  for (size_t k = 0; k < jobs->n && !strcmp(first, "jobs"); k++)
     if (jobs->v[k] == 0) return bad(d, "jobs", "job id 0");
   for (size_t c = 0; c < ncols; c++)
     if (cols[c]->n != jobs->n) return bad(d, names[c], "the column's length is not the number of jobs");
@@ -332,11 +338,24 @@ static int check_batch(dctx *d, const msg *m) {
   static const msg_u64s none = {NULL, 0};
   if (m->type == MSG_SUBMIT) return check_takes(d, &m->body.submit.takes);
   if (m->type == MSG_EXECUTE) return check_takes(d, &m->body.execute.takes);
-  if (m->type == MSG_SUBMIT_MANY)
-    for (size_t k = 0; k < m->body.submit_many.jobs.n; k++) {
-      int rc = check_takes(d, &m->body.submit_many.jobs.v[k].takes);
-      if (rc) return rc;
-    }
+  if (m->type == MSG_SUBMIT_MANY) {
+    const msg_submit_many *b = &m->body.submit_many;
+    const msg_u64s *cols[] = {&b->programs, &b->runs,  &b->job_indexes, &b->slots,
+                              &b->devices,  &b->keeps, &b->deadlines,   &b->record_onlys};
+    static const char *const names[] = {"programs", "runs",  "job_indexes", "slots",
+                                        "devices",  "keeps", "deadlines",   "record_onlys"};
+    int rc = check_columns(d, &b->programs, cols, names, SCHEDRUN__ARRAY_LEN(cols), &b->input_jobs, "input_jobs",
+                           b->inputs.n);
+    /* the columns of msg_submit's 32-bit fields */
+    static const int narrow[] = {1, 2, 3, 5, 7};
+    for (size_t c = 0; rc == SCHEDRUN_OK && c < SCHEDRUN__ARRAY_LEN(narrow); c++)
+      for (size_t k = 0; k < cols[narrow[c]]->n; k++)
+        if (cols[narrow[c]]->v[k] > UINT32_MAX) {
+          rc = bad(d, names[narrow[c]], "an element is over 32 bits");
+          break;
+        }
+    return rc;
+  }
   if (m->type == MSG_EXECUTE_MANY) {
     const msg_execute_many *x = &m->body.execute_many;
     const msg_u64s *cols[] = {&x->runs, &x->job_indexes, &x->keeps, &x->t_submits, &x->deadlines};

@@ -57,10 +57,16 @@ static int ob_write(void *data, const char *buf, size_t n) {
   if (o->failed) return -1;
   if ((n > o->cap - o->len || o->len - o->start + n > MSG_MAX_BYTES) && !room(o, n)) return -1;
   uint8_t *d = o->data + o->len;
-  if (n <= 16)
-    for (size_t k = 0; k < n; k++) d[k] = (uint8_t)buf[k];
-  else
-    memcpy(d, buf, n);
+  /* the packer writes a value's header or a number at a time, 1 to 9
+   * bytes: copies of a constant size, without a call */
+  switch (n) {
+  case 1: d[0] = (uint8_t)buf[0]; break;
+  case 2: memcpy(d, buf, 2); break;
+  case 3: memcpy(d, buf, 3); break;
+  case 5: memcpy(d, buf, 5); break;
+  case 9: memcpy(d, buf, 9); break;
+  default: memcpy(d, buf, n); break;
+  }
   o->len += n;
   return 0;
 }

@@ -117,17 +117,15 @@ static void flush(root_run *r, int rank) {
   if (rs->nbatch == 0) return;
   msg sm;
   msg_init(&sm, MSG_SUBMIT_MANY, 0, "gateway");
-  sm.body.submit_many.jobs.v = calloc(rs->nbatch, sizeof(msg_submit));
   uint8_t *body = NULL;
   size_t len = 0;
-  int rc = sm.body.submit_many.jobs.v ? SCHEDRUN_OK : SCHEDRUN_ENOMEM;
+  int rc = msg_submit_many_reserve(&sm.body.submit_many, rs->nbatch, 0);
   for (size_t k = 0; rc == SCHEDRUN_OK && k < rs->nbatch; k++) {
     size_t i = rs->batch[k] - 1;
     uint32_t run = (uint32_t)(i / (size_t)r->jobs);
-    sm.body.submit_many.jobs.v[k] = (msg_submit){0, run, (uint32_t)(i % (size_t)r->jobs),
-                                                 run % r->p->buffer_sets, -1, r->o.keep_outputs ? 1u : 0u,
-                                                 {NULL, 0}, 0, r->o.check_only ? 1u : 0u};
-    sm.body.submit_many.jobs.n++;
+    msg_submit sb = {0, run, (uint32_t)(i % (size_t)r->jobs), run % r->p->buffer_sets, -1,
+                     r->o.keep_outputs ? 1u : 0u, {NULL, 0}, 0, r->o.check_only ? 1u : 0u};
+    msg_submit_many_add(&sm.body.submit_many, &sb);
   }
   if (rc == SCHEDRUN_OK) rc = msg_encode(&sm, &body, &len, NULL);
   msg_free(&sm);

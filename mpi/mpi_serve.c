@@ -143,13 +143,15 @@ static void on_submit(serve *sv, wire_rd *rd) {
   msg m;
   schedrun_error_t e = {0};
   int rc = tk && to ? msg_decode(body, len, &m, &e) : SCHEDRUN_ENOMEM;
-  if (rc == SCHEDRUN_OK && (m.type != MSG_SUBMIT_MANY || m.body.submit_many.jobs.n != tokens.n)) {
+  if (rc == SCHEDRUN_OK && (m.type != MSG_SUBMIT_MANY || m.body.submit_many.programs.n != tokens.n)) {
     msg_free(&m);
     rc = err_set(&e, SCHEDRUN_EPROTO, "a SUBMIT batch that does not match its tokens");
   }
   for (uint32_t i = 0; rc == SCHEDRUN_OK && i < tokens.n; i++) {
     if (!tk[i]) continue;
-    const msg_submit *sb = &m.body.submit_many.jobs.v[i];
+    msg_submit one;
+    msg_submit_many_get(&m.body.submit_many, i, &one);
+    const msg_submit *sb = &one;
     job_ctx *jc = malloc(sizeof *jc);
     schedrun_job_options_t o;
     schedrun_job_options_init(&o);

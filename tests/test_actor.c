@@ -157,6 +157,17 @@ typedef struct collected {
   int n;
 } collected;
 
+/* The jobs of a SUBMIT or of a SUBMIT_MANY, one by one. */
+static size_t submits_in(const msg *m) {
+  return m->type == MSG_SUBMIT_MANY ? m->body.submit_many.programs.n : m->type == MSG_SUBMIT;
+}
+static msg_submit submit_at(const msg *m, size_t e) {
+  msg_submit sb = m->body.submit;
+  if (m->type == MSG_SUBMIT_MANY) msg_submit_many_get(&m->body.submit_many, e, &sb);
+  return sb;
+}
+static uint64_t submit_job(const msg *m, size_t e) { return m->job + e; }
+
 static bool collect(void *ctx, msg *m) {
   collected *c = ctx;
   c->m[c->n++] = *m;
@@ -180,7 +191,7 @@ static void test_queue(void **st) {
   static collected c;
   assert_int_equal(msgq_drain(&q, collect, &c), 0);
   assert_int_equal(c.n, 0);
-  uint64_t sent = msg_tally_jobs(MSG_SUBMIT);
+  uint64_t sent = msg_tally_jobs(MSG_SUBMIT), sent_many = msg_tally_jobs(MSG_SUBMIT_MANY);
   enum { BIG = 200000 };
   for (uint32_t k = 0; k < 500; k++) {
     msg m;
@@ -200,18 +211,29 @@ static void test_queue(void **st) {
     assert_int_equal(ring, k == 0); /* one doorbell for the burst */
     msg_free(&m);
   }
-  assert_int_equal(msg_tally_jobs(MSG_SUBMIT) - sent, 500);
   assert_true(msgq_any(&q));
   assert_int_equal(msgq_drain(&q, collect, &c), 0);
-  assert_int_equal(c.n, 500);
-  for (uint32_t k = 0; k < 500; k++) {
-    msg *m = &c.m[k];
-    assert_int_equal(m->type, MSG_SUBMIT);
-    assert_true(m->job == 1000 + k && m->body.submit.program == 7 && m->body.submit.job_index == k);
-    assert_int_equal(m->body.submit.device, -1);
-    assert_int_equal(m->body.submit.inputs.n, k == 250 ? 1 : 0);
-  }
-  const msg_bytes *big = &c.m[250].body.submit.inputs.v[0].data;
+  /* the first alone (the queue was empty), the next ones gathered behind
+   * it, the one with data alone (the gather goes before it), the rest
+   * gathered */
+  assert_int_equal(msg_tally_jobs(MSG_SUBMIT) - sent, 2);
+  assert_int_equal(msg_tally_jobs(MSG_SUBMIT_MANY) - sent_many, 498);
+  assert_int_equal(c.n, 4);
+  const int types[4] = {MSG_SUBMIT, MSG_SUBMIT_MANY, MSG_SUBMIT, MSG_SUBMIT_MANY};
+  for (int i = 0; i < 4; i++) assert_int_equal(c.m[i].type, types[i]);
+  assert_int_equal(submits_in(&c.m[1]), 249);
+  assert_int_equal(submits_in(&c.m[3]), 249);
+  uint32_t k = 0;
+  for (int i = 0; i < c.n; i++)
+    for (size_t e = 0; e < submits_in(&c.m[i]); e++, k++) {
+      msg_submit sb = submit_at(&c.m[i], e);
+      assert_int_equal(submit_job(&c.m[i], e), 1000 + k);
+      assert_true(sb.program == 7 && sb.job_index == k && sb.device == -1);
+      assert_int_equal(sb.inputs.n, k == 250 ? 1 : 0);
+      assert_string_equal(c.m[i].from, "client");
+    }
+  assert_int_equal(k, 500);
+  const msg_bytes *big = &c.m[2].body.submit.inputs.v[0].data;
   assert_int_equal(big->len, BIG);
   for (size_t i = 0; i < BIG; i++) assert_int_equal(big->data[i], (uint8_t)(i * 7 + 1));
   collected_free(&c);
@@ -253,6 +275,92 @@ static void test_queue(void **st) {
   zmq_ctx_term(z);
 }
 
+/* SUBMITs pushed while the queue holds others wait in its gather and leave
+ * as one SUBMIT_MANY when the queue is taken; what cannot join them (a job
+ * out of sequence, another sender, another type, a full gather) sends them
+ * first, so the receiver sees every job once, in push order. */
+static void push_from(msg_queue *q, int type, uint64_t job, const char *from, bool *ring) {
+  msg m;
+  schedrun_error_t err = {0};
+  msg_init(&m, type, job, from);
+  m.body.submit.job_index = (uint32_t)job * 3;
+  assert_int_equal(msgq_push(q, &m, ring, &err), SCHEDRUN_OK);
+  msg_free(&m);
+}
+
+static void test_queue_gather(void **st) {
+  (void)st;
+  void *z = zmq_ctx_new();
+  msg_queue q;
+  msgq_init(&q);
+  schedrun_error_t err = {0};
+  assert_int_equal(msgq_open(&q, z, "gather", &err), SCHEDRUN_OK);
+  bool ring;
+  uint64_t one = msg_tally_jobs(MSG_SUBMIT), many = msg_tally_jobs(MSG_SUBMIT_MANY);
+  push_from(&q, MSG_SUBMIT, 1, "client", &ring);
+  assert_true(ring);
+  for (uint64_t j = 2; j <= 3; j++) {
+    push_from(&q, MSG_SUBMIT, j, "client", &ring);
+    assert_false(ring);
+  }
+  assert_int_equal(msg_tally_jobs(MSG_SUBMIT_MANY) - many, 0); /* still gathered */
+  push_from(&q, MSG_SUBMIT, 5, "client", &ring); /* out of sequence */
+  push_from(&q, MSG_SUBMIT, 6, "other", &ring);  /* another sender */
+  push_from(&q, MSG_TERM, 0, "client", &ring);   /* another type */
+  push_from(&q, MSG_SUBMIT, 7, "client", &ring);
+  assert_false(ring);
+  static collected c;
+  assert_int_equal(msgq_drain(&q, collect, &c), 0);
+  const int types[] = {MSG_SUBMIT, MSG_SUBMIT_MANY, MSG_SUBMIT_MANY, MSG_SUBMIT_MANY, MSG_TERM, MSG_SUBMIT_MANY};
+  const uint64_t first[] = {1, 2, 5, 6, 0, 7};
+  const size_t n[] = {1, 2, 1, 1, 0, 1};
+  const char *from[] = {"client", "client", "client", "other", "client", "client"};
+  assert_int_equal(c.n, 6);
+  for (int i = 0; i < 6; i++) {
+    assert_int_equal(c.m[i].type, types[i]);
+    assert_int_equal(c.m[i].job, first[i]);
+    assert_int_equal(submits_in(&c.m[i]), n[i]);
+    assert_string_equal(c.m[i].from, from[i]);
+    for (size_t e = 0; e < n[i]; e++) assert_int_equal(submit_at(&c.m[i], e).job_index, (first[i] + e) * 3);
+  }
+  collected_free(&c);
+  assert_int_equal(msg_tally_jobs(MSG_SUBMIT) - one, 1);
+  assert_int_equal(msg_tally_jobs(MSG_SUBMIT_MANY) - many, 5);
+  /* taken: the next SUBMIT leaves alone and rings */
+  push_from(&q, MSG_SUBMIT, 8, "client", &ring);
+  assert_true(ring);
+  /* a full gather leaves, and the next job starts another */
+  for (uint64_t j = 9; j < 9 + MSGQ_GATHER_JOBS + 1; j++) push_from(&q, MSG_SUBMIT, j, "client", &ring);
+  assert_int_equal(msgq_drain(&q, collect, &c), 0);
+  assert_int_equal(c.n, 3);
+  assert_int_equal(submits_in(&c.m[0]), 1);
+  assert_int_equal(submits_in(&c.m[1]), MSGQ_GATHER_JOBS);
+  assert_int_equal(c.m[2].job, 9 + MSGQ_GATHER_JOBS);
+  assert_int_equal(submits_in(&c.m[2]), 1);
+  for (size_t e = 0; e < MSGQ_GATHER_JOBS; e++) assert_int_equal(submit_at(&c.m[1], e).job_index, (9 + e) * 3);
+  collected_free(&c);
+  /* polled: the pushes ring nobody, and the poller's look finds them */
+  msgq_poll_begin(&q);
+  push_from(&q, MSG_SUBMIT, 20, "client", &ring);
+  assert_false(ring);
+  push_from(&q, MSG_SUBMIT, 21, "client", &ring);
+  assert_false(ring);
+  msgq_poll_end(&q);
+  assert_true(msgq_any(&q));
+  assert_int_equal(msgq_drain(&q, collect, &c), 0);
+  assert_int_equal(c.n, 2);
+  assert_int_equal(c.m[1].job, 21);
+  collected_free(&c);
+  /* closed with jobs gathered: they go with the pipe, and nothing leaks */
+  push_from(&q, MSG_SUBMIT, 30, "client", &ring);
+  push_from(&q, MSG_SUBMIT, 31, "client", &ring);
+  msgq_close(&q);
+  assert_int_equal(msgq_drain(&q, collect, &c), 0);
+  assert_int_equal(c.n, 0);
+  msgq_destroy(&q);
+  zmq_ctx_term(z);
+}
+
 /* msgq_drain hands each queued message to its taker in order and counts
  * those the taker refuses (a type that is not queued for it). */
 typedef struct taken {
@@ -262,8 +370,8 @@ typedef struct taken {
 
 static bool take_submits(void *ctx, msg *m) {
   taken *t = ctx;
-  if (m->type != MSG_SUBMIT) return false;
-  t->jobs[t->n++] = m->job;
+  if (!submits_in(m)) return false;
+  for (size_t e = 0; e < submits_in(m); e++) t->jobs[t->n++] = submit_job(m, e);
   return true;
 }
 
@@ -309,12 +417,14 @@ typedef struct turn_state {
 
 static bool take_turn_submit(void *ctx, msg *m) {
   turn_state *t = actor_state(ctx);
-  if (m->type != MSG_SUBMIT) return false;
-  int k = atomic_load(&t->n);
-  t->by[k] = pthread_self();
-  t->jobs[k] = m->job;
-  if (m->job == 999) t->stop_now = true;
-  atomic_store(&t->n, k + 1);
+  if (!submits_in(m)) return false;
+  for (size_t e = 0; e < submits_in(m); e++) {
+    int k = atomic_load(&t->n);
+    t->by[k] = pthread_self();
+    t->jobs[k] = submit_job(m, e);
+    if (t->jobs[k] == 999) t->stop_now = true;
+    atomic_store(&t->n, k + 1);
+  }
   return true;
 }
 
@@ -418,6 +528,7 @@ int main(void) {
       cmocka_unit_test(test_malformed_counted),
       cmocka_unit_test(test_failing_start),
       cmocka_unit_test(test_queue),
+      cmocka_unit_test(test_queue_gather),
       cmocka_unit_test(test_queue_drain),
       cmocka_unit_test(test_guest_turn),
   };

@@ -64,39 +64,6 @@ static void test_submit(void **st) {
   msg_free(&o);
 }
 
-/* SUBMIT_MANY: every job's fields and inputs back, in order. */
-static void test_submit_many(void **st) {
-  (void)st;
-  msg m, o;
-  msg_init(&m, MSG_SUBMIT_MANY, 100, "client");
-  msg_submits *js = &m.body.submit_many.jobs;
-  js->n = 3;
-  js->v = calloc(3, sizeof *js->v);
-  for (uint32_t k = 0; k < 3; k++) {
-    js->v[k] = (msg_submit){4, k, 10 + k, k % 2, (int32_t)k - 1, k & 1, {NULL, 0}, 1000ull * k};
-    if (k == 1) {
-      js->v[k].inputs.v = calloc(1, sizeof(msg_output));
-      js->v[k].inputs.n = 1;
-      js->v[k].inputs.v[0].buffer = 2;
-      js->v[k].inputs.v[0].data.data = (uint8_t *)strdup("abcd");
-      js->v[k].inputs.v[0].data.len = 4;
-    }
-  }
-  roundtrip(&m, &o);
-  assert_int_equal(o.body.submit_many.jobs.n, 3);
-  for (uint32_t k = 0; k < 3; k++) {
-    const msg_submit *a = &o.body.submit_many.jobs.v[k];
-    assert_true(a->program == 4 && a->run == k && a->job_index == 10 + k && a->slot == k % 2);
-    assert_int_equal(a->device, (int)k - 1);
-    assert_true(a->deadline == 1000ull * k);
-    assert_int_equal(a->inputs.n, k == 1 ? 1 : 0);
-  }
-  assert_memory_equal(o.body.submit_many.jobs.v[1].inputs.v[0].data.data, "abcd", 4);
-  assert_string_equal(msg_type_name(MSG_SUBMIT_MANY), "SUBMIT_MANY");
-  msg_free(&m);
-  msg_free(&o);
-}
-
 /* m's bytes are refused by the decoder, with `named` in the sentence. */
 static void refused(const msg *m, const char *named) {
   size_t len;
@@ -107,6 +74,68 @@ static void refused(const msg *m, const char *named) {
   if (!strstr(err.message, named)) fail_msg("'%s' does not name %s", err.message, named);
   free(buf);
   schedrun_error_clear(&err);
+}
+
+/* SUBMIT_MANY, built job by job: every job's fields and inputs back, in
+ * order (a device of -1 included). */
+static void submit_many_of(msg *m, uint32_t n, uint32_t with_input) {
+  msg_init(m, MSG_SUBMIT_MANY, 100, "client");
+  assert_int_equal(msg_submit_many_reserve(&m->body.submit_many, n, 1), SCHEDRUN_OK);
+  for (uint32_t k = 0; k < n; k++) {
+    msg_submit sb = {4, k, 10 + k, k % 2, (int32_t)k - 1, k & 1, {NULL, 0}, 1000ull * k, k == 2};
+    if (k == with_input) {
+      sb.inputs.v = calloc(1, sizeof(msg_output));
+      sb.inputs.n = 1;
+      sb.inputs.v[0].buffer = 2;
+      sb.inputs.v[0].data.data = (uint8_t *)strdup("abcd");
+      sb.inputs.v[0].data.len = 4;
+    }
+    msg_submit_many_add(&m->body.submit_many, &sb);
+    assert_null(sb.inputs.v); /* moved */
+  }
+}
+
+static void test_submit_many(void **st) {
+  (void)st;
+  msg m, o;
+  submit_many_of(&m, 3, 1);
+  roundtrip(&m, &o);
+  const msg_submit_many *b = &o.body.submit_many;
+  assert_int_equal(b->programs.n, 3);
+  for (uint32_t k = 0; k < 3; k++) {
+    msg_submit a;
+    msg_submit_many_get(b, k, &a);
+    assert_true(a.program == 4 && a.run == k && a.job_index == 10 + k && a.slot == k % 2);
+    assert_int_equal(a.device, (int)k - 1);
+    assert_int_equal(a.keep, k & 1);
+    assert_true(a.deadline == 1000ull * k);
+    assert_int_equal(a.record_only, k == 2);
+    assert_int_equal(a.inputs.n, 0);
+  }
+  assert_int_equal(b->inputs.n, 1);
+  assert_int_equal(b->input_jobs.n, 1);
+  assert_int_equal(b->input_jobs.v[0], 1);
+  assert_int_equal(b->inputs.v[0].buffer, 2);
+  assert_memory_equal(b->inputs.v[0].data.data, "abcd", 4);
+  assert_string_equal(msg_type_name(MSG_SUBMIT_MANY), "SUBMIT_MANY");
+  msg_free(&o);
+  /* a device past int32 is no device; columns that do not match are refused */
+  m.body.submit_many.devices.v[0] = (uint64_t)INT32_MAX + 5;
+  msg_submit a;
+  msg_submit_many_get(&m.body.submit_many, 0, &a);
+  assert_int_equal(a.device, INT32_MAX);
+  m.body.submit_many.runs.n = 2;
+  refused(&m, "runs: the column's length is not the number of jobs");
+  m.body.submit_many.runs.n = 3;
+  m.body.submit_many.slots.v[2] = (uint64_t)UINT32_MAX + 1;
+  refused(&m, "slots: an element is over 32 bits");
+  m.body.submit_many.slots.v[2] = 0;
+  m.body.submit_many.input_jobs.v[0] = 3;
+  refused(&m, "input_jobs: names no job of the batch");
+  msg_free(&m);
+  msg_init(&m, MSG_SUBMIT_MANY, 100, "client");
+  refused(&m, "programs: a batch of no jobs");
+  msg_free(&m);
 }
 
 static msg_u64s col(size_t n, uint64_t base) {
