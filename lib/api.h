@@ -141,6 +141,11 @@ void api_guest_settle(schedrun_t *s, actor_t *sched);
 
 /* Stops guests from entering and waits for those inside to leave. */
 void api_guests_close(schedrun_t *s);
+/* For a caller about to sleep until a lone job completes (no lock held):
+ * when an EXECUTE is still queued for a device, takes the scheduler's and
+ * that device's turns and runs it here, filing the COMPLETE; true when it
+ * found one. */
+bool api_guest_run_queued(schedrun_t *s);
 
 /* How a SUBMIT reaches the scheduler: queued for its thread; or, for a lone
  * job, placed on the caller's thread; or also run there on its device, for

@@ -14,7 +14,9 @@
  * anyway, so it also takes the device's execute actor's turn and runs the
  * job there (the kernels still run where the device runs them, in its
  * worker process on host devices), and files the COMPLETE itself. Only the
- * device is left between the call and its result.
+ * device is left between the call and its result. A caller about to sleep
+ * in a wait for a lone job whose EXECUTE is still queued (the execute
+ * actor's thread was asleep, and has not woken for it yet) does the same.
  */
 #include <sched.h>
 
@@ -82,6 +84,19 @@ static void run_here(schedrun_t *s, actor_t *sched) {
   api_guest_settle(s, sched); /* the EXECUTED */
   msgq_poll_end(cq);
   if (msgq_any(cq)) api_drain_completions(s, false); /* the COMPLETE: filed for the wait */
+}
+
+bool api_guest_run_queued(schedrun_t *s) {
+  actor_t *sched = api_guest_enter(s);
+  if (!sched) return false;
+  bool queued = false;
+  for (int d = 0; d < s->core.ndevices && !queued; d++) queued = msgq_any(&s->core.to_execute[d]);
+  if (queued) {
+    msgq_poll_begin(&s->core.to_scheduler); /* run_here ends this poll */
+    run_here(s, sched);
+  }
+  api_guest_leave(s);
+  return queued;
 }
 
 int api_send_submit(schedrun_t *s, const msg *m, submit_how how, schedrun_error_t *err) {

@@ -27,10 +27,20 @@ void schedrun_job_options_init(schedrun_job_options_t *o) {
  * the lock held; false when the deadline passed. */
 static bool wait_completion(schedrun_t *s, const struct timespec *deadline, bool forever) {
   uint64_t seen = atomic_load(&s->completions);
+  bool lone = s->incomplete == 1;
   pthread_mutex_unlock(&s->lock);
   uint64_t t0 = now_ns(), look = t0;
   msg_queue *q = &s->core.to_client, *sq = &s->core.to_scheduler;
   bool spin = s->spin_ns && spin_gauge_may_spin(&spin_gauge_process, t0);
+  /* Not spinning (the cores are shared, or spinning is off), the execute
+   * actor's thread sleeps too, and a lone job's EXECUTE waits for it to
+   * wake: this thread, about to sleep anyway, runs it instead, unless the
+   * wait has a deadline that the job's run could overstay. */
+  if (!spin && lone && forever && api_guest_run_queued(s)) {
+    pthread_mutex_lock(&s->lock);
+    if (atomic_load(&s->completions) != seen) return true;
+    pthread_mutex_unlock(&s->lock);
+  }
   /* and the scheduler's queue: the EXECUTED of the job waited for is run
    * here, as the scheduler's guest (lib/api_guest.c) */
   actor_t *sched = spin ? api_guest_enter(s) : NULL;

@@ -118,6 +118,51 @@ static void lone_jobs_run_on_the_callers_thread(void **st) {
   schedrun_close(&s);
 }
 
+/* ---- a wait that does not spin runs a lone job still queued ---- */
+
+/* With spinning off, a caller about to sleep in schedrun_wait for a lone
+ * job whose EXECUTE nobody has taken runs it itself. Here the execute
+ * actors are never rung for it (this thread polls their queues while it
+ * submits), so only the waiting thread can run it: without that the wait
+ * would never end, and the alarm ends the test. */
+static void a_wait_that_does_not_spin_runs_the_queued_job(void **st) {
+  (void)st;
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "host:2";
+  o.spin_us = -1;
+  schedrun_t *s = tu_open(&o);
+  schedrun_program_t *p = tu_load(s, scale_yaml, "scale.yaml");
+  schedrun_error_t err = {0};
+  float seed[2];
+  schedrun_job_options_t jo;
+  schedrun_job_result_t *r;
+  scale_options(&jo, seed, 2.0f, false);
+  jo.device = 1;
+  assert_int_equal(schedrun_submit_wait(s, p, &jo, &r, &err), SCHEDRUN_OK); /* compiled and recorded */
+  check_scaled(r, 2.0f);
+  schedrun_job_result_free(&r);
+  alarm(TU_PATIENCE_MS / 1000);
+  for (int i = 0; i < 20; i++) {
+    uint64_t exec0 = execute_rounds(s);
+    scale_options(&jo, seed, 3.0f + (float)i, false);
+    jo.device = 1;
+    for (int d = 0; d < 2; d++) msgq_poll_begin(&s->core.to_execute[d]);
+    schedrun_job_t id;
+    assert_int_equal(schedrun_submit(s, p, &jo, &id, &err), SCHEDRUN_OK);
+    assert_true(msgq_any(&s->core.to_execute[1])); /* placed here, its EXECUTE queued, nobody rung */
+    for (int d = 0; d < 2; d++) msgq_poll_end(&s->core.to_execute[d]);
+    assert_int_equal(schedrun_wait(s, id, -1, &r, &err), SCHEDRUN_OK);
+    check_scaled(r, 3.0f + (float)i);
+    assert_int_equal(schedrun_job_result_info(r)->device, 1);
+    schedrun_job_result_free(&r);
+    assert_int_equal(execute_rounds(s) - exec0, 1); /* on this thread */
+  }
+  alarm(0);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+}
+
 /* ---- schedrun_submit_wait beside other jobs ---- */
 
 static void submit_wait_under_load_and_after(void **st) {
@@ -324,6 +369,7 @@ static void many_callers_and_a_shutdown(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(lone_jobs_run_on_the_callers_thread),
+      cmocka_unit_test(a_wait_that_does_not_spin_runs_the_queued_job),
       cmocka_unit_test(submit_wait_under_load_and_after),
       cmocka_unit_test(submit_wait_deadline_ends_a_stuck_job),
       cmocka_unit_test(submit_wait_misuse),
