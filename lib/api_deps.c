@@ -326,8 +326,15 @@ void deps_settle(schedrun_t *s, deps_work *w) {
 void deps_send(schedrun_t *s, deps_work *w, bool on_completer) {
   /* One job released (a chain's next step): this thread places it itself,
    * as it would a lone submit, instead of waking the scheduler's thread for
-   * it. Several: the scheduler's thread places them beside this one. */
-  submit_how how = w->nsend == 1 ? SUBMIT_PLACE_HERE : SUBMIT_QUEUE;
+   * it, and when no device has anything queued, runs it too, as
+   * schedrun_submit_wait runs a lone job. Several: the scheduler's thread
+   * places them beside this one. */
+  submit_how how = SUBMIT_QUEUE;
+  if (w->nsend == 1) {
+    how = SUBMIT_RUN_HERE;
+    for (int d = 0; d < s->core.ndevices && how == SUBMIT_RUN_HERE; d++)
+      if (msgq_any(&s->core.to_execute[d])) how = SUBMIT_PLACE_HERE;
+  }
   for (size_t i = 0; i < w->nsend; i++) {
     msg *m = &w->send[i];
     schedrun_error_t err = {0};

@@ -795,6 +795,47 @@ static void callers_run_the_scheduler_where_it_is_safe(void **st) {
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
 
+/* A chain of jobs handing x on, x[i] += 1 each: every step's result is
+ * right, element by element, and on host devices the thread that files a
+ * step's completion runs the next step itself (lib/api_deps.c, deps_send)
+ * instead of waking the device's thread for it: over three chains of 100,
+ * the execute actors' queues were taken by guests (on the CUDA double,
+ * never). */
+static void a_chain_runs_where_its_steps_complete(void **st) {
+  (void)st;
+  schedrun_t *s = open_dag();
+  bool cuda = strncmp(schedrun_device_name(s, 0), "cuda", 4) == 0;
+  schedrun_program_t *p = tu_load(s, incr_yaml, "incr.yaml");
+  uint64_t before = actor_guest_rounds(s->execute[0]) + actor_guest_rounds(s->execute[1]);
+  enum { STEPS = 100 };
+  for (int chain = 0; chain < 3; chain++) {
+    schedrun_graph_t *g;
+    assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
+    int n[STEPS];
+    for (int k = 0; k < STEPS; k++) {
+      n[k] = add_job(g, p, k ? -1 : chain % 2, k);
+      if (k) handoff(g, n[k - 1], "x", n[k], "x");
+    }
+    schedrun_job_t ids[STEPS];
+    schedrun_error_t err = {0};
+    if (schedrun_graph_submit(s, g, ids, &err)) fail_msg("%s", err.message);
+    schedrun_graph_free(&g);
+    for (int k = 0; k < STEPS; k++) {
+      schedrun_job_result_t *r = wait_ok(s, ids[k], SCHEDRUN_OK);
+      assert_int_equal(schedrun_job_result_info(r)->device, chain % 2); /* where its x is */
+      const float *x = output(r, "x", 64);
+      for (int i = 0; i < 64; i++)
+        if (x[i] != (float)(k + 1)) fail_msg("chain %d, step %d: x[%d] = %g, not %d", chain, k, i, x[i], k + 1);
+      schedrun_job_result_free(&r);
+    }
+  }
+  uint64_t ran_here = actor_guest_rounds(s->execute[0]) + actor_guest_rounds(s->execute[1]) - before;
+  if (cuda) assert_int_equal(ran_here, 0);
+  else if (ran_here == 0) fail_msg("3 chains of %d: no step ran on the thread that released it", STEPS);
+  schedrun_program_free(&p);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
 /* 10,000 host tasks, each after the 50 before it (half a million edges):
  * each runs once, and only after all 50 (graph submission is linear in
  * nodes and edges; bench/dag_bench.c times it). */
@@ -866,6 +907,7 @@ int main(void) {
       cmocka_unit_test(chains_complete_exactly_once),
       cmocka_unit_test(shutdown_cuts_graphs_short),
       cmocka_unit_test(callers_run_the_scheduler_where_it_is_safe),
+      cmocka_unit_test(a_chain_runs_where_its_steps_complete),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
