@@ -254,11 +254,10 @@ static void start_record(actor_t *self, scheduler_state *s, prog_state *ps, slot
   if (rc) scheduler_complete(self, s, j, rc, "cannot send RECORD", NULL);
 }
 
-void scheduler_start_execute(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss, job *j) {
+/* The EXECUTE of one job already counted as executing. */
+static void send_execute(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss, job *j) {
   const prog_program *p = ps->p;
-  if (j->state != JOB_RECORDING) s->active++;
-  j->state = JOB_EXECUTING;
-  ss->inflight++;
+  assert(j->state == JOB_EXECUTING);
   batch_out(ss, &j, 1);
   msg x;
   msg_init(&x, MSG_EXECUTE, j->id, ACTOR_SCHEDULER);
@@ -298,6 +297,13 @@ void scheduler_start_execute(actor_t *self, scheduler_state *s, prog_state *ps, 
   }
   msg_free(&x);
   if (rc) scheduler_complete(self, s, j, rc, "cannot send EXECUTE", NULL);
+}
+
+void scheduler_start_execute(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss, job *j) {
+  if (j->state != JOB_RECORDING) s->active++;
+  j->state = JOB_EXECUTING;
+  ss->inflight++;
+  send_execute(self, s, ps, ss, j);
 }
 
 /* Whether j's RECORD could change anything: no recording yet, or a variable
@@ -465,7 +471,10 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
       nb = 0;
     }
   }
-  if (nb) send_execute_many(self, s, p, ss, batch, nb);
+  /* a batch of one (a chain's next step, a lone job) as a plain EXECUTE:
+   * fewer values to pack and unpack than a batch's columns */
+  if (nb == 1) send_execute(self, s, ps, ss, batch[0]);
+  else if (nb) send_execute_many(self, s, p, ss, batch, nb);
 }
 
 void scheduler_dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss) {
