@@ -1,4 +1,5 @@
 /* The shared program registry. */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,9 +42,14 @@ int core_send_complete(actor_t *self, schedrun_core *c, const char *to, const ms
   return core_send_queued(self, &c->to_client, to, m);
 }
 
+void core_name_devices(schedrun_core *c) {
+  assert(c->ndevices >= 0 && c->ndevices <= SCHEDRUN_MAX_DEVICES);
+  for (int d = 0; d < c->ndevices; d++) snprintf(c->execute_names[d], sizeof c->execute_names[d], ACTOR_EXECUTE_FMT, d);
+}
+
 int core_send_execute(actor_t *self, schedrun_core *c, int dev, const msg *m) {
-  char to[32];
-  snprintf(to, sizeof to, ACTOR_EXECUTE_FMT, dev);
+  assert(dev >= 0 && dev < c->ndevices);
+  const char *to = c->execute_names[dev];
   if (c->no_batching) return actor_send(self, to, m);
   return core_send_queued(self, &c->to_execute[dev], to, m);
 }

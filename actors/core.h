@@ -46,7 +46,11 @@ typedef struct schedrun_core {
   msg_queue to_execute[SCHEDRUN_MAX_DEVICES];
   msg_queue to_client;
   bool queue_completions;
+  char execute_names[SCHEDRUN_MAX_DEVICES][24]; /* ACTOR_EXECUTE_FMT of each device */
 } schedrun_core;
+
+/* Names each device's execute actor (c->ndevices set). */
+void core_name_devices(schedrun_core *c);
 
 const prog_program *core_program(schedrun_core *c, uint64_t id);
 

@@ -141,6 +141,9 @@ void api_guest_settle(schedrun_t *s, actor_t *sched);
 
 /* Stops guests from entering and waits for those inside to leave. */
 void api_guests_close(schedrun_t *s);
+/* Places an error that a check of call `fn` left ("fn: what") at `where`
+ * ("fn: where: what"), formatted only when there is one; returns rc. */
+int api_name_error(schedrun_error_t *err, int rc, const char *fn, const char *where);
 /* For a caller about to sleep until a lone job completes (no lock held):
  * when an EXECUTE is still queued for a device, takes the scheduler's and
  * that device's turns and runs it here, filing the COMPLETE; true when it

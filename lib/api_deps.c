@@ -146,7 +146,8 @@ void deps_completed(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r, de
   pj->dep = NULL;
   bool ok = deps_succeeded(r);
   /* the first job that failed on this path, named once for all after it */
-  char *root = !r ? xstrdup("out of memory")
+  char *root = ok ? NULL
+               : !r ? xstrdup("out of memory")
                : r->info.status == SCHEDRUN_EDEPEND && d->root
                    ? xstrdup(d->root)
                    : fmt("job %llu ('%s') failed: %s", (unsigned long long)pj->id, label(pj, d),

@@ -226,10 +226,7 @@ int schedrun_graph_handoff(schedrun_graph_t *g, int from, const char *from_buffe
 static int prepare(schedrun_t *s, const schedrun_graph_t *g, const graph_index *x, size_t i, pending_job **pjs,
                    schedrun_error_t *err) {
   const g_node *n = &g->nodes[i];
-  char fn[200], l[160];
-  graph_node_label(g, (int)i, l, sizeof l);
-  if (n->stage) snprintf(fn, sizeof fn, "schedrun_graph_submit: %s", l);
-  else snprintf(fn, sizeof fn, "schedrun_graph_submit: node %zu", i);
+  static const char fn[] = "schedrun_graph_submit"; /* the node is named only in an error */
   pending_job *pj = pjs[i] = calloc(1, sizeof *pj);
   dep_node *d = pj ? (pj->dep = deps_node_new()) : NULL;
   if (!d) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
@@ -240,11 +237,17 @@ static int prepare(schedrun_t *s, const schedrun_graph_t *g, const graph_index *
     if (!(d->name = xstrdup(n->name))) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   } else {
     int rc = api_check_options(s, fn, &n->o, err);
-    if (rc) return rc;
-    d->is_job = true;
-    msg_init(&d->submit, MSG_SUBMIT, 0, ACTOR_CLIENT);
-    rc = api_fill_submit(n->prog->p, fn, &n->o, &d->submit.body.submit, err);
-    if (rc) return rc;
+    if (rc == SCHEDRUN_OK) {
+      d->is_job = true;
+      msg_init(&d->submit, MSG_SUBMIT, 0, ACTOR_CLIENT);
+      rc = api_fill_submit(n->prog->p, fn, &n->o, &d->submit.body.submit, err);
+    }
+    if (rc) {
+      char where[160];
+      if (n->stage) graph_node_label(g, (int)i, where, sizeof where);
+      else snprintf(where, sizeof where, "node %zu", i);
+      return api_name_error(err, rc, fn, where);
+    }
     d->submit.body.submit.program = 0; /* set once attached */
     d->pinned = n->o.device >= 0;
   }

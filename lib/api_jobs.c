@@ -365,17 +365,21 @@ int schedrun_wait_all(schedrun_t *s, int timeout_ms, schedrun_error_t *err) {
 
 #define SUBMIT_BATCH 1024 /* jobs per SUBMIT_MANY message */
 
-/* Names job i of a schedrun_submit_many in the error its checks left
- * ("schedrun_submit_many: ..." becomes "schedrun_submit_many: job i: ..."),
- * formatted only when there is an error. */
-static int name_job(schedrun_error_t *err, int rc, size_t i) {
-  static const char fn[] = "schedrun_submit_many";
-  if (err && err->message && !strncmp(err->message, fn, sizeof fn - 1)) {
+int api_name_error(schedrun_error_t *err, int rc, const char *fn, const char *where) {
+  size_t n = strlen(fn);
+  if (err && err->message && !strncmp(err->message, fn, n)) {
     schedrun_error_t named = {0};
-    err_set(&named, rc, "%s: job %zu%s", fn, i, err->message + sizeof fn - 1);
+    err_set(&named, rc, "%s: %s%s", fn, where, err->message + n);
     err_move(err, &named);
   }
   return rc;
+}
+
+/* Names job i of a schedrun_submit_many in the error its checks left. */
+static int name_job(schedrun_error_t *err, int rc, size_t i) {
+  char where[32];
+  snprintf(where, sizeof where, "job %zu", i);
+  return api_name_error(err, rc, "schedrun_submit_many", where);
 }
 
 int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const schedrun_job_options_t *opts,

@@ -166,11 +166,7 @@ static void teardown(schedrun_t *s) {
   stop_actor(s, &s->scheduler, ACTOR_SCHEDULER);
   stop_actor(s, &s->compile, ACTOR_COMPILE);
   stop_actor(s, &s->record, ACTOR_RECORD);
-  for (int d = 0; d < s->core.ndevices; d++) {
-    char name[32];
-    snprintf(name, sizeof name, ACTOR_EXECUTE_FMT, d);
-    stop_actor(s, &s->execute[d], name);
-  }
+  for (int d = 0; d < s->core.ndevices; d++) stop_actor(s, &s->execute[d], s->core.execute_names[d]);
   stop_completer(s);
   scheduler_state_free(s->scheduler_st);
   compile_state_free(s->compile_st);
@@ -285,6 +281,7 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
     goto fail;
   }
   s->core.ndevices = s->core.backend->ops->device_count(s->core.backend);
+  core_name_devices(&s->core);
   {
     const gpu_backend *be = s->core.backend;
     const char *arch = be->ops->arch(be, 0);
@@ -307,11 +304,8 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   if ((rc = msgq_open(&s->core.to_scheduler, s->core.zctx, ACTOR_SCHEDULER, err)) ||
       (rc = msgq_open(&s->core.to_client, s->core.zctx, ACTOR_CLIENT, err)))
     goto fail;
-  for (int d = 0; d < s->core.ndevices; d++) {
-    char name[32];
-    snprintf(name, sizeof name, ACTOR_EXECUTE_FMT, d);
-    if ((rc = msgq_open(&s->core.to_execute[d], s->core.zctx, name, err))) goto fail;
-  }
+  for (int d = 0; d < s->core.ndevices; d++)
+    if ((rc = msgq_open(&s->core.to_execute[d], s->core.zctx, s->core.execute_names[d], err))) goto fail;
   s->inbox = mbox_bind(s->core.zctx, ACTOR_CLIENT, err);
   s->ctl_inbox = s->inbox ? mbox_bind(s->core.zctx, ACTOR_CONTROL, err) : NULL;
   s->bell = s->ctl_inbox ? mbox_connect(s->core.zctx, ACTOR_CLIENT, err) : NULL;
@@ -331,8 +325,7 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   if ((rc = actor_start_spin(s->core.zctx, &record_actor_def, ACTOR_RECORD, s->record_st, s->spin_ns, NULL, &s->record, err)))
     goto fail;
   for (int d = 0; d < s->core.ndevices; d++) {
-    char name[32];
-    snprintf(name, sizeof name, ACTOR_EXECUTE_FMT, d);
+    const char *name = s->core.execute_names[d];
     s->execute_st[d] = execute_state_new(&s->core, d);
     if (!s->execute_st[d]) {
       rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
@@ -351,9 +344,7 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
     goto fail;
   }
   for (int d = 0; d < s->core.ndevices; d++) {
-    char name[32];
-    snprintf(name, sizeof name, ACTOR_EXECUTE_FMT, d);
-    if (!(s->execute_bell[d] = mbox_connect(s->core.zctx, name, err))) {
+    if (!(s->execute_bell[d] = mbox_connect(s->core.zctx, s->core.execute_names[d], err))) {
       rc = SCHEDRUN_EINTERNAL;
       goto fail;
     }

@@ -795,6 +795,31 @@ static void callers_run_the_scheduler_where_it_is_safe(void **st) {
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
 
+/* A node whose options cannot be submitted is named in the error, and
+ * nothing of the graph is submitted. */
+static void graph_submit_names_the_node(void **st) {
+  (void)st;
+  schedrun_t *s = open_dag();
+  schedrun_program_t *p = tu_load(s, incr_yaml, "incr.yaml");
+  schedrun_graph_t *g;
+  assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
+  int a = add_job(g, p, 0, 0), b = add_job(g, p, 9, 1);
+  handoff(g, a, "x", b, "x");
+  schedrun_stats_t before, after;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_get_stats(s, &before, &err), SCHEDRUN_OK);
+  schedrun_job_t ids[2];
+  assert_int_equal(schedrun_graph_submit(s, g, ids, &err), SCHEDRUN_EINVAL);
+  if (!err.message || !strstr(err.message, "schedrun_graph_submit: node 1: no device 9"))
+    fail_msg("'%s' does not name node 1", err.message ? err.message : "");
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_get_stats(s, &after, &err), SCHEDRUN_OK);
+  assert_true(after.submitted == before.submitted);
+  schedrun_graph_free(&g);
+  schedrun_program_free(&p);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
 /* A chain of jobs handing x on, x[i] += 1 each: every step's result is
  * right, element by element, and on host devices the thread that files a
  * step's completion runs the next step itself (lib/api_deps.c, deps_send)
@@ -908,6 +933,7 @@ int main(void) {
       cmocka_unit_test(shutdown_cuts_graphs_short),
       cmocka_unit_test(callers_run_the_scheduler_where_it_is_safe),
       cmocka_unit_test(a_chain_runs_where_its_steps_complete),
+      cmocka_unit_test(graph_submit_names_the_node),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
