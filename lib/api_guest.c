@@ -86,6 +86,19 @@ static void run_here(schedrun_t *s, actor_t *sched) {
   if (msgq_any(cq)) api_drain_completions(s, false); /* the COMPLETE: filed for the wait */
 }
 
+actor_t *api_guest_hold(schedrun_t *s) {
+  actor_t *sched = api_guest_enter(s);
+  if (sched) msgq_poll_begin(&s->core.to_scheduler); /* ours to run: pushes ring nobody */
+  return sched;
+}
+
+void api_guest_unhold(schedrun_t *s, actor_t *sched) {
+  if (!sched) return;
+  msgq_poll_end(&s->core.to_scheduler);
+  api_guest_settle(s, sched);
+  api_guest_leave(s);
+}
+
 bool api_guest_run_queued(schedrun_t *s) {
   actor_t *sched = api_guest_enter(s);
   if (!sched) return false;
