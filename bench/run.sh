@@ -343,6 +343,10 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "| the scheduler tries the last program looked up first, keeps the slot \`pick_device\` found, copies names without snprintf | 11,400 instructions per job | 10,500 |"
   echo "| a job released by its predecessors alone is placed by the releasing thread (no wake of the scheduler's thread); a chain of 100 dependent jobs | 24-25 us per job | 15-16 us |"
   echo "| waits stop spinning once a yield has lost a time slice (\`common/spin_gauge.h\`); with 4 busy loops on the 2 cores, \`jobs_bench --shipped 20000\` | 30-38k jobs/s, 4.0 ms median latency | 110-500k jobs/s, 50-60 us |"
+  echo "| SUBMITs pushed while the scheduler has not taken the last one are gathered into one SUBMIT_MANY, in columns; instructions per job from \`jobs_bench --only-jobs\` under callgrind, throughput from \`jobs_bench --shipped 50000\`, 1 device | 10,500 instructions, 0.57-0.68 M jobs/s | 5,600-5,700, 1.0-1.1 M jobs/s |"
+  echo "| a wait without a timeout that does not spin runs its lone job itself when the job's EXECUTE is still queued; with 4 busy loops on the 2 cores, median latency, \`jobs_bench --shipped 20000\` | 50-100 us | 18-22 us |"
+  echo "| a chain's next step runs on the thread that filed its predecessor's completion when no device has work queued; \`dag_bench --deps-only\`, per dependent job, idle / with 4 busy loops | 14-21 us / 165-360 us | 8-12 us / 40-57 us |"
+  echo "| a batch of one job leaves as a plain EXECUTE, and a chain step formats no error text before an error; instructions per step of a chain of 100 under callgrind | 71,000 | 49,000 |"
   echo
   echo "## Where a job's time goes"
   echo
