@@ -68,6 +68,19 @@ static void check_scaled(const schedrun_job_result_t *r, float k) {
     if (y[i] != k * (float)i) fail_msg("seed %g: y[%d] = %g, not %g", k, i, y[i], k * (float)i);
 }
 
+/* One job on `device`, so that its program is compiled and recorded there. */
+static void warm_up(schedrun_t *s, schedrun_program_t *p, int device) {
+  float seed[2];
+  schedrun_job_options_t jo;
+  schedrun_job_result_t *r;
+  schedrun_error_t err = {0};
+  scale_options(&jo, seed, 2.0f, false);
+  jo.device = device;
+  assert_int_equal(schedrun_submit_wait(s, p, &jo, &r, &err), SCHEDRUN_OK);
+  check_scaled(r, 2.0f);
+  schedrun_job_result_free(&r);
+}
+
 static uint64_t execute_rounds(schedrun_t *s) {
   uint64_t n = 0;
   for (int d = 0; d < s->core.ndevices; d++) n += actor_guest_rounds(s->execute[d]);
@@ -138,11 +151,7 @@ static void a_wait_that_does_not_spin_runs_the_queued_job(void **st) {
   float seed[2];
   schedrun_job_options_t jo;
   schedrun_job_result_t *r;
-  scale_options(&jo, seed, 2.0f, false);
-  jo.device = 1;
-  assert_int_equal(schedrun_submit_wait(s, p, &jo, &r, &err), SCHEDRUN_OK); /* compiled and recorded */
-  check_scaled(r, 2.0f);
-  schedrun_job_result_free(&r);
+  warm_up(s, p, 1);
   /* that job may have run on the execute actor's thread (its EXECUTE came
    * after the recording, from the scheduler's thread): once the thread lets
    * go of its turn, nothing rings it again */
@@ -214,11 +223,7 @@ static void submit_wait_deadline_ends_a_stuck_job(void **st) {
   float seed[2];
   schedrun_job_options_t jo;
   schedrun_job_result_t *r;
-  scale_options(&jo, seed, 2.0f, false);
-  jo.device = 0;
-  assert_int_equal(schedrun_submit_wait(s, p, &jo, &r, &err), SCHEDRUN_OK); /* compiled and recorded */
-  check_scaled(r, 2.0f);
-  schedrun_job_result_free(&r);
+  warm_up(s, p, 0);
   /* the execute actor's thread, idle for a while, sleeps: this thread runs the next job */
   usleep(100000);
   uint64_t exec0 = execute_rounds(s);
