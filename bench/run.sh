@@ -346,6 +346,7 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "| SUBMITs pushed while the scheduler has not taken the last one are gathered into one SUBMIT_MANY, in columns; instructions per job from \`jobs_bench --only-jobs\` under callgrind, throughput from \`jobs_bench --shipped 50000\`, 1 device | 10,500 instructions, 0.57-0.68 M jobs/s | 5,600-5,700, 1.0-1.1 M jobs/s |"
   echo "| a wait without a timeout that does not spin runs its lone job itself when the job's EXECUTE is still queued; with 4 busy loops on the 2 cores, median latency, \`jobs_bench --shipped 20000\` | 50-100 us | 18-22 us |"
   echo "| a chain's next step runs on the thread that filed its predecessor's completion when no device has work queued; \`dag_bench --deps-only\`, per dependent job, idle / with 4 busy loops | 14-21 us / 165-360 us | 8-12 us / 40-57 us |"
+  echo "| jobs released together are placed on the releasing thread in one round, and one device's share of them runs there when no device has work queued; a diamond of four saxpy jobs, \`dag_bench --deps-only\`, 1 / 2 devices | 123-160 / 123-146 us | 47-60 / 47-62 us |"
   echo "| a batch of one job leaves as a plain EXECUTE, and a chain step formats no error text before an error; instructions per step of a chain of 100 under callgrind | 71,000 | 49,000 |"
   echo
   echo "## Where a job's time goes"

@@ -142,12 +142,19 @@ void api_guest_settle(schedrun_t *s, actor_t *sched);
 /* Stops guests from entering and waits for those inside to leave. */
 void api_guests_close(schedrun_t *s);
 /* Several SUBMITs placed on the calling thread in one round of the
- * scheduler's handler: api_guest_hold (NULL when guests may not enter),
- * then the SUBMITs queued (api_send_submit, SUBMIT_QUEUE: they ring
- * nobody), then api_guest_unhold, which runs them here, or rings the
- * scheduler when its turn is busy. */
-actor_t *api_guest_hold(schedrun_t *s);
-void api_guest_unhold(schedrun_t *s, actor_t *sched);
+ * scheduler's handler: api_guest_hold, then the SUBMITs queued
+ * (api_send_submit, SUBMIT_QUEUE: they ring nobody), then
+ * api_guest_unhold, which places them here, or rings the scheduler when its
+ * turn is busy. When no device had work queued at the hold (`run`), the
+ * unhold also runs the first device's new jobs here, as for a lone job,
+ * and rings the other devices for theirs. Nothing when guests may not
+ * enter (`sched` NULL). */
+typedef struct guest_round {
+  actor_t *sched;
+  bool run;
+} guest_round;
+void api_guest_hold(schedrun_t *s, guest_round *g);
+void api_guest_unhold(schedrun_t *s, guest_round *g);
 /* Places an error that a check of call `fn` left ("fn: what") at `where`
  * ("fn: where: what"), formatted only when there is one; returns rc. */
 int api_name_error(schedrun_error_t *err, int rc, const char *fn, const char *where);

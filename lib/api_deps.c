@@ -330,14 +330,16 @@ void deps_send(schedrun_t *s, deps_work *w, bool on_completer) {
    * it, and when no device has anything queued, runs it too, as
    * schedrun_submit_wait runs a lone job. Several: placed here too, all in
    * one round of the scheduler's handler after they are queued (so that
-   * they leave for their devices together, in batches). */
+   * they leave for their devices together, in batches), and when no device
+   * had work, one device's share of them runs here too. */
   submit_how how = SUBMIT_QUEUE;
   if (w->nsend == 1) {
     how = SUBMIT_RUN_HERE;
     for (int d = 0; d < s->core.ndevices && how == SUBMIT_RUN_HERE; d++)
       if (msgq_any(&s->core.to_execute[d])) how = SUBMIT_PLACE_HERE;
   }
-  actor_t *held = w->nsend > 1 ? api_guest_hold(s) : NULL;
+  guest_round held = {NULL, false};
+  if (w->nsend > 1) api_guest_hold(s, &held);
   for (size_t i = 0; i < w->nsend; i++) {
     msg *m = &w->send[i];
     schedrun_error_t err = {0};
@@ -353,7 +355,7 @@ void deps_send(schedrun_t *s, deps_work *w, bool on_completer) {
     schedrun_error_clear(&err);
     msg_free(m);
   }
-  api_guest_unhold(s, held);
+  api_guest_unhold(s, &held);
   w->nsend = 0;
 }
 

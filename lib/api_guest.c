@@ -49,12 +49,15 @@ static int ring_locked(void *sock, msg_queue *q, uint64_t job, schedrun_error_t 
  * runs here, or, when the actor's turn is busy, the actor is rung through
  * `bell`: the holder (another guest, or its own thread) may have looked at
  * the queue before the push. */
-static void settle(schedrun_t *s, actor_t *a, msg_queue *q, void *bell) {
-  if (!msgq_any(q) || actor_run_queue_here(a) != ACTOR_TURN_BUSY) return;
-  if (!msgq_claim_ring(q)) return;
+static void ring_for(schedrun_t *s, msg_queue *q, void *bell) {
+  if (!msgq_any(q) || !msgq_claim_ring(q)) return;
   pthread_mutex_lock(&s->send_lock);
   ring_locked(bell, q, 0, NULL);
   pthread_mutex_unlock(&s->send_lock);
+}
+
+static void settle(schedrun_t *s, actor_t *a, msg_queue *q, void *bell) {
+  if (msgq_any(q) && actor_run_queue_here(a) == ACTOR_TURN_BUSY) ring_for(s, q, bell);
 }
 
 void api_guest_settle(schedrun_t *s, actor_t *sched) { settle(s, sched, &s->core.to_scheduler, s->outbox); }
@@ -86,16 +89,48 @@ static void run_here(schedrun_t *s, actor_t *sched) {
   if (msgq_any(cq)) api_drain_completions(s, false); /* the COMPLETE: filed for the wait */
 }
 
-actor_t *api_guest_hold(schedrun_t *s) {
-  actor_t *sched = api_guest_enter(s);
-  if (sched) msgq_poll_begin(&s->core.to_scheduler); /* ours to run: pushes ring nobody */
-  return sched;
+/* Whether every device's queue is empty now. */
+static bool devices_idle(schedrun_t *s) {
+  for (int d = 0; d < s->core.ndevices; d++)
+    if (msgq_any(&s->core.to_execute[d])) return false;
+  return true;
 }
 
-void api_guest_unhold(schedrun_t *s, actor_t *sched) {
-  if (!sched) return;
+void api_guest_hold(schedrun_t *s, guest_round *g) {
+  g->sched = api_guest_enter(s);
+  g->run = g->sched && devices_idle(s);
+  if (!g->sched) return;
+  /* ours to run: what is pushed meanwhile rings nobody */
+  if (g->run) {
+    for (int d = 0; d < s->core.ndevices; d++) msgq_poll_begin(&s->core.to_execute[d]);
+    msgq_poll_begin(&s->core.to_client);
+  }
+  msgq_poll_begin(&s->core.to_scheduler);
+}
+
+void api_guest_unhold(schedrun_t *s, guest_round *g) {
+  if (!g->sched) return;
+  if (g->run) {
+    actor_run_queue_here(g->sched); /* placed: their EXECUTEs queued */
+    /* the first device with work runs it here; the others' threads are
+     * rung for theirs, so that the devices still run side by side */
+    int here = -1;
+    for (int d = 0; d < s->core.ndevices && here < 0; d++)
+      if (msgq_any(&s->core.to_execute[d]) && actor_run_queue_here(s->execute[d]) == ACTOR_TURN_RAN) here = d;
+    for (int d = 0; d < s->core.ndevices; d++) {
+      msg_queue *q = &s->core.to_execute[d];
+      msgq_poll_end(q);
+      if (d == here) settle(s, s->execute[d], q, s->execute_bell[d]);
+      else ring_for(s, q, s->execute_bell[d]);
+    }
+  }
   msgq_poll_end(&s->core.to_scheduler);
-  api_guest_settle(s, sched);
+  api_guest_settle(s, g->sched);
+  if (g->run) {
+    msg_queue *cq = &s->core.to_client;
+    msgq_poll_end(cq);
+    if (msgq_any(cq)) api_drain_completions(s, false);
+  }
   api_guest_leave(s);
 }
 

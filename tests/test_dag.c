@@ -795,6 +795,47 @@ static void callers_run_the_scheduler_where_it_is_safe(void **st) {
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
 
+/* A host task before eight jobs pinned to device 0: its completion, on the
+ * completion thread, releases all eight at once; they are placed there in
+ * one round and, no device having work, run there too (lib/api_guest.c,
+ * api_guest_unhold). Every job's x is right; on host devices the execute
+ * actors' queues were taken by guests (on the CUDA double, never). */
+static void a_fan_out_runs_where_it_is_released(void **st) {
+  (void)st;
+  schedrun_t *s = open_dag();
+  bool cuda = strncmp(schedrun_device_name(s, 0), "cuda", 4) == 0;
+  schedrun_program_t *p = tu_load(s, incr_yaml, "incr.yaml");
+  uint64_t before = actor_guest_rounds(s->execute[0]) + actor_guest_rounds(s->execute[1]);
+  enum { FAN = 8 };
+  for (int round = 0; round < 3; round++) {
+    schedrun_graph_t *g;
+    schedrun_error_t err = {0};
+    assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
+    int h = -1;
+    assert_int_equal(schedrun_graph_host(g, "start", nothing_task, NULL, &h, &err), SCHEDRUN_OK);
+    for (int k = 0; k < FAN; k++)
+      assert_int_equal(schedrun_graph_after(g, add_job(g, p, 0, 0), h, &err), SCHEDRUN_OK);
+    schedrun_job_t ids[1 + FAN];
+    if (schedrun_graph_submit(s, g, ids, &err)) fail_msg("%s", err.message);
+    schedrun_graph_free(&g);
+    schedrun_job_result_t *hr = wait_ok(s, ids[0], SCHEDRUN_OK);
+    schedrun_job_result_free(&hr);
+    for (int k = 1; k <= FAN; k++) {
+      schedrun_job_result_t *r = wait_ok(s, ids[k], SCHEDRUN_OK);
+      assert_int_equal(schedrun_job_result_info(r)->device, 0);
+      const float *x = output(r, "x", 64);
+      for (int i = 0; i < 64; i++)
+        if (x[i] != 1.0f) fail_msg("round %d, job %d: x[%d] = %g, not 1", round, k, i, x[i]);
+      schedrun_job_result_free(&r);
+    }
+  }
+  uint64_t ran_here = actor_guest_rounds(s->execute[0]) + actor_guest_rounds(s->execute[1]) - before;
+  if (cuda) assert_int_equal(ran_here, 0);
+  else if (ran_here == 0) fail_msg("3 fan-outs of %d: none ran on the thread that released them", FAN);
+  schedrun_program_free(&p);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
 /* A node whose options cannot be submitted is named in the error, and
  * nothing of the graph is submitted. */
 static void graph_submit_names_the_node(void **st) {
@@ -934,6 +975,7 @@ int main(void) {
       cmocka_unit_test(callers_run_the_scheduler_where_it_is_safe),
       cmocka_unit_test(a_chain_runs_where_its_steps_complete),
       cmocka_unit_test(graph_submit_names_the_node),
+      cmocka_unit_test(a_fan_out_runs_where_it_is_released),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
