@@ -27,6 +27,7 @@ void scheduler_job_free(scheduler_state *s, job *j) {
   core_free_parcels(s->core, &j->takes);
   free(j->takes.v);
   free(j->park.v);
+  free(j->then.v);
   free(j);
 }
 
@@ -57,6 +58,7 @@ scheduler_state *scheduler_state_new(schedrun_core *core) {
     return NULL;
   }
   idmap_init(&s->jobs);
+  idmap_init(&s->held);
   hmap_init(&s->progs, sizeof(uint64_t));
   return s;
 }
@@ -100,6 +102,7 @@ void scheduler_state_free(scheduler_state *s) {
   void *v;
   while (idmap_next(&s->jobs, &pos, NULL, &v)) scheduler_job_free(s, v);
   idmap_destroy(&s->jobs);
+  scheduler_held_free(s);
   pos = 0;
   while (hmap_next(&s->progs, &pos, NULL, &v)) scheduler_prog_state_free(s, v);
   hmap_destroy(&s->progs);
@@ -200,6 +203,7 @@ void scheduler_complete(actor_t *self, scheduler_state *s, job *j, int status, c
   c->t_done = now_ns();
   core_send_complete(self, s->core, j->client, &m);
   msg_free(&m);
+  scheduler_hand_on(self, s, j, status, NULL); /* after its COMPLETE: the client hears in order */
   scheduler_retire(self, s, j);
 }
 
@@ -270,6 +274,7 @@ static void send_execute(actor_t *self, scheduler_state *s, prog_state *ps, slot
   memset(&j->inputs, 0, sizeof j->inputs);
   x.body.execute.park = j->park; /* so are the hand-offs */
   x.body.execute.takes = j->takes;
+  x.body.execute.releases = j->then.n > 0;
   memset(&j->park, 0, sizeof j->park);
   memset(&j->takes, 0, sizeof j->takes);
   msg_execute *e = &x.body.execute;
@@ -445,7 +450,10 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
       start_record(self, s, ps, ss, j);
       break;
     }
-    if (!j->record_only && !room_out(s, ss, nb > 0, alone(s, p))) break;
+    /* a job that releases others travels alone: its parcels come back in
+     * its own EXECUTED */
+    bool single = alone(s, p) || j->then.n;
+    if (!j->record_only && !room_out(s, ss, nb > 0, single)) break;
     scheduler_q_pop(&ss->queue);
     j->counts = (msg_counts){0, 0, ss->nodes}; /* reused as it is, without asking */
     ss->fast_reuses += ss->nodes;
@@ -457,8 +465,12 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
       scheduler_complete(self, s, j, SCHEDRUN_EINTERNAL, "the job's program is gone", NULL);
       continue;
     }
-    if (alone(s, p)) {
-      /* one EXECUTE per job (batches do not stop for host steps) */
+    if (single) {
+      /* one EXECUTE per job (batches do not stop for host steps); the
+       * batch in hand goes first, keeping the order */
+      if (nb == 1) send_execute(self, s, ps, ss, batch[0]);
+      else if (nb) send_execute_many(self, s, p, ss, batch, nb);
+      nb = 0;
       scheduler_start_execute(self, s, ps, ss, j);
       continue;
     }
@@ -515,6 +527,7 @@ static int pick_device(scheduler_state *s, prog_state *ps, const job *j, slot_st
   gpu_backend *be = s->core->backend;
   *warm_slot = NULL;
   if (j->pin >= 0) return be->ops->device_lost(be, j->pin) ? -1 : j->pin;
+  if (j->near >= 0 && !be->ops->device_lost(be, j->near)) return j->near; /* it copies the least there */
   int least = -1, warm = -1;
   slot_state *warm_ss = NULL;
   for (int d = 0; d < s->core->ndevices; d++) {
