@@ -1,8 +1,9 @@
 /*
- * The scheduler's plumbing: job queues, completing and retiring jobs, and
- * moving jobs through their execution context (placement on a device, RECORD
- * when the recording may have changed, a few EXECUTEs ahead). See scheduler.c
- * for the job flow and scheduler_state.h for the state.
+ * The scheduler's plumbing: completing and retiring jobs, and moving jobs
+ * through their execution context (placement on a device, RECORD when the
+ * recording may have changed, a few EXECUTEs ahead). See scheduler.c for
+ * the job flow, scheduler_state.h for the state and scheduler_state.c for
+ * its making and freeing.
  */
 #include <assert.h>
 #include <stdio.h>
@@ -12,127 +13,6 @@
 #include "actors/exec_ctx_key.h"
 #include "actors/scheduler_state.h"
 
-
-void scheduler_free_outputs(msg_outputs *o) {
-  for (size_t i = 0; i < o->n; i++) free(o->v[i].data.data);
-  free(o->v);
-  memset(o, 0, sizeof *o);
-}
-
-void scheduler_job_free(scheduler_state *s, job *j) {
-  if (!j) return;
-  scheduler_free_outputs(&j->inputs);
-  /* parcels the job was to take and never did (it failed before it ran):
-   * nobody else holds them */
-  core_free_parcels(s->core, &j->takes);
-  free(j->takes.v);
-  free(j->park.v);
-  free(j->then.v);
-  free(j);
-}
-
-void scheduler_q_push(job_queue *q, job *j) {
-  j->next = NULL;
-  if (q->tail) q->tail->next = j;
-  else q->head = j;
-  q->tail = j;
-}
-
-job *scheduler_q_pop(job_queue *q) {
-  job *j = q->head;
-  if (j) {
-    q->head = j->next;
-    if (!q->head) q->tail = NULL;
-    j->next = NULL;
-  }
-  return j;
-}
-
-scheduler_state *scheduler_state_new(schedrun_core *core) {
-  scheduler_state *s = calloc(1, sizeof *s);
-  if (!s) return NULL;
-  s->core = core;
-  s->load = calloc((size_t)core->ndevices, sizeof *s->load);
-  if (!s->load) {
-    free(s);
-    return NULL;
-  }
-  idmap_init(&s->jobs);
-  idmap_init(&s->held);
-  hmap_init(&s->progs, sizeof(uint64_t));
-  return s;
-}
-
-void scheduler_free_modules(msg_modules *mods) {
-  for (size_t i = 0; i < mods->n; i++) {
-    free(mods->v[i].name);
-    free(mods->v[i].key);
-    free(mods->v[i].path);
-  }
-  free(mods->v);
-  memset(mods, 0, sizeof *mods);
-}
-
-static void free_slots(scheduler_state *s, prog_state *ps) {
-  const prog_program *p = ps->p;
-  size_t pos = 0;
-  const void *k;
-  void *v;
-  while (hmap_next(&ps->slots, &pos, &k, &v)) {
-    slot_state *ss = v;
-    const slot_key *sk = k;
-    for (uint32_t b = 0; ss->bindings && p && b < p->nbuffers; b++)
-      if (ss->bindings[b]) s->core->backend->ops->mem_free(s->core->backend, (int)sk->device, ss->bindings[b]);
-    free(ss->bindings);
-    free(ss);
-  }
-  hmap_destroy(&ps->slots);
-}
-
-void scheduler_prog_state_free(scheduler_state *s, prog_state *ps) {
-  if (s->last_prog == ps) s->last_prog = NULL;
-  free_slots(s, ps);
-  scheduler_free_modules(&ps->modules);
-  free(ps);
-}
-
-void scheduler_state_free(scheduler_state *s) {
-  if (!s) return;
-  size_t pos = 0;
-  void *v;
-  while (idmap_next(&s->jobs, &pos, NULL, &v)) scheduler_job_free(s, v);
-  idmap_destroy(&s->jobs);
-  scheduler_held_free(s);
-  pos = 0;
-  while (hmap_next(&s->progs, &pos, NULL, &v)) scheduler_prog_state_free(s, v);
-  hmap_destroy(&s->progs);
-  free(s->dirty);
-  free(s->load);
-  free(s);
-}
-
-prog_state *scheduler_prog_get(scheduler_state *s, uint64_t id, bool create) {
-  /* a job's messages look its program up several times, and jobs in a row
-   * mostly share one: the last found is tried first */
-  if (s->last_prog && s->last_prog->id == id) {
-    assert(hmap_get(&s->progs, &id) == s->last_prog);
-    return s->last_prog;
-  }
-  prog_state *ps = hmap_get(&s->progs, &id);
-  if (ps) s->last_prog = ps;
-  if (ps || !create) return ps;
-  ps = calloc(1, sizeof *ps);
-  if (!ps) return NULL;
-  ps->id = id;
-  ps->p = core_program(s->core, id);
-  hmap_init(&ps->slots, sizeof(slot_key));
-  if (hmap_put(&s->progs, &id, ps) != 0) {
-    free(ps);
-    return NULL;
-  }
-  s->last_prog = ps;
-  return ps;
-}
 
 /* One job of the oldest EXECUTE out has come back. */
 static void batch_done(slot_state *ss) {
@@ -639,7 +519,7 @@ void scheduler_reply_simple(actor_t *self, const char *to, int type, uint64_t jo
 void scheduler_finish_release(actor_t *self, scheduler_state *s, prog_state *ps) {
   if (ps->release_sent) return;
   ps->release_sent = true;
-  free_slots(s, ps);
+  scheduler_free_slots(s, ps);
   hmap_init(&ps->slots, sizeof(slot_key));
   msg f;
   msg_init(&f, MSG_RELEASE, ps->release_job, ACTOR_SCHEDULER);

@@ -1,7 +1,8 @@
 /*
- * The scheduler actor's state, shared by its two files: scheduler.c (the
- * message handlers) and scheduler_dispatch.c (queues, completion, placement
- * and dispatch). Private to actors/.
+ * The scheduler actor's state, shared by its files: scheduler.c (the
+ * message handlers), scheduler_state.c (the state made and freed),
+ * scheduler_dispatch.c (completion, placement and dispatch) and
+ * scheduler_then.c (jobs sent ahead). Private to actors/.
  */
 #ifndef SCHEDRUN_SCHEDULER_STATE_H
 #define SCHEDRUN_SCHEDULER_STATE_H
@@ -148,7 +149,11 @@ void scheduler_admit(actor_t *self, scheduler_state *s, prog_state *ps, job *j);
 /* Answers a job the scheduler never registered, and forgets it. */
 void scheduler_refuse(actor_t *self, scheduler_state *s, job *j, int code, const char *why);
 
-/* ---- scheduler_dispatch.c ---- */
+/* ---- scheduler_state.c ---- */
+
+/* Frees the program's execution contexts, their buffers on their devices
+ * included (the slots table is destroyed: init it to use it again). */
+void scheduler_free_slots(scheduler_state *s, prog_state *ps);
 
 void scheduler_free_outputs(msg_outputs *o);
 void scheduler_job_free(scheduler_state *s, job *j);
@@ -158,6 +163,9 @@ void scheduler_q_push(job_queue *q, job *j);
 job *scheduler_q_pop(job_queue *q);
 /* The program's state, created on first use when `create`. */
 prog_state *scheduler_prog_get(scheduler_state *s, uint64_t id, bool create);
+
+/* ---- scheduler_dispatch.c ---- */
+
 /* Sends COMPLETE for j (taking outputs, if any) and forgets the job. */
 void scheduler_complete(actor_t *self, scheduler_state *s, job *j, int status, const char *text,
                         msg_outputs *outputs);
