@@ -58,37 +58,3 @@ int core_send_executed(actor_t *self, schedrun_core *c, const char *to, const ms
   if (c->no_batching || strcmp(to, ACTOR_SCHEDULER) != 0) return actor_send(self, to, m);
   return core_send_queued(self, &c->to_scheduler, to, m);
 }
-
-actor_t *core_sched_enter(schedrun_core *c) {
-  /* entering, then looking: closing stores, then counts (both sequentially
-   * consistent), so one of the two sees the other */
-  atomic_fetch_add(&c->sched_guests, 1);
-  if (atomic_load(&c->sched_open)) return c->scheduler;
-  atomic_fetch_sub(&c->sched_guests, 1);
-  return NULL;
-}
-
-void core_sched_leave(schedrun_core *c) { atomic_fetch_sub(&c->sched_guests, 1); }
-
-int core_send_executed_here(actor_t *self, schedrun_core *c, const msg *m) {
-  actor_t *sched = core_sched_enter(c);
-  if (!sched) return core_send_executed(self, c, ACTOR_SCHEDULER, m);
-  msg_queue *q = &c->to_scheduler;
-  msgq_poll_begin(q); /* ours to run: the push rings nobody */
-  bool ring = false;
-  schedrun_error_t err = {0};
-  int rc = msgq_push(q, m, &ring, &err);
-  schedrun_error_clear(&err);
-  actor_run_queue_here(sched);
-  msgq_poll_end(q);
-  /* what came meanwhile rang nobody: it runs here, or, when the turn is
-   * busy, the scheduler is rung (its holder may have looked before) */
-  if (msgq_any(q) && actor_run_queue_here(sched) == ACTOR_TURN_BUSY && msgq_claim_ring(q)) {
-    msg bell;
-    msg_init(&bell, MSG_QUEUED, m->job, actor_name(self));
-    if (actor_send(self, ACTOR_SCHEDULER, &bell) != SCHEDRUN_OK) msgq_unring(q);
-    msg_free(&bell);
-  }
-  core_sched_leave(c);
-  return rc ? actor_send(self, ACTOR_SCHEDULER, m) : SCHEDRUN_OK;
-}

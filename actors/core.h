@@ -12,7 +12,6 @@
 #define SCHEDRUN_CORE_H
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "actors/actor.h"
@@ -48,20 +47,7 @@ typedef struct schedrun_core {
   msg_queue to_client;
   bool queue_completions;
   char execute_names[SCHEDRUN_MAX_DEVICES][24]; /* ACTOR_EXECUTE_FMT of each device */
-  /* The scheduler actor, for threads that run its queue as its guests
-   * (actor.h): callers (lib/api_guest.c), and execute actors handing on a
-   * completion that releases jobs (core_send_executed_here). None enters
-   * once sched_open is false, and the scheduler is joined only when none
-   * is left. */
-  actor_t *scheduler;
-  _Atomic int sched_guests;
-  _Atomic bool sched_open;
 } schedrun_core;
-
-/* The scheduler, entered as a guest (leave with core_sched_leave), or NULL
- * when guests may not run it. */
-actor_t *core_sched_enter(schedrun_core *c);
-void core_sched_leave(schedrun_core *c);
 
 /* Names each device's execute actor (c->ndevices set). */
 void core_name_devices(schedrun_core *c);
@@ -86,11 +72,6 @@ int core_send_execute(actor_t *self, schedrun_core *c, int dev, const msg *m);
 /* Sends an EXECUTED or EXECUTED_MANY to `to`: to the scheduler through its
  * queue, to any other mailbox directly. */
 int core_send_executed(actor_t *self, schedrun_core *c, const char *to, const msg *m);
-/* EXECUTED of a job that releases others (actors/scheduler_then.c): when
- * the scheduler's turn is free, this thread handles it there and then, so
- * that a follower placed on this device is queued for the caller itself,
- * which takes it next without a thread woken on the way. */
-int core_send_executed_here(actor_t *self, schedrun_core *c, const msg *m);
 
 /* Actor definitions; each actor's state is created by its *_new and freed by
  * its *_free after the actor has been joined. */

@@ -151,29 +151,8 @@ void execute_take_times(execute_state *s, uint32_t ntimed, msg_u64s *launches) {
   }
 }
 
-/* Whether a job's outputs meet their expected values (the check the client
- * makes of every result, lib/result.c), for a job that releases others:
- * the scheduler must not release them after a job that failed it. */
-static bool outputs_verify(execute_state *s, const msg_complete *cp) {
-  const prog_program *p = core_program(s->core, cp->program);
-  if (!p) return true; /* the client says what is wrong */
-  prog_env env = {{0}};
-  env.v[EXV_JOB] = cp->job_index;
-  env.v[EXV_RUN] = cp->run;
-  env.v[EXV_DEVICE] = s->device;
-  strbuf why;
-  sb_init(&why);
-  bool ok = true;
-  for (size_t i = 0; ok && i < cp->outputs.n; i++) {
-    const msg_output *o = &cp->outputs.v[i];
-    if (o->buffer < p->nbuffers) ok = prog_verify_buffer(p, o->buffer, o->data.data, o->data.len, &env, &why);
-  }
-  sb_free(&why);
-  return ok;
-}
-
 void execute_answer(actor_t *self, execute_state *s, msg *complete, uint32_t ntimed, uint64_t t0, uint64_t t1,
-                    const char *client, const char *scheduler, bool releases) {
+                    const char *client, const char *scheduler) {
   msg_complete *cp = &complete->body.complete;
   cp->device = s->device;
   cp->execute_ns = t1 - t0;
@@ -190,16 +169,7 @@ void execute_answer(actor_t *self, execute_state *s, msg *complete, uint32_t nti
   done.body.executed.device = (uint32_t)s->device;
   done.body.executed.exec_start = t0;
   done.body.executed.exec_ns = t1 - t0;
-  /* the parcels again, for the jobs the scheduler hands them to (each has
-   * one taker: the client leaves those to the scheduler) */
-  if (releases && !outputs_verify(s, cp)) done.body.executed.status = SCHEDRUN_EVERIFY;
-  msg_u64s *pc = &done.body.executed.parcels;
-  if (cp->parcels.n && (pc->v = malloc(cp->parcels.n * sizeof *pc->v))) {
-    memcpy(pc->v, cp->parcels.v, cp->parcels.n * sizeof *pc->v);
-    pc->n = cp->parcels.n;
-  }
-  if (releases && !strcmp(scheduler, ACTOR_SCHEDULER)) core_send_executed_here(self, s->core, &done);
-  else core_send_executed(self, s->core, scheduler, &done);
+  core_send_executed(self, s->core, scheduler, &done);
   msg_free(&done);
 }
 
@@ -237,8 +207,7 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
     cp->t_record = x->t_record;
     cp->handoffs_local = handoffs[0];
     cp->handoffs_copied = handoffs[1];
-    execute_answer(self, s, &c_msg, ntimed, t0, now_ns(), x->client && *x->client ? x->client : ACTOR_CLIENT, m->from,
-                   x->releases != 0);
+    execute_answer(self, s, &c_msg, ntimed, t0, now_ns(), x->client && *x->client ? x->client : ACTOR_CLIENT, m->from);
   }
   msg_free(&c_msg);
   schedrun_error_clear(&err);

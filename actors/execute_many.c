@@ -207,7 +207,7 @@ static void answer_timed(actor_t *self, execute_state *s, batch_out *b, const ms
   memset(parcels, 0, sizeof *parcels);
   cp->handoffs_local = jr->handoffs ? jr->handoffs[0] : 0;
   cp->handoffs_copied = jr->handoffs ? jr->handoffs[1] : 0;
-  execute_answer(self, s, &one, ntimed, t0, t1, b->client, b->scheduler, false);
+  execute_answer(self, s, &one, ntimed, t0, t1, b->client, b->scheduler);
   msg_free(&one);
 }
 

@@ -68,10 +68,9 @@ void execute_take_times(execute_state *s, uint32_t ntimed, msg_u64s *launches);
 /* Answers one job that ran from t0 to t1, alone: `complete` (a COMPLETE the
  * caller filled with the job's own fields; the device, times, node times and
  * an empty text are set here) to the client, then EXECUTED to the
- * scheduler (handled on this thread when the job `releases` others and
- * the scheduler's turn is free). `complete` stays the caller's to free. */
+ * scheduler. `complete` stays the caller's to free. */
 void execute_answer(actor_t *self, execute_state *s, msg *complete, uint32_t ntimed, uint64_t t0, uint64_t t1,
-                    const char *client, const char *scheduler, bool releases);
+                    const char *client, const char *scheduler);
 /* Whether the device's next job is timed. */
 bool execute_timing(const execute_state *s);
 

@@ -97,12 +97,11 @@ static int seal(msg_queue *q, schedrun_error_t *err) {
   return SCHEDRUN_OK;
 }
 
-/* Whether a SUBMIT may wait in a gather: no data, no jobs it releases or
- * waits for, of this version, from a short name. */
+/* Whether a SUBMIT may wait in a gather: no data, of this version, from a
+ * short name. */
 static bool gatherable(const msg *m) {
   const msg_submit *sb = &m->body.submit;
   return m->type == MSG_SUBMIT && m->v == MSG_VERSION && !sb->inputs.n && !sb->park.n && !sb->takes.n &&
-         !sb->then.n && !sb->waits &&
          m->from && strlen(m->from) < sizeof ((msgq_gather *)0)->from;
 }
 

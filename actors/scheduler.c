@@ -22,7 +22,6 @@
  * already recording or executing finish, then the scheduler frees the buffers,
  * answers TERM, and stops. Every job completes exactly once.
  */
-#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,42 +77,7 @@ static bool handoffs_fit(const scheduler_state *s, const prog_program *p, const 
   return true;
 }
 
-void scheduler_refuse(actor_t *self, scheduler_state *s, job *j, int code, const char *why) {
-  msg r;
-  msg_init(&r, MSG_COMPLETE, j->id, ACTOR_SCHEDULER);
-  r.body.complete.status = code;
-  r.body.complete.program = j->program;
-  r.body.complete.device = -1;
-  r.body.complete.run = j->run;
-  r.body.complete.job_index = j->job_index;
-  r.body.complete.text = xstrdup(why);
-  core_send_complete(self, s->core, j->client, &r);
-  msg_free(&r);
-  scheduler_hand_on(self, s, j, code, NULL); /* the jobs it releases cannot run */
-  scheduler_job_free(s, j);
-}
-
-void scheduler_admit(actor_t *self, scheduler_state *s, prog_state *ps, job *j) {
-  if (ps->compile == COMPILE_READY) {
-    scheduler_place(self, s, ps, j);
-    return;
-  }
-  j->state = JOB_COMPILING;
-  scheduler_q_push(&ps->waiting, j);
-  if (ps->compile == COMPILE_NONE) {
-    ps->compile = COMPILE_PENDING;
-    j->t_compile = now_ns();
-    if (send_compile(self, s, ps->p ? ps->p : core_program(s->core, ps->id), j) != SCHEDRUN_OK) {
-      ps->compile = COMPILE_NONE;
-      job *w;
-      while ((w = scheduler_q_pop(&ps->waiting))) scheduler_complete(self, s, w, SCHEDRUN_EINTERNAL, "cannot send COMPILE", NULL);
-    }
-  }
-}
-
-/* A SUBMIT; `refused` (or NULL) says why it cannot be taken before it is
- * looked at. A job sent ahead (waits) is held, and a refusal waits with it:
- * the client hears of it after the jobs it runs after. */
+/* A SUBMIT; `refused` (or NULL) says why it cannot be taken before it is looked at. */
 static void handle_submit(actor_t *self, scheduler_state *s, msg *m, const char *refused) {
   const msg_submit *sb = &m->body.submit;
   job *j = calloc(1, sizeof *j);
@@ -127,23 +91,19 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m, const char 
   j->deadline = sb->deadline;
   j->record_only = sb->record_only != 0;
   j->device = -1;
-  j->near = -1;
   j->t_submit = now_ns();
   j->inputs = sb->inputs;
   memset(&m->body.submit.inputs, 0, sizeof m->body.submit.inputs);
   j->park = sb->park;
   j->takes = sb->takes;
-  j->then = sb->then;
   memset(&m->body.submit.park, 0, sizeof m->body.submit.park);
   memset(&m->body.submit.takes, 0, sizeof m->body.submit.takes);
-  memset(&m->body.submit.then, 0, sizeof m->body.submit.then);
   str_copy(j->client, sizeof j->client, m->from);
   prog_state *ps = scheduler_prog_get(s, sb->program, false);
   const prog_program *p = ps ? ps->p : core_program(s->core, sb->program);
   const char *bad = NULL;
-  bool twice = false;
   if (refused) bad = refused;
-  else if ((twice = idmap_get(&s->jobs, j->id) != NULL)) bad = "a job with this id is already in flight";
+  else if (idmap_get(&s->jobs, j->id)) bad = "a job with this id is already in flight";
   else if (!p) bad = "no such program";
   else if (!inputs_fit(p, &j->inputs)) bad = "inputs do not match the program's buffers";
   else if (!handoffs_fit(s, p, j)) bad = "hand-offs name buffers or devices that are not there";
@@ -156,21 +116,39 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m, const char 
   if (bad) {
     int code = s->closing ? SCHEDRUN_ECLOSED : !strcmp(bad, "out of memory") ? SCHEDRUN_ENOMEM : SCHEDRUN_EINVAL;
     if (idmap_get(&s->jobs, j->id) == j) idmap_remove(&s->jobs, j->id);
-    if (twice) {
-      /* not this job's: the one in flight releases its followers */
-      free(j->then.v);
-      j->then = (msg_u64s){NULL, 0};
-    } else if (sb->waits) {
-      scheduler_hold(self, s, j, sb->waits, code, bad);
-      return;
-    }
-    scheduler_refuse(self, s, j, code, bad); /* not registered: answered directly */
+    job tmp = *j;
+    scheduler_job_free(s, j);
+    tmp.state = JOB_COMPILING;
+    /* not registered: answer directly */
+    msg r;
+    msg_init(&r, MSG_COMPLETE, tmp.id, ACTOR_SCHEDULER);
+    r.body.complete.status = code;
+    r.body.complete.program = tmp.program;
+    r.body.complete.device = -1;
+    r.body.complete.run = tmp.run;
+    r.body.complete.job_index = tmp.job_index;
+    r.body.complete.text = xstrdup(bad);
+    core_send_complete(self, s->core, tmp.client, &r);
+    msg_free(&r);
     return;
   }
   j->pin = sb->device;
   ps->jobs++;
-  if (sb->waits) scheduler_hold(self, s, j, sb->waits, SCHEDRUN_OK, NULL);
-  else scheduler_admit(self, s, ps, j);
+  if (ps->compile == COMPILE_READY) {
+    scheduler_place(self, s, ps, j);
+    return;
+  }
+  j->state = JOB_COMPILING;
+  scheduler_q_push(&ps->waiting, j);
+  if (ps->compile == COMPILE_NONE) {
+    ps->compile = COMPILE_PENDING;
+    j->t_compile = now_ns();
+    if (send_compile(self, s, p, j) != SCHEDRUN_OK) {
+      ps->compile = COMPILE_NONE;
+      job *w;
+      while ((w = scheduler_q_pop(&ps->waiting))) scheduler_complete(self, s, w, SCHEDRUN_EINTERNAL, "cannot send COMPILE", NULL);
+    }
+  }
 }
 
 /* SUBMIT_MANY: each job as its own SUBMIT, ids from the envelope's on, its
@@ -304,8 +282,6 @@ static void handle_executed(actor_t *self, scheduler_state *s, msg *m) {
   job *j = idmap_get(&s->jobs, m->job);
   if (!j || j->state != JOB_EXECUTING) return;
   /* the execute actor has sent the client its COMPLETE already */
-  int status = m->body.executed.status;
-  scheduler_hand_on(self, s, j, status, &m->body.executed.parcels);
   scheduler_retire(self, s, j);
 }
 
@@ -313,12 +289,7 @@ static void handle_executed_many(actor_t *self, scheduler_state *s, msg *m) {
   const msg_u64s *ids = &m->body.executed_many.jobs;
   for (size_t k = 0; k < ids->n; k++) {
     job *j = idmap_get(&s->jobs, ids->v[k]);
-    if (!j || j->state != JOB_EXECUTING) continue;
-    /* a job that releases others travels alone (its parcels come back in
-     * EXECUTED): one here has none to hand on */
-    assert(!j->then.n);
-    scheduler_hand_on(self, s, j, SCHEDRUN_OK, NULL);
-    scheduler_retire(self, s, j);
+    if (j && j->state == JOB_EXECUTING) scheduler_retire(self, s, j);
   }
 }
 
@@ -436,8 +407,7 @@ static int scheduler_handle(actor_t *self, msg *m) {
   }
   s->defer = false;
   scheduler_flush(self, s);
-  if (s->closing) scheduler_end_held(self, s);
-  if (s->closing && s->jobs.count == 0 && s->held_refused == 0) {
+  if (s->closing && s->jobs.count == 0) {
     scheduler_reply_simple(self, s->close_to, MSG_TERM, s->close_job, 0);
     return ACTOR_STOP;
   }

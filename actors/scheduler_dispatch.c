@@ -83,7 +83,6 @@ void scheduler_complete(actor_t *self, scheduler_state *s, job *j, int status, c
   c->t_done = now_ns();
   core_send_complete(self, s->core, j->client, &m);
   msg_free(&m);
-  scheduler_hand_on(self, s, j, status, NULL); /* after its COMPLETE: the client hears in order */
   scheduler_retire(self, s, j);
 }
 
@@ -154,7 +153,6 @@ static void send_execute(actor_t *self, scheduler_state *s, prog_state *ps, slot
   memset(&j->inputs, 0, sizeof j->inputs);
   x.body.execute.park = j->park; /* so are the hand-offs */
   x.body.execute.takes = j->takes;
-  x.body.execute.releases = j->then.n > 0;
   memset(&j->park, 0, sizeof j->park);
   memset(&j->takes, 0, sizeof j->takes);
   msg_execute *e = &x.body.execute;
@@ -330,10 +328,7 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
       start_record(self, s, ps, ss, j);
       break;
     }
-    /* a job that releases others travels alone: its parcels come back in
-     * its own EXECUTED */
-    bool single = alone(s, p) || j->then.n;
-    if (!j->record_only && !room_out(s, ss, nb > 0, single)) break;
+    if (!j->record_only && !room_out(s, ss, nb > 0, alone(s, p))) break;
     scheduler_q_pop(&ss->queue);
     j->counts = (msg_counts){0, 0, ss->nodes}; /* reused as it is, without asking */
     ss->fast_reuses += ss->nodes;
@@ -345,12 +340,8 @@ static void dispatch_now(actor_t *self, scheduler_state *s, prog_state *ps, slot
       scheduler_complete(self, s, j, SCHEDRUN_EINTERNAL, "the job's program is gone", NULL);
       continue;
     }
-    if (single) {
-      /* one EXECUTE per job (batches do not stop for host steps); the
-       * batch in hand goes first, keeping the order */
-      if (nb == 1) send_execute(self, s, ps, ss, batch[0]);
-      else if (nb) send_execute_many(self, s, p, ss, batch, nb);
-      nb = 0;
+    if (alone(s, p)) {
+      /* one EXECUTE per job (batches do not stop for host steps) */
       scheduler_start_execute(self, s, ps, ss, j);
       continue;
     }
@@ -407,7 +398,6 @@ static int pick_device(scheduler_state *s, prog_state *ps, const job *j, slot_st
   gpu_backend *be = s->core->backend;
   *warm_slot = NULL;
   if (j->pin >= 0) return be->ops->device_lost(be, j->pin) ? -1 : j->pin;
-  if (j->near >= 0 && !be->ops->device_lost(be, j->near)) return j->near; /* it copies the least there */
   int least = -1, warm = -1;
   slot_state *warm_ss = NULL;
   for (int d = 0; d < s->core->ndevices; d++) {

@@ -24,7 +24,6 @@ void scheduler_job_free(scheduler_state *s, job *j) {
   core_free_parcels(s->core, &j->takes);
   free(j->takes.v);
   free(j->park.v);
-  free(j->then.v);
   free(j);
 }
 
@@ -55,7 +54,6 @@ scheduler_state *scheduler_state_new(schedrun_core *core) {
     return NULL;
   }
   idmap_init(&s->jobs);
-  idmap_init(&s->held);
   hmap_init(&s->progs, sizeof(uint64_t));
   return s;
 }
@@ -99,7 +97,6 @@ void scheduler_state_free(scheduler_state *s) {
   void *v;
   while (idmap_next(&s->jobs, &pos, NULL, &v)) scheduler_job_free(s, v);
   idmap_destroy(&s->jobs);
-  scheduler_held_free(s);
   pos = 0;
   while (hmap_next(&s->progs, &pos, NULL, &v)) scheduler_prog_state_free(s, v);
   hmap_destroy(&s->progs);

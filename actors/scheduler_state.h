@@ -1,8 +1,8 @@
 /*
  * The scheduler actor's state, shared by its files: scheduler.c (the
- * message handlers), scheduler_state.c (the state made and freed),
- * scheduler_dispatch.c (completion, placement and dispatch) and
- * scheduler_then.c (jobs sent ahead). Private to actors/.
+ * message handlers), scheduler_state.c (the state made and freed) and
+ * scheduler_dispatch.c (completion, placement and dispatch). Private
+ * to actors/.
  */
 #ifndef SCHEDRUN_SCHEDULER_STATE_H
 #define SCHEDRUN_SCHEDULER_STATE_H
@@ -25,9 +25,7 @@
 #define BATCH_RING 8 /* room for BATCHES_AHEAD, or EXECUTE_AHEAD_ALONE single EXECUTEs */
 #define EXECUTE_AHEAD_ALONE 4 /* EXECUTEs out per context without batches */
 
-/* JOB_HELD: sent ahead with the jobs it runs after, it waits here for them
- * (scheduler_then.c) */
-enum { JOB_COMPILING, JOB_PLACED_WAITING, JOB_RECORDING, JOB_EXECUTING, JOB_HELD };
+enum { JOB_COMPILING, JOB_PLACED_WAITING, JOB_RECORDING, JOB_EXECUTING };
 
 typedef struct job {
   uint64_t id, program;
@@ -41,8 +39,6 @@ typedef struct job {
   msg_outputs inputs; /* the submitter's buffer contents, until EXECUTE */
   msg_u64s park, takes; /* hand-offs (msg_submit), until EXECUTE; parcels still
                            in takes when the job is freed are freed with it */
-  msg_u64s then;  /* the jobs it releases here (msg_submit.then), until done */
-  int32_t near;   /* the device holding the parcels handed to it, or -1 */
   msg_counts counts;
   uint32_t hits, misses;
   uint64_t sequence;
@@ -122,32 +118,7 @@ struct scheduler_state {
   bool defer;
   dirty_slot *dirty;
   size_t ndirty, dirty_cap;
-  /* jobs sent ahead, by id (scheduler_then.c): from the first word of them,
-   * their SUBMIT or a completion of a job they run after */
-  idmap held;
-  struct held_job *ready_head, *ready_tail; /* released: to start, or fail */
-  bool releasing;
-  size_t held_refused; /* held jobs whose SUBMIT was refused (not in jobs) */
-  size_t nheld;        /* held jobs registered in jobs */
 };
-
-/* ---- scheduler_then.c ---- */
-
-/* A job sent ahead (j's SUBMIT has waits): held until what it waits for is
- * done. Takes j, which is registered already, unless `refused` says why it
- * fails (code) once they are. */
-void scheduler_hold(actor_t *self, scheduler_state *s, job *j, uint32_t waits, int code, const char *refused);
-/* j is done (status; when it ran, the parcels it left): the jobs it
- * releases hear of it; those with nothing left to wait for start, or fail. */
-void scheduler_hand_on(actor_t *self, scheduler_state *s, job *j, int status, const msg_u64s *parcels);
-void scheduler_held_free(scheduler_state *s);
-/* Shutting down, with nothing left in flight but held jobs: what they wait
- * for can no longer come, and they fail (SCHEDRUN_ECLOSED). */
-void scheduler_end_held(actor_t *self, scheduler_state *s);
-/* Takes a job that may start: to its compile, or placed (scheduler.c). */
-void scheduler_admit(actor_t *self, scheduler_state *s, prog_state *ps, job *j);
-/* Answers a job the scheduler never registered, and forgets it. */
-void scheduler_refuse(actor_t *self, scheduler_state *s, job *j, int code, const char *why);
 
 /* ---- scheduler_state.c ---- */
 

@@ -69,6 +69,11 @@ struct schedrun {
   void *execute_bell[SCHEDRUN_MAX_DEVICES];
   pthread_mutex_t send_lock;
   bool term_sent; /* under send_lock: the shutdown's TERM left, nothing follows it */
+  /* threads running the scheduler's queue as its guests (lib/api_guest.c):
+   * none enters once sched_open is false, and the scheduler is joined only
+   * when none is left */
+  _Atomic int sched_guests;
+  _Atomic bool sched_open;
   /* the completion thread owns the inbox and files what arrives */
   void *inbox;
   pthread_t completer;
@@ -117,9 +122,6 @@ struct schedrun {
   /* host tasks released, for the completion thread to run (under lock) */
   pending_job **host_ready;
   size_t nhost_ready, host_ready_cap;
-  /* jobs released here after the jobs they run after completed (the
-   * others were sent ahead, or ran after nothing); under lock */
-  uint64_t released_here;
   bool running_host; /* the completion thread is running them */
   /* a doorbell to the completion thread from any thread (under bell_lock) */
   void *bell;

@@ -157,18 +157,8 @@ void api_file_results(schedrun_t *s, pending_job **pjs, schedrun_job_result_t **
   /* the jobs after these learn of them first: what fails for that completes
    * in this same round (w.done) */
   for (size_t k = 0; k < n; k++) {
-    dep_node *d = pjs[k] ? pjs[k]->dep : NULL;
-    if (d && d->ahead && d->waiting > 0 && rs[k]) {
-      /* sent ahead, and here before a job it runs after: filed after it
-       * (a job completes once: a second answer is dropped) */
-      if (!d->early) d->early = rs[k];
-      else schedrun_job_result_free(&rs[k]);
-      pjs[k] = NULL;
-      rs[k] = NULL;
-      continue;
-    }
     if (pjs[k] && rs[k]) rs[k]->info.handoffs_copied += pjs[k]->host_handoffs;
-    if (d) deps_completed(s, pjs[k], rs[k], &w);
+    if (pjs[k] && pjs[k]->dep) deps_completed(s, pjs[k], rs[k], &w);
   }
   deps_settle(s, &w);
   file_locked(s, pjs, rs, n, &w, on_completer);

@@ -29,7 +29,6 @@ void deps_node_free(schedrun_t *s, dep_node *d, bool free_parcels) {
     if (free_parcels) core_free_parcels(&s->core, &d->submit.body.submit.takes);
     msg_free(&d->submit);
   }
-  schedrun_job_result_free(&d->early);
   free(d->fail_why);
   free(d->root);
   free(d->name);
@@ -141,41 +140,10 @@ static const msg_output *result_buffer(const schedrun_job_result_t *r, const cha
   return NULL;
 }
 
-static void push_done(deps_work *w, pending_job *pj, schedrun_job_result_t *r);
-
-/* A result that says the job did not run (a job sent ahead ran anyway,
- * before the job it runs after failed its verification here): its outputs go. */
-static void not_run(schedrun_job_result_t *r, const char *why) {
-  for (size_t i = 0; i < r->outputs.n; i++) {
-    free(r->outputs.v[i].data.data);
-    free(r->names[i]);
-  }
-  r->outputs.n = 0;
-  r->info.status = SCHEDRUN_EDEPEND;
-  r->info.verified = false;
-  free(r->error);
-  r->error = xstrdup(why);
-}
-
-/* A node sent ahead whose jobs before it are all done: what is left of it
- * here completes (its result came early, or its SUBMIT never went). */
-static void ahead_settled(schedrun_t *s, pending_job *pj, deps_work *w) {
-  dep_node *d = pj->dep;
-  assert(d->ahead && d->waiting == 0);
-  schedrun_job_result_t *r = d->early;
-  d->early = NULL;
-  if (d->unsent) r = deps_result(pj, d->fail_status != SCHEDRUN_OK ? d->fail_status : SCHEDRUN_ECLOSED, d->fail_why);
-  else if (!r) return; /* the scheduler answers it */
-  push_done(w, pj, r);
-  deps_completed(s, pj, r, w);
-}
-
 void deps_completed(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r, deps_work *w) {
   dep_node *d = pj->dep;
   if (!d) return;
   pj->dep = NULL;
-  /* sent ahead: the failure decided here is the one that counts */
-  if (d->ahead && r && d->fail_status != SCHEDRUN_OK) not_run(r, d->fail_why ? d->fail_why : "");
   bool ok = deps_succeeded(r);
   /* the first job that failed on this path, named once for all after it */
   char *root = ok ? NULL
@@ -188,9 +156,7 @@ void deps_completed(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r, de
   for (size_t k = 0; k < d->nouts; k++) {
     dep_out *e = &d->outs[k];
     dep_node *yd = e->to->dep;
-    assert(yd && (yd->held || yd->ahead) && yd->waiting > 0);
-    if (yd->ahead && e->park >= 0 && r && (size_t)e->park < r->parcels.n && taken)
-      taken[e->park] = true; /* the scheduler's: it handed the parcel on */
+    assert(yd && yd->held && yd->waiting > 0);
     if (!ok) {
       bool first = r && r->info.status != SCHEDRUN_EDEPEND;
       fail_node(yd, SCHEDRUN_EDEPEND,
@@ -199,12 +165,6 @@ void deps_completed(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r, de
                       : fmt("runs after job %llu ('%s'), which did not run: %s", (unsigned long long)pj->id,
                             label(pj, d), root),
                 root);
-    } else if (yd->ahead) {
-      if (e->park >= 0 && (size_t)e->park >= r->parcels.n) {
-        char *why = fmt("job %llu ('%s') left no buffer to hand on as '%s' (a record_only job runs nothing)",
-                        (unsigned long long)pj->id, label(pj, d), yd->ins[e->in].name);
-        fail_node(yd, SCHEDRUN_EDEPEND, why, why);
-      }
     } else if (e->in >= 0 && yd->fail_status == SCHEDRUN_OK) {
       dep_in *in = &yd->ins[e->in];
       if (e->park >= 0) {
@@ -236,13 +196,7 @@ void deps_completed(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r, de
         }
       }
     }
-    if (--yd->waiting > 0) continue;
-    if (yd->ahead) {
-      ahead_settled(s, e->to, w);
-    } else {
-      yd->waited = true;
-      push_ready(w, e->to);
-    }
+    if (--yd->waiting == 0) push_ready(w, e->to);
   }
   /* parcels nobody takes (the job after it cannot run) */
   for (size_t i = 0; r && i < r->parcels.n; i++)
@@ -359,7 +313,6 @@ void deps_settle(schedrun_t *s, deps_work *w) {
       w->send[w->nsend++] = d->submit;
       memset(&d->submit, 0, sizeof d->submit);
       d->is_job = false; /* its SUBMIT is gone from here */
-      if (d->waited) s->released_here++;
       continue;
     }
     pending_job **hv = grow(s->host_ready, &s->host_ready_cap, s->nhost_ready, sizeof *hv);
@@ -387,29 +340,14 @@ void deps_send(schedrun_t *s, deps_work *w, bool on_completer) {
   }
   guest_round held = {NULL, false};
   if (w->nsend > 1) api_guest_hold(s, &held);
-  /* once a SUBMIT could not go, no job sent ahead follows it (one may run
-   * after the job that stayed here; they come after the jobs they run after) */
-  schedrun_error_t failed = {0};
   for (size_t i = 0; i < w->nsend; i++) {
     msg *m = &w->send[i];
     schedrun_error_t err = {0};
-    int rc = failed.code && m->body.submit.waits
-                 ? err_set(&err, failed.code, "%s", failed.message ? failed.message : "not sent")
-                 : api_send_submit(s, m, how, &err);
-    if (rc != SCHEDRUN_OK) {
-      if (!failed.code) err_set(&failed, err.code ? err.code : SCHEDRUN_ECLOSED, "%s", err.message ? err.message : "not sent");
+    if (api_send_submit(s, m, how, &err) != SCHEDRUN_OK) {
       /* never sent: it completes here, and its parcels go back */
       core_free_parcels(&s->core, &m->body.submit.takes);
       pthread_mutex_lock(&s->lock);
       pending_job *pj = idmap_get(&s->jobs, m->job);
-      dep_node *d = pj ? pj->dep : NULL;
-      if (d && d->ahead && d->waiting > 0) {
-        /* it completes when the jobs it runs after have */
-        d->unsent = true;
-        char *why = xstrdup(err.message ? err.message : "the scheduler is shut down");
-        fail_node(d, err.code ? err.code : SCHEDRUN_ECLOSED, why, why);
-        pj = NULL;
-      }
       pthread_mutex_unlock(&s->lock);
       schedrun_job_result_t *r = pj ? deps_result(pj, err.code ? err.code : SCHEDRUN_ECLOSED, err.message) : NULL;
       if (pj) api_file_results(s, &pj, &r, 1, on_completer);
@@ -417,7 +355,6 @@ void deps_send(schedrun_t *s, deps_work *w, bool on_completer) {
     schedrun_error_clear(&err);
     msg_free(m);
   }
-  schedrun_error_clear(&failed);
   api_guest_unhold(s, &held);
   w->nsend = 0;
 }

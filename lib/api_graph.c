@@ -319,7 +319,7 @@ int schedrun_graph_submit(schedrun_t *s, schedrun_graph_t *g, schedrun_job_t *id
   pending_job **pjs = rc ? NULL : calloc(g->n, sizeof *pjs);
   if (rc == SCHEDRUN_OK && !pjs) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   for (size_t i = 0; rc == SCHEDRUN_OK && i < g->n; i++) rc = prepare(s, g, &x, i, pjs, err);
-  if (rc) graph_index_free(&x);
+  graph_index_free(&x);
   if (rc) {
     for (size_t i = 0; pjs && i < g->n; i++)
       if (pjs[i]) {
@@ -356,7 +356,6 @@ int schedrun_graph_submit(schedrun_t *s, schedrun_graph_t *g, schedrun_job_t *id
   }
   if (rc == SCHEDRUN_OK) rc = connect(g, pjs, err);
   if (rc) {
-    graph_index_free(&x);
     for (size_t i = 0; i < reg; i++) api_unregister_job(s, pjs[i]);
     pthread_mutex_unlock(&s->lock);
     for (size_t i = 0; i < g->n; i++) {
@@ -380,18 +379,8 @@ int schedrun_graph_submit(schedrun_t *s, schedrun_graph_t *g, schedrun_job_t *id
       w.ready_cap = w.nready + 1;
       w.ready[w.nready++] = pjs[i];
     }
-  /* the jobs that follow the roots go with them (room for every SUBMIT
-   * first, so that none of them is left behind) */
-  size_t *ahead = NULL, nahead = 0;
-  if (!s->closing && (w.send = malloc(g->n * sizeof *w.send)) && (ahead = malloc(g->n * sizeof *ahead))) {
-    w.send_cap = g->n;
-    nahead = graph_mark_ahead(g, &x, pjs, ahead);
-  }
-  graph_index_free(&x);
-  deps_settle(s, &w);
-  graph_send_ahead(pjs, ahead, nahead, &w);
-  free(ahead);
   free(pjs);
+  deps_settle(s, &w);
   api_file_work(s, &w, api_on_completer(s)); /* unlocks */
   return SCHEDRUN_OK;
 }

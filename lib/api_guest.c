@@ -22,9 +22,16 @@
 
 #include "lib/api.h"
 
-actor_t *api_guest_enter(schedrun_t *s) { return core_sched_enter(&s->core); }
+actor_t *api_guest_enter(schedrun_t *s) {
+  /* entering, then looking: api_guests_close stores, then counts (both
+   * sequentially consistent), so one of the two sees the other */
+  atomic_fetch_add(&s->sched_guests, 1);
+  if (atomic_load(&s->sched_open)) return s->scheduler;
+  atomic_fetch_sub(&s->sched_guests, 1);
+  return NULL;
+}
 
-void api_guest_leave(schedrun_t *s) { core_sched_leave(&s->core); }
+void api_guest_leave(schedrun_t *s) { atomic_fetch_sub(&s->sched_guests, 1); }
 
 /* Rings the actor behind `sock` for what q holds (send_lock held): a QUEUED
  * doorbell, and one that could not go is forgotten, so that the next push
@@ -56,8 +63,8 @@ static void settle(schedrun_t *s, actor_t *a, msg_queue *q, void *bell) {
 void api_guest_settle(schedrun_t *s, actor_t *sched) { settle(s, sched, &s->core.to_scheduler, s->outbox); }
 
 void api_guests_close(schedrun_t *s) {
-  atomic_store(&s->core.sched_open, false);
-  while (atomic_load(&s->core.sched_guests) > 0) sched_yield();
+  atomic_store(&s->sched_open, false);
+  while (atomic_load(&s->sched_guests) > 0) sched_yield();
 }
 
 /* A lone job, run here: this thread polls the scheduler's queue, every

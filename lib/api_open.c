@@ -356,8 +356,7 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   s->completer_running = true;
   /* callers may run the scheduler's queue (lib/api_guest.c), where its
    * backend calls leave the application's threads as they were */
-  s->core.scheduler = s->scheduler;
-  atomic_store(&s->core.sched_open,
+  atomic_store(&s->sched_open,
                !o.no_caller_scheduling && !s->core.no_batching && s->core.backend->ops->any_thread);
   *out = s;
   return SCHEDRUN_OK;
@@ -410,7 +409,7 @@ int schedrun_shutdown(schedrun_t *s, int timeout_ms, schedrun_error_t *err) {
   pthread_mutex_unlock(&s->send_lock);
   /* from here the scheduler's own thread runs its queue; the drain may still
    * end on a guest's thread, which wakes the scheduler's to stop */
-  if (rc == SCHEDRUN_OK) atomic_store(&s->core.sched_open, false);
+  if (rc == SCHEDRUN_OK) atomic_store(&s->sched_open, false);
   msg_free(&t);
   if (rc) return rc;
   int limit = timeout_ms < 0 ? CLOSE_TIMEOUT_MS : timeout_ms;

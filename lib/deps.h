@@ -45,14 +45,6 @@ struct dep_node {
   dep_out *outs;
   size_t nouts, outs_cap;
   bool held;        /* not yet released: SUBMIT (a job) or the task waits here */
-  /* sent ahead with the jobs it runs after (lib/api_graph.c): the scheduler
-   * releases it and owns the parcels handed to it; this node still counts
-   * them down, and decides its failure and its text. `unsent`: its SUBMIT
-   * could not go, and it fails here once they are done; `early`: its result,
-   * come before theirs, filed once they are. */
-  bool ahead, unsent;
-  bool waited; /* released here when the last job it ran after completed */
-  schedrun_job_result_t *early;
   bool is_job, pinned;
   msg submit;       /* a job's SUBMIT, sent when it is released */
   schedrun_host_fn fn; /* a host task */

@@ -54,13 +54,4 @@ void graph_index_free(graph_index *x);
 int graph_check_cycles(const schedrun_graph_t *g, schedrun_error_t *err);
 int graph_check_cycles_indexed(const schedrun_graph_t *g, const graph_index *x, schedrun_error_t *err);
 
-/* Jobs sent ahead (lib/graph_ahead.c; lock held, the graph's nodes
- * registered and connected). Marks the jobs that go to the scheduler with
- * those they run after, fills their predecessors' `then` and their own
- * `waits`, and lists them in order (room for g->n); returns how many. */
-size_t graph_mark_ahead(const schedrun_graph_t *g, const graph_index *x, pending_job **pjs, size_t *order);
-/* After deps_settle released the roots: the marked jobs' SUBMITs join w's,
- * in order (w->send has room for every node). */
-void graph_send_ahead(pending_job **pjs, const size_t *order, size_t nahead, deps_work *w);
-
 #endif

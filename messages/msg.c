@@ -63,7 +63,7 @@ int msg_submit_many_reserve(msg_submit_many *b, size_t n, size_t nin) {
 }
 
 void msg_submit_many_add(msg_submit_many *b, msg_submit *sb) {
-  assert(sb->park.n == 0 && sb->takes.n == 0 && sb->then.n == 0 && sb->waits == 0); /* such a job travels alone */
+  assert(sb->park.n == 0 && sb->takes.n == 0); /* such a job travels alone */
   msg_u64s *cols[MSG_SUBMIT_COLUMNS];
   msg_submit_columns(b, cols);
   uint64_t v[MSG_SUBMIT_COLUMNS];

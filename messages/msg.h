@@ -101,12 +101,6 @@ typedef struct msg_submit {
    * and parcels to fill buffers from before it, as {buffer, device, address}
    * triples, each consumed (freed) by this job */
   msg_u64s park, takes;
-  /* jobs sent with it that the scheduler releases when this one is done
-   * (a job graph's steps): {follower's id, index in park or UINT64_MAX for
-   * an order-only edge, the follower's buffer that the parcel fills}
-   * triples; and, on a follower, how many such triples name it */
-  msg_u64s then;
-  uint32_t waits;
 } msg_submit;
 
 /* SUBMIT for several jobs in one message (schedrun_submit_many, and the
@@ -179,7 +173,6 @@ typedef struct msg_execute {
   uint64_t t_submit, t_compile, t_record;
   uint64_t deadline; /* the job's (msg_submit.deadline): the device is given until then */
   msg_u64s park, takes; /* as in msg_submit */
-  uint32_t releases; /* 1: the scheduler releases jobs when this one is done */
 } msg_execute;
 
 /* EXECUTE for a run of jobs of one execution context that replay its
@@ -235,10 +228,6 @@ typedef struct msg_executed {
   msg_outputs outputs;
   uint64_t exec_start; /* CLOCK_MONOTONIC ns */
   uint64_t exec_ns;
-  msg_u64s parcels; /* as in its COMPLETE: for the jobs the scheduler hands them to */
-  /* SCHEDRUN_OK, or SCHEDRUN_EVERIFY: the outputs of a job that releases
-   * others missed their expected values (the client finds the same) */
-  int32_t status;
 } msg_executed;
 
 typedef struct msg_complete {

@@ -47,7 +47,7 @@ SCHEMA(submit_s, msg_submit, F(msg_submit, program, FK_U64), F(msg_submit, run, 
        F(msg_submit, job_index, FK_U32), F(msg_submit, slot, FK_U32),
        F(msg_submit, device, FK_I32), F(msg_submit, keep, FK_U32), FA(msg_submit, inputs, output_s),
        F(msg_submit, deadline, FK_U64), F(msg_submit, record_only, FK_U32), F(msg_submit, park, FK_U64S),
-       F(msg_submit, takes, FK_U64S), F(msg_submit, then, FK_U64S), F(msg_submit, waits, FK_U32));
+       F(msg_submit, takes, FK_U64S));
 SCHEMA(compile_s, msg_compile, F(msg_compile, program, FK_U64), F(msg_compile, target, FK_STR),
        F(msg_compile, arch, FK_STR), FA(msg_compile, kernels, kernel_s));
 SCHEMA(compiled_s, msg_compiled, F(msg_compiled, program, FK_U64),
@@ -69,11 +69,10 @@ SCHEMA(execute_s, msg_execute, F(msg_execute, program, FK_U64), F(msg_execute, d
        FN(msg_execute, counts.reused, "reused", FK_U32), F(msg_execute, cache_hits, FK_U32),
        F(msg_execute, cache_misses, FK_U32), F(msg_execute, t_submit, FK_U64), F(msg_execute, t_compile, FK_U64),
        F(msg_execute, t_record, FK_U64), F(msg_execute, deadline, FK_U64), F(msg_execute, park, FK_U64S),
-       F(msg_execute, takes, FK_U64S), F(msg_execute, releases, FK_U32));
+       F(msg_execute, takes, FK_U64S));
 SCHEMA(executed_s, msg_executed, F(msg_executed, program, FK_U64),
        F(msg_executed, device, FK_U32), FA(msg_executed, outputs, output_s),
-       F(msg_executed, exec_start, FK_U64), F(msg_executed, exec_ns, FK_U64), F(msg_executed, parcels, FK_U64S),
-       F(msg_executed, status, FK_I32));
+       F(msg_executed, exec_start, FK_U64), F(msg_executed, exec_ns, FK_U64));
 SCHEMA(complete_s, msg_complete, F(msg_complete, status, FK_I32),
        F(msg_complete, program, FK_U64), F(msg_complete, device, FK_I32),
        F(msg_complete, run, FK_U32), F(msg_complete, job_index, FK_U32),
@@ -335,25 +334,9 @@ static int check_takes(dctx *d, const msg_u64s *takes) {
   return SCHEDRUN_OK;
 }
 
-/* The jobs a SUBMIT's job releases: {follower, park index, buffer} triples,
- * each naming a job and one of its parked buffers (or none). */
-static int check_then(dctx *d, const msg_submit *sb) {
-  if (sb->then.n % 3) return bad(d, "then", "not a list of {job, park index, buffer} triples");
-  for (size_t i = 0; i < sb->then.n; i += 3) {
-    uint64_t park = sb->then.v[i + 1];
-    if (sb->then.v[i] == 0) return bad(d, "then", "job id 0");
-    if (park != UINT64_MAX && park >= sb->park.n) return bad(d, "then", "names a parked buffer the job does not park");
-    if (sb->then.v[i + 2] > UINT32_MAX) return bad(d, "then", "a buffer index over 32 bits");
-  }
-  return SCHEDRUN_OK;
-}
-
 static int check_batch(dctx *d, const msg *m) {
   static const msg_u64s none = {NULL, 0};
-  if (m->type == MSG_SUBMIT) {
-    int rc = check_takes(d, &m->body.submit.takes);
-    return rc ? rc : check_then(d, &m->body.submit);
-  }
+  if (m->type == MSG_SUBMIT) return check_takes(d, &m->body.submit.takes);
   if (m->type == MSG_EXECUTE) return check_takes(d, &m->body.execute.takes);
   if (m->type == MSG_SUBMIT_MANY) {
     const msg_submit_many *b = &m->body.submit_many;
