@@ -50,16 +50,36 @@ static const char incr_yaml[] = KERNEL_PROGRAM("incr", "ptr", "float *x) { x[thr
                                                "  x: {type: f32, count: 64}\n", "x",
                                                "expect:\n  x: {at: {0: \"$job + 1\", 63: \"$job + 1\"}}\n");
 
-static schedrun_t *open_dag(void) {
+/* spin_us as schedrun_options_t has it: -1 where a test counts what ran on
+ * guest threads (a device's thread that never polls takes its queue only
+ * when rung, so a guest finds the turn free whatever the machine's speed) */
+static schedrun_t *open_dag_spin(int spin_us) {
   const char *devices = getenv("SCHEDRUN_DAG_DEVICES");
   schedrun_options_t o;
   schedrun_options_init(&o);
+  o.spin_us = spin_us;
   o.devices = devices && *devices ? devices : "host:2";
   schedrun_t *s = tu_open(&o);
   assert_int_equal(schedrun_device_count(s), 2);
   for (int d = 0; d < 2; d++) /* the devices asked for, never a fallback */
     assert_int_equal(strncmp(schedrun_device_name(s, d), o.devices, 4), 0);
   return s;
+}
+
+static schedrun_t *open_dag(void) { return open_dag_spin(0); }
+
+/* Until no thread holds the scheduler's turn or a device's: opened with
+ * spin_us -1, their threads then sleep until rung, and what a test does
+ * next finds the turns free for a guest, however busy the machine is. The
+ * probe runs anything still queued; the guest rounds it counts come before
+ * the test counts its own. Nothing to wait for where guests never run. */
+static void wait_turns_free(schedrun_t *s) {
+  actor_t *sched = api_guest_enter(s);
+  if (!sched) return;
+  TU_WAIT_FOR(actor_run_queue_here(sched) == ACTOR_TURN_RAN && actor_run_queue_here(s->execute[0]) == ACTOR_TURN_RAN &&
+                  actor_run_queue_here(s->execute[1]) == ACTOR_TURN_RAN,
+              "the actors' threads to let go of their turns");
+  api_guest_leave(s);
 }
 
 static schedrun_job_result_t *wait_ok(schedrun_t *s, schedrun_job_t id, int want_status) {
@@ -802,12 +822,14 @@ static void callers_run_the_scheduler_where_it_is_safe(void **st) {
  * actors' queues were taken by guests (on the CUDA double, never). */
 static void a_fan_out_runs_where_it_is_released(void **st) {
   (void)st;
-  schedrun_t *s = open_dag();
+  schedrun_t *s = open_dag_spin(-1);
   bool cuda = strncmp(schedrun_device_name(s, 0), "cuda", 4) == 0;
   schedrun_program_t *p = tu_load(s, incr_yaml, "incr.yaml");
-  uint64_t before = actor_guest_rounds(s->execute[0]) + actor_guest_rounds(s->execute[1]);
+  uint64_t ran_here = 0;
   enum { FAN = 8 };
   for (int round = 0; round < 3; round++) {
+    wait_turns_free(s);
+    uint64_t before = actor_guest_rounds(s->execute[0]) + actor_guest_rounds(s->execute[1]);
     schedrun_graph_t *g;
     schedrun_error_t err = {0};
     assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
@@ -828,8 +850,8 @@ static void a_fan_out_runs_where_it_is_released(void **st) {
         if (x[i] != 1.0f) fail_msg("round %d, job %d: x[%d] = %g, not 1", round, k, i, x[i]);
       schedrun_job_result_free(&r);
     }
+    ran_here += actor_guest_rounds(s->execute[0]) + actor_guest_rounds(s->execute[1]) - before;
   }
-  uint64_t ran_here = actor_guest_rounds(s->execute[0]) + actor_guest_rounds(s->execute[1]) - before;
   if (cuda) assert_int_equal(ran_here, 0);
   else if (ran_here == 0) fail_msg("3 fan-outs of %d: none ran on the thread that released them", FAN);
   schedrun_program_free(&p);
@@ -869,12 +891,14 @@ static void graph_submit_names_the_node(void **st) {
  * never). */
 static void a_chain_runs_where_its_steps_complete(void **st) {
   (void)st;
-  schedrun_t *s = open_dag();
+  schedrun_t *s = open_dag_spin(-1);
   bool cuda = strncmp(schedrun_device_name(s, 0), "cuda", 4) == 0;
   schedrun_program_t *p = tu_load(s, incr_yaml, "incr.yaml");
-  uint64_t before = actor_guest_rounds(s->execute[0]) + actor_guest_rounds(s->execute[1]);
+  uint64_t ran_here = 0;
   enum { STEPS = 100 };
   for (int chain = 0; chain < 3; chain++) {
+    wait_turns_free(s);
+    uint64_t before = actor_guest_rounds(s->execute[0]) + actor_guest_rounds(s->execute[1]);
     schedrun_graph_t *g;
     assert_int_equal(schedrun_graph_new(&g, NULL), SCHEDRUN_OK);
     int n[STEPS];
@@ -894,8 +918,8 @@ static void a_chain_runs_where_its_steps_complete(void **st) {
         if (x[i] != (float)(k + 1)) fail_msg("chain %d, step %d: x[%d] = %g, not %d", chain, k, i, x[i], k + 1);
       schedrun_job_result_free(&r);
     }
+    ran_here += actor_guest_rounds(s->execute[0]) + actor_guest_rounds(s->execute[1]) - before;
   }
-  uint64_t ran_here = actor_guest_rounds(s->execute[0]) + actor_guest_rounds(s->execute[1]) - before;
   if (cuda) assert_int_equal(ran_here, 0);
   else if (ran_here == 0) fail_msg("3 chains of %d: no step ran on the thread that released it", STEPS);
   schedrun_program_free(&p);
