@@ -77,11 +77,37 @@ static bool handoffs_fit(const scheduler_state *s, const prog_program *p, const 
   return true;
 }
 
+/* A job the scheduler has no memory to take is answered, not dropped: its
+ * client would wait for it for good. The answer needs no job state. */
+static void refuse_without_memory(actor_t *self, scheduler_state *s, const msg *m) {
+  const msg_submit *sb = &m->body.submit;
+  char text[160];
+  snprintf(text, sizeof text,
+           "out of memory: the scheduler could not take job %llu (run %u, job %u); nothing of it was kept",
+           (unsigned long long)m->job, sb->run, sb->job_index);
+  msg r;
+  if (msg_init(&r, MSG_COMPLETE, m->job, ACTOR_SCHEDULER) != SCHEDRUN_OK) {
+    msg_free(&r);
+    return; /* not even the answer fits: nothing can be said */
+  }
+  r.body.complete.status = SCHEDRUN_ENOMEM;
+  r.body.complete.program = sb->program;
+  r.body.complete.device = -1;
+  r.body.complete.run = sb->run;
+  r.body.complete.job_index = sb->job_index;
+  r.body.complete.text = xstrdup(text);
+  core_send_complete(self, s->core, m->from, &r);
+  msg_free(&r);
+}
+
 /* A SUBMIT; `refused` (or NULL) says why it cannot be taken before it is looked at. */
 static void handle_submit(actor_t *self, scheduler_state *s, msg *m, const char *refused) {
   const msg_submit *sb = &m->body.submit;
   job *j = calloc(1, sizeof *j);
-  if (!j) return; /* the client's wait times out: nothing can be said without memory */
+  if (!j) {
+    refuse_without_memory(self, s, m);
+    return;
+  }
   j->id = m->job;
   j->program = sb->program;
   j->run = sb->run;

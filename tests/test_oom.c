@@ -1,10 +1,12 @@
 /*
  * Out of memory where an actor opens state for a request: the compile actor
  * cannot open a session, the scheduler cannot create a program's state for a
- * RELEASE. Each answers with an ERROR (SCHEDRUN_ENOMEM) whose teardown says
- * what it left as it was, and works again afterwards. And the config loader:
- * an allocation it cannot make fails the load with ENOMEM and the place,
- * never a program that silently lacks part of what the config says.
+ * RELEASE or take a job for a SUBMIT. Each answers with SCHEDRUN_ENOMEM,
+ * saying what it left as it was (an ERROR's teardown; for a SUBMIT, the
+ * job's COMPLETE says nothing of it was kept), and works again afterwards.
+ * And the config loader: an allocation it cannot make fails the load with
+ * ENOMEM and the place, never a program that silently lacks part of what
+ * the config says.
  *
  * This program replaces calloc to fail exactly one allocation of a chosen
  * size while armed, so it is built without sanitizers (they own calloc).
@@ -146,6 +148,48 @@ static void test_release_out_of_memory(void **st) {
   rig_down(&r);
 }
 
+/* A SUBMIT the scheduler has no memory to take a job for is answered with
+ * SCHEDRUN_ENOMEM, naming the job, not dropped (its client would wait for
+ * good); the next SUBMIT is taken as usual (refused here for its unknown
+ * program, which only a job it took can be). */
+static void test_submit_out_of_memory(void **st) {
+  (void)st;
+  rig r;
+  rig_up(&r, ACTOR_SCHEDULER);
+  scheduler_state *ss = scheduler_state_new(&r.core);
+  schedrun_error_t err = {0};
+  assert_int_equal(actor_start(r.core.zctx, &scheduler_actor_def, ACTOR_SCHEDULER, ss, &r.actor, &err), SCHEDRUN_OK);
+  msg m, reply;
+  msg_init(&m, MSG_SUBMIT, 77, "client");
+  m.body.submit.program = 42;
+  m.body.submit.run = 3;
+  m.body.submit.job_index = 9;
+  m.body.submit.device = -1;
+  atomic_store(&fail_size, sizeof(job));
+  send_recv(&r, &m, &reply);
+  assert_int_equal(atomic_load(&fail_size), 0); /* the job's allocation was the one refused */
+  assert_int_equal(reply.type, MSG_COMPLETE);
+  assert_true(reply.job == 77);
+  assert_int_equal(reply.body.complete.status, SCHEDRUN_ENOMEM);
+  assert_int_equal(reply.body.complete.device, -1);
+  assert_int_equal(reply.body.complete.run, 3);
+  assert_int_equal(reply.body.complete.job_index, 9);
+  if (!strstr(reply.body.complete.text, "could not take job 77 (run 3, job 9)"))
+    fail_msg("the answer does not name the job: %s", reply.body.complete.text);
+  msg_free(&reply);
+  m.job = 78;
+  send_recv(&r, &m, &reply);
+  msg_free(&m);
+  assert_int_equal(reply.type, MSG_COMPLETE);
+  assert_true(reply.job == 78);
+  assert_int_equal(reply.body.complete.status, SCHEDRUN_EINVAL);
+  assert_string_equal(reply.body.complete.text, "no such program");
+  msg_free(&reply);
+  stop_actor(&r);
+  scheduler_state_free(ss);
+  rig_down(&r);
+}
+
 /* Each of the loader's allocations that a config sizes, refused in turn. */
 static void test_loader_out_of_memory(void **st) {
   (void)st;
@@ -192,6 +236,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_compile_session_out_of_memory),
       cmocka_unit_test(test_release_out_of_memory),
+      cmocka_unit_test(test_submit_out_of_memory),
       cmocka_unit_test(test_loader_out_of_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
