@@ -77,27 +77,34 @@ static bool handoffs_fit(const scheduler_state *s, const prog_program *p, const 
   return true;
 }
 
-/* A job the scheduler has no memory to take is answered, not dropped: its
- * client would wait for it for good. The answer needs no job state. */
-static void refuse_without_memory(actor_t *self, scheduler_state *s, const msg *m) {
+/* Answers a SUBMIT whose job the scheduler did not register, from the
+ * message alone, to `to`. */
+static void answer_unregistered(actor_t *self, scheduler_state *s, const msg *m, const char *to, int code,
+                                const char *text) {
   const msg_submit *sb = &m->body.submit;
-  char text[160];
-  snprintf(text, sizeof text,
-           "out of memory: the scheduler could not take job %llu (run %u, job %u); nothing of it was kept",
-           (unsigned long long)m->job, sb->run, sb->job_index);
   msg r;
   if (msg_init(&r, MSG_COMPLETE, m->job, ACTOR_SCHEDULER) != SCHEDRUN_OK) {
     msg_free(&r);
     return; /* not even the answer fits: nothing can be said */
   }
-  r.body.complete.status = SCHEDRUN_ENOMEM;
+  r.body.complete.status = code;
   r.body.complete.program = sb->program;
   r.body.complete.device = -1;
   r.body.complete.run = sb->run;
   r.body.complete.job_index = sb->job_index;
   r.body.complete.text = xstrdup(text);
-  core_send_complete(self, s->core, m->from, &r);
+  core_send_complete(self, s->core, to, &r);
   msg_free(&r);
+}
+
+/* A job the scheduler has no memory to take is answered, not dropped: its
+ * client would wait for it for good. */
+static void refuse_without_memory(actor_t *self, scheduler_state *s, const msg *m) {
+  char text[160];
+  snprintf(text, sizeof text,
+           "out of memory: the scheduler could not take job %llu (run %u, job %u); nothing of it was kept",
+           (unsigned long long)m->job, m->body.submit.run, m->body.submit.job_index);
+  answer_unregistered(self, s, m, m->from, SCHEDRUN_ENOMEM, text);
 }
 
 /* A SUBMIT; `refused` (or NULL) says why it cannot be taken before it is looked at. */
@@ -142,20 +149,8 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m, const char 
   if (bad) {
     int code = s->closing ? SCHEDRUN_ECLOSED : !strcmp(bad, "out of memory") ? SCHEDRUN_ENOMEM : SCHEDRUN_EINVAL;
     if (idmap_get(&s->jobs, j->id) == j) idmap_remove(&s->jobs, j->id);
-    job tmp = *j;
+    answer_unregistered(self, s, m, j->client, code, bad); /* not registered: answer directly */
     scheduler_job_free(s, j);
-    tmp.state = JOB_COMPILING;
-    /* not registered: answer directly */
-    msg r;
-    msg_init(&r, MSG_COMPLETE, tmp.id, ACTOR_SCHEDULER);
-    r.body.complete.status = code;
-    r.body.complete.program = tmp.program;
-    r.body.complete.device = -1;
-    r.body.complete.run = tmp.run;
-    r.body.complete.job_index = tmp.job_index;
-    r.body.complete.text = xstrdup(bad);
-    core_send_complete(self, s->core, tmp.client, &r);
-    msg_free(&r);
     return;
   }
   j->pin = sb->device;

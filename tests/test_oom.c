@@ -124,13 +124,26 @@ static void test_compile_session_out_of_memory(void **st) {
   rig_down(&r);
 }
 
+/* The scheduler alone, answering the rig's client. */
+static scheduler_state *scheduler_up(rig *r) {
+  rig_up(r, ACTOR_SCHEDULER);
+  scheduler_state *ss = scheduler_state_new(&r->core);
+  assert_non_null(ss);
+  schedrun_error_t err = {0};
+  assert_int_equal(actor_start(r->core.zctx, &scheduler_actor_def, ACTOR_SCHEDULER, ss, &r->actor, &err), SCHEDRUN_OK);
+  return ss;
+}
+
+static void scheduler_down(rig *r, scheduler_state *ss) {
+  stop_actor(r);
+  scheduler_state_free(ss);
+  rig_down(r);
+}
+
 static void test_release_out_of_memory(void **st) {
   (void)st;
   rig r;
-  rig_up(&r, ACTOR_SCHEDULER);
-  scheduler_state *ss = scheduler_state_new(&r.core);
-  schedrun_error_t err = {0};
-  assert_int_equal(actor_start(r.core.zctx, &scheduler_actor_def, ACTOR_SCHEDULER, ss, &r.actor, &err), SCHEDRUN_OK);
+  scheduler_state *ss = scheduler_up(&r);
   msg m, reply;
   msg_init(&m, MSG_RELEASE, 5, "client");
   m.body.release.program = 42; /* never ran here: the scheduler creates its state to answer */
@@ -143,9 +156,7 @@ static void test_release_out_of_memory(void **st) {
   assert_int_equal(reply.body.error.teardown.n, 1);
   assert_string_equal(reply.body.error.teardown.v[0], "release nothing: the program's state is as it was");
   msg_free(&reply);
-  stop_actor(&r);
-  scheduler_state_free(ss);
-  rig_down(&r);
+  scheduler_down(&r, ss);
 }
 
 /* A SUBMIT the scheduler has no memory to take a job for is answered with
@@ -155,10 +166,7 @@ static void test_release_out_of_memory(void **st) {
 static void test_submit_out_of_memory(void **st) {
   (void)st;
   rig r;
-  rig_up(&r, ACTOR_SCHEDULER);
-  scheduler_state *ss = scheduler_state_new(&r.core);
-  schedrun_error_t err = {0};
-  assert_int_equal(actor_start(r.core.zctx, &scheduler_actor_def, ACTOR_SCHEDULER, ss, &r.actor, &err), SCHEDRUN_OK);
+  scheduler_state *ss = scheduler_up(&r);
   msg m, reply;
   msg_init(&m, MSG_SUBMIT, 77, "client");
   m.body.submit.program = 42;
@@ -185,9 +193,7 @@ static void test_submit_out_of_memory(void **st) {
   assert_int_equal(reply.body.complete.status, SCHEDRUN_EINVAL);
   assert_string_equal(reply.body.complete.text, "no such program");
   msg_free(&reply);
-  stop_actor(&r);
-  scheduler_state_free(ss);
-  rig_down(&r);
+  scheduler_down(&r, ss);
 }
 
 /* Each of the loader's allocations that a config sizes, refused in turn. */
