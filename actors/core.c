@@ -15,7 +15,8 @@ const prog_program *core_program(schedrun_core *c, uint64_t id) {
 }
 
 void core_free_parcel(schedrun_core *c, uint64_t device, uint64_t addr) {
-  if (device < (uint64_t)c->ndevices) c->backend->ops->mem_free(c->backend, (int)device, addr);
+  /* a kept buffer's take names no device; a kept park's parcel is 0 */
+  if (device < (uint64_t)c->ndevices && addr) c->backend->ops->mem_free(c->backend, (int)device, addr);
 }
 
 void core_free_parcels(schedrun_core *c, const msg_u64s *takes) {

@@ -25,7 +25,10 @@ execute_state *execute_state_new(schedrun_core *core, int device) {
 }
 
 void execute_state_free(execute_state *s) {
-  if (s) free(s->times);
+  if (s) {
+    free(s->times);
+    kept_table_free(&s->kept); /* parcels still kept go with the device's memory */
+  }
   free(s);
 }
 
@@ -186,10 +189,15 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
   size_t cap = 0;
   uint32_t ntimed = 0;
   uint64_t t0 = now_ns();
+  kept_plan kp = {0};
+  size_t copies_ran = 0;
   int rc = execute_check_context(s, "EXECUTE", x->program, x->device, &c, &err);
+  if (rc == SCHEDRUN_OK) rc = kept_before_job(s, &c, &jr, &kp, &copies_ran, &err);
   if (rc == SCHEDRUN_OK) rc = execute_run_job(s, &c, &jr, &cp->outputs, &cap, &ntimed, &f, &err);
   core_free_parcels(s->core, &x->takes);
   if (rc == SCHEDRUN_OK && x->park.n) rc = execute_park(s, &c, &x->park, &cp->parcels, &err);
+  kept_commit(s, &kp, rc ? 0 : SIZE_MAX, copies_ran);
+  kept_plan_free(&kp);
   if (rc) {
     execute_job_failed(self, s, m->from, m->job, rc, &f, &err);
   } else {

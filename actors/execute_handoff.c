@@ -20,7 +20,7 @@ static uint64_t buffer_bytes(const prog_program *p, uint32_t b) {
 
 bool execute_taken(const msg_u64s *takes, uint32_t b) {
   for (size_t i = 0; i + 2 < takes->n; i += 3)
-    if (takes->v[i] == b) return true;
+    if (MSG_TAKE_BUFFER(takes->v[i]) == b) return true;
   return false;
 }
 
@@ -28,6 +28,7 @@ int execute_take_parcels(execute_state *s, const context_run *c, const job_run *
   gpu_backend *be = s->core->backend;
   assert(jr->takes.n % 3 == 0 && jr->handoffs); /* the decoder checks the triples */
   for (size_t i = 0; i < jr->takes.n; i += 3) {
+    if (jr->takes.v[i + 1] == MSG_TAKE_LOCAL) continue; /* kept here: the job's plan took it */
     uint32_t b = (uint32_t)jr->takes.v[i];
     int from = (int)jr->takes.v[i + 1];
     uint64_t addr = jr->takes.v[i + 2];
@@ -63,6 +64,10 @@ int execute_park(execute_state *s, const context_run *c, const msg_u64s *park, m
   if (!parcels->v) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   int rc = SCHEDRUN_OK;
   for (size_t i = 0; rc == SCHEDRUN_OK && i < park->n; i++) {
+    if (park->v[i] & MSG_PARK_LOCAL) {
+      parcels->v[parcels->n++] = 0; /* kept here (execute_kept.c); its place stays */
+      continue;
+    }
     uint32_t b = (uint32_t)park->v[i];
     if (b >= c->p->nbuffers) {
       rc = err_set(err, SCHEDRUN_EPROTO, "EXECUTE parks buffer %u; the program has %u", b, c->p->nbuffers);
@@ -85,7 +90,8 @@ int execute_park(execute_state *s, const context_run *c, const msg_u64s *park, m
 
 void execute_drop_parcels(execute_state *s, msg_u64s *parcels) {
   gpu_backend *be = s->core->backend;
-  for (size_t i = 0; i < parcels->n; i++) be->ops->mem_free(be, s->device, parcels->v[i]);
+  for (size_t i = 0; i < parcels->n; i++)
+    if (parcels->v[i]) be->ops->mem_free(be, s->device, parcels->v[i]);
   free(parcels->v);
   parcels->v = NULL;
   parcels->n = 0;

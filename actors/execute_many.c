@@ -252,7 +252,8 @@ static const uint8_t *buffer_source(const prog_program *p, const job_run *jr, ui
 /* The bytes job jr stages in a submission, or UINT64_MAX when it must run
  * alone (a deadline, timing, an input of the wrong size). */
 static uint64_t staged_bytes(const execute_state *s, const prog_program *p, const job_run *jr) {
-  if (jr->deadline || execute_timing(s) || jr->takes.n || jr->park.n) return UINT64_MAX; /* parcels: alone */
+  /* parcels that travel in messages: alone; what is kept here goes in the submission */
+  if (jr->deadline || execute_timing(s) || !kept_only(jr)) return UINT64_MAX;
   uint64_t total = 0;
   bool ok = true;
   for (uint32_t b = 0; b < p->nbuffers; b++) {
@@ -276,13 +277,18 @@ static void run_alone(actor_t *self, execute_state *s, const context_run *c, con
   msg_u64s parcels = {NULL, 0};
   jr->handoffs = handoffs;
   uint64_t t0 = now_ns();
+  kept_plan kp = {0};
+  size_t copies_ran = 0;
   int rc = batch_room(b, 1) ? SCHEDRUN_OK : err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
+  if (rc == SCHEDRUN_OK) rc = kept_before_job(s, c, jr, &kp, &copies_ran, &err);
   if (rc == SCHEDRUN_OK) rc = execute_run_job(s, c, jr, &cm->outputs, &b->ocap, &ntimed, &f, &err);
   core_free_parcels(s->core, &jr->takes);
   if (rc == SCHEDRUN_OK && jr->park.n) rc = execute_park(s, c, &jr->park, &parcels, &err);
   if (rc == SCHEDRUN_OK && !batch_output_jobs(b, cm->outputs.n)) rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
   if (rc == SCHEDRUN_OK && !ntimed && !batch_parcels(b, cm->jobs.n, &parcels))
     rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
+  kept_commit(s, &kp, rc ? 0 : SIZE_MAX, copies_ran);
+  kept_plan_free(&kp);
   if (rc) {
     execute_drop_parcels(s, &parcels);
     batch_drop_outputs(b, outs_from);
@@ -300,32 +306,71 @@ static void run_alone(actor_t *self, execute_state *s, const context_run *c, con
   jr->handoffs = NULL;
 }
 
+/* A submission's steps, growing. */
+typedef struct ops_buf {
+  gpu_batch_op *v;
+  size_t n, cap;
+} ops_buf;
+
+static bool op_add(ops_buf *o, gpu_batch_op op) {
+  if (o->n == o->cap) {
+    size_t cap = o->cap ? 2 * o->cap : 64;
+    gpu_batch_op *v = realloc(o->v, cap * sizeof *v);
+    if (!v) return false;
+    o->v = v;
+    o->cap = cap;
+  }
+  o->v[o->n++] = op;
+  return true;
+}
+
 /* Runs jobs [k0, k1) as one submission and answers them. Returns the first
  * job it did not answer: k0 when it could run nothing (no memory, no room to
- * stage: they then run alone), the one after a job that failed without
- * losing the device, else k1. */
+ * stage, a job that cannot take what it should: they then run alone), the
+ * one after a job that failed without losing the device, else k1. What the
+ * jobs keep on the device and take from it is planned on a scratch copy of
+ * the device's table and committed once it is known how far they got. */
 static size_t run_segment(actor_t *self, execute_state *s, const context_run *c, const msg_execute_many *x,
                           const job_at *at, size_t k0, size_t k1, batch_out *b) {
   const prog_program *p = c->p;
   gpu_backend *be = s->core->backend;
-  size_t nj = k1 - k0, per_job = 2 * (size_t)p->nbuffers + 1;
-  gpu_batch_op *ops = malloc(nj * per_job * sizeof *ops);
+  size_t nj = k1 - k0;
+  ops_buf ops = {NULL, 0, 0};
   size_t *seq_at = malloc(nj * sizeof *seq_at), *end_at = malloc(nj * sizeof *end_at);
   size_t *outs_end = malloc(nj * sizeof *outs_end);
+  uint32_t(*hand)[2] = calloc(nj, sizeof *hand);
   msg_complete_many *cm = &b->complete.body.complete_many;
-  size_t outs0 = cm->outputs.n, nops = 0;
-  bool ok = ops && seq_at && end_at && outs_end && batch_room(b, nj);
+  size_t outs0 = cm->outputs.n;
+  kept_plan kp = {0};
+  kept_table scratch = {NULL, 0, 0};
+  bool ok = seq_at && end_at && outs_end && hand && batch_room(b, nj) && kept_scratch(s, &scratch);
   for (size_t i = 0; ok && i < nj; i++) {
     job_run jr = job_of(x, at, k0 + i);
+    jr.handoffs = hand[i];
+    size_t nch = kp.nchanges, ncp = kp.ncopies;
+    if (jr.takes.n || jr.park.n || scratch.n) {
+      schedrun_error_t perr = {0};
+      int prc = kept_plan_job(s, &scratch, c, &jr, i, &kp, &perr);
+      schedrun_error_clear(&perr);
+      if (prc) {
+        /* it fails alone, saying why; the jobs before it go now */
+        kept_plan_truncate(s, &kp, nch, ncp);
+        nj = i;
+        break;
+      }
+    }
+    for (size_t j = ncp; ok && j < kp.ncopies; j += 3)
+      ok = op_add(&ops, (gpu_batch_op){GB_DTOD, kp.copies[j], kp.copies[j + 2], NULL, NULL, NULL, 0, kp.copies[j + 1]});
     for (uint32_t bi = 0; ok && bi < p->nbuffers; bi++) {
+      if (execute_taken(&jr.takes, bi)) continue; /* copied in above, or already there */
       uint64_t bytes = p->buffers[bi].count * prog_type_size(p->buffers[bi].type);
       bool fine = true;
       const uint8_t *src = buffer_source(p, &jr, bi, &fine);
       assert(fine); /* staged_bytes let only well-formed jobs in */
-      ops[nops++] = (gpu_batch_op){src ? GB_HTOD : GB_ZERO, c->bindings->v[bi], bytes, src, NULL, NULL, 0};
+      ok = op_add(&ops, (gpu_batch_op){src ? GB_HTOD : GB_ZERO, c->bindings->v[bi], bytes, src, NULL, NULL, 0, 0});
     }
-    seq_at[i] = nops;
-    ops[nops++] = (gpu_batch_op){GB_SEQ, 0, 0, NULL, NULL, (gpu_seq *)(uintptr_t)c->sequence, 0};
+    seq_at[i] = ops.n;
+    ok = ok && op_add(&ops, (gpu_batch_op){GB_SEQ, 0, 0, NULL, NULL, (gpu_seq *)(uintptr_t)c->sequence, 0, 0});
     for (uint32_t bi = 0; ok && bi < p->nbuffers; bi++) {
       if (!execute_wanted(p, bi, jr.keep)) continue;
       uint64_t bytes = p->buffers[bi].count * prog_type_size(p->buffers[bi].type);
@@ -337,42 +382,51 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
       o->buffer = bi;
       o->data.len = bytes;
       cm->outputs.n++;
-      ops[nops++] = (gpu_batch_op){GB_DTOH, c->bindings->v[bi], bytes, NULL, o->data.data, NULL, 0};
+      ok = op_add(&ops, (gpu_batch_op){GB_DTOH, c->bindings->v[bi], bytes, NULL, o->data.data, NULL, 0, 0});
     }
-    end_at[i] = nops;
+    end_at[i] = ops.n;
     outs_end[i] = cm->outputs.n;
   }
+  kept_table_free(&scratch);
   size_t done = 0;
   gpu_failure f = {GPU_NO_TAG, false};
   schedrun_error_t err = {0};
   uint64_t t0 = now_ns();
-  int rc = ok ? be->ops->run_batch(be, s->device, ops, nops, 0, &done, &f, &err) : SCHEDRUN_ENOMEM;
+  int rc = ok && nj ? be->ops->run_batch(be, s->device, ops.v, ops.n, 0, &done, &f, &err) : SCHEDRUN_ENOMEM;
   if (rc && !f.lost && done == 0) {
+    kept_plan_truncate(s, &kp, 0, 0); /* they run alone, planned again */
+    kept_plan_free(&kp);
     batch_drop_outputs(b, outs0);
     schedrun_error_clear(&err);
-    free(ops);
+    free(ops.v);
     free(seq_at);
     free(end_at);
     free(outs_end);
+    free(hand);
     return k0;
   }
   /* the jobs whose every step ran completed; the rest failed with the device */
   size_t ok_jobs = 0;
   while (ok_jobs < nj && end_at[ok_jobs] <= done) ok_jobs++;
+  size_t copies_ran = 0;
+  for (size_t i = 0; i < done && i < ops.n; i++) copies_ran += ops.v[i].kind == GB_DTOD;
+  kept_commit(s, &kp, ok_jobs < nj ? ok_jobs : SIZE_MAX, copies_ran);
+  kept_plan_free(&kp);
   batch_drop_outputs(b, ok_jobs ? outs_end[ok_jobs - 1] : outs0);
   uint64_t prev = t0;
   for (size_t i = 0; i < ok_jobs; i++) {
     job_run jr = job_of(x, at, k0 + i);
-    uint64_t t1 = ops[seq_at[i]].t_end;
+    jr.handoffs = hand[i];
+    uint64_t t1 = ops.v[seq_at[i]].t_end;
     batch_add(b, &jr, x->t_submits.v[k0 + i], prev, t1, i ? outs_end[i - 1] : outs0);
     prev = t1;
   }
-  size_t next = k1;
+  size_t next = k0 + nj;
   if (ok_jobs < nj) {
     job_run jr = job_of(x, at, k0 + ok_jobs);
     execute_name_failure(p, &jr, &f, rc, &err);
     execute_job_failed(self, s, b->scheduler, jr.id, rc, &f, &err);
-    next = f.lost ? k1 : k0 + ok_jobs + 1; /* with the device alive, the rest run alone */
+    next = f.lost ? k0 + nj : k0 + ok_jobs + 1; /* with the device alive, the rest run alone */
   }
   for (size_t i = ok_jobs + 1; f.lost && i < nj; i++) {
     /* not run: the device was lost under an earlier job of the submission */
@@ -384,10 +438,11 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
     schedrun_error_clear(&lost);
   }
   schedrun_error_clear(&err);
-  free(ops);
+  free(ops.v);
   free(seq_at);
   free(end_at);
   free(outs_end);
+  free(hand);
   return next;
 }
 

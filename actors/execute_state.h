@@ -15,12 +15,29 @@
 #define TIMED_JOBS 16
 #define TIMED_NODES 1024
 
+/* A buffer a job left on this device for a job after it (a local park,
+ * MSG_PARK_LOCAL): still in its execution context's buffer, as long as no
+ * other job of that context has run since, or else in a parcel. */
+typedef struct kept_buf {
+  uint64_t job;    /* the job that left it */
+  uint32_t park;   /* by its park entry park (the key, with job) */
+  uint32_t buffer; /* its index in that job's program */
+  bool in_context; /* at is the context's buffer; else a parcel of this device */
+  uint64_t at, bytes;
+} kept_buf;
+
+typedef struct kept_table {
+  kept_buf *v;
+  size_t n, cap;
+} kept_table;
+
 struct execute_state {
   schedrun_core *core;
   int device;
   char name[32];
   uint32_t timed;  /* jobs timed so far */
   uint64_t *times; /* TIMED_NODES {tag, start, end}, while timing */
+  kept_table kept; /* what jobs left here for the jobs after them */
 };
 
 /* One job of an EXECUTE or EXECUTE_MANY: what differs from job to job. */
@@ -85,8 +102,57 @@ int execute_park(execute_state *s, const context_run *c, const msg_u64s *park, m
                  schedrun_error_t *err);
 /* Frees parcels left on this device that nobody will take, and empties the list. */
 void execute_drop_parcels(execute_state *s, msg_u64s *parcels);
-/* Whether buffer b is filled from a parcel. */
+/* Whether buffer b is filled from a parcel or from what a job left here. */
 bool execute_taken(const msg_u64s *takes, uint32_t b);
+
+/* execute_kept.c: buffers kept on this device from one job to a later one
+ * (MSG_PARK_LOCAL, MSG_TAKE_LOCAL). A job's plan says what it does with
+ * them, before anything runs: device copies to make before its buffers are
+ * filled (buffers of its own context that a later job still wants move to
+ * parcels; buffers it takes are copied in, except one left in its own
+ * buffer by the job just before it in its context, which stays where it
+ * is), and changes to the table, made only once it is known how far the
+ * job got (kept_commit). */
+typedef enum { KC_TAKE, KC_SPILL, KC_KEEP } kept_change_kind;
+typedef struct kept_change {
+  kept_change_kind kind;
+  size_t job;   /* the job's position in its submission */
+  size_t copy;  /* KC_SPILL: its copy's index among the plan's copies */
+  kept_buf buf; /* TAKE: the entry taken; SPILL: the entry in its new parcel; KEEP: the new entry */
+} kept_change;
+
+typedef struct kept_plan {
+  uint64_t *copies; /* {dst, src, bytes} triples, in order */
+  size_t ncopies, copies_cap;
+  kept_change *changes;
+  size_t nchanges, changes_cap;
+} kept_plan;
+
+/* Plans job jr (at position pos) against table t, which it updates as if
+ * the job ran (t is a scratch copy: the device's own table changes only at
+ * kept_commit). A take of something not in t fails the job with
+ * SCHEDRUN_EDEPEND; what it did find is still taken. */
+int kept_plan_job(execute_state *s, kept_table *t, const context_run *c, const job_run *jr, size_t pos, kept_plan *pl,
+                  schedrun_error_t *err);
+/* Applies the changes of the plan's jobs before `failed` (SIZE_MAX: none
+ * failed), and of the job that failed what it did before it failed (its
+ * takes, and the spills among the first copies_ran copies); frees the
+ * parcels of spills that did not happen and of entries taken. */
+void kept_commit(execute_state *s, const kept_plan *pl, size_t failed, size_t copies_ran);
+/* Drops what the plan holds past nchanges changes and ncopies copies
+ * values (a job planned last that will not run with the others). */
+void kept_plan_truncate(execute_state *s, kept_plan *pl, size_t nchanges, size_t ncopies);
+/* For a job that runs alone: plans it (position 0) and makes its copies
+ * now; kept_commit(s, pl, rc ? 0 : SIZE_MAX, *copies_ran) once it ran. */
+int kept_before_job(execute_state *s, const context_run *c, const job_run *jr, kept_plan *pl, size_t *copies_ran,
+                    schedrun_error_t *err);
+/* A scratch copy of the device's table; false without memory. */
+bool kept_scratch(const execute_state *s, kept_table *t);
+void kept_table_free(kept_table *t);
+void kept_plan_free(kept_plan *pl);
+/* Whether jr's hand-offs are all kept on this device (none to or from a
+ * parcel that travels in messages). */
+bool kept_only(const job_run *jr);
 
 /* execute_host.c: a program with host steps runs its segments of device
  * steps in turn (c->sequence is then gpu_seq *[nhosts + 1]), each host step

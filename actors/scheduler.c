@@ -71,10 +71,21 @@ static bool inputs_fit(const prog_program *p, const msg_outputs *in) {
 /* Parcels to leave or take name buffers of the program and devices there are. */
 static bool handoffs_fit(const scheduler_state *s, const prog_program *p, const job *j) {
   for (size_t i = 0; i < j->park.n; i++)
-    if (j->park.v[i] >= p->nbuffers) return false;
-  for (size_t i = 0; i + 2 < j->takes.n; i += 3)
-    if (j->takes.v[i] >= p->nbuffers || j->takes.v[i + 1] >= (uint64_t)s->core->ndevices) return false;
+    if ((j->park.v[i] & ~MSG_PARK_LOCAL) >= p->nbuffers) return false;
+  for (size_t i = 0; i + 2 < j->takes.n; i += 3) {
+    bool kept = j->takes.v[i + 1] == MSG_TAKE_LOCAL;
+    if ((kept ? MSG_TAKE_BUFFER(j->takes.v[i]) : j->takes.v[i]) >= p->nbuffers) return false;
+    if (!kept && j->takes.v[i + 1] >= (uint64_t)s->core->ndevices) return false;
+    if (kept && (j->takes.v[i + 2] == 0 || j->takes.v[i + 2] == j->id)) return false;
+  }
   return true;
+}
+
+/* The first job j takes a kept buffer from, or 0. */
+static uint64_t kept_from(const job *j) {
+  for (size_t i = 0; i + 2 < j->takes.n; i += 3)
+    if (j->takes.v[i + 1] == MSG_TAKE_LOCAL) return j->takes.v[i + 2];
+  return 0;
 }
 
 /* Answers a SUBMIT whose job the scheduler did not register, from the
@@ -154,6 +165,7 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m, const char 
     return;
   }
   j->pin = sb->device;
+  j->kept_from = kept_from(j);
   ps->jobs++;
   if (ps->compile == COMPILE_READY) {
     scheduler_place(self, s, ps, j);
@@ -176,7 +188,7 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m, const char 
  * inputs moved out of the batch's list. */
 static void handle_submit_many(actor_t *self, scheduler_state *s, msg *m) {
   msg_submit_many *b = &m->body.submit_many;
-  size_t in = 0; /* the next input, in job order (the decoder checked) */
+  size_t in = 0, pk = 0, tk = 0; /* the next input, park entry and take, in job order */
   for (size_t k = 0; k < b->programs.n; k++) {
     msg one = {.v = m->v, .type = MSG_SUBMIT, .job = m->job + k, .from = m->from};
     msg_submit_many_get(b, k, &one.body.submit);
@@ -188,11 +200,33 @@ static void handle_submit_many(actor_t *self, scheduler_state *s, msg *m) {
       memcpy(ins->v, &b->inputs.v[first], ins->n * sizeof *ins->v);
       memset(&b->inputs.v[first], 0, ins->n * sizeof *ins->v); /* the job's now */
     }
-    /* without memory for its list the job is refused; its inputs are freed
+    /* its hand-offs, copied out of the batch's lists (in job order: the decoder checked) */
+    size_t p0 = pk, t0 = tk;
+    while (pk < b->park_jobs.n && b->park_jobs.v[pk] == k) pk++;
+    while (tk < b->take_jobs.n && b->take_jobs.v[tk] == k) tk++;
+    bool nomem = in > first && !ins->v;
+    msg_u64s *park = &one.body.submit.park, *takes = &one.body.submit.takes;
+    if (pk > p0 && (park->v = malloc((pk - p0) * sizeof *park->v))) {
+      park->n = pk - p0;
+      memcpy(park->v, &b->park.v[p0], park->n * sizeof *park->v);
+    }
+    if (tk > t0 && (takes->v = malloc(3 * (tk - t0) * sizeof *takes->v))) {
+      takes->n = 3 * (tk - t0);
+      memcpy(takes->v, &b->takes.v[3 * t0], takes->n * sizeof *takes->v);
+    }
+    if (tk > t0 && !takes->v) {
+      /* refused below: nobody else will free the parcels it was to take */
+      msg_u64s mine = {&b->takes.v[3 * t0], 3 * (tk - t0)};
+      core_free_parcels(s->core, &mine);
+    }
+    nomem = nomem || (pk > p0 && !park->v) || (tk > t0 && !takes->v);
+    /* without memory for its lists the job is refused; its inputs are freed
      * with the batch */
-    handle_submit(self, s, &one, in > first && !ins->v ? "out of memory" : NULL);
+    handle_submit(self, s, &one, nomem ? "out of memory" : NULL);
     for (size_t i = 0; i < ins->n; i++) free(ins->v[i].data.data); /* not taken: no job */
     free(ins->v);
+    free(park->v);
+    free(takes->v);
   }
 }
 

@@ -420,6 +420,18 @@ static int pick_device(scheduler_state *s, prog_state *ps, const job *j, slot_st
 void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) {
   const prog_program *p = ps->p;
   assert(ps->id == j->program);
+  if (j->kept_from) {
+    /* it takes what that job keeps on its device: it runs there, after it */
+    const job *x = idmap_get(&s->jobs, j->kept_from);
+    if (!x) {
+      char why[160];
+      snprintf(why, sizeof why, "job %llu, which hands it a buffer, did not reach a device",
+               (unsigned long long)j->kept_from);
+      scheduler_complete(self, s, j, SCHEDRUN_EDEPEND, why, NULL);
+      return;
+    }
+    if (x->device >= 0) j->pin = x->device;
+  }
   slot_state *ss;
   j->device = pick_device(s, ps, j, &ss);
   if (j->device < 0) {

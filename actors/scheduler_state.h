@@ -39,6 +39,8 @@ typedef struct job {
   msg_outputs inputs; /* the submitter's buffer contents, until EXECUTE */
   msg_u64s park, takes; /* hand-offs (msg_submit), until EXECUTE; parcels still
                            in takes when the job is freed are freed with it */
+  uint64_t kept_from;   /* the first job it takes a kept buffer from (MSG_TAKE_LOCAL), or 0:
+                           it goes to that job's device */
   msg_counts counts;
   uint32_t hits, misses;
   uint64_t sequence;

@@ -68,16 +68,18 @@ typedef struct gpu_counters {
 } gpu_counters;
 
 /* One step of a batch of jobs (gpu_ops.run_batch): a job's buffer filled
- * from host bytes or zeroed, a sequence run, a buffer read back. */
-typedef enum { GB_HTOD, GB_ZERO, GB_SEQ, GB_DTOH } gpu_batch_kind;
+ * from host bytes or zeroed, or copied on the device from other device
+ * bytes (a buffer handed on), a sequence run, a buffer read back. */
+typedef enum { GB_HTOD, GB_ZERO, GB_SEQ, GB_DTOH, GB_DTOD } gpu_batch_kind;
 typedef struct gpu_batch_op {
   gpu_batch_kind kind;
-  uint64_t addr;   /* the device bytes (not GB_SEQ) */
+  uint64_t addr;   /* the device bytes (not GB_SEQ); GB_DTOD: the destination */
   uint64_t bytes;
   const void *src; /* GB_HTOD */
   void *dst;       /* GB_DTOH */
   gpu_seq *seq;    /* GB_SEQ */
   uint64_t t_end;  /* GB_SEQ: when it ended (CLOCK_MONOTONIC ns), set by run_batch */
+  uint64_t from;   /* GB_DTOD: the device bytes copied */
 } gpu_batch_op;
 
 typedef struct gpu_ops {

@@ -123,6 +123,14 @@ struct schedrun {
   pending_job **host_ready;
   size_t nhost_ready, host_ready_cap;
   bool running_host; /* the completion thread is running them */
+  /* how long the last job of a few programs ran on its device (under
+   * lock), for deciding whether a graph's branches go together
+   * (lib/deps_group.c) */
+  struct {
+    const prog_program *p;
+    uint64_t ns;
+  } last_run[8];
+  unsigned last_run_next;
   /* a doorbell to the completion thread from any thread (under bell_lock) */
   void *bell;
   pthread_mutex_t bell_lock;

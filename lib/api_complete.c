@@ -158,6 +158,12 @@ void api_file_results(schedrun_t *s, pending_job **pjs, schedrun_job_result_t **
    * in this same round (w.done) */
   for (size_t k = 0; k < n; k++) {
     if (pjs[k] && rs[k]) rs[k]->info.handoffs_copied += pjs[k]->host_handoffs;
+    if (pjs[k] && rs[k] && pjs[k]->prog) deps_note_run(s, pjs[k]->prog, rs[k]->info.execute_ns);
+    if (pjs[k] && pjs[k]->dep && pjs[k]->dep->ahead && deps_early(s, pjs[k], rs[k])) {
+      pjs[k] = NULL; /* kept for, or decided by, the jobs before it */
+      rs[k] = NULL;
+      continue;
+    }
     if (pjs[k] && pjs[k]->dep) deps_completed(s, pjs[k], rs[k], &w);
   }
   deps_settle(s, &w);

@@ -29,6 +29,13 @@ void deps_node_free(schedrun_t *s, dep_node *d, bool free_parcels) {
     if (free_parcels) core_free_parcels(&s->core, &d->submit.body.submit.takes);
     msg_free(&d->submit);
   }
+  if (d->early) {
+    if (free_parcels)
+      for (size_t i = 0; i < d->early->parcels.n; i++)
+        core_free_parcel(&s->core, (uint64_t)d->early->info.device, d->early->parcels.v[i]);
+    d->early->parcels.n = 0;
+    schedrun_job_result_free(&d->early);
+  }
   free(d->fail_why);
   free(d->root);
   free(d->name);
@@ -156,7 +163,7 @@ void deps_completed(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r, de
   for (size_t k = 0; k < d->nouts; k++) {
     dep_out *e = &d->outs[k];
     dep_node *yd = e->to->dep;
-    assert(yd && yd->held && yd->waiting > 0);
+    assert(yd && (yd->held || yd->ahead) && yd->waiting > 0);
     if (!ok) {
       bool first = r && r->info.status != SCHEDRUN_EDEPEND;
       fail_node(yd, SCHEDRUN_EDEPEND,
@@ -165,7 +172,7 @@ void deps_completed(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r, de
                       : fmt("runs after job %llu ('%s'), which did not run: %s", (unsigned long long)pj->id,
                             label(pj, d), root),
                 root);
-    } else if (e->in >= 0 && yd->fail_status == SCHEDRUN_OK) {
+    } else if (e->in >= 0 && yd->fail_status == SCHEDRUN_OK && !yd->ahead) {
       dep_in *in = &yd->ins[e->in];
       if (e->park >= 0) {
         if ((size_t)e->park < r->parcels.n && taken) {
@@ -196,11 +203,13 @@ void deps_completed(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r, de
         }
       }
     }
-    if (--yd->waiting == 0) push_ready(w, e->to);
+    /* a job sent ahead needs nothing from here unless it cannot run, or
+     * its COMPLETE came before this one */
+    if (--yd->waiting == 0 && (!yd->ahead || yd->fail_status != SCHEDRUN_OK || yd->early)) push_ready(w, e->to);
   }
   /* parcels nobody takes (the job after it cannot run) */
-  for (size_t i = 0; r && i < r->parcels.n; i++)
-    if (!taken || !taken[i]) core_free_parcel(&s->core, (uint64_t)r->info.device, r->parcels.v[i]);
+  for (size_t i = 0; r && i < r->parcels.n; i++) /* 0: kept on the device for a job sent with it */
+    if ((!taken || !taken[i]) && r->parcels.v[i]) core_free_parcel(&s->core, (uint64_t)r->info.device, r->parcels.v[i]);
   if (r) r->parcels.n = 0;
   free(taken);
   free(root);
@@ -242,19 +251,21 @@ static int data_device(schedrun_t *s, const dep_node *d) {
 
 /* Moves what was handed to a job into its SUBMIT: parcels as takes, host
  * bytes as inputs. NULL, or why it cannot run. */
-static char *release_job(schedrun_t *s, pending_job *pj) {
+char *deps_release_job(schedrun_t *s, pending_job *pj) {
   dep_node *d = pj->dep;
   msg_submit *sb = &d->submit.body.submit;
   const prog_program *p = pj->prog;
   size_t nt = 0, ni = 0;
   for (size_t i = 0; i < d->nins; i++) {
-    if (!d->ins[i].filled) return fmt("buffer '%s' was never handed to it", d->ins[i].name);
-    if (d->ins[i].device >= 0) nt++;
+    if (d->ins[i].kept) nt++;
+    else if (!d->ins[i].filled) return fmt("buffer '%s' was never handed to it", d->ins[i].name);
+    else if (d->ins[i].device >= 0) nt++;
     else ni++;
   }
   for (size_t i = 0; i < d->nins; i++) {
     const prog_buffer *b = &p->buffers[d->ins[i].buffer];
     uint64_t want = b->count * prog_type_size(b->type);
+    if (d->ins[i].kept) continue;
     if (d->ins[i].device < 0 && d->ins[i].bytes != want)
       return fmt("buffer '%s' handed to it has %zu bytes; '%s' holds %llu", d->ins[i].name, d->ins[i].bytes, p->name,
                  (unsigned long long)want);
@@ -270,7 +281,11 @@ static char *release_job(schedrun_t *s, pending_job *pj) {
   if (sb->device < 0) sb->device = data_device(s, d);
   for (size_t i = 0; i < d->nins; i++) {
     dep_in *in = &d->ins[i];
-    if (in->device >= 0) {
+    if (in->kept) {
+      takes[sb->takes.n++] = in->buffer | (uint64_t)in->kept_park << 32;
+      takes[sb->takes.n++] = MSG_TAKE_LOCAL;
+      takes[sb->takes.n++] = in->kept_job;
+    } else if (in->device >= 0) {
       takes[sb->takes.n++] = in->buffer;
       takes[sb->takes.n++] = (uint64_t)in->device;
       takes[sb->takes.n++] = in->addr;
@@ -281,7 +296,7 @@ static char *release_job(schedrun_t *s, pending_job *pj) {
     }
     in->filled = false; /* the SUBMIT owns it now */
   }
-  sb->takes.v = takes;
+  if (nt) sb->takes.v = takes;
   return NULL;
 }
 
@@ -289,17 +304,27 @@ void deps_settle(schedrun_t *s, deps_work *w) {
   for (size_t i = 0; i < w->nready; i++) {
     pending_job *pj = w->ready[i];
     dep_node *d = pj->dep;
-    assert(d && d->held && d->waiting == 0);
+    assert(d && (d->held || d->ahead) && d->waiting == 0);
+    if (d->ahead && d->fail_status == SCHEDRUN_OK) {
+      /* sent, and its COMPLETE came first: it stands now */
+      assert(d->early);
+      schedrun_job_result_t *r = d->early;
+      d->early = NULL;
+      push_done(w, pj, r);
+      deps_completed(s, pj, r, w);
+      continue;
+    }
     d->held = false;
     char *why = NULL;
     int status = d->fail_status;
     if (status == SCHEDRUN_OK && s->closing) {
       status = SCHEDRUN_ECLOSED;
       why = fmt("the scheduler shut down before the jobs this one runs after completed");
-    } else if (status == SCHEDRUN_OK && d->is_job && (why = release_job(s, pj))) {
+    } else if (status == SCHEDRUN_OK && d->is_job && (why = deps_release_job(s, pj))) {
       status = SCHEDRUN_EINVAL;
     }
     if (status != SCHEDRUN_OK) {
+      /* one sent ahead may still be answered: that answer finds it complete */
       schedrun_job_result_t *r = deps_result(pj, status, why ? why : d->fail_why);
       free(why);
       push_done(w, pj, r);
@@ -307,12 +332,7 @@ void deps_settle(schedrun_t *s, deps_work *w) {
       continue;
     }
     if (d->is_job) {
-      msg *v = grow(w->send, &w->send_cap, w->nsend, sizeof *v);
-      if (!v) continue;
-      w->send = v;
-      w->send[w->nsend++] = d->submit;
-      memset(&d->submit, 0, sizeof d->submit);
-      d->is_job = false; /* its SUBMIT is gone from here */
+      deps_group_send(s, pj, w);
       continue;
     }
     pending_job **hv = grow(s->host_ready, &s->host_ready_cap, s->nhost_ready, sizeof *hv);
@@ -344,13 +364,17 @@ void deps_send(schedrun_t *s, deps_work *w, bool on_completer) {
     msg *m = &w->send[i];
     schedrun_error_t err = {0};
     if (api_send_submit(s, m, how, &err) != SCHEDRUN_OK) {
-      /* never sent: it completes here, and its parcels go back */
-      core_free_parcels(&s->core, &m->body.submit.takes);
-      pthread_mutex_lock(&s->lock);
-      pending_job *pj = idmap_get(&s->jobs, m->job);
-      pthread_mutex_unlock(&s->lock);
-      schedrun_job_result_t *r = pj ? deps_result(pj, err.code ? err.code : SCHEDRUN_ECLOSED, err.message) : NULL;
-      if (pj) api_file_results(s, &pj, &r, 1, on_completer);
+      /* never sent: its jobs complete here, and their parcels go back */
+      bool many = m->type == MSG_SUBMIT_MANY;
+      core_free_parcels(&s->core, many ? &m->body.submit_many.takes : &m->body.submit.takes);
+      size_t n = many ? m->body.submit_many.programs.n : 1;
+      for (size_t k = 0; k < n; k++) {
+        pthread_mutex_lock(&s->lock);
+        pending_job *pj = idmap_get(&s->jobs, m->job + k);
+        pthread_mutex_unlock(&s->lock);
+        schedrun_job_result_t *r = pj ? deps_result(pj, err.code ? err.code : SCHEDRUN_ECLOSED, err.message) : NULL;
+        if (pj) api_file_results(s, &pj, &r, 1, on_completer);
+      }
     }
     schedrun_error_clear(&err);
     msg_free(m);

@@ -25,6 +25,11 @@ typedef struct dep_in {
   uint8_t *data;    /* host bytes (from a host task, or a parcel read for one) */
   size_t bytes;
   bool filled;
+  /* sent with its producer (lib/deps_group.c): taken from what job
+   * kept_job keeps on its device by its park entry kept_park */
+  bool kept;
+  uint64_t kept_job;
+  uint32_t kept_park;
 } dep_in;
 
 /* An edge to a node that runs after this one. */
@@ -46,6 +51,15 @@ struct dep_node {
   size_t nouts, outs_cap;
   bool held;        /* not yet released: SUBMIT (a job) or the task waits here */
   bool is_job, pinned;
+  /* sent with the jobs before it, before they completed (lib/deps_group.c):
+   * it still waits for them here, and a COMPLETE that comes for it first
+   * waits in `early` (its predecessors' outcome decides what it means) */
+  bool ahead;
+  schedrun_job_result_t *early;
+  /* while deps_group_send looks (zero outside it): in the group, edges
+   * from the group seen, one of them hands nothing on */
+  bool in_group, group_bad;
+  size_t group_in;
   msg submit;       /* a job's SUBMIT, sent when it is released */
   schedrun_host_fn fn; /* a host task */
   void *user;
@@ -80,6 +94,18 @@ void deps_completed(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r, de
  * through their own nodes after), jobs are released (w->send), host tasks
  * are left for the completion thread. */
 void deps_settle(schedrun_t *s, deps_work *w);
+/* The SUBMITs for released job pj (lock held, its SUBMIT filled by
+ * release_job): its own, and those of the jobs after it that go with it
+ * (lib/deps_group.c), onto w->send. */
+void deps_group_send(schedrun_t *s, pending_job *pj, deps_work *w);
+/* Moves what was handed to a job into its SUBMIT (lock held): parcels and
+ * kept buffers as takes, host bytes as inputs. NULL, or why it cannot run. */
+char *deps_release_job(schedrun_t *s, pending_job *pj);
+/* A job's result, filed (lock held): what the ahead job's COMPLETE means
+ * now. True when r was kept or dropped (the caller files nothing). */
+bool deps_early(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r);
+/* Notes how long a job of p ran (lock held), for deps_group_send. */
+void deps_note_run(schedrun_t *s, const prog_program *p, uint64_t execute_ns);
 /* Sends w's SUBMITs (without the lock); a job that cannot be sent (the
  * scheduler shut down) completes with the error, through api_file_results. */
 void deps_send(schedrun_t *s, deps_work *w, bool on_completer);

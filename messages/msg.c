@@ -78,6 +78,33 @@ void msg_submit_many_add(msg_submit_many *b, msg_submit *sb) {
   sb->inputs = (msg_outputs){NULL, 0};
 }
 
+int msg_submit_many_reserve_handoffs(msg_submit_many *b, size_t npark, size_t ntakes) {
+  assert(!b->park.v && !b->takes.v && ntakes % 3 == 0);
+  if (npark && (!(b->park.v = malloc(npark * sizeof(uint64_t))) || !(b->park_jobs.v = malloc(npark * sizeof(uint64_t)))))
+    return SCHEDRUN_ENOMEM;
+  if (ntakes &&
+      (!(b->takes.v = malloc(ntakes * sizeof(uint64_t))) || !(b->take_jobs.v = malloc(ntakes / 3 * sizeof(uint64_t)))))
+    return SCHEDRUN_ENOMEM;
+  return SCHEDRUN_OK;
+}
+
+void msg_submit_many_add_handing(msg_submit_many *b, msg_submit *sb) {
+  size_t k = b->programs.n;
+  assert(sb->takes.n % 3 == 0);
+  for (size_t i = 0; i < sb->park.n; i++) {
+    b->park_jobs.v[b->park_jobs.n++] = k;
+    b->park.v[b->park.n++] = sb->park.v[i];
+  }
+  for (size_t i = 0; i < sb->takes.n; i++) {
+    if (i % 3 == 0) b->take_jobs.v[b->take_jobs.n++] = k;
+    b->takes.v[b->takes.n++] = sb->takes.v[i];
+  }
+  free(sb->park.v);
+  free(sb->takes.v);
+  sb->park = sb->takes = (msg_u64s){NULL, 0};
+  msg_submit_many_add(b, sb);
+}
+
 void msg_submit_many_get(const msg_submit_many *b, size_t k, msg_submit *sb) {
   assert(k < b->programs.n); /* the decoder checked every column's length */
   uint64_t d = b->devices.v[k];

@@ -20,7 +20,7 @@
 
 #include "schedrun.h"
 
-#define MSG_VERSION 2 /* 2: envelope and bodies are arrays in schema order */
+#define MSG_VERSION 3 /* 2: envelope and bodies are arrays in schema order; 3: SUBMIT_MANY hands buffers on */
 #define MSG_MAX_BYTES (1u << 30)     /* a whole message */
 #define MSG_MAX_STRING (16u << 20)   /* one string (kernel sources, logs) */
 #define MSG_MAX_ARRAY (1u << 22)     /* elements of one array */
@@ -88,6 +88,17 @@ typedef struct msg_stats { msg_stat *v; size_t n; } msg_stats;
 /* Counters of one RECORD: nodes created, updated in place, reused as they were. */
 typedef struct msg_counts { uint32_t created, updated, reused; } msg_counts;
 
+/* Hand-offs kept on the device (a job graph's steps sent together): a park
+ * entry with MSG_PARK_LOCAL set leaves the buffer with its device's execute
+ * actor, for a job after it there, instead of in a parcel that COMPLETE
+ * returns (its place in COMPLETE's parcels is 0); a take
+ * {buffer | k << 32, MSG_TAKE_LOCAL, producer job} fills the buffer from
+ * what that job left there by its park entry k. */
+#define MSG_PARK_LOCAL (1ull << 63)
+#define MSG_TAKE_LOCAL 0xffffffffull
+#define MSG_TAKE_BUFFER(v) ((uint32_t)(v))
+#define MSG_TAKE_PARK(v) ((uint32_t)((v) >> 32))
+
 typedef struct msg_submit {
   uint64_t program;
   uint32_t run, job_index, slot;
@@ -107,12 +118,15 @@ typedef struct msg_submit {
  * SUBMITs a queue gathers): job k has id `job` + k of the envelope. In
  * columns, as EXECUTE_MANY: one element per job in each, the fields of
  * msg_submit (devices as two's complement, -1 all ones); inputs in job
- * order, each with its job's position in input_jobs. A job that hands
- * buffers on (park, takes) is sent as its own SUBMIT. */
+ * order, each with its job's position in input_jobs; hand-offs too, each
+ * park entry and take triple with its job's position (park_jobs,
+ * take_jobs): a graph's steps sent together. */
 typedef struct msg_submit_many {
   msg_u64s programs, runs, job_indexes, slots, devices, keeps, deadlines, record_onlys;
   msg_u64s input_jobs;
   msg_outputs inputs;
+  /* hand-offs, as in EXECUTE_MANY: each entry with its job's position */
+  msg_u64s park_jobs, park, take_jobs, takes;
 } msg_submit_many;
 #define MSG_SUBMIT_COLUMNS 8 /* programs ... record_onlys */
 /* The columns of b, in the order above. */
@@ -125,6 +139,14 @@ int msg_submit_many_reserve(msg_submit_many *b, size_t n, size_t nin);
 /* Adds sb as b's next job, within what was reserved, moving its inputs
  * (sb then has none); sb hands nothing on (no park, no takes). */
 void msg_submit_many_add(msg_submit_many *b, msg_submit *sb);
+/* Room in an empty b's hand-off lists for npark park entries and ntakes
+ * take values: SCHEDRUN_OK, or SCHEDRUN_ENOMEM (b then holds what msg_free
+ * frees). */
+int msg_submit_many_reserve_handoffs(msg_submit_many *b, size_t npark, size_t ntakes);
+/* msg_submit_many_add for a job that hands buffers on, within what was
+ * reserved: its park entries and takes join b's lists, owned by its
+ * position; sb then has none. */
+void msg_submit_many_add_handing(msg_submit_many *b, msg_submit *sb);
 /* Job k of b as a SUBMIT, without inputs; a device that is not an int32
  * becomes INT32_MAX (no such device). */
 void msg_submit_many_get(const msg_submit_many *b, size_t k, msg_submit *sb);

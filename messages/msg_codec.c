@@ -96,7 +96,9 @@ SCHEMA(submit_many_s, msg_submit_many, F(msg_submit_many, programs, FK_U64S), F(
        F(msg_submit_many, job_indexes, FK_U64S), F(msg_submit_many, slots, FK_U64S),
        F(msg_submit_many, devices, FK_U64S), F(msg_submit_many, keeps, FK_U64S),
        F(msg_submit_many, deadlines, FK_U64S), F(msg_submit_many, record_onlys, FK_U64S),
-       F(msg_submit_many, input_jobs, FK_U64S), FA(msg_submit_many, inputs, output_s));
+       F(msg_submit_many, input_jobs, FK_U64S), FA(msg_submit_many, inputs, output_s),
+       F(msg_submit_many, park_jobs, FK_U64S), F(msg_submit_many, park, FK_U64S),
+       F(msg_submit_many, take_jobs, FK_U64S), F(msg_submit_many, takes, FK_U64S));
 SCHEMA(execute_many_s, msg_execute_many, F(msg_execute_many, program, FK_U64), F(msg_execute_many, device, FK_U32),
        F(msg_execute_many, slot, FK_U32), F(msg_execute_many, sequence, FK_U64),
        F(msg_execute_many, bindings, FK_U64S), F(msg_execute_many, client, FK_STR), F(msg_execute_many, nodes, FK_U32),
@@ -344,8 +346,13 @@ static int check_batch(dctx *d, const msg *m) {
                               &b->devices,  &b->keeps, &b->deadlines,   &b->record_onlys};
     static const char *const names[] = {"programs", "runs",  "job_indexes", "slots",
                                         "devices",  "keeps", "deadlines",   "record_onlys"};
-    int rc = check_columns(d, &b->programs, cols, names, SCHEDRUN__ARRAY_LEN(cols), &b->input_jobs, "input_jobs",
-                           b->inputs.n);
+    int rc = check_takes(d, &b->takes);
+    if (rc == SCHEDRUN_OK)
+      rc = check_columns(d, &b->programs, cols, names, SCHEDRUN__ARRAY_LEN(cols), &b->input_jobs, "input_jobs",
+                         b->inputs.n);
+    /* the first column counts the jobs (its values are not ids) */
+    if (rc == SCHEDRUN_OK) rc = check_columns(d, &b->programs, cols, names, 1, &b->park_jobs, "park_jobs", b->park.n);
+    if (rc == SCHEDRUN_OK) rc = check_columns(d, &b->programs, cols, names, 1, &b->take_jobs, "take_jobs", b->takes.n / 3);
     /* the columns of msg_submit's 32-bit fields */
     static const int narrow[] = {1, 2, 3, 5, 7};
     for (size_t c = 0; rc == SCHEDRUN_OK && c < SCHEDRUN__ARRAY_LEN(narrow); c++)

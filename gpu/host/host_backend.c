@@ -35,7 +35,11 @@
 #include "gpu/host/host_device.h"
 
 #define MODULE_TIMEOUT_NS (60ull * 1000000000ull)
-#define PUNCH_BYTES (64u << 10) /* freed blocks this large give their pages back */
+#define PUNCH_BYTES (64u << 10) /* freed buffers this large give their pages back */
+/* and freed staging blocks (a batch's bytes in and out) this large: a
+ * batch's staging is freed after every batch, and pages given back cost a
+ * page fault on each side when the next batch touches them again */
+#define PUNCH_STAGING_BYTES (1u << 20)
 
 typedef struct host_backend {
   gpu_backend base;
@@ -142,7 +146,7 @@ static void dev_free(host_device *d, uint64_t addr) {
     return;
   }
   len = host_arena_free(&d->alloc, off);
-  if (len >= PUNCH_BYTES) fallocate(d->arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
+  if (len >= PUNCH_STAGING_BYTES) fallocate(d->arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
 }
 
 /* Moves an arena array to a block of new_bytes, keeping the first keep bytes. */
@@ -517,6 +521,11 @@ static int h_run_batch(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uin
       seqs++;
       break;
     case GB_DTOH: *st = (hw_step){HW_STEP_COPY, 0, stage, o->addr, o->bytes, 0}; break;
+    case GB_DTOD:
+      (void)dev_range(d, o->addr, o->bytes); /* both inside the arena */
+      (void)dev_range(d, o->from, o->bytes);
+      *st = (hw_step){HW_STEP_COPY, 0, o->addr, o->from, o->bytes, 0};
+      break;
     }
     stage += stage_len(o);
   }

@@ -49,6 +49,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define SPIN_FOLLOW_MAX_NS 250000ull /* a wait's spin follows the last wait up to this */
+
 #ifndef HW_IN_PROCESS
 static hw_ctl *fault_ctl; /* where the fault handler writes; this process has one device */
 
@@ -346,12 +348,17 @@ int main(int argc, char **argv) {
   catch_faults();
   spin_gauge gauge = {0};
   uint32_t seen = __atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE);
+  /* how long the next wait spins: spin_ns, or twice the last wait when
+   * that was longer but still short (requests that come every 50 us, a
+   * graph's submissions with the library's work between them, find the
+   * worker awake instead of paying a wake each), up to SPIN_FOLLOW_MAX_NS */
+  uint64_t window = spin_ns;
   for (;;) {
     uint32_t r;
     uint64_t t0 = hw_now_ns(), look = t0;
     bool spin = spin_gauge_may_spin(&gauge, t0);
     while ((r = __atomic_load_n(&ctl->req, __ATOMIC_ACQUIRE)) == seen) {
-      if (spin && look - t0 < spin_ns) {
+      if (spin && look - t0 < window) {
         spin = spin_gauge_yield(&gauge, &look, hw_now_ns); /* false: the core went elsewhere */
         continue;
       }
@@ -361,6 +368,8 @@ int main(int argc, char **argv) {
       if (getppid() != library) _exit(0); /* the library's process is gone */
     }
     seen = r;
+    uint64_t waited = hw_now_ns() - t0;
+    window = spin_ns && waited <= SPIN_FOLLOW_MAX_NS / 2 && 2 * waited > spin_ns ? 2 * waited : spin_ns;
     if (ctl->nprot) apply_prot(ctl, (uint8_t *)arena + zone, size - zone);
     ctl->status = ctl->op == HW_OP_PROTECT ? 0 : hw_handle(ctl, ctl->op, (uint64_t)(uintptr_t)arena);
     __atomic_store_n(&ctl->done, r, __ATOMIC_SEQ_CST);
