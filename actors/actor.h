@@ -107,7 +107,7 @@ int mbox_send(void *sock, const msg *m, schedrun_error_t *err);
  * calling thread keeps, then copied into the message (one allocation of
  * ZeroMQ's, none up to its 33-byte inline size); a message of more than
  * MBOX_COPY_MAX bytes (outputs) takes the buffer itself, without a copy. */
-#define MBOX_COPY_MAX (64u << 10)
+#define MBOX_COPY_MAX (8u << 10)
 int mbox_encode(const msg *m, zmq_msg_t *zm, schedrun_error_t *err);
 /* Decodes a received message into m and closes it: SCHEDRUN_OK, or
  * SCHEDRUN_EPROTO for malformed bytes (m is then empty). */

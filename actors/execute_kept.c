@@ -114,15 +114,34 @@ static bool in_this_context(const context_run *c, uint64_t at) {
   return false;
 }
 
-/* Whether jr takes entry e into the very buffer e is in (no copy at all). */
-static bool stays(const context_run *c, const job_run *jr, const kept_buf *e) {
+/* The buffer jr takes entry e into, or UINT32_MAX. */
+static uint32_t taken_into(const context_run *c, const job_run *jr, const kept_buf *e) {
   for (size_t i = 0; i + 2 < jr->takes.n; i += 3) {
     uint32_t b = MSG_TAKE_BUFFER(jr->takes.v[i]);
     if (jr->takes.v[i + 1] == MSG_TAKE_LOCAL && jr->takes.v[i + 2] == e->job &&
-        MSG_TAKE_PARK(jr->takes.v[i]) == e->park && b < c->bindings->n && c->bindings->v[b] == e->at)
-      return true;
+        MSG_TAKE_PARK(jr->takes.v[i]) == e->park && b < c->bindings->n)
+      return b;
+  }
+  return UINT32_MAX;
+}
+
+/* Whether one of jr's takes fills the buffer at address at. */
+static bool written_by_takes(const context_run *c, const job_run *jr, uint64_t at) {
+  for (size_t i = 0; i + 2 < jr->takes.n; i += 3) {
+    uint32_t b = MSG_TAKE_BUFFER(jr->takes.v[i]);
+    if (b < c->bindings->n && c->bindings->v[b] == at) return true;
   }
   return false;
+}
+
+/* Whether entry e, in jr's own context, can stay where it is until jr takes
+ * it: into that very buffer (no copy at all), or into another buffer of
+ * the context by one copy before anything of jr writes e's buffer (none of
+ * jr's takes fills it; its fills come after its takes). */
+static bool stays(const context_run *c, const job_run *jr, const kept_buf *e) {
+  uint32_t b = taken_into(c, jr, e);
+  if (b == UINT32_MAX) return false;
+  return c->bindings->v[b] == e->at || !written_by_takes(c, jr, e->at);
 }
 
 int kept_plan_job(execute_state *s, kept_table *t, const context_run *c, const job_run *jr, size_t pos, kept_plan *pl,
@@ -130,7 +149,7 @@ int kept_plan_job(execute_state *s, kept_table *t, const context_run *c, const j
   gpu_backend *be = s->core->backend;
   const prog_program *p = c->p;
   /* what this context's buffers hold for later jobs moves out first,
-   * unless this job takes it where it is */
+   * unless this job takes it from where it is */
   for (size_t i = 0; i < t->n; i++) {
     kept_buf *e = &t->v[i];
     if (!e->in_context || !in_this_context(c, e->at) || stays(c, jr, e)) continue;
