@@ -306,23 +306,63 @@ static void run_alone(actor_t *self, execute_state *s, const context_run *c, con
   jr->handoffs = NULL;
 }
 
+/* Where the device holds program p's `init` for buffer b (uploaded now
+ * when there is room), or 0: the bytes are staged instead. A submission
+ * only adds entries (its steps may read any of them); image_flush makes
+ * room between submissions. */
+static uint64_t image_on_device(execute_state *s, uint64_t program, const prog_program *p, uint32_t b) {
+  const prog_buffer *buf = &p->buffers[b];
+  uint64_t bytes = buf->count * prog_type_size(buf->type);
+  for (uint32_t i = 0; i < s->nimages; i++)
+    if (s->images[i].program == program && s->images[i].buffer == b) return s->images[i].addr;
+  if (s->nimages == IMAGE_COPIES || s->image_bytes + bytes > IMAGE_BYTES || !bytes) return 0;
+  gpu_backend *be = s->core->backend;
+  uint64_t addr = 0;
+  schedrun_error_t err = {0};
+  int rc = be->ops->mem_alloc(be, s->device, bytes, &addr, &err);
+  if (rc == SCHEDRUN_OK && be->ops->copy_htod(be, s->device, addr, buf->image, bytes, &err) != SCHEDRUN_OK) {
+    be->ops->mem_free(be, s->device, addr);
+    rc = SCHEDRUN_EINTERNAL;
+  }
+  schedrun_error_clear(&err);
+  if (rc) return 0;
+  s->images[s->nimages++] = (image_copy){program, b, addr, bytes};
+  s->image_bytes += bytes;
+  return addr;
+}
+
+/* Frees the images when they are full, before a submission plans any step. */
+static void image_flush(execute_state *s) {
+  if (s->nimages < IMAGE_COPIES && s->image_bytes < IMAGE_BYTES / 2) return;
+  gpu_backend *be = s->core->backend;
+  for (uint32_t i = 0; i < s->nimages; i++) be->ops->mem_free(be, s->device, s->images[i].addr);
+  s->nimages = 0;
+  s->image_bytes = 0;
+}
+
 /* A submission's steps, growing. */
 typedef struct ops_buf {
   gpu_batch_op *v;
+  bool *kept; /* the step is a kept buffer's copy (a plan's, kept_commit counts them) */
   size_t n, cap;
 } ops_buf;
 
-static bool op_add(ops_buf *o, gpu_batch_op op) {
+static bool op_add_kept(ops_buf *o, gpu_batch_op op, bool kept) {
   if (o->n == o->cap) {
     size_t cap = o->cap ? 2 * o->cap : 64;
     gpu_batch_op *v = realloc(o->v, cap * sizeof *v);
-    if (!v) return false;
-    o->v = v;
+    if (v) o->v = v;
+    bool *k = v ? realloc(o->kept, cap * sizeof *k) : NULL;
+    if (!k) return false;
+    o->kept = k;
     o->cap = cap;
   }
+  o->kept[o->n] = kept;
   o->v[o->n++] = op;
   return true;
 }
+
+static bool op_add(ops_buf *o, gpu_batch_op op) { return op_add_kept(o, op, false); }
 
 /* Runs jobs [k0, k1) as one submission and answers them. Returns the first
  * job it did not answer: k0 when it could run nothing (no memory, no room to
@@ -335,7 +375,7 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
   const prog_program *p = c->p;
   gpu_backend *be = s->core->backend;
   size_t nj = k1 - k0;
-  ops_buf ops = {NULL, 0, 0};
+  ops_buf ops = {NULL, NULL, 0, 0};
   size_t *seq_at = malloc(nj * sizeof *seq_at), *end_at = malloc(nj * sizeof *end_at);
   size_t *outs_end = malloc(nj * sizeof *outs_end);
   uint32_t(*hand)[2] = calloc(nj, sizeof *hand);
@@ -343,6 +383,7 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
   size_t outs0 = cm->outputs.n;
   kept_plan kp = {0};
   kept_table scratch = {NULL, 0, 0};
+  image_flush(s);
   bool ok = seq_at && end_at && outs_end && hand && batch_room(b, nj) && kept_scratch(s, &scratch);
   for (size_t i = 0; ok && i < nj; i++) {
     job_run jr = job_of(x, at, k0 + i);
@@ -360,14 +401,17 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
       }
     }
     for (size_t j = ncp; ok && j < kp.ncopies; j += 3)
-      ok = op_add(&ops, (gpu_batch_op){GB_DTOD, kp.copies[j], kp.copies[j + 2], NULL, NULL, NULL, 0, kp.copies[j + 1]});
+      ok = op_add_kept(&ops, (gpu_batch_op){GB_DTOD, kp.copies[j], kp.copies[j + 2], NULL, NULL, NULL, 0, kp.copies[j + 1]},
+                       true);
     for (uint32_t bi = 0; ok && bi < p->nbuffers; bi++) {
       if (execute_taken(&jr.takes, bi)) continue; /* copied in above, or already there */
       uint64_t bytes = p->buffers[bi].count * prog_type_size(p->buffers[bi].type);
       bool fine = true;
       const uint8_t *src = buffer_source(p, &jr, bi, &fine);
       assert(fine); /* staged_bytes let only well-formed jobs in */
-      ok = op_add(&ops, (gpu_batch_op){src ? GB_HTOD : GB_ZERO, c->bindings->v[bi], bytes, src, NULL, NULL, 0, 0});
+      uint64_t image = src && src == p->buffers[bi].image ? image_on_device(s, x->program, p, bi) : 0;
+      if (image) ok = op_add(&ops, (gpu_batch_op){GB_DTOD, c->bindings->v[bi], bytes, NULL, NULL, NULL, 0, image});
+      else ok = op_add(&ops, (gpu_batch_op){src ? GB_HTOD : GB_ZERO, c->bindings->v[bi], bytes, src, NULL, NULL, 0, 0});
     }
     seq_at[i] = ops.n;
     ok = ok && op_add(&ops, (gpu_batch_op){GB_SEQ, 0, 0, NULL, NULL, (gpu_seq *)(uintptr_t)c->sequence, 0, 0});
@@ -399,6 +443,7 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
     batch_drop_outputs(b, outs0);
     schedrun_error_clear(&err);
     free(ops.v);
+    free(ops.kept);
     free(seq_at);
     free(end_at);
     free(outs_end);
@@ -409,7 +454,7 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
   size_t ok_jobs = 0;
   while (ok_jobs < nj && end_at[ok_jobs] <= done) ok_jobs++;
   size_t copies_ran = 0;
-  for (size_t i = 0; i < done && i < ops.n; i++) copies_ran += ops.v[i].kind == GB_DTOD;
+  for (size_t i = 0; i < done && i < ops.n; i++) copies_ran += ops.kept[i];
   kept_commit(s, &kp, ok_jobs < nj ? ok_jobs : SIZE_MAX, copies_ran);
   kept_plan_free(&kp);
   batch_drop_outputs(b, ok_jobs ? outs_end[ok_jobs - 1] : outs0);
@@ -439,6 +484,7 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
   }
   schedrun_error_clear(&err);
   free(ops.v);
+  free(ops.kept);
   free(seq_at);
   free(end_at);
   free(outs_end);

@@ -31,6 +31,18 @@ typedef struct kept_table {
   size_t n, cap;
 } kept_table;
 
+/* A program's `init` contents for one buffer, kept on the device, so that a
+ * job of a batch fills that buffer with one device copy instead of staging
+ * the bytes through the worker (execute_many.c). Program ids are never
+ * reused, so an entry cannot stand for another program's buffer. */
+typedef struct image_copy {
+  uint64_t program;
+  uint32_t buffer;
+  uint64_t addr, bytes;
+} image_copy;
+#define IMAGE_COPIES 16
+#define IMAGE_BYTES (16u << 20) /* at most this much device memory for them */
+
 struct execute_state {
   schedrun_core *core;
   int device;
@@ -38,6 +50,9 @@ struct execute_state {
   uint32_t timed;  /* jobs timed so far */
   uint64_t *times; /* TIMED_NODES {tag, start, end}, while timing */
   kept_table kept; /* what jobs left here for the jobs after them */
+  image_copy images[IMAGE_COPIES];
+  uint32_t nimages;
+  uint64_t image_bytes;
 };
 
 /* One job of an EXECUTE or EXECUTE_MANY: what differs from job to job. */
