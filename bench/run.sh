@@ -303,10 +303,11 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "| one chain as a graph: per step | $(get dag_graph_1dev_us_per_step "$D") us | $(get dag_graph_2dev_us_per_step "$D") us |"
   echo "| the same steps driven by the caller: per step | $(get dag_caller_1dev_us_per_step "$D") us | $(get dag_caller_2dev_us_per_step "$D") us |"
   echo
-  echo "A job that hands a buffer on or takes one travels in a batch but runs alone in it (a"
-  echo "device submission of its own), and each completion goes through the library, which"
-  echo "sends the next job as a SUBMIT of its own: the chains cost several times what batched"
-  echo "independent jobs cost."
+  echo "A chain's steps leave together (one SUBMIT_MANY per chain) and run in one device"
+  echo "submission, each step working on the buffer the step before it left in place; what"
+  echo "is left here is each job's 4 KiB read back for its check, sent back in messages and"
+  echo "checked, and a graph's registration per chain, against StarPU's tasks that read and"
+  echo "write one handle in place."
   echo
   echo "## What containing kernel faults costs (same run)"
   echo
@@ -348,6 +349,9 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "| a chain's next step runs on the thread that filed its predecessor's completion when no device has work queued; \`dag_bench --deps-only\`, per dependent job, idle / with 4 busy loops | 14-21 us / 165-360 us | 8-12 us / 40-57 us |"
   echo "| jobs released together are placed on the releasing thread in one round, and one device's share of them runs there when no device has work queued; a diamond of four saxpy jobs, \`dag_bench --deps-only\`, 1 / 2 devices | 123-160 / 123-146 us | 47-60 / 47-62 us |"
   echo "| a batch of one job leaves as a plain EXECUTE, and a chain step formats no error text before an error; instructions per step of a chain of 100 under callgrind | 71,000 | 49,000 |"
+  echo "| a released job's followers that wait only for it leave with it in one SUBMIT_MANY and run in one device submission, their hand-offs kept on the device (a chain works on its buffer in place); \`dag_bench --deps-only\`, before and after taking turns, chain of 100 per job / diamond, 1 and 2 devices | 8.6-10.9 us / 54-90 us | 1.6-2.2 us / 42-53 us |"
+  echo "| staging blocks under 1 MiB keep their pages (a batch staging 100 KB paid a page fault per page in both processes); the diamond's first job | 100 us | 10-35 us |"
+  echo "| a batch fills a buffer from its \`init\` contents kept on the device (one copy in the worker, none in the library); the diamond, 1 / 2 devices, 2,000 rounds, p50 | 42-48 / 42-50 us | 36-39 / 36-45 us |"
   echo
   echo "## Where a job's time goes"
   echo
