@@ -138,6 +138,65 @@ static void test_submit_many(void **st) {
   msg_free(&m);
 }
 
+/* SUBMIT_MANY with hand-offs (a graph's steps sent together): each job's
+ * park entries and takes back with its position, kept ones marked; lists
+ * that do not place their items on the batch's jobs in order are refused,
+ * naming them. */
+static void test_submit_many_hands_on(void **st) {
+  (void)st;
+  msg m, o;
+  msg_init(&m, MSG_SUBMIT_MANY, 200, "client");
+  msg_submit_many *b = &m.body.submit_many;
+  assert_int_equal(msg_submit_many_reserve(b, 3, 0), SCHEDRUN_OK);
+  assert_int_equal(msg_submit_many_reserve_handoffs(b, 3, 6), SCHEDRUN_OK);
+  for (uint32_t k = 0; k < 3; k++) {
+    msg_submit sb = {4, 0, k, 0, -1, 0, {NULL, 0}, 0, 0, {NULL, 0}, {NULL, 0}};
+    if (k < 2) { /* jobs 0 and 1 keep buffer 1 for the next */
+      sb.park.v = malloc(sizeof(uint64_t));
+      sb.park.v[0] = 1 | MSG_PARK_LOCAL;
+      sb.park.n = 1;
+    }
+    if (k > 0) { /* jobs 1 and 2 take it into buffer 0 */
+      sb.takes.v = malloc(3 * sizeof(uint64_t));
+      sb.takes.v[0] = 0 | (uint64_t)0 << 32;
+      sb.takes.v[1] = MSG_TAKE_LOCAL;
+      sb.takes.v[2] = 200 + k - 1;
+      sb.takes.n = 3;
+    }
+    msg_submit_many_add_handing(b, &sb);
+    assert_null(sb.park.v); /* moved */
+    assert_null(sb.takes.v);
+  }
+  roundtrip(&m, &o);
+  const msg_submit_many *ob = &o.body.submit_many;
+  assert_int_equal(ob->park.n, 2);
+  assert_int_equal(ob->park_jobs.n, 2);
+  assert_int_equal(ob->take_jobs.n, 2);
+  assert_int_equal(ob->takes.n, 6);
+  for (size_t i = 0; i < 2; i++) {
+    assert_int_equal(ob->park_jobs.v[i], i);
+    assert_true(ob->park.v[i] == (1 | MSG_PARK_LOCAL));
+    assert_int_equal(ob->take_jobs.v[i], i + 1);
+    assert_int_equal(MSG_TAKE_BUFFER(ob->takes.v[3 * i]), 0);
+    assert_int_equal(MSG_TAKE_PARK(ob->takes.v[3 * i]), 0);
+    assert_true(ob->takes.v[3 * i + 1] == MSG_TAKE_LOCAL);
+    assert_int_equal(ob->takes.v[3 * i + 2], 200 + i);
+  }
+  msg_free(&o);
+  b->take_jobs.v[1] = 0; /* before job 1's: out of order */
+  refused(&m, "take_jobs: names no job of the batch, or is out of job order");
+  b->take_jobs.v[1] = 2;
+  b->park_jobs.v[1] = 3;
+  refused(&m, "park_jobs: names no job of the batch");
+  b->park_jobs.v[1] = 1;
+  b->takes.n = 5;
+  refused(&m, "takes: not a list of {buffer, device, address} triples");
+  b->takes.n = 6;
+  b->park_jobs.n = 1;
+  refused(&m, "park_jobs: the column's length is not the number of items it places");
+  msg_free(&m);
+}
+
 static msg_u64s col(size_t n, uint64_t base) {
   msg_u64s c = {calloc(n ? n : 1, sizeof(uint64_t)), n};
   for (size_t k = 0; k < n; k++) c.v[k] = base + k;
@@ -776,6 +835,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_submit),
       cmocka_unit_test(test_submit_many),
+      cmocka_unit_test(test_submit_many_hands_on),
       cmocka_unit_test(test_batches),
       cmocka_unit_test(test_compile_and_compiled),
       cmocka_unit_test(test_record_family),
