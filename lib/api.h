@@ -123,9 +123,9 @@ struct schedrun {
   pending_job **host_ready;
   size_t nhost_ready, host_ready_cap;
   bool running_host; /* the completion thread is running them */
-  /* how long the last job of a few programs ran on its device (under
-   * lock), for deciding whether a graph's branches go together
-   * (lib/deps_group.c) */
+  /* how long the jobs of a few programs ran on their device, a moving
+   * average (under lock), for deciding whether a graph's branches go
+   * together (lib/deps_group.c) */
   struct {
     const prog_program *p;
     uint64_t ns;

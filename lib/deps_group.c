@@ -23,7 +23,8 @@
  * loses nothing by it; a fork (several jobs after one, or one after several)
  * would run its branches in turn on one device instead of side by side, so
  * it goes together only when there is one device, or when the program's
- * jobs are short (the last one ran for less than BRANCH_NS, under what a
+ * jobs are short (a moving average of how long they ran, three quarters
+ * the average before and a quarter the last job, under BRANCH_NS, what a
  * round trip to another device costs). Everything here runs under s->lock.
  */
 #include <assert.h>
@@ -39,7 +40,9 @@ void deps_note_run(schedrun_t *s, const prog_program *p, uint64_t execute_ns) {
   size_t n = SCHEDRUN__ARRAY_LEN(s->last_run);
   for (size_t i = 0; i < n; i++)
     if (s->last_run[i].p == p) {
-      s->last_run[i].ns = execute_ns;
+      /* a moving average: one job that waited for its device's wake does
+       * not turn a short program's forks apart */
+      s->last_run[i].ns = (3 * s->last_run[i].ns + execute_ns) / 4;
       return;
     }
   s->last_run[s->last_run_next % n].p = p;
