@@ -2,9 +2,10 @@
  * The compile actor: kernel sources to loadable artifacts, each compiled once.
  *
  * It owns the kernel cache (an in-memory index over a content-addressed
- * directory), a pool of compile workers, and the active compile modes: one
- * session per COMPILE being served, which owns the futures of that program's
- * kernels. A cache key is the SHA-256 of everything that decides the artifact:
+ * directory), a pool of compile workers, the sessions (one per COMPILE being
+ * served, owning the futures of that program's kernels) and the active
+ * compile mode they run under (compile_state.h): a COMPILE joins it, or
+ * opens one when there is none. A cache key is the SHA-256 of everything that decides the artifact:
  * target, architecture, the compiler's identity and version, the options, the
  * entry, the params and the source.
  *
@@ -29,6 +30,7 @@
  * The workers that run futures are compile_pool.c; the state both files
  * share is compile_state.h.
  */
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -94,8 +96,13 @@ void compile_state_free(compile_state *s) {
   while (hmap_next(&s->inflight, &pos, NULL, &v)) compile_future_free(v);
   hmap_destroy(&s->inflight);
   pos = 0;
-  while (hmap_next(&s->sessions, &pos, NULL, &v)) session_free(v);
+  while (hmap_next(&s->sessions, &pos, NULL, &v)) {
+    session *ss = v;
+    if (ss->mode && --ss->mode->sessions == 0 && ss->mode != s->mode) free(ss->mode);
+    session_free(ss);
+  }
   hmap_destroy(&s->sessions);
+  free(s->mode);
   for (int i = 0; i < MAX_TARGETS; i++) {
     if (s->targets[i].target) s->targets[i].target->close(s->targets[i].ctx);
     free(s->targets[i].identity);
@@ -256,13 +263,58 @@ static void evict(compile_state *s, const gpu_compile_target *t, const char *key
   free(path);
 }
 
+/* ---- the active compile mode ---- */
+
+/* The mode a new session joins: the active one, or a new one. NULL when the
+ * active mode was torn down and never reset (*why says so), or without
+ * memory. */
+static compile_mode *mode_join(compile_state *s, char *why, size_t n) {
+  if (s->mode && s->mode->torn_down) {
+    snprintf(why, n, "the active compile mode (%llu) was torn down by an error and never reset: no compile can run under it",
+             (unsigned long long)s->mode->serial);
+    return NULL;
+  }
+  if (!s->mode) {
+    if (!(s->mode = calloc(1, sizeof *s->mode))) {
+      snprintf(why, n, "out of memory");
+      return NULL;
+    }
+    s->mode->serial = ++s->modes;
+  }
+  s->mode->sessions++;
+  return s->mode;
+}
+
+/* Teardown step 1: the mode is torn down and the actor has no active mode. */
+static void mode_reset(compile_state *s, compile_mode *m) {
+  m->torn_down = true;
+  if (s->mode == m) s->mode = NULL;
+}
+
+/* A session of mode m finished. Its last session closes a mode that is not
+ * torn down; a torn-down one still active (never reset) stays, to refuse
+ * the next COMPILE. */
+static void mode_leave(compile_state *s, compile_mode *m) {
+  assert(m && m->sessions > 0);
+  if (--m->sessions) return;
+  if (s->mode == m && m->torn_down) return;
+  if (s->mode == m) s->mode = NULL;
+  free(m);
+}
+
+/* An error of session ss (its mode's) leaves for its requester now. */
+static void error_leaves(compile_state *s, const session *ss) {
+  if (schedrun_test_compile_error_leaves) schedrun_test_compile_error_leaves(ss->id, s->mode != ss->mode);
+}
+
 /* ---- sessions ---- */
 
 static void finish_session(actor_t *self, compile_state *s, session *ss) {
   msg m;
   if (ss->cancelled) {
     /* teardown, in order, before the error leaves */
-    hmap_remove(&s->sessions, &ss->id); /* 1. reset the active compile mode */
+    hmap_remove(&s->sessions, &ss->id);
+    mode_reset(s, ss->mode); /* 1. reset the active compile mode */
     const gpu_compile_target *t = gpu_compile_target_find(ss->target);
     for (size_t i = 0; i < ss->n; i++)
       if (ss->failed[i] && t) evict(s, t, ss->keys[i]); /* nothing half-written stays */
@@ -271,8 +323,10 @@ static void finish_session(actor_t *self, compile_state *s, session *ss) {
              ss->stopped);
     snprintf(step3, sizeof step3, "drop %zu compiles not started", ss->dropped);
     const char *steps[] = {"reset the active compile mode", step2, step3};
+    error_leaves(s, ss);
     actor_send_error(self, ss->reply_to, ss->id, SCHEDRUN_ECLOSED,
                      "the scheduler shut down while the program's kernels compiled", steps, 3);
+    mode_leave(s, ss->mode);
     session_free(ss);
     return;
   }
@@ -285,14 +339,16 @@ static void finish_session(actor_t *self, compile_state *s, session *ss) {
     m.body.compiled.misses = ss->misses;
     ss->target = NULL;
     memset(&ss->modules, 0, sizeof ss->modules);
-    hmap_remove(&s->sessions, &ss->id); /* leave the active compile mode */
+    hmap_remove(&s->sessions, &ss->id);
+    mode_leave(s, ss->mode); /* leave the active compile mode */
     actor_send(self, ss->reply_to, &m);
     msg_free(&m);
     session_free(ss);
     return;
   }
   /* teardown, in order, before the error leaves */
-  hmap_remove(&s->sessions, &ss->id); /* 1. reset the active compile mode */
+  hmap_remove(&s->sessions, &ss->id);
+  mode_reset(s, ss->mode); /* 1. reset the active compile mode */
   const gpu_compile_target *t = gpu_compile_target_find(ss->target);
   size_t evicted = 0;
   for (size_t i = 0; i < ss->n; i++)
@@ -304,8 +360,10 @@ static void finish_session(actor_t *self, compile_state *s, session *ss) {
   snprintf(step2, sizeof step2, "drain %zu compiles still pending after the first failure", ss->drained);
   snprintf(step3, sizeof step3, "evict %zu failed cache entries", evicted);
   const char *steps[] = {"reset the active compile mode", step2, step3};
+  error_leaves(s, ss);
   actor_send_error(self, ss->reply_to, ss->id, ss->code ? ss->code : SCHEDRUN_ECOMPILE,
                    ss->report.data ? ss->report.data : "", steps, 3);
+  mode_leave(s, ss->mode);
   session_free(ss);
 }
 
@@ -363,10 +421,14 @@ static void handle_compile(actor_t *self, compile_state *s, msg *m) {
     ss->failed = calloc(n ? n : 1, sizeof(bool));
     ss->target = xstrdup(c->target);
   }
-  if (!ss || !ss->modules.v || !ss->keys || !ss->failed || !ss->target || hmap_put(&s->sessions, &m->job, ss) != 0) {
+  char why[160] = "out of memory";
+  if (!ss || !ss->modules.v || !ss->keys || !ss->failed || !ss->target || !(ss->mode = mode_join(s, why, sizeof why)) ||
+      hmap_put(&s->sessions, &m->job, ss) != 0) {
+    int code = ss && ss->mode == NULL && strcmp(why, "out of memory") ? SCHEDRUN_EINTERNAL : SCHEDRUN_ENOMEM;
+    if (ss && ss->mode) mode_leave(s, ss->mode);
     session_free(ss);
     const char *steps[] = {"open no compile session: the active compile mode is unchanged"};
-    actor_send_error(self, m->from, m->job, SCHEDRUN_ENOMEM, "out of memory", steps, 1);
+    actor_send_error(self, m->from, m->job, code, why, steps, 1);
     return;
   }
   ss->id = m->job;
@@ -491,7 +553,7 @@ static int compile_handle(actor_t *self, msg *m) {
   case MSG_STATUS: {
     msg r;
     msg_init(&r, MSG_STATUS, m->job, ACTOR_COMPILE);
-    r.body.status.items.v = calloc(7, sizeof(msg_stat));
+    r.body.status.items.v = calloc(9, sizeof(msg_stat));
     if (r.body.status.items.v) {
       pthread_mutex_lock(&s->lock);
       int64_t compiles = (int64_t)s->compiles;
@@ -505,6 +567,8 @@ static int compile_handle(actor_t *self, msg *m) {
         pending += (int64_t)((session *)v)->pending;
       }
       msg_stat items[] = {{xstrdup("compile_mode_active"), (int64_t)s->sessions.count},
+                          {xstrdup("compile_mode"), s->mode ? (int64_t)s->mode->serial : 0},
+                          {xstrdup("compile_modes"), (int64_t)s->modes},
                           {xstrdup("cache_entries"), (int64_t)s->cache.count},
                           {xstrdup("compiles_in_flight"), (int64_t)s->inflight.count},
                           {xstrdup("compile_workers"), s->nworkers},
@@ -512,7 +576,7 @@ static int compile_handle(actor_t *self, msg *m) {
                           {xstrdup("session_kernels"), kernels},
                           {xstrdup("session_pending"), pending}};
       memcpy(r.body.status.items.v, items, sizeof items);
-      r.body.status.items.n = 7;
+      r.body.status.items.n = 9;
     }
     actor_send(self, m->from, &r);
     msg_free(&r);

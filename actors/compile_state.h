@@ -14,6 +14,11 @@
 #include "actors/core.h"
 
 #define WORKER_FROM "compile.worker"
+
+/* Tests observe the moment a compile error leaves the actor: whether the
+ * active compile mode was reset by then. Defined by test programs only (a
+ * weak reference: the library itself never defines it). */
+void schedrun_test_compile_error_leaves(uint64_t job, bool mode_reset) __attribute__((weak));
 #define MAX_TARGETS 4
 
 typedef struct cache_entry {
@@ -44,8 +49,24 @@ typedef struct future {
   struct future *next; /* in the pool queue */
 } future;
 
+/* The active compile mode (as Triton's AsyncCompileMode): what the compiles
+ * of one stretch of work run under, their pool and their futures. A COMPILE
+ * joins the active mode, or opens one when there is none; the mode closes
+ * when its last session has finished. An error tears it down, and the first
+ * step of every error's teardown resets it (the actor has no active mode
+ * again) before the error leaves: a mode left active after it was torn down
+ * takes no one, and a COMPILE that would join it fails, which is what makes
+ * the order observable. Sessions still running under a torn-down mode
+ * finish in it; the next COMPILE opens a fresh one. */
+typedef struct compile_mode {
+  uint64_t serial;  /* the actor's nth mode, from 1 */
+  size_t sessions;  /* joined and not finished */
+  bool torn_down;
+} compile_mode;
+
 typedef struct session {
   uint64_t id, program;
+  compile_mode *mode; /* the mode it joined */
   char reply_to[32];
   char *target;
   msg_modules modules; /* one per kernel, filled as they resolve */
@@ -69,7 +90,9 @@ struct compile_state {
   schedrun_core *core;
   hmap cache;    /* key -> cache_entry* */
   hmap inflight; /* key -> future* */
-  hmap sessions; /* id -> session*: the active compile modes */
+  hmap sessions; /* id -> session*: the COMPILEs being served */
+  compile_mode *mode; /* the active compile mode, or NULL */
+  uint64_t modes;     /* modes opened so far */
   target_slot targets[MAX_TARGETS];
   /* the pool */
   int nworkers;

@@ -3,6 +3,7 @@
  * failed cached, dedup across concurrent sessions, a verified disk cache,
  * two processes sharing one cache; and NVRTC cubins for sm_80 and sm_90. */
 #include <dirent.h>
+#include <pthread.h>
 #include <elf.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -172,6 +173,39 @@ static int count_entries(const char *dir) {
   return n;
 }
 
+/* The moments compile errors left the actor (actors/compile_state.h's hook):
+ * each error's job, and whether the active compile mode was reset by then. */
+static pthread_mutex_t left_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  uint64_t job;
+  bool reset;
+} left[64];
+static int nleft;
+
+void schedrun_test_compile_error_leaves(uint64_t job, bool mode_reset) {
+  pthread_mutex_lock(&left_lock);
+  if (nleft < 64) {
+    left[nleft].job = job;
+    left[nleft++].reset = mode_reset;
+  }
+  pthread_mutex_unlock(&left_lock);
+}
+
+/* Job's error left the actor once, with the mode already reset. */
+static void left_after_reset(uint64_t job) {
+  int seen = 0;
+  bool reset = true;
+  pthread_mutex_lock(&left_lock);
+  for (int i = 0; i < nleft; i++)
+    if (left[i].job == job) {
+      seen++;
+      reset = reset && left[i].reset;
+    }
+  pthread_mutex_unlock(&left_lock);
+  if (seen != 1) fail_msg("job %llu's compile error left the actor %d times, not once", (unsigned long long)job, seen);
+  if (!reset) fail_msg("job %llu's compile error left before the active compile mode was reset", (unsigned long long)job);
+}
+
 static void test_failure_resets_mode_then_next_compiles(void **st) {
   (void)st;
   rig r;
@@ -192,7 +226,9 @@ static void test_failure_resets_mode_then_next_compiles(void **st) {
   assert_null(strstr(m.body.error.text, "good_a"));
   msg_free(&m);
   /* the mode was reset before the error came out */
+  left_after_reset(1);
   assert_int_equal(stat_of(&r, "compile_mode_active"), 0);
+  assert_int_equal(stat_of(&r, "compile_mode"), 0);
   /* a second session compiles, on the same actor */
   kdef ok[] = {good_b};
   send_compile(&r, 2, ok, 1);
@@ -228,6 +264,7 @@ static void test_two_failures_reported_none_cached(void **st) {
     assert_non_null(strstr(m.body.error.text, "nope"));
     assert_non_null(strstr(m.body.error.teardown.v[2], "evict 2 failed"));
     msg_free(&m);
+    left_after_reset(10 + (uint64_t)round); /* both failures, one error, after the reset */
     /* only the good kernel is cached, in memory and on disk */
     assert_int_equal(stat_of(&r, "cache_entries"), 1);
     assert_int_equal(count_artifacts(r.dir, "host"), 1);
@@ -239,6 +276,81 @@ static void test_two_failures_reported_none_cached(void **st) {
   snprintf(tmp, sizeof tmp, "%s/tmp", r.dir);
   assert_int_equal(count_entries(tmp), 0); /* no temporary leftovers */
   rig_down(&r, false);
+}
+
+/* Two COMPILEs in flight at once, one failing: the failure tears the mode
+ * down and resets it before its error leaves; the other finishes whichever
+ * mode it ran under; a third, sent after the error, runs under a new mode
+ * (the actor opened at least two), and the actor ends with none active. */
+static void test_a_failure_beside_another_session(void **st) {
+  (void)st;
+  rig r;
+  rig_up(&r, 2);
+  kdef bad[] = {bad_y}, good[] = {good_a}, next[] = {good_b};
+  send_compile(&r, 41, bad, 1);
+  send_compile(&r, 42, good, 1);
+  msg m[2];
+  recv_reply(&r, &m[0]);
+  recv_reply(&r, &m[1]);
+  for (int i = 0; i < 2; i++) {
+    if (m[i].job == 41) assert_int_equal(m[i].type, MSG_ERROR);
+    else assert_int_equal(m[i].type, MSG_COMPILED);
+    msg_free(&m[i]);
+  }
+  left_after_reset(41);
+  send_compile(&r, 43, next, 1);
+  msg c;
+  recv_reply(&r, &c);
+  assert_int_equal(c.type, MSG_COMPILED);
+  assert_true(c.job == 43);
+  msg_free(&c);
+  assert_true(stat_of(&r, "compile_modes") >= 2);
+  assert_int_equal(stat_of(&r, "compile_mode"), 0);
+  assert_int_equal(stat_of(&r, "compile_mode_active"), 0);
+  rig_down(&r, false);
+}
+
+/* CANCEL (a shutdown) while a compile runs: the compiler is stopped, the
+ * mode reset before the ECLOSED error leaves, and a COMPILE after it runs
+ * under a new mode. The compiler takes four minutes over the kernel (a
+ * wrapper that sleeps), so the compile cannot have finished first. */
+static void test_cancel_resets_mode_then_next_compiles(void **st) {
+  (void)st;
+  char wdir[] = "/tmp/schedrun-slowcc-XXXXXX";
+  assert_non_null(mkdtemp(wdir));
+  char wrapper[128];
+  snprintf(wrapper, sizeof wrapper, "%s/slow-c++", wdir);
+  FILE *f = fopen(wrapper, "w");
+  assert_non_null(f);
+  fprintf(f, "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = -shared ] && sleep 240; done\nexec c++ \"$@\"\n");
+  fclose(f);
+  chmod(wrapper, 0755);
+  setenv("SCHEDRUN_CXX", wrapper, 1);
+  rig r;
+  rig_up(&r, 1);
+  kdef ks[] = {good_a};
+  send_compile(&r, 51, ks, 1);
+  TU_WAIT_FOR(stat_of(&r, "compile_mode") == 1, "the compile to start");
+  msg c;
+  msg_init(&c, MSG_CANCEL, 0, "client");
+  assert_int_equal(mbox_send(r.out, &c, NULL), SCHEDRUN_OK);
+  msg_free(&c);
+  msg m;
+  recv_reply(&r, &m);
+  assert_int_equal(m.type, MSG_ERROR);
+  assert_int_equal(m.body.error.code, SCHEDRUN_ECLOSED);
+  assert_string_equal(m.body.error.teardown.v[0], "reset the active compile mode");
+  msg_free(&m);
+  left_after_reset(51);
+  unsetenv("SCHEDRUN_CXX");
+  rig_restart(&r, 1); /* the compiler is read when the actor starts */
+  kdef ok[] = {good_b};
+  send_compile(&r, 52, ok, 1);
+  recv_reply(&r, &m);
+  assert_int_equal(m.type, MSG_COMPILED);
+  msg_free(&m);
+  rig_down(&r, false);
+  fs_remove_tree(wdir);
 }
 
 static void test_dedup_across_sessions(void **st) {
@@ -635,6 +747,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_failure_resets_mode_then_next_compiles),
       cmocka_unit_test(test_two_failures_reported_none_cached),
+      cmocka_unit_test(test_a_failure_beside_another_session),
+      cmocka_unit_test(test_cancel_resets_mode_then_next_compiles),
       cmocka_unit_test(test_dedup_across_sessions),
       cmocka_unit_test(test_corrupt_entries_rebuilt),
       cmocka_unit_test(test_two_processes_one_cache),
