@@ -184,6 +184,21 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m, const char 
   }
 }
 
+/* Copies job k's items of a batch list (width values each; owners names
+ * each item's job, in job order: the decoder checked) from item *at on into
+ * *out, and moves *at past them; false when there were some and no memory
+ * for them. */
+static bool job_items(const msg_u64s *v, const msg_u64s *owners, size_t width, size_t k, size_t *at, msg_u64s *out) {
+  size_t first = *at;
+  while (*at < owners->n && owners->v[*at] == k) ++*at;
+  size_t n = width * (*at - first);
+  if (!n) return true;
+  if (!(out->v = malloc(n * sizeof *out->v))) return false;
+  memcpy(out->v, &v->v[width * first], n * sizeof *out->v);
+  out->n = n;
+  return true;
+}
+
 /* SUBMIT_MANY: each job as its own SUBMIT, ids from the envelope's on, its
  * inputs moved out of the batch's list. */
 static void handle_submit_many(actor_t *self, scheduler_state *s, msg *m) {
@@ -200,26 +215,18 @@ static void handle_submit_many(actor_t *self, scheduler_state *s, msg *m) {
       memcpy(ins->v, &b->inputs.v[first], ins->n * sizeof *ins->v);
       memset(&b->inputs.v[first], 0, ins->n * sizeof *ins->v); /* the job's now */
     }
-    /* its hand-offs, copied out of the batch's lists (in job order: the decoder checked) */
-    size_t p0 = pk, t0 = tk;
-    while (pk < b->park_jobs.n && b->park_jobs.v[pk] == k) pk++;
-    while (tk < b->take_jobs.n && b->take_jobs.v[tk] == k) tk++;
+    /* its hand-offs, copied out of the batch's lists */
     bool nomem = in > first && !ins->v;
     msg_u64s *park = &one.body.submit.park, *takes = &one.body.submit.takes;
-    if (pk > p0 && (park->v = malloc((pk - p0) * sizeof *park->v))) {
-      park->n = pk - p0;
-      memcpy(park->v, &b->park.v[p0], park->n * sizeof *park->v);
-    }
-    if (tk > t0 && (takes->v = malloc(3 * (tk - t0) * sizeof *takes->v))) {
-      takes->n = 3 * (tk - t0);
-      memcpy(takes->v, &b->takes.v[3 * t0], takes->n * sizeof *takes->v);
-    }
-    if (tk > t0 && !takes->v) {
+    size_t t0 = tk;
+    bool park_ok = job_items(&b->park, &b->park_jobs, 1, k, &pk, park);
+    if (!job_items(&b->takes, &b->take_jobs, 3, k, &tk, takes)) {
       /* refused below: nobody else will free the parcels it was to take */
       msg_u64s mine = {&b->takes.v[3 * t0], 3 * (tk - t0)};
       core_free_parcels(s->core, &mine);
+      nomem = true;
     }
-    nomem = nomem || (pk > p0 && !park->v) || (tk > t0 && !takes->v);
+    nomem = nomem || !park_ok;
     /* without memory for its lists the job is refused; its inputs are freed
      * with the batch */
     handle_submit(self, s, &one, nomem ? "out of memory" : NULL);

@@ -29,13 +29,8 @@ void deps_node_free(schedrun_t *s, dep_node *d, bool free_parcels) {
     if (free_parcels) core_free_parcels(&s->core, &d->submit.body.submit.takes);
     msg_free(&d->submit);
   }
-  if (d->early) {
-    if (free_parcels)
-      for (size_t i = 0; i < d->early->parcels.n; i++)
-        core_free_parcel(&s->core, (uint64_t)d->early->info.device, d->early->parcels.v[i]);
-    d->early->parcels.n = 0;
-    schedrun_job_result_free(&d->early);
-  }
+  if (free_parcels) deps_drop_result(s, d->early);
+  else schedrun_job_result_free(&d->early);
   free(d->fail_why);
   free(d->root);
   free(d->name);
@@ -56,6 +51,13 @@ int deps_add_out(pending_job *pj, pending_job *to, int in, int park, const char 
   if (from && !f) return -1;
   d->outs[d->nouts++] = (dep_out){to, in, park, f};
   return 0;
+}
+
+void deps_drop_result(schedrun_t *s, schedrun_job_result_t *r) {
+  if (!r) return;
+  for (size_t i = 0; i < r->parcels.n; i++) core_free_parcel(&s->core, (uint64_t)r->info.device, r->parcels.v[i]);
+  r->parcels.n = 0;
+  schedrun_job_result_free(&r);
 }
 
 bool deps_succeeded(const schedrun_job_result_t *r) { return r && r->info.status == SCHEDRUN_OK; }
@@ -208,8 +210,8 @@ void deps_completed(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r, de
     if (--yd->waiting == 0 && (!yd->ahead || yd->fail_status != SCHEDRUN_OK || yd->early)) push_ready(w, e->to);
   }
   /* parcels nobody takes (the job after it cannot run) */
-  for (size_t i = 0; r && i < r->parcels.n; i++) /* 0: kept on the device for a job sent with it */
-    if ((!taken || !taken[i]) && r->parcels.v[i]) core_free_parcel(&s->core, (uint64_t)r->info.device, r->parcels.v[i]);
+  for (size_t i = 0; r && i < r->parcels.n; i++) /* 0, kept on the device for a job sent with it, frees nothing */
+    if (!taken || !taken[i]) core_free_parcel(&s->core, (uint64_t)r->info.device, r->parcels.v[i]);
   if (r) r->parcels.n = 0;
   free(taken);
   free(root);

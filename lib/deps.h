@@ -121,6 +121,9 @@ void deps_late_releases(schedrun_t *s);
 void deps_run_host_tasks(schedrun_t *s);
 /* A result made here: status, text, the job's numbers; NULL without memory. */
 schedrun_job_result_t *deps_result(pending_job *pj, int status, const char *text);
+/* Frees a result nobody will file, and the parcels it left (0 entries,
+ * kept on their device, free nothing). NULL: nothing. */
+void deps_drop_result(schedrun_t *s, schedrun_job_result_t *r);
 /* Whether pj's result says it succeeded. */
 bool deps_succeeded(const schedrun_job_result_t *r);
 

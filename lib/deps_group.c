@@ -56,25 +56,17 @@ static bool short_jobs(const schedrun_t *s, const prog_program *p) {
   return false; /* not known yet: the branches go their own ways */
 }
 
-static void free_result(schedrun_t *s, schedrun_job_result_t *r) {
-  if (!r) return;
-  for (size_t i = 0; i < r->parcels.n; i++)
-    if (r->parcels.v[i]) core_free_parcel(&s->core, (uint64_t)r->info.device, r->parcels.v[i]);
-  r->parcels.n = 0;
-  schedrun_job_result_free(&r);
-}
-
 bool deps_early(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r) {
   dep_node *d = pj->dep;
   assert(d && d->ahead);
   if (d->waiting > 0) {
     if (!r) r = deps_result(pj, SCHEDRUN_ENOMEM, "out of memory");
-    if (d->early) free_result(s, r); /* a job completes once */
+    if (d->early) deps_drop_result(s, r); /* a job completes once */
     else d->early = r;
     return true;
   }
   if (d->fail_status != SCHEDRUN_OK || d->early) {
-    free_result(s, r); /* decided already (it completes with the failure before it), or a duplicate */
+    deps_drop_result(s, r); /* decided already (it completes with the failure before it), or a duplicate */
     return true;
   }
   return false;
