@@ -64,6 +64,7 @@ struct actor {
   pthread_mutex_t turn;
   bool stopped; /* the handler said ACTOR_STOP: no message is handled again */
   _Atomic uint64_t guest_rounds; /* queue takes run by guests */
+  _Atomic uint64_t wake_ns;      /* a TICK is due then (now_ns clock); 0: none */
   /* start handshake */
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -71,7 +72,41 @@ struct actor {
   schedrun_error_t start_err;
 };
 
+/* The actor whose own thread this is (NULL on other threads). */
+static _Thread_local actor_t *own_thread_of;
+
 void *actor_state(const actor_t *a) { return a->state; }
+
+void actor_wake_at(actor_t *self, uint64_t at_ns) {
+  assert(at_ns != 0); /* 0 means no wake is due */
+  uint64_t cur = atomic_load(&self->wake_ns);
+  while ((cur == 0 || at_ns < cur) && !atomic_compare_exchange_weak(&self->wake_ns, &cur, at_ns)) {
+  }
+  if (cur != 0 && cur <= at_ns) return; /* an earlier TICK is due already */
+  if (own_thread_of == self) return;    /* the thread reads it before it sleeps again */
+  /* a guest: the thread may sleep on its mailbox with a later (or no) timeout */
+  msg bell;
+  msg_init(&bell, MSG_TICK, 0, self->name);
+  actor_send(self, self->name, &bell);
+  msg_free(&bell);
+}
+
+/* The TICK due now, if one is: taken (cleared) into *m. */
+static bool take_tick(actor_t *a, msg *m, int *timeout_ms) {
+  uint64_t wake = atomic_load(&a->wake_ns);
+  *timeout_ms = -1;
+  if (!wake) return false;
+  uint64_t now = now_ns();
+  if (now < wake) {
+    uint64_t ms = (wake - now + 999999) / 1000000;
+    *timeout_ms = ms > 3600000 ? 3600000 : (int)ms;
+    return false;
+  }
+  /* one asked for meanwhile (earlier still) is due too: it stays, for the next look */
+  atomic_compare_exchange_strong(&a->wake_ns, &wake, 0);
+  msg_init(m, MSG_TICK, 0, a->name);
+  return true;
+}
 const char *actor_name(const actor_t *a) { return a->name; }
 uint64_t actor_malformed(const actor_t *a) { return atomic_load(&((actor_t *)a)->malformed); }
 uint64_t actor_guest_rounds(const actor_t *a) { return atomic_load(&((actor_t *)a)->guest_rounds); }
@@ -385,10 +420,15 @@ static void *actor_main(void *arg) {
   pthread_cond_signal(&a->cond);
   pthread_mutex_unlock(&a->lock);
   if (rc == SCHEDRUN_OK) {
+    own_thread_of = a;
     for (;;) {
       msg m;
       uint64_t dropped = 0;
-      int got = mbox_recv_spin(a->mailbox, -1, a->spin_ns, a->queue, &m, &dropped, NULL);
+      int timeout_ms, got = SCHEDRUN_OK;
+      if (!take_tick(a, &m, &timeout_ms)) {
+        got = mbox_recv_spin(a->mailbox, timeout_ms, a->spin_ns, a->queue, &m, &dropped, NULL);
+        if (got == SCHEDRUN_ETIMEOUT) continue; /* the TICK is due: the next look takes it */
+      }
       if (dropped) atomic_fetch_add(&a->malformed, dropped);
       if (got == SCHEDRUN_EAGAIN) {
         /* the queue has messages: as if its doorbell had rung */

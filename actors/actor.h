@@ -88,6 +88,13 @@ uint64_t actor_malformed(const actor_t *a);
  * another way than its mailbox). */
 void actor_count_malformed(actor_t *a);
 
+/* Asks for a TICK message (MSG_TICK, job 0) to the actor's handler at or
+ * soon after at_ns (the now_ns clock): the earliest time asked for wins, and
+ * each TICK clears it, so a handler asks again for what is still ahead.
+ * From the handler only (its thread, or a guest's: then the thread is rung,
+ * and a TICK may come early; a handler checks what is due). */
+void actor_wake_at(actor_t *self, uint64_t at_ns);
+
 /* Encodes m and sends it to the actor named `to`. From the actor's handler
  * only (the sockets are the actor's, used under its turn). m stays the
  * caller's. */

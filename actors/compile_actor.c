@@ -95,6 +95,10 @@ void compile_state_free(compile_state *s) {
   pos = 0;
   while (hmap_next(&s->inflight, &pos, NULL, &v)) compile_future_free(v);
   hmap_destroy(&s->inflight);
+  for (future *f = s->stopped, *next; f; f = next) {
+    next = f->next;
+    compile_future_free(f);
+  }
   pos = 0;
   while (hmap_next(&s->sessions, &pos, NULL, &v)) {
     session *ss = v;
@@ -111,156 +115,6 @@ void compile_state_free(compile_state *s) {
   pthread_mutex_destroy(&s->lock);
   pthread_cond_destroy(&s->cond);
   free(s);
-}
-
-/* The identity, remembered on disk under the compiler's stamp (asking a C++
- * compiler for its version costs a process). */
-static int identity_cached(compile_state *s, const gpu_compile_target *t, void *ctx, char **out,
-                           schedrun_error_t *err) {
-  char *stamp = NULL;
-  if (!t->stamp || t->stamp(ctx, &stamp, NULL) != SCHEDRUN_OK) return t->identity(ctx, out, err);
-  hash_ctx *h = hash_new();
-  hash_add_str(h, t->name);
-  hash_add_str(h, stamp);
-  char key[65];
-  hash_final_hex(h, key);
-  free(stamp);
-  strbuf path;
-  sb_init(&path);
-  sb_addf(&path, "%s/identity/%s", s->core->cache_dir, key);
-  uint8_t *data = NULL;
-  size_t len = 0;
-  if (!path.failed && artifact_read(path.data, key, &data, &len, NULL) == SCHEDRUN_OK && len > 0 &&
-      !memchr(data, '\0', len)) {
-    *out = xstrndup((char *)data, len);
-    free(data);
-    sb_free(&path);
-    return *out ? SCHEDRUN_OK : err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-  }
-  free(data);
-  int rc = t->identity(ctx, out, err);
-  if (rc == SCHEDRUN_OK && !path.failed) {
-    char *dir = fs_dirname(path.data);
-    if (dir && fs_mkdir_private(dir, NULL) == SCHEDRUN_OK) artifact_write(path.data, key, *out, strlen(*out), NULL);
-    free(dir);
-  }
-  sb_free(&path);
-  return rc;
-}
-
-static target_slot *target_of(compile_state *s, const gpu_compile_target *t, schedrun_error_t *err) {
-  for (int i = 0; i < MAX_TARGETS; i++) {
-    target_slot *ts = &s->targets[i];
-    if (ts->target == t) return ts;
-    if (ts->target) continue;
-    void *ctx = NULL;
-    char *id = NULL;
-    if (t->open(&ctx, err) != SCHEDRUN_OK) return NULL;
-    if (identity_cached(s, t, ctx, &id, err) != SCHEDRUN_OK) {
-      t->close(ctx);
-      return NULL;
-    }
-    /* the recipe (options, generated wrapper) is part of every key */
-    char *recipe = NULL;
-    if (t->recipe(ctx, &recipe, err) != SCHEDRUN_OK) {
-      free(id);
-      t->close(ctx);
-      return NULL;
-    }
-    hash_ctx *h = hash_new();
-    char rk[65] = "";
-    if (h) {
-      hash_add_str(h, recipe);
-      hash_final_hex(h, rk);
-    }
-    free(recipe);
-    char *with = NULL;
-    if (asprintf(&with, "%s\nrecipe %s", id, rk) < 0) with = NULL;
-    free(id);
-    if (!with) {
-      t->close(ctx);
-      err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-      return NULL;
-    }
-    id = with;
-    *ts = (target_slot){t, ctx, id};
-    return ts;
-  }
-  err_set(err, SCHEDRUN_EINTERNAL, "too many compile targets");
-  return NULL;
-}
-
-static void cache_key(const gpu_compile_target *t, const char *arch, const char *identity, const msg_kernel *k,
-                      char out[65]) {
-  hash_ctx *h = hash_new();
-  hash_add_str(h, "schedrun kernel cache v2");
-  hash_add_str(h, t->name);
-  hash_add_str(h, arch);
-  hash_add_str(h, identity);
-  hash_add_str(h, k->entry);
-  hash_add_str(h, k->params);
-  hash_add_str(h, k->source);
-  hash_final_hex(h, out);
-}
-
-static char *artifact_path(compile_state *s, const gpu_compile_target *t, const char *key) {
-  strbuf sb;
-  sb_init(&sb);
-  sb_addf(&sb, "%s/%s/%.2s/%s%s", s->core->cache_dir, t->name, key, key, t->ext);
-  if (sb.failed) {
-    sb_free(&sb);
-    return NULL;
-  }
-  return sb_take(&sb);
-}
-
-static const char *remember(compile_state *s, const char *key, char *path) {
-  cache_entry *e = malloc(sizeof *e);
-  if (!e || hmap_put(&s->cache, key, e) != 0) {
-    free(e);
-    free(path);
-    return NULL;
-  }
-  e->path = path;
-  return path;
-}
-
-/* Memory, then disk (verified: a bad file is a miss, and is replaced when the
- * kernel is compiled again). Returns the artifact path or NULL. */
-static const char *cache_lookup(compile_state *s, const gpu_compile_target *t, const char *key) {
-  cache_entry *e = hmap_get(&s->cache, key);
-  /* the directory may have been emptied under us: a memory hit whose file
-   * is gone is a miss, and the kernel compiles again */
-  if (e && access(e->path, R_OK) == 0) return e->path;
-  if (e) {
-    hmap_remove(&s->cache, key);
-    free(e->path);
-    free(e);
-  }
-  char *path = artifact_path(s, t, key);
-  if (!path) return NULL;
-  uint8_t *img;
-  size_t len;
-  schedrun_error_t err = {0};
-  int rc = artifact_read(path, key, &img, &len, &err);
-  schedrun_error_clear(&err);
-  if (rc) {
-    free(path);
-    return NULL;
-  }
-  free(img);
-  return remember(s, key, path);
-}
-
-static void evict(compile_state *s, const gpu_compile_target *t, const char *key) {
-  cache_entry *e = hmap_remove(&s->cache, key);
-  if (e) {
-    free(e->path);
-    free(e);
-  }
-  char *path = artifact_path(s, t, key);
-  if (path) unlink(path);
-  free(path);
 }
 
 /* ---- the active compile mode ---- */
@@ -317,7 +171,7 @@ static void finish_session(actor_t *self, compile_state *s, session *ss) {
     mode_reset(s, ss->mode); /* 1. reset the active compile mode */
     const gpu_compile_target *t = gpu_compile_target_find(ss->target);
     for (size_t i = 0; i < ss->n; i++)
-      if (ss->failed[i] && t) evict(s, t, ss->keys[i]); /* nothing half-written stays */
+      if (ss->failed[i] && t) compile_evict(s, t, ss->keys[i]); /* nothing half-written stays */
     char step2[96], step3[96];
     snprintf(step2, sizeof step2, "stop %zu running compiles (their compiler processes killed) and drain them",
              ss->stopped);
@@ -353,7 +207,7 @@ static void finish_session(actor_t *self, compile_state *s, session *ss) {
   size_t evicted = 0;
   for (size_t i = 0; i < ss->n; i++)
     if (ss->failed[i]) {
-      if (t) evict(s, t, ss->keys[i]); /* 3. evict failed entries */
+      if (t) compile_evict(s, t, ss->keys[i]); /* 3. evict failed entries */
       evicted++;
     }
   char step2[96], step3[96];
@@ -394,7 +248,7 @@ static void handle_compile(actor_t *self, compile_state *s, msg *m) {
   const msg_compile *c = &m->body.compile;
   schedrun_error_t err = {0};
   const gpu_compile_target *t = gpu_compile_target_find(c->target);
-  target_slot *ts = t ? target_of(s, t, &err) : NULL;
+  target_slot *ts = t ? compile_target_of(s, t, &err) : NULL;
   if (!ts || hmap_get(&s->sessions, &m->job)) {
     /* no session is opened: the active compile mode stays as it was */
     const char *steps[] = {"open no compile session: the active compile mode is unchanged"};
@@ -441,9 +295,9 @@ static void handle_compile(actor_t *self, compile_state *s, msg *m) {
     const msg_kernel *k = &c->kernels.v[i];
     ss->modules.v[i].name = xstrdup(k->name);
     ss->modules.n++;
-    cache_key(t, c->arch, ts->identity, k, ss->keys[i]);
+    compile_cache_key(t, c->arch, ts->identity, k, ss->keys[i]);
     ss->modules.v[i].key = xstrdup(ss->keys[i]);
-    const char *path = cache_lookup(s, t, ss->keys[i]);
+    const char *path = compile_cache_lookup(s, t, ss->keys[i]);
     if (path) {
       ss->hits++;
       resolve(ss, (uint32_t)i, path, NULL, NULL, k->where);
@@ -461,7 +315,8 @@ static void handle_compile(actor_t *self, compile_state *s, msg *m) {
       f = calloc(1, sizeof *f);
       if (f) {
         memcpy(f->key, ss->keys[i], 65);
-        f->path = artifact_path(s, t, f->key);
+        f->serial = ++s->futures;
+        f->path = compile_artifact_path(s, t, f->key);
         f->target = t;
         f->tctx = ts->ctx;
         f->name = xstrdup(k->name);
@@ -493,13 +348,28 @@ static void handle_compile(actor_t *self, compile_state *s, msg *m) {
   if (ss->pending == 0) finish_session(self, s, ss);
 }
 
+/* The future a worker's COMPILED is about (by its serial), out of the
+ * in-flight map or the stopped list; NULL if none. */
+static future *take_done(compile_state *s, const msg *m) {
+  const char *key = m->body.compiled.modules.v[0].key;
+  future *f = hmap_get(&s->inflight, key);
+  if (f && f->serial == m->job) return hmap_remove(&s->inflight, key);
+  for (future **at = &s->stopped; *at; at = &(*at)->next)
+    if ((*at)->serial == m->job) {
+      f = *at;
+      *at = f->next;
+      return f;
+    }
+  return NULL;
+}
+
 static void handle_worker_done(actor_t *self, compile_state *s, msg *m) {
   if (m->body.compiled.modules.n != 1) return;
-  future *f = hmap_remove(&s->inflight, m->body.compiled.modules.v[0].key);
+  future *f = take_done(s, m);
   if (!f) return;
   const char *path = NULL;
   if (f->rc == SCHEDRUN_OK) {
-    path = remember(s, f->key, xstrdup(f->path));
+    path = compile_remember(s, f->key, xstrdup(f->path));
     if (!path) {
       f->rc = SCHEDRUN_ENOMEM;
       f->error = xstrdup("out of memory");
@@ -514,6 +384,19 @@ static void handle_worker_done(actor_t *self, compile_state *s, msg *m) {
     if (ss->pending == 0) finish_session(self, s, ss);
   }
   compile_future_free(f); /* its log and buffers go with it */
+}
+
+/* A future that never started goes: every session waiting on it counts it
+ * dropped (only torn-down sessions wait on a future that is dropped). */
+static void drop_future(actor_t *self, compile_state *s, future *f) {
+  for (size_t w = 0; w < f->nwaiters; w++) {
+    session *ss = hmap_get(&s->sessions, &f->waiters[w].session);
+    if (!ss) continue;
+    ss->dropped++;
+    resolve(ss, f->waiters[w].index, NULL, "stopped before it started", NULL, f->where);
+    if (ss->pending == 0) finish_session(self, s, ss);
+  }
+  compile_future_free(f);
 }
 
 /* Shutdown: every session is torn down (see the top of the file). */
@@ -531,22 +414,97 @@ static void handle_cancel(actor_t *self, compile_state *s) {
   for (future *f = queued, *next; f; f = next) {
     next = f->next;
     hmap_remove(&s->inflight, f->key);
-    for (size_t w = 0; w < f->nwaiters; w++) {
-      session *ss = hmap_get(&s->sessions, &f->waiters[w].session);
-      if (!ss) continue;
-      ss->dropped++;
-      resolve(ss, f->waiters[w].index, NULL, "stopped before it started", NULL, f->where);
-      if (ss->pending == 0) finish_session(self, s, ss);
-    }
-    compile_future_free(f);
+    drop_future(self, s, f);
   }
+}
+
+/* Whether a session not torn down still waits on f. */
+static bool future_wanted(compile_state *s, const future *f) {
+  for (size_t w = 0; w < f->nwaiters; w++) {
+    const session *ss = hmap_get(&s->sessions, &f->waiters[w].session);
+    if (ss && !ss->cancelled) return true;
+  }
+  return false;
+}
+
+/* Session id no longer waits on f. */
+static void future_unwait(future *f, uint64_t id) {
+  size_t k = 0;
+  for (size_t w = 0; w < f->nwaiters; w++)
+    if (f->waiters[w].session != id) f->waiters[k++] = f->waiters[w];
+  f->nwaiters = k;
+}
+
+/* CANCEL of one session: its jobs' deadlines passed while it compiled. It is
+ * torn down now, not when its compiles come back: the mode is reset, its
+ * compiles that nobody else waits for are dropped (not started) or stopped
+ * (their compiler processes killed; reaped from the stopped list when
+ * their workers report), those other sessions wait for are left to them,
+ * and only then does the ERROR leave, naming the kernels still compiling. */
+static void handle_cancel_one(actor_t *self, compile_state *s, const msg *m) {
+  session *ss = hmap_get(&s->sessions, &m->job);
+  if (!ss || ss->cancelled) return; /* finished: its answer is on its way */
+  hmap_remove(&s->sessions, &ss->id);
+  mode_reset(s, ss->mode); /* 1. reset the active compile mode */
+  strbuf text;
+  sb_init(&text);
+  size_t stopped = 0, dropped = 0, left = 0, still = 0, evicted = 0;
+  for (size_t i = 0; i < ss->n; i++) {
+    if (ss->modules.v[i].path) continue; /* resolved */
+    future *f = hmap_get(&s->inflight, ss->keys[i]);
+    assert(f); /* a kernel not resolved waits on the future of its key */
+    sb_addf(&text, "%s'%s' (%s)", still++ ? ", " : "", ss->modules.v[i].name, f->where);
+    future_unwait(f, ss->id);
+    if (future_wanted(s, f)) {
+      left++; /* 4. another session's */
+      continue;
+    }
+    hmap_remove(&s->inflight, f->key);
+    if (compile_pool_unqueue(s, f)) {
+      dropped++; /* 3. never started */
+      drop_future(self, s, f);
+    } else {
+      stopped++; /* 2. its compiler killed by its worker */
+      atomic_store(&f->cancel, 1);
+      f->next = s->stopped;
+      s->stopped = f;
+    }
+  }
+  const gpu_compile_target *t = gpu_compile_target_find(ss->target);
+  for (size_t i = 0; i < ss->n; i++)
+    if (ss->failed[i]) {
+      if (t) compile_evict(s, t, ss->keys[i]); /* 5. evict failed entries */
+      evicted++;
+    }
+  strbuf why;
+  sb_init(&why);
+  sb_addf(&why, "still compiling kernel%s %s after %llu ms", still == 1 ? "" : "s", text.data ? text.data : "",
+          (unsigned long long)m->body.cancel.waited_ms);
+  if (ss->report.len) sb_addf(&why, "\n%s", ss->report.data);
+  char step2[112], step3[64], step4[112], step5[64];
+  snprintf(step2, sizeof step2, "stop %zu running compiles no other job waits for (their compiler processes killed)",
+           stopped);
+  snprintf(step3, sizeof step3, "drop %zu compiles not started", dropped);
+  snprintf(step4, sizeof step4, "leave %zu compiles running for the other jobs that wait for them", left);
+  snprintf(step5, sizeof step5, "evict %zu failed cache entries", evicted);
+  const char *steps[] = {"reset the active compile mode", step2, step3, step4, step5};
+  error_leaves(s, ss);
+  actor_send_error(self, ss->reply_to, ss->id, m->body.cancel.code ? m->body.cancel.code : SCHEDRUN_ETIMEOUT,
+                   why.failed ? "out of memory" : why.data, steps, 5);
+  sb_free(&why);
+  sb_free(&text);
+  mode_leave(s, ss->mode);
+  session_free(ss);
 }
 
 static int compile_handle(actor_t *self, msg *m) {
   compile_state *s = actor_state(self);
   switch (m->type) {
   case MSG_COMPILE: handle_compile(self, s, m); return ACTOR_CONTINUE;
-  case MSG_CANCEL: handle_cancel(self, s); return ACTOR_CONTINUE;
+  case MSG_CANCEL:
+    if (m->job) handle_cancel_one(self, s, m);
+    else handle_cancel(self, s);
+    return ACTOR_CONTINUE;
   case MSG_COMPILED:
     if (!strcmp(m->from, WORKER_FROM)) handle_worker_done(self, s, m);
     return ACTOR_CONTINUE;

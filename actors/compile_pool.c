@@ -87,7 +87,7 @@ static void *worker_main(void *arg) {
     if (!f) break;
     run_future(s, f, index);
     msg m;
-    msg_init(&m, MSG_COMPILED, 0, WORKER_FROM);
+    msg_init(&m, MSG_COMPILED, f->serial, WORKER_FROM);
     m.body.compiled.target = xstrdup(f->target->name);
     m.body.compiled.modules.v = calloc(1, sizeof(msg_module));
     if (m.body.compiled.modules.v) {
@@ -112,6 +112,21 @@ void compile_pool_push(compile_state *s, future *f) {
   s->compiles++;
   pthread_cond_signal(&s->cond);
   pthread_mutex_unlock(&s->lock);
+}
+
+bool compile_pool_unqueue(compile_state *s, future *f) {
+  bool found = false;
+  pthread_mutex_lock(&s->lock);
+  for (future **at = &s->qhead, *prev = NULL; *at; prev = *at, at = &(*at)->next)
+    if (*at == f) {
+      *at = f->next;
+      if (s->qtail == f) s->qtail = prev;
+      s->compiles--; /* never run */
+      found = true;
+      break;
+    }
+  pthread_mutex_unlock(&s->lock);
+  return found;
 }
 
 int compile_pool_start(actor_t *self, schedrun_error_t *err) {

@@ -32,6 +32,7 @@ typedef struct waiter {
 
 typedef struct future {
   char key[65];
+  uint64_t serial; /* the actor's nth future: its worker's COMPILED carries it as the job */
   char *path; /* where the artifact goes */
   const gpu_compile_target *target;
   void *tctx;
@@ -46,7 +47,7 @@ typedef struct future {
   /* sessions waiting on it */
   waiter *waiters;
   size_t nwaiters, cap;
-  struct future *next; /* in the pool queue */
+  struct future *next; /* in the pool queue, or in the stopped list once it runs */
 } future;
 
 /* The active compile mode (as Triton's AsyncCompileMode): what the compiles
@@ -74,7 +75,7 @@ typedef struct session {
   bool *failed;
   size_t n, pending, failures, drained;
   int code; /* SCHEDRUN_ECOMPILE, unless a failure was of another kind (the cache, the disk) */
-  bool cancelled;          /* torn down by CANCEL: answered with ECLOSED */
+  bool cancelled;          /* torn down by CANCEL (a shutdown): answered with ECLOSED */
   size_t stopped, dropped; /* its compiles killed while running, or never started */
   strbuf report;
   uint32_t hits, misses;
@@ -90,6 +91,8 @@ struct compile_state {
   schedrun_core *core;
   hmap cache;    /* key -> cache_entry* */
   hmap inflight; /* key -> future* */
+  future *stopped; /* running, stopped, and waited for by no session: reaped when they come back */
+  uint64_t futures; /* futures made so far (their serials) */
   hmap sessions; /* id -> session*: the COMPILEs being served */
   compile_mode *mode; /* the active compile mode, or NULL */
   uint64_t modes;     /* modes opened so far */
@@ -104,11 +107,31 @@ struct compile_state {
   uint64_t compiles; /* futures run, over the actor's life */
 };
 
+/* ---- compile_cache.c ---- */
+
+/* The target's slot: opened (its identity taken) on first use. NULL with
+ * *err when it cannot be opened, or all MAX_TARGETS slots are taken. */
+target_slot *compile_target_of(compile_state *s, const gpu_compile_target *t, schedrun_error_t *err);
+/* The SHA-256 (hex) of everything that decides the kernel's artifact. */
+void compile_cache_key(const gpu_compile_target *t, const char *arch, const char *identity, const msg_kernel *k,
+                       char out[65]);
+/* Where the artifact of key goes in the cache directory (heap), or NULL. */
+char *compile_artifact_path(compile_state *s, const gpu_compile_target *t, const char *key);
+/* Indexes path (taken) under key; returns it, or NULL without memory. */
+const char *compile_remember(compile_state *s, const char *key, char *path);
+/* Memory, then disk (verified: a bad file is a miss, and is replaced when the
+ * kernel is compiled again). Returns the artifact path or NULL. */
+const char *compile_cache_lookup(compile_state *s, const gpu_compile_target *t, const char *key);
+/* Forgets key, and removes its file. */
+void compile_evict(compile_state *s, const gpu_compile_target *t, const char *key);
+
 /* ---- compile_pool.c ---- */
 
 void compile_future_free(future *f);
 /* Queues a future for the workers. */
 void compile_pool_push(compile_state *s, future *f);
+/* Takes f out of the queue: false when a worker has it already. */
+bool compile_pool_unqueue(compile_state *s, future *f);
 /* The actor's start and stop hooks: the worker threads. Stopping sets the
  * cancel flag of running futures, so joining the pool is quick. */
 int compile_pool_start(actor_t *self, schedrun_error_t *err);

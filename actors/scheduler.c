@@ -31,34 +31,6 @@
 
 /* ---- handlers ---- */
 
-static int send_compile(actor_t *self, scheduler_state *s, const prog_program *p, job *j) {
-  gpu_backend *be = s->core->backend;
-  msg m;
-  msg_init(&m, MSG_COMPILE, j->id, ACTOR_SCHEDULER);
-  msg_compile *c = &m.body.compile;
-  c->program = j->program;
-  c->target = xstrdup(be->ops->target(be, 0));
-  c->arch = xstrdup(be->ops->arch(be, 0));
-  c->kernels.v = calloc(p->nkernels ? p->nkernels : 1, sizeof(msg_kernel));
-  int rc = c->kernels.v ? SCHEDRUN_OK : SCHEDRUN_ENOMEM;
-  for (uint32_t i = 0; rc == SCHEDRUN_OK && i < p->nkernels; i++) {
-    const prog_kernel *k = &p->kernels[i];
-    msg_kernel *mk = &c->kernels.v[c->kernels.n++];
-    char where[512];
-    snprintf(where, sizeof where, "%s:%d:%d", p->path, k->loc.line, k->loc.col);
-    mk->name = xstrdup(k->name);
-    mk->entry = xstrdup(k->entry);
-    mk->params = xstrdup(k->params_text ? k->params_text : "");
-    mk->source = xstrdup(k->source ? k->source : "");
-    mk->where = xstrdup(where);
-    mk->source_file = xstrdup(k->source_file ? k->source_file : p->path);
-    mk->first_line = k->first_line;
-  }
-  if (rc == SCHEDRUN_OK) rc = actor_send(self, ACTOR_COMPILE, &m);
-  msg_free(&m);
-  return rc;
-}
-
 static bool inputs_fit(const prog_program *p, const msg_outputs *in) {
   for (size_t i = 0; i < in->n; i++) {
     if (in->v[i].buffer >= p->nbuffers) return false;
@@ -167,21 +139,8 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m, const char 
   j->pin = sb->device;
   j->kept_from = kept_from(j);
   ps->jobs++;
-  if (ps->compile == COMPILE_READY) {
-    scheduler_place(self, s, ps, j);
-    return;
-  }
-  j->state = JOB_COMPILING;
-  scheduler_q_push(&ps->waiting, j);
-  if (ps->compile == COMPILE_NONE) {
-    ps->compile = COMPILE_PENDING;
-    j->t_compile = now_ns();
-    if (send_compile(self, s, p, j) != SCHEDRUN_OK) {
-      ps->compile = COMPILE_NONE;
-      job *w;
-      while ((w = scheduler_q_pop(&ps->waiting))) scheduler_complete(self, s, w, SCHEDRUN_EINTERNAL, "cannot send COMPILE", NULL);
-    }
-  }
+  if (ps->compile == COMPILE_READY) scheduler_place(self, s, ps, j);
+  else scheduler_compile_wait(self, s, ps, j);
 }
 
 /* Copies job k's items of a batch list (width values each; owners names
@@ -254,52 +213,20 @@ static bool take_queued(void *ctx, msg *m) {
   }
 }
 
-static void release_waiting(actor_t *self, scheduler_state *s, prog_state *ps) {
-  job *j;
-  while ((j = scheduler_q_pop(&ps->waiting))) scheduler_place(self, s, ps, j);
-}
-
-static void handle_compiled(actor_t *self, scheduler_state *s, msg *m) {
-  prog_state *ps = scheduler_prog_get(s, m->body.compiled.program, false);
-  if (!ps || ps->compile != COMPILE_PENDING) return;
-  scheduler_free_modules(&ps->modules);
-  ps->modules = m->body.compiled.modules;
-  memset(&m->body.compiled.modules, 0, sizeof m->body.compiled.modules);
-  ps->compile = COMPILE_READY;
-  if (s->closing) {
-    /* finished before the CANCEL reached it: the jobs still do not start */
-    job *w;
-    while ((w = scheduler_q_pop(&ps->waiting))) scheduler_complete(self, s, w, SCHEDRUN_ECLOSED, "the scheduler shut down before the job started", NULL);
-    return;
-  }
-  /* the compile is charged to the job that asked for it, once */
-  job *trigger = idmap_get(&s->jobs, m->job);
-  if (trigger) {
-    trigger->compile_ns = now_ns() - trigger->t_submit;
-    trigger->hits = m->body.compiled.hits;
-    trigger->misses = m->body.compiled.misses;
-  }
-  release_waiting(self, s, ps);
-}
-
 static void handle_error(actor_t *self, scheduler_state *s, msg *m) {
   const msg_error *e = &m->body.error;
   job *j = idmap_get(&s->jobs, m->job);
-  if (!j) return;
+  prog_state *ps = scheduler_compile_of(s, m->job); /* the job asked for a compile */
+  if (!j && !ps) return;
   strbuf text;
   sb_init(&text);
   sb_adds(&text, e->text ? e->text : "");
   /* the client learns what was torn down before the error reached it */
   for (size_t i = 0; i < e->teardown.n; i++) sb_addf(&text, "%s%s", i ? "; " : "\nteardown: ", e->teardown.v[i]);
-  if (j->state == JOB_COMPILING) {
-    /* the compile of this job's program failed: every job waiting for it fails */
-    prog_state *ps = scheduler_prog_get(s, j->program, false);
-    if (ps) {
-      ps->compile = COMPILE_NONE;
-      job *w;
-      while ((w = scheduler_q_pop(&ps->waiting))) scheduler_complete(self, s, w, e->code, text.data, NULL);
-    }
-  } else {
+  if (ps) {
+    /* the compile this job asked for failed: the jobs waiting for it fail */
+    scheduler_compile_failed(self, s, ps, e->code, text.data);
+  } else if (j->state != JOB_COMPILING) {
     int device = j->device;
     scheduler_complete(self, s, j, e->code, text.data, NULL);
     gpu_backend *be = s->core->backend;
@@ -394,7 +321,8 @@ static int scheduler_handle(actor_t *self, msg *m) {
   case MSG_QUEUED:
     for (size_t bad = msgq_drain(&s->core->to_scheduler, take_queued, self); bad; bad--) actor_count_malformed(self);
     break;
-  case MSG_COMPILED: handle_compiled(self, s, m); break;
+  case MSG_COMPILED: scheduler_compiled(self, s, m); break;
+  case MSG_TICK: scheduler_compile_tick(self, s); break;
   case MSG_RECORDED: handle_recorded(self, s, m); break;
   case MSG_EXECUTED: handle_executed(self, s, m); break;
   case MSG_EXECUTED_MANY: handle_executed_many(self, s, m); break;

@@ -81,7 +81,7 @@ typedef struct slot_state {
   job_queue queue;
 } slot_state;
 
-enum { COMPILE_NONE, COMPILE_PENDING, COMPILE_READY };
+enum { COMPILE_NONE, COMPILE_PENDING, COMPILE_STOPPING, COMPILE_READY }; /* scheduler_compile.c */
 
 typedef struct prog_state {
   uint64_t id;
@@ -90,6 +90,8 @@ typedef struct prog_state {
    * under the registry's lock) */
   const prog_program *p;
   int compile;
+  uint64_t compile_job; /* the compile session (the job that asked), while PENDING or STOPPING */
+  uint64_t compile_t0;  /* when it was asked for */
   msg_modules modules;
   job_queue waiting; /* for the compile */
   hmap slots;        /* {device, slot} -> slot_state* */
@@ -136,6 +138,19 @@ void scheduler_q_push(job_queue *q, job *j);
 job *scheduler_q_pop(job_queue *q);
 /* The program's state, created on first use when `create`. */
 prog_state *scheduler_prog_get(scheduler_state *s, uint64_t id, bool create);
+
+/* ---- scheduler_compile.c ---- */
+
+/* j waits for its program's compile (sent now if none is out). */
+void scheduler_compile_wait(actor_t *self, scheduler_state *s, prog_state *ps, job *j);
+/* The program whose compile session is `session` (PENDING or STOPPING), or NULL. */
+prog_state *scheduler_compile_of(scheduler_state *s, uint64_t session);
+/* COMPILED: the waiting jobs are placed. */
+void scheduler_compiled(actor_t *self, scheduler_state *s, msg *m);
+/* The compile's ERROR (its text with the teardown): the waiting jobs fail. */
+void scheduler_compile_failed(actor_t *self, scheduler_state *s, prog_state *ps, int code, const char *text);
+/* TICK: the deadlines of jobs waiting for compiles. */
+void scheduler_compile_tick(actor_t *self, scheduler_state *s);
 
 /* ---- scheduler_dispatch.c ---- */
 

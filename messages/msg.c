@@ -14,7 +14,7 @@ static const char *const type_names[MSG__END] = {
     [MSG_STATUS] = "STATUS",     [MSG_TERM] = "TERM",       [MSG_RELEASE] = "RELEASE",
     [MSG_CANCEL] = "CANCEL",     [MSG_SUBMIT_MANY] = "SUBMIT_MANY",
     [MSG_EXECUTE_MANY] = "EXECUTE_MANY", [MSG_COMPLETE_MANY] = "COMPLETE_MANY", [MSG_EXECUTED_MANY] = "EXECUTED_MANY",
-    [MSG_QUEUED] = "QUEUED",
+    [MSG_QUEUED] = "QUEUED",     [MSG_TICK] = "TICK",
 };
 
 const char *msg_type_name(int type) {

@@ -20,7 +20,7 @@
 
 #include "schedrun.h"
 
-#define MSG_VERSION 3 /* 2: envelope and bodies are arrays in schema order; 3: SUBMIT_MANY hands buffers on */
+#define MSG_VERSION 4 /* 2: envelope and bodies are arrays in schema order; 3: SUBMIT_MANY hands buffers on; 4: CANCEL of one compile */
 #define MSG_MAX_BYTES (1u << 30)     /* a whole message */
 #define MSG_MAX_STRING (16u << 20)   /* one string (kernel sources, logs) */
 #define MSG_MAX_ARRAY (1u << 22)     /* elements of one array */
@@ -45,6 +45,7 @@ typedef enum msg_type {
   MSG_COMPLETE_MANY,
   MSG_EXECUTED_MANY,
   MSG_QUEUED,
+  MSG_TICK, /* an actor's own timer (actor_wake_at) */
   MSG__END
 } msg_type;
 
@@ -284,9 +285,16 @@ typedef struct msg_error {
 
 typedef struct msg_status { msg_stats items; } msg_status;
 typedef struct msg_release { uint64_t program; } msg_release;
-/* Stop the compiles under way (shutdown): every active session is torn down
- * and answered with ERROR; program 0 means every program. */
-typedef struct msg_cancel { uint64_t program; } msg_cancel;
+/* Stop compiles. Job 0 (a shutdown): every active session is torn down and
+ * answered with ERROR (SCHEDRUN_ECLOSED). Job J: the session of job J only
+ * (its jobs' deadlines passed while it compiled, after waited_ms), answered
+ * at once with ERROR `code`; its compiles that no other session waits for
+ * are stopped. */
+typedef struct msg_cancel {
+  uint64_t program;
+  int32_t code;
+  uint64_t waited_ms;
+} msg_cancel;
 
 typedef struct msg {
   uint32_t v;

@@ -91,7 +91,8 @@ SCHEMA(error_s, msg_error, F(msg_error, code, FK_I32), F(msg_error, origin, FK_S
 SCHEMA(status_s, msg_status, FA(msg_status, items, stat_s));
 static const schema term_s = {"msg_term", 0, 0, NULL};
 SCHEMA(release_s, msg_release, F(msg_release, program, FK_U64));
-SCHEMA(cancel_s, msg_cancel, F(msg_cancel, program, FK_U64));
+SCHEMA(cancel_s, msg_cancel, F(msg_cancel, program, FK_U64), F(msg_cancel, code, FK_I32),
+       F(msg_cancel, waited_ms, FK_U64));
 SCHEMA(submit_many_s, msg_submit_many, F(msg_submit_many, programs, FK_U64S), F(msg_submit_many, runs, FK_U64S),
        F(msg_submit_many, job_indexes, FK_U64S), F(msg_submit_many, slots, FK_U64S),
        F(msg_submit_many, devices, FK_U64S), F(msg_submit_many, keeps, FK_U64S),
@@ -126,6 +127,7 @@ const schema *const msg_body_schema[MSG__END] = {
     [MSG_STATUS] = &status_s,     [MSG_TERM] = &term_s,         [MSG_RELEASE] = &release_s,
     [MSG_CANCEL] = &cancel_s,     [MSG_SUBMIT_MANY] = &submit_many_s, [MSG_EXECUTE_MANY] = &execute_many_s,
     [MSG_COMPLETE_MANY] = &complete_many_s, [MSG_EXECUTED_MANY] = &executed_many_s, [MSG_QUEUED] = &term_s,
+    [MSG_TICK] = &term_s,
 };
 
 

@@ -14,107 +14,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "actors/actor.h"
-#include "actors/core.h"
 #include "common/artifact.h"
-#include "test_util.h"
+#include "compile_rig.h"
 
 extern char **environ;
 
-typedef struct rig {
-  schedrun_core core;
-  compile_state *st;
-  actor_t *actor;
-  void *inbox, *out;
-  char dir[64];
-} rig;
-
-/* Starts the compile actor over r's cache directory, and a client socket to it. */
-static void rig_start(rig *r, int workers) {
-  schedrun_error_t err = {0};
-  r->core.compile_workers = workers;
-  r->st = compile_state_new(&r->core);
-  assert_int_equal(actor_start(r->core.zctx, &compile_actor_def, ACTOR_COMPILE, r->st, &r->actor, &err), SCHEDRUN_OK);
-  /* inproc does not reconnect to a new binding: connect each time */
-  r->out = mbox_connect(r->core.zctx, ACTOR_COMPILE, &err);
-}
-
-static void rig_stop(rig *r) {
-  msg t;
-  msg_init(&t, MSG_TERM, 0, "client");
-  mbox_send(r->out, &t, NULL);
-  msg_free(&t);
-  actor_join(&r->actor);
-  compile_state_free(r->st);
-  mbox_close(r->out);
-}
-
-static void rig_up(rig *r, int workers) {
-  memset(r, 0, sizeof *r);
-  snprintf(r->dir, sizeof r->dir, "/tmp/schedrun-cc-XXXXXX");
-  assert_non_null(mkdtemp(r->dir));
-  r->core.zctx = zmq_ctx_new();
-  r->core.cache_dir = strdup(r->dir);
-  schedrun_error_t err = {0};
-  r->inbox = mbox_bind(r->core.zctx, "client", &err);
-  rig_start(r, workers);
-}
-
-/* Restarts the actor over the same cache directory: memory cache empty. */
-static void rig_restart(rig *r, int workers) {
-  rig_stop(r);
-  rig_start(r, workers);
-}
-
-static void rig_down(rig *r, bool keep_dir) {
-  rig_stop(r);
-  mbox_close(r->inbox);
-  zmq_ctx_term(r->core.zctx);
-  if (!keep_dir) fs_remove_tree(r->dir);
-  free(r->core.cache_dir);
-}
-
-typedef struct kdef {
-  const char *name, *params, *source;
-} kdef;
-
-static void send_compile(rig *r, uint64_t job, const kdef *k, size_t n) {
-  msg m;
-  msg_init(&m, MSG_COMPILE, job, "client");
-  m.body.compile.program = job;
-  m.body.compile.target = strdup("host");
-  m.body.compile.arch = strdup("x86_64");
-  m.body.compile.kernels.v = calloc(n, sizeof(msg_kernel));
-  for (size_t i = 0; i < n; i++) {
-    char where[64];
-    snprintf(where, sizeof where, "p%llu.yaml:%zu:3", (unsigned long long)job, 10 * i + 4);
-    m.body.compile.kernels.v[i] = (msg_kernel){strdup(k[i].name), strdup(k[i].name), strdup(k[i].params),
-                                               strdup(k[i].source), strdup(where), strdup("k.cu"), 1};
-    m.body.compile.kernels.n++;
-  }
-  assert_int_equal(mbox_send(r->out, &m, NULL), SCHEDRUN_OK);
-  msg_free(&m);
-}
-
-static void recv_reply(rig *r, msg *m) {
-  schedrun_error_t err = {0};
-  if (mbox_recv(r->inbox, 120000, m, NULL, &err)) fail_msg("no reply: %s", err.message);
-}
-
-static int64_t stat_of(rig *r, const char *name) {
-  msg q;
-  msg_init(&q, MSG_STATUS, 999, "client");
-  mbox_send(r->out, &q, NULL);
-  msg_free(&q);
-  msg m;
-  recv_reply(r, &m);
-  assert_int_equal(m.type, MSG_STATUS);
-  int64_t v = -1;
-  for (size_t i = 0; i < m.body.status.items.n; i++)
-    if (!strcmp(m.body.status.items.v[i].name, name)) v = m.body.status.items.v[i].value;
-  msg_free(&m);
-  return v;
-}
 
 static const kdef good_a = {"good_a", "ptr", "extern \"C\" __global__ void good_a(float *p) { p[threadIdx.x] = 1; }\n"};
 static const kdef good_b = {"good_b", "ptr,i32", "extern \"C\" __global__ void good_b(int *p, int v) { p[0] = v; }\n"};
@@ -173,47 +77,15 @@ static int count_entries(const char *dir) {
   return n;
 }
 
-/* The moments compile errors left the actor (actors/compile_state.h's hook):
- * each error's job, and whether the active compile mode was reset by then. */
-static pthread_mutex_t left_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-  uint64_t job;
-  bool reset;
-} left[64];
-static int nleft;
-
-void schedrun_test_compile_error_leaves(uint64_t job, bool mode_reset) {
-  pthread_mutex_lock(&left_lock);
-  if (nleft < 64) {
-    left[nleft].job = job;
-    left[nleft++].reset = mode_reset;
-  }
-  pthread_mutex_unlock(&left_lock);
-}
-
-/* Job's error left the actor once, with the mode already reset. */
-static void left_after_reset(uint64_t job) {
-  int seen = 0;
-  bool reset = true;
-  pthread_mutex_lock(&left_lock);
-  for (int i = 0; i < nleft; i++)
-    if (left[i].job == job) {
-      seen++;
-      reset = reset && left[i].reset;
-    }
-  pthread_mutex_unlock(&left_lock);
-  if (seen != 1) fail_msg("job %llu's compile error left the actor %d times, not once", (unsigned long long)job, seen);
-  if (!reset) fail_msg("job %llu's compile error left before the active compile mode was reset", (unsigned long long)job);
-}
 
 static void test_failure_resets_mode_then_next_compiles(void **st) {
   (void)st;
   rig r;
   rig_up(&r, 2);
   kdef ks[] = {good_a, bad_x};
-  send_compile(&r, 1, ks, 2);
+  rig_send_compile(&r, 1, ks, 2);
   msg m;
-  recv_reply(&r, &m);
+  rig_recv(&r, &m);
   assert_int_equal(m.type, MSG_ERROR);
   assert_true(m.job == 1);
   assert_int_equal(m.body.error.code, SCHEDRUN_ECOMPILE);
@@ -226,13 +98,13 @@ static void test_failure_resets_mode_then_next_compiles(void **st) {
   assert_null(strstr(m.body.error.text, "good_a"));
   msg_free(&m);
   /* the mode was reset before the error came out */
-  left_after_reset(1);
-  assert_int_equal(stat_of(&r, "compile_mode_active"), 0);
-  assert_int_equal(stat_of(&r, "compile_mode"), 0);
+  rig_left_after_reset(1);
+  assert_int_equal(rig_stat(&r, "compile_mode_active"), 0);
+  assert_int_equal(rig_stat(&r, "compile_mode"), 0);
   /* a second session compiles, on the same actor */
   kdef ok[] = {good_b};
-  send_compile(&r, 2, ok, 1);
-  recv_reply(&r, &m);
+  rig_send_compile(&r, 2, ok, 1);
+  rig_recv(&r, &m);
   assert_int_equal(m.type, MSG_COMPILED);
   assert_true(m.job == 2 && m.body.compiled.program == 2);
   assert_int_equal(m.body.compiled.modules.n, 1);
@@ -245,7 +117,7 @@ static void test_failure_resets_mode_then_next_compiles(void **st) {
                    SCHEDRUN_OK);
   free(img);
   msg_free(&m);
-  assert_int_equal(stat_of(&r, "compile_mode_active"), 0);
+  assert_int_equal(rig_stat(&r, "compile_mode_active"), 0);
   rig_down(&r, false);
 }
 
@@ -255,23 +127,23 @@ static void test_two_failures_reported_none_cached(void **st) {
   rig_up(&r, 2);
   kdef ks[] = {bad_x, good_a, bad_y};
   for (int round = 0; round < 2; round++) {
-    send_compile(&r, 10 + (uint64_t)round, ks, 3);
+    rig_send_compile(&r, 10 + (uint64_t)round, ks, 3);
     msg m;
-    recv_reply(&r, &m);
+    rig_recv(&r, &m);
     assert_int_equal(m.type, MSG_ERROR);
     assert_non_null(strstr(m.body.error.text, "kernel 'bad_x'"));
     assert_non_null(strstr(m.body.error.text, "kernel 'bad_y'"));
     assert_non_null(strstr(m.body.error.text, "nope"));
     assert_non_null(strstr(m.body.error.teardown.v[2], "evict 2 failed"));
     msg_free(&m);
-    left_after_reset(10 + (uint64_t)round); /* both failures, one error, after the reset */
+    rig_left_after_reset(10 + (uint64_t)round); /* both failures, one error, after the reset */
     /* only the good kernel is cached, in memory and on disk */
-    assert_int_equal(stat_of(&r, "cache_entries"), 1);
+    assert_int_equal(rig_stat(&r, "cache_entries"), 1);
     assert_int_equal(count_artifacts(r.dir, "host"), 1);
-    assert_int_equal(stat_of(&r, "compiles_in_flight"), 0);
+    assert_int_equal(rig_stat(&r, "compiles_in_flight"), 0);
   }
   /* the failures were compiled again on the second round: 3 + 2 compiles */
-  assert_int_equal(stat_of(&r, "compiles"), 5);
+  assert_int_equal(rig_stat(&r, "compiles"), 5);
   char tmp[512];
   snprintf(tmp, sizeof tmp, "%s/tmp", r.dir);
   assert_int_equal(count_entries(tmp), 0); /* no temporary leftovers */
@@ -287,26 +159,26 @@ static void test_a_failure_beside_another_session(void **st) {
   rig r;
   rig_up(&r, 2);
   kdef bad[] = {bad_y}, good[] = {good_a}, next[] = {good_b};
-  send_compile(&r, 41, bad, 1);
-  send_compile(&r, 42, good, 1);
+  rig_send_compile(&r, 41, bad, 1);
+  rig_send_compile(&r, 42, good, 1);
   msg m[2];
-  recv_reply(&r, &m[0]);
-  recv_reply(&r, &m[1]);
+  rig_recv(&r, &m[0]);
+  rig_recv(&r, &m[1]);
   for (int i = 0; i < 2; i++) {
     if (m[i].job == 41) assert_int_equal(m[i].type, MSG_ERROR);
     else assert_int_equal(m[i].type, MSG_COMPILED);
     msg_free(&m[i]);
   }
-  left_after_reset(41);
-  send_compile(&r, 43, next, 1);
+  rig_left_after_reset(41);
+  rig_send_compile(&r, 43, next, 1);
   msg c;
-  recv_reply(&r, &c);
+  rig_recv(&r, &c);
   assert_int_equal(c.type, MSG_COMPILED);
   assert_true(c.job == 43);
   msg_free(&c);
-  assert_true(stat_of(&r, "compile_modes") >= 2);
-  assert_int_equal(stat_of(&r, "compile_mode"), 0);
-  assert_int_equal(stat_of(&r, "compile_mode_active"), 0);
+  assert_true(rig_stat(&r, "compile_modes") >= 2);
+  assert_int_equal(rig_stat(&r, "compile_mode"), 0);
+  assert_int_equal(rig_stat(&r, "compile_mode_active"), 0);
   rig_down(&r, false);
 }
 
@@ -316,39 +188,34 @@ static void test_a_failure_beside_another_session(void **st) {
  * wrapper that sleeps), so the compile cannot have finished first. */
 static void test_cancel_resets_mode_then_next_compiles(void **st) {
   (void)st;
-  char wdir[] = "/tmp/schedrun-slowcc-XXXXXX";
-  assert_non_null(mkdtemp(wdir));
-  char wrapper[128];
-  snprintf(wrapper, sizeof wrapper, "%s/slow-c++", wdir);
-  FILE *f = fopen(wrapper, "w");
-  assert_non_null(f);
-  fprintf(f, "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = -shared ] && sleep 240; done\nexec c++ \"$@\"\n");
-  fclose(f);
-  chmod(wrapper, 0755);
-  setenv("SCHEDRUN_CXX", wrapper, 1);
+  char wdir[64];
+  setenv("SCHEDRUN_CXX", rig_slow_cxx(wdir, "good_a"), 1);
   rig r;
   rig_up(&r, 1);
   kdef ks[] = {good_a};
-  send_compile(&r, 51, ks, 1);
-  TU_WAIT_FOR(stat_of(&r, "compile_mode") == 1, "the compile to start");
+  rig_send_compile(&r, 51, ks, 1);
+  TU_WAIT_FOR(rig_slow_pid(wdir) != 0, "the compiler to start over good_a");
+  pid_t cc = rig_slow_pid(wdir);
   msg c;
   msg_init(&c, MSG_CANCEL, 0, "client");
   assert_int_equal(mbox_send(r.out, &c, NULL), SCHEDRUN_OK);
   msg_free(&c);
   msg m;
-  recv_reply(&r, &m);
+  rig_recv(&r, &m);
   assert_int_equal(m.type, MSG_ERROR);
   assert_int_equal(m.body.error.code, SCHEDRUN_ECLOSED);
   assert_string_equal(m.body.error.teardown.v[0], "reset the active compile mode");
   msg_free(&m);
-  left_after_reset(51);
-  unsetenv("SCHEDRUN_CXX");
-  rig_restart(&r, 1); /* the compiler is read when the actor starts */
+  rig_left_after_reset(51);
+  assert_true(rig_process_gone(cc)); /* drained: its worker killed and reaped it first */
+  /* the next compile, of another kernel, on the same actor and pool */
   kdef ok[] = {good_b};
-  send_compile(&r, 52, ok, 1);
-  recv_reply(&r, &m);
+  rig_send_compile(&r, 52, ok, 1);
+  rig_recv(&r, &m);
   assert_int_equal(m.type, MSG_COMPILED);
+  assert_true(m.job == 52);
   msg_free(&m);
+  unsetenv("SCHEDRUN_CXX");
   rig_down(&r, false);
   fs_remove_tree(wdir);
 }
@@ -358,16 +225,16 @@ static void test_dedup_across_sessions(void **st) {
   rig r;
   rig_up(&r, 2);
   kdef k1[] = {good_a, good_b}, k2[] = {good_b, good_a};
-  send_compile(&r, 21, k1, 2);
-  send_compile(&r, 22, k2, 2);
-  send_compile(&r, 23, k1, 1);
+  rig_send_compile(&r, 21, k1, 2);
+  rig_send_compile(&r, 22, k2, 2);
+  rig_send_compile(&r, 23, k1, 1);
   msg m[3];
   for (int i = 0; i < 3; i++) {
-    recv_reply(&r, &m[i]);
+    rig_recv(&r, &m[i]);
     assert_int_equal(m[i].type, MSG_COMPILED);
   }
   /* each key compiled exactly once, whatever the order of arrival */
-  assert_int_equal(stat_of(&r, "compiles"), 2);
+  assert_int_equal(rig_stat(&r, "compiles"), 2);
   for (int i = 0; i < 3; i++) {
     for (int j = 0; j < 3; j++)
       for (size_t a = 0; a < m[i].body.compiled.modules.n; a++)
@@ -407,9 +274,9 @@ static void test_corrupt_entries_rebuilt(void **st) {
   rig r;
   rig_up(&r, 1);
   kdef ks[] = {good_a};
-  send_compile(&r, 30, ks, 1);
+  rig_send_compile(&r, 30, ks, 1);
   msg m;
-  recv_reply(&r, &m);
+  rig_recv(&r, &m);
   assert_int_equal(m.type, MSG_COMPILED);
   char *path = strdup(m.body.compiled.modules.v[0].path), *key = strdup(m.body.compiled.modules.v[0].key);
   msg_free(&m);
@@ -421,8 +288,8 @@ static void test_corrupt_entries_rebuilt(void **st) {
     assert_int_equal(artifact_read(path, key, &img, &len, &err), SCHEDRUN_EIO);
     schedrun_error_clear(&err);
     rig_restart(&r, 1); /* forget the memory cache: the disk must be checked */
-    send_compile(&r, 31 + (uint64_t)how, ks, 1);
-    recv_reply(&r, &m);
+    rig_send_compile(&r, 31 + (uint64_t)how, ks, 1);
+    rig_recv(&r, &m);
     assert_int_equal(m.type, MSG_COMPILED);
     assert_int_equal(m.body.compiled.misses, 1); /* detected, recompiled */
     assert_int_equal(m.body.compiled.hits, 0);
@@ -430,8 +297,8 @@ static void test_corrupt_entries_rebuilt(void **st) {
     assert_int_equal(artifact_read(path, key, &img, &len, &err), SCHEDRUN_OK); /* replaced */
     free(img);
     rig_restart(&r, 1);
-    send_compile(&r, 41 + (uint64_t)how, ks, 1);
-    recv_reply(&r, &m);
+    rig_send_compile(&r, 41 + (uint64_t)how, ks, 1);
+    rig_recv(&r, &m);
     assert_int_equal(m.body.compiled.hits, 1); /* and now a disk hit */
     msg_free(&m);
   }
@@ -596,21 +463,21 @@ static void test_second_session_for_a_job_refused_truthfully(void **st) {
   snprintf(src, sizeof src, "extern \"C\" __global__ void once(int *p) { p[0] = %llu; }\n",
            (unsigned long long)(now_ns() % 1000000)); /* not in the cache: it really compiles */
   kdef k = {"once", "ptr", src};
-  send_compile(&r, 9, &k, 1);
-  send_compile(&r, 9, &k, 1);
+  rig_send_compile(&r, 9, &k, 1);
+  rig_send_compile(&r, 9, &k, 1);
   msg m;
-  recv_reply(&r, &m);
+  rig_recv(&r, &m);
   assert_int_equal(m.type, MSG_ERROR);
   assert_int_equal(m.body.error.code, SCHEDRUN_EPROTO);
   assert_non_null(strstr(m.body.error.text, "a compile session for job 9 is already active"));
   assert_int_equal(m.body.error.teardown.n, 1);
   assert_string_equal(m.body.error.teardown.v[0], "open no compile session: the active compile mode is unchanged");
   msg_free(&m);
-  recv_reply(&r, &m);
+  rig_recv(&r, &m);
   assert_int_equal(m.type, MSG_COMPILED); /* the first session was left alone */
   assert_true(m.job == 9);
   msg_free(&m);
-  assert_int_equal(stat_of(&r, "compile_mode_active"), 0);
+  assert_int_equal(rig_stat(&r, "compile_mode_active"), 0);
   rig_down(&r, false);
 }
 
