@@ -52,7 +52,8 @@ static void run_future(compile_state *s, future *f, int worker) {
     rc = err_set(&err, SCHEDRUN_EIO, "the kernel cache: cannot create a directory under %s: %s", tdir, strerror(errno));
   if (rc == SCHEDRUN_OK) {
     gpu_compile_req req = {f->name,   f->entry,   f->source, f->source_file, f->first_line,
-                           f->params, f->nparams, f->arch,   &f->cancel};
+                           f->params, f->nparams, f->arch,   &f->cancel, s->core->compile_timeout_ns,
+                           s->core->cache_dir};
     uint8_t *img = NULL;
     size_t len = 0;
     rc = f->target->compile(f->tctx, &req, tmp, &img, &len, &f->log, &err);

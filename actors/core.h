@@ -32,6 +32,7 @@ typedef struct schedrun_core {
   int ndevices;
   char *cache_dir;
   int compile_workers;
+  uint64_t compile_timeout_ns; /* 0: the targets' default */
   bool record_always;
   bool record_whole_program; /* every RECORD walks the whole program (measurements) */
   bool no_batching;          /* one message per job per hop (measurements) */

@@ -15,6 +15,7 @@ enum { SHARE_DEVICES = 256 };
 typedef struct share {
   int32_t status; /* non-zero: the config did not load; stop with this status */
   int32_t no_cache;
+  int32_t compile_timeout_ms;
   char devices[SHARE_DEVICES];
 } share;
 
@@ -53,12 +54,13 @@ int ranks_start(cli_ranks *r) {
   return 0;
 }
 
-void ranks_share(cli_ranks *r, int status, const char *devices, int no_cache) {
+void ranks_share(cli_ranks *r, int status, const char *devices, int no_cache, int compile_timeout_ms) {
   if (!r->active) return;
   share sh;
   memset(&sh, 0, sizeof sh);
   sh.status = status;
   sh.no_cache = no_cache;
+  sh.compile_timeout_ms = compile_timeout_ms;
   snprintf(sh.devices, sizeof sh.devices, "%s", devices ? devices : "");
   MPI_Bcast(&sh, (int)sizeof sh, MPI_BYTE, 0, MPI_COMM_WORLD);
 }
@@ -84,6 +86,7 @@ int ranks_serve(cli_ranks *r) {
   schedrun_options_init(&opts);
   opts.devices = sh.devices;
   opts.no_disk_cache = sh.no_cache;
+  opts.compile_timeout_ms = sh.compile_timeout_ms;
   schedrun_error_t err = {0};
   int rc = schedrun_mpi_open(&r->m, MPI_COMM_WORLD, &opts, NULL, &err);
   r->open_failed = rc != SCHEDRUN_OK;

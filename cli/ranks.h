@@ -41,8 +41,8 @@ void ranks_silence_others(void);
  * one of several tasks. Returns 0 or the exit status. */
 int ranks_start(cli_ranks *r);
 /* Rank 0, once the config is loaded or not: tells the other ranks the
- * devices to open (or, status != 0, to stop). */
-void ranks_share(cli_ranks *r, int status, const char *devices, int no_cache);
+ * devices to open and how (or, status != 0, to stop). */
+void ranks_share(cli_ranks *r, int status, const char *devices, int no_cache, int compile_timeout_ms);
 /* A rank other than 0: takes what rank 0 shares (the devices, as --devices
  * or the config gave them to it), opens, serves the run, closes; the exit
  * status. */

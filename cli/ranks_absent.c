@@ -48,8 +48,8 @@ int ranks_start(cli_ranks *r) {
 #endif
 }
 
-void ranks_share(cli_ranks *r, int status, const char *devices, int no_cache) {
-  (void)r, (void)status, (void)devices, (void)no_cache;
+void ranks_share(cli_ranks *r, int status, const char *devices, int no_cache, int compile_timeout_ms) {
+  (void)r, (void)status, (void)devices, (void)no_cache, (void)compile_timeout_ms;
 }
 
 int ranks_serve(cli_ranks *r) {

@@ -55,6 +55,9 @@ static void usage(FILE *f) {
           "  --timeout SECS   bound on the whole run and every job's deadline, from its\n"
           "                   submission (default 600); jobs still running then fail\n"
           "                   naming what they ran, and their devices are lost\n"
+          "  --compile-timeout SECS\n"
+          "                   a kernel compile running longer is killed and fails (exit\n"
+          "                   3; default 300)\n"
           "  -q, --quiet      print only errors\n"
           "  -h, --help       this text\n"
           "  -V, --version    the version\n"
@@ -184,12 +187,14 @@ int main(int argc, char **argv) {
       {"timeout", required_argument, NULL, 't'}, {"check", no_argument, NULL, 'c'},
       {"output", required_argument, NULL, 'o'}, {"output-all", required_argument, NULL, 'O'},
       {"dot", required_argument, NULL, 'D'},    {"rank-batch", required_argument, NULL, 'B'},
+      {"compile-timeout", required_argument, NULL, 'C'},
       {NULL, 0, NULL, 0}};
   const char *devices = NULL;
   const char *trace = NULL, *output = NULL, *dotfile = NULL;
   int output_all = 0;
   int rank_batch = 0;
   int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, json = 0, timeout_s = 600, check = 0, c;
+  int compile_timeout_s = 0;
   opterr = 0;
   int handed = ranks_handover(argv); /* started by an MPI launcher: sched-run-mpi takes over */
   if (handed) return handed;
@@ -223,6 +228,13 @@ int main(int argc, char **argv) {
       output_all = 1;
       break;
     case 'T': trace = optarg; break;
+    case 'C':
+      if (positive("--compile-timeout", optarg, &compile_timeout_s)) return EXIT_USAGE;
+      if (compile_timeout_s > INT_MAX / 1000) {
+        fprintf(stderr, "sched-run: --compile-timeout is at most %d seconds\n", INT_MAX / 1000);
+        return EXIT_USAGE;
+      }
+      break;
     case 't':
       if (positive("--timeout", optarg, &timeout_s)) return EXIT_USAGE;
       if (timeout_s > INT_MAX / 1000) {
@@ -292,7 +304,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "sched-run: %s is a stages config: it runs in one process, not under an MPI launcher\n", path);
       return EXIT_USAGE;
     }
-    stages_opts so = {devices, dotfile, repeat, no_cache, json, quiet, timeout_s};
+    stages_opts so = {devices, dotfile, repeat, no_cache, json, quiet, timeout_s, compile_timeout_s};
     return stages_run(path, &so);
   }
   cli_ranks ranks;
@@ -326,15 +338,16 @@ int main(int argc, char **argv) {
       json_print_outcome(&oc);
     }
     schedrun_error_clear(&err);
-    ranks_share(&ranks, st, NULL, 0);
+    ranks_share(&ranks, st, NULL, 0, 0);
     schedrun_t *none = NULL;
     return ranks_end(&ranks, &none, st);
   }
-  ranks_share(&ranks, 0, devices ? devices : schedrun_program_devices(prog), no_cache);
+  ranks_share(&ranks, 0, devices ? devices : schedrun_program_devices(prog), no_cache, compile_timeout_s * 1000);
   schedrun_options_t opts;
   schedrun_options_init(&opts);
   opts.devices = devices ? devices : schedrun_program_devices(prog);
   opts.no_disk_cache = no_cache;
+  opts.compile_timeout_ms = compile_timeout_s * 1000;
   schedrun_t *s = NULL;
   int rc = ranks_open(&ranks, &opts, &s, &err);
   if (rc != SCHEDRUN_OK) {

@@ -7,6 +7,7 @@ typedef struct stages_opts {
   const char *dot;     /* --dot FILE, or NULL */
   int repeat;          /* --repeat, or 0 */
   int no_cache, json, quiet, timeout_s;
+  int compile_timeout_s; /* --compile-timeout, or 0 */
 } stages_opts;
 
 /* Runs the graph `repeat` times and reports every stage of every run;

@@ -196,6 +196,8 @@ typedef struct gpu_compile_req {
   uint32_t nparams;
   const char *arch;
   const _Atomic int *cancel; /* set non-zero (any thread): stop, killing the compiler; may be NULL */
+  uint64_t timeout_ns;       /* the compiler is killed after this long; 0: the default (300 s) */
+  const char *cache_dir;     /* the kernel cache, where a target may keep the programs it runs; may be NULL */
 } gpu_compile_req;
 
 typedef struct gpu_compile_target {

@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 #define SCHEDRUN_VERSION_MAJOR 0
-#define SCHEDRUN_VERSION_MINOR 2
+#define SCHEDRUN_VERSION_MINOR 3
 #define SCHEDRUN_VERSION_PATCH 0
 
 /* Public functions are the only symbols the shared library exports; the
@@ -104,6 +104,8 @@ typedef struct schedrun_options {
                             handles them itself while the scheduler is idle, saving a
                             hop and a spinning thread per job (for diagnosis and for
                             measuring that) */
+  int compile_timeout_ms; /* a kernel compile running longer is killed and fails
+                            (SCHEDRUN_ECOMPILE); 0: 300000 (5 minutes) */
 } schedrun_options_t;
 
 SCHEDRUN_EXTERN void schedrun_options_init(schedrun_options_t *opts);

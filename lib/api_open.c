@@ -233,9 +233,9 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   schedrun_options_t o;
   schedrun_options_init(&o);
   if (opts) o = *opts;
-  if (o.compile_workers < 0 || o.max_inflight < 0)
+  if (o.compile_workers < 0 || o.max_inflight < 0 || o.compile_timeout_ms < 0)
     return err_set(err, SCHEDRUN_EINVAL, "schedrun_open: %s must be >= 0",
-                   o.compile_workers < 0 ? "compile_workers" : "max_inflight");
+                   o.compile_workers < 0 ? "compile_workers" : o.max_inflight < 0 ? "max_inflight" : "compile_timeout_ms");
   schedrun_t *s = calloc(1, sizeof *s);
   if (!s) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   pthread_mutex_init(&s->lock, NULL);
@@ -290,6 +290,7 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   s->core.compile_workers = o.compile_workers ? o.compile_workers : (int)(cores > 0 ? cores : 1);
+  s->core.compile_timeout_ns = (uint64_t)o.compile_timeout_ms * 1000000ull;
   s->core.record_always = o.record_always != 0;
   s->core.record_whole_program = o.record_whole_program != 0;
   s->core.no_batching = o.no_batching != 0;

@@ -363,25 +363,10 @@ static const struct {
      "  o[0] = a + b + c + d;\n}\n"},
 };
 
-static void test_nvrtc_cubins(void **st) {
-  (void)st;
-  void *ctx = NULL;
+/* Every case of test_nvrtc_cubins, with NVRTC in this process (cache_dir
+ * NULL) or in its compile process (built under cache_dir). */
+static void nvrtc_cases(void *ctx, const char *cache_dir, const char *tmp) {
   schedrun_error_t err = {0};
-  if (gpu_cuda_target.open(&ctx, &err)) {
-    /* the real compiler is the CUDA toolkit's, which a machine may not have:
-     * then there is nothing to check it against (the CUDA path itself runs
-     * on the driver double, which brings its own NVRTC) */
-    if (err.message && strstr(err.message, "no libnvrtc.so found")) {
-      printf("[  SKIPPED ] NVRTC is not installed here: %s\n", err.message);
-      schedrun_error_clear(&err);
-      skip();
-    }
-    fail_msg("NVRTC: %s", err.message);
-  }
-  char *id = NULL;
-  assert_int_equal(gpu_cuda_target.identity(ctx, &id, &err), SCHEDRUN_OK);
-  assert_non_null(strstr(id, "nvrtc "));
-  free(id);
   const char *archs[] = {"sm_80", "sm_90"};
   for (size_t k = 0; k < sizeof cuda_kernels / sizeof cuda_kernels[0]; k++)
     for (int a = 0; a < 2; a++) {
@@ -389,10 +374,11 @@ static void test_nvrtc_cubins(void **st) {
       int np = gpu_params_parse(cuda_kernels[k].params, params, 8);
       gpu_compile_req req = {cuda_kernels[k].name, cuda_kernels[k].name, cuda_kernels[k].source, "k.cu", 1,
                              params, (uint32_t)np, archs[a]};
+      req.cache_dir = cache_dir;
       uint8_t *img = NULL;
       size_t len = 0;
       char *log = NULL;
-      if (gpu_cuda_target.compile(ctx, &req, "/tmp", &img, &len, &log, &err))
+      if (gpu_cuda_target.compile(ctx, &req, tmp, &img, &len, &log, &err))
         fail_msg("%s for %s: %s\n%s", cuda_kernels[k].name, archs[a], err.message, log ? log : "");
       assert_int_equal(gpu_cubin_arch(img, len), a == 0 ? 80 : 90);
       free(img);
@@ -413,10 +399,11 @@ static void test_nvrtc_cubins(void **st) {
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     gpu_compile_req req = {"saxpy", bad[i].entry, bad[i].src, "k.cu", 1, p4, bad[i].np, "sm_90"};
+    req.cache_dir = cache_dir;
     uint8_t *img = NULL;
     size_t len = 0;
     char *log = NULL;
-    assert_int_equal(gpu_cuda_target.compile(ctx, &req, "/tmp", &img, &len, &log, &err), SCHEDRUN_ECOMPILE);
+    assert_int_equal(gpu_cuda_target.compile(ctx, &req, tmp, &img, &len, &log, &err), SCHEDRUN_ECOMPILE);
     assert_null(img);
     if (!strstr(err.message, bad[i].needle_err)) fail_msg("case %zu: %s", i, err.message);
     if (bad[i].needle_log && (!log || !strstr(log, bad[i].needle_log)))
@@ -429,10 +416,11 @@ static void test_nvrtc_cubins(void **st) {
    * than all of them gets PTX for the newest, for the driver to compile */
   prog_type sp[] = {PT_F32, PT_PTR, PT_PTR, PT_I32};
   gpu_compile_req old = {"saxpy", "saxpy", cuda_kernels[0].source, "k.cu", 1, sp, 4, "sm_10"};
+  old.cache_dir = cache_dir;
   uint8_t *img = NULL;
   size_t len = 0;
   char *log = NULL;
-  assert_int_equal(gpu_cuda_target.compile(ctx, &old, "/tmp", &img, &len, &log, &err), SCHEDRUN_EBACKEND);
+  assert_int_equal(gpu_cuda_target.compile(ctx, &old, tmp, &img, &len, &log, &err), SCHEDRUN_EBACKEND);
   if (!strstr(err.message, "cannot compile for sm_10; it supports sm_") || !strstr(err.message, "sm_90"))
     fail_msg("%s", err.message);
   schedrun_error_clear(&err);
@@ -440,13 +428,42 @@ static void test_nvrtc_cubins(void **st) {
   log = NULL;
   gpu_compile_req future = old;
   future.arch = "sm_999";
-  if (gpu_cuda_target.compile(ctx, &future, "/tmp", &img, &len, &log, &err)) fail_msg("sm_999: %s", err.message);
+  if (gpu_cuda_target.compile(ctx, &future, tmp, &img, &len, &log, &err)) fail_msg("sm_999: %s", err.message);
   assert_int_equal(gpu_cubin_arch(img, len), -1); /* not a cubin: PTX text */
   assert_int_equal(img[len - 1], '\0');
   assert_non_null(strstr((const char *)img, ".target sm_"));
   assert_non_null(strstr((const char *)img, ".entry saxpy("));
   free(img);
   free(log);
+}
+
+static void test_nvrtc_cubins(void **st) {
+  (void)st;
+  void *ctx = NULL;
+  schedrun_error_t err = {0};
+  if (gpu_cuda_target.open(&ctx, &err)) {
+    /* the real compiler is the CUDA toolkit's, which a machine may not have:
+     * then there is nothing to check it against (the CUDA path itself runs
+     * on the driver double, which brings its own NVRTC) */
+    if (err.message && strstr(err.message, "no libnvrtc.so found")) {
+      printf("[  SKIPPED ] NVRTC is not installed here: %s\n", err.message);
+      schedrun_error_clear(&err);
+      skip();
+    }
+    fail_msg("NVRTC: %s", err.message);
+  }
+  char *id = NULL;
+  assert_int_equal(gpu_cuda_target.identity(ctx, &id, &err), SCHEDRUN_OK);
+  assert_non_null(strstr(id, "nvrtc "));
+  free(id);
+  char dir[] = "/tmp/schedrun-nvrtc-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  nvrtc_cases(ctx, NULL, dir);
+  nvrtc_cases(ctx, dir, dir); /* the same, through the compile process */
+  char worker[128];
+  snprintf(worker, sizeof worker, "%s/nvrtc-worker", dir);
+  assert_int_equal(count_entries(worker), 1);
+  fs_remove_tree(dir);
   gpu_cuda_target.close(ctx);
   /* not a cubin */
   assert_int_equal(gpu_cubin_arch((const uint8_t *)"nope", 4), -1);

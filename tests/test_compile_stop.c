@@ -4,7 +4,8 @@
  * kernel compiles completes SCHEDRUN_ETIMEOUT naming the kernel, its
  * compiler killed, and the next compile works; a late job beside others
  * that still wait leaves the compile running for them; `sched-run
- * --timeout 1` over a compile that hangs exits 4 and leaves no compiler.
+ * --timeout 1` over a compile that hangs exits 4 and leaves no compiler,
+ * and `--compile-timeout 1` kills it as a compile error (exit 3).
  * The compiler is a wrapper that hangs over one marked kernel
  * (compile_rig.h): nothing here waits for a guess of the machine's speed. */
 #include <stdbool.h>
@@ -273,6 +274,27 @@ static void test_cli_timeout_over_a_compile(void **st) {
   fs_remove_tree(wdir);
 }
 
+/* `sched-run --compile-timeout 1` over the same config: the compiler is
+ * killed after a second and the run fails as a compile (exit 3), naming
+ * the bound. */
+static void test_cli_compile_timeout(void **st) {
+  (void)st;
+  char wdir[64];
+  setenv("SCHEDRUN_CXX", rig_slow_cxx(wdir, "HANG_HERE"), 1);
+  const char *cfg = tu_write_temp(0, "hang.yaml", hang_yaml);
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--compile-timeout", "1", (char *)cfg, NULL};
+  char *out = NULL, *errs = NULL;
+  int rc = tu_run(argv, &out, &errs);
+  if (rc != 3 || !strstr(errs, "the C++ compiler ran for more than the compile timeout (1.0 s) and was killed"))
+    fail_msg("sched-run --compile-timeout 1 exited %d:\n%s%s", rc, out, errs);
+  pid_t cc = rig_slow_pid(wdir);
+  assert_true(cc != 0 && rig_process_gone(cc));
+  free(out);
+  free(errs);
+  unsetenv("SCHEDRUN_CXX");
+  fs_remove_tree(wdir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cancel_one_session_stops_its_compiles),
@@ -280,6 +302,7 @@ int main(void) {
       cmocka_unit_test(test_deadline_stops_the_compile),
       cmocka_unit_test(test_late_job_leaves_the_compile_to_the_others),
       cmocka_unit_test(test_cli_timeout_over_a_compile),
+      cmocka_unit_test(test_cli_compile_timeout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

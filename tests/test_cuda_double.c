@@ -5,8 +5,9 @@
  * launch per job where conditional nodes exist; and every driver call the
  * backend makes, failing once, gives a clear error naming the call, no leak
  * (the double makes the process exit 86 on one), no crash, and the next job
- * works. The environment (set by ctest) selects the double as the driver
- * and as NVRTC. */
+ * works; NVRTC compiles run in a process of their own that a shutdown, a
+ * deadline and the compile timeout stop. The environment (set by ctest)
+ * selects the double as the driver and as NVRTC. */
 #include <json-c/json.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -249,12 +250,113 @@ static void test_architectures(void **st) {
   unsetenv("SCHEDRUN_CUDA_DOUBLE_ARCH");
 }
 
+/* ---- NVRTC compiles that are stopped ---- */
+
+/* A kernel only these tests compile: never in the cache. */
+static char slow_yaml[1024];
+
+static void make_slow_yaml(const char *tag) {
+  snprintf(slow_yaml, sizeof slow_yaml,
+           "version: 1\n"
+           "kernels:\n"
+           "  slow_nvrtc_k:\n"
+           "    params: [ptr]\n"
+           "    source: |\n"
+           "      extern \"C\" __global__ void slow_nvrtc_k(int *o) { o[0] = 3; } // %s %llu\n"
+           "buffers:\n"
+           "  o: {type: i32, count: 1}\n"
+           "program:\n"
+           "  - launch: {kernel: slow_nvrtc_k, grid: 1, block: 1, args: [o]}\n",
+           tag, (unsigned long long)tu_now_ns());
+}
+
+/* The NVRTC compile process of slow_nvrtc_k (gpu/cuda/nvrtc_worker.c:
+ * argv[4] is the kernel's name). */
+static int is_slow_compile(int argc, char *const *argv, void *ctx) {
+  (void)ctx;
+  return argc >= 8 && strstr(argv[0], "/proc/self/fd/") && !strcmp(argv[4], "slow_nvrtc_k");
+}
+
+static schedrun_t *open_cuda(int compile_timeout_ms) {
+  set_double("13000", "1");
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "cuda";
+  o.compile_timeout_ms = compile_timeout_ms;
+  return tu_open(&o);
+}
+
+static int run_slow(schedrun_t *s, int timeout_ms, bool shut_down, char *text, size_t n) {
+  schedrun_program_t *p = tu_load(s, slow_yaml, "slow.yaml");
+  schedrun_job_options_t jo;
+  schedrun_job_options_init(&jo);
+  jo.timeout_ms = timeout_ms;
+  schedrun_job_t id;
+  schedrun_error_t err = {0};
+  if (schedrun_submit(s, p, &jo, &id, &err)) fail_msg("%s", err.message);
+  if (shut_down) {
+    TU_WAIT_FOR(tu_count_processes(is_slow_compile, NULL) == 1, "the NVRTC compile process to start");
+    uint64_t t0 = tu_now_ns();
+    assert_int_equal(schedrun_shutdown(s, TU_PATIENCE_MS, &err), SCHEDRUN_OK);
+    printf("the shutdown stopped the NVRTC compile in %.1f ms\n", (double)(tu_now_ns() - t0) / 1e6);
+  }
+  schedrun_job_result_t *r = NULL;
+  if (schedrun_wait(s, id, TU_PATIENCE_MS, &r, &err)) fail_msg("%s", err.message);
+  int status = schedrun_job_result_info(r)->status;
+  snprintf(text, n, "%s", schedrun_job_result_error(r));
+  schedrun_job_result_free(&r);
+  schedrun_program_free(&p);
+  return status;
+}
+
+/* A shutdown while NVRTC compiles (for ten minutes) kills its compile
+ * process: the job completes SCHEDRUN_ECLOSED with the teardown, and no
+ * compile process is left. */
+static void test_shutdown_stops_an_nvrtc_compile(void **st) {
+  (void)st;
+  setenv("SCHEDRUN_CUDA_DOUBLE_COMPILE_MS", "600000", 1);
+  make_slow_yaml("shutdown");
+  schedrun_t *s = open_cuda(0);
+  char text[2048];
+  assert_int_equal(run_slow(s, 0, true, text, sizeof text), SCHEDRUN_ECLOSED);
+  if (!strstr(text, "teardown: reset the active compile mode; stop 1 running compiles"))
+    fail_msg("the shut-down job's error: %s", text);
+  assert_int_equal(tu_count_processes(is_slow_compile, NULL), 0);
+  schedrun_close(&s);
+  unsetenv("SCHEDRUN_CUDA_DOUBLE_COMPILE_MS");
+}
+
+/* A job's deadline stops an NVRTC compile that no other job waits for; a
+ * compile past the compile timeout is killed and fails as a compile. */
+static void test_deadline_and_timeout_stop_nvrtc(void **st) {
+  (void)st;
+  setenv("SCHEDRUN_CUDA_DOUBLE_COMPILE_MS", "600000", 1);
+  make_slow_yaml("deadline");
+  schedrun_t *s = open_cuda(0);
+  char text[2048];
+  assert_int_equal(run_slow(s, 500, false, text, sizeof text), SCHEDRUN_ETIMEOUT);
+  if (!strstr(text, "still compiling kernel 'slow_nvrtc_k' (slow.yaml:3:3) after "))
+    fail_msg("the late job's error: %s", text);
+  TU_WAIT_FOR(tu_count_processes(is_slow_compile, NULL) == 0, "the stopped compile process to be killed");
+  schedrun_close(&s);
+  make_slow_yaml("timeout");
+  s = open_cuda(300);
+  assert_int_equal(run_slow(s, 0, false, text, sizeof text), SCHEDRUN_ECOMPILE);
+  if (!strstr(text, "the NVRTC compile process ran for more than the compile timeout (0.3 s) and was killed"))
+    fail_msg("the compile past its timeout: %s", text);
+  assert_int_equal(tu_count_processes(is_slow_compile, NULL), 0);
+  schedrun_close(&s);
+  unsetenv("SCHEDRUN_CUDA_DOUBLE_COMPILE_MS");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_configs_verify_on_cuda),
       cmocka_unit_test(test_while_loop_is_one_launch_per_job),
       cmocka_unit_test(test_each_driver_call_failing_once),
       cmocka_unit_test(test_architectures),
+      cmocka_unit_test(test_shutdown_stops_an_nvrtc_compile),
+      cmocka_unit_test(test_deadline_and_timeout_stop_nvrtc),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

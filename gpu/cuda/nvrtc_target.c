@@ -10,6 +10,8 @@
  */
 #include <dlfcn.h>
 #include <elf.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@
 
 #include "gpu/backend.h"
 #include "gpu/cuda/cuda_backend.h"
+#include "gpu/host/host_build.h"
 #include "gpu/kernel_abi.h"
 
 #define NVRTC_STD "-std=c++17" /* besides the architecture, the only option */
@@ -43,22 +46,34 @@ typedef struct nvrtc_api {
   /* optional (NVRTC 11.2 on): the architectures it compiles for, ascending */
   nvrtcResult (*GetNumSupportedArchs)(int *);
   nvrtcResult (*GetSupportedArchs)(int *);
+  char lib[4096];      /* the NVRTC loaded, by path, for the compile process */
+  char builtins[4200]; /* the builtins loaded beside it, or "" */
+  /* the compile process (gpu/cuda/nvrtc_worker.c), built on first use */
+  pthread_mutex_t lock;
+  int worker_state; /* 0 not tried, 1 built, -1 not available: compiles run in this process */
+  char *worker;
+  int worker_fd;
 } nvrtc_api;
+
+/* gpu/cuda/nvrtc_worker.c, as text (generated) */
+extern const char nvrtc_worker_text[];
 
 /* NVRTC opens libnvrtc-builtins.so.<major>.<minor> by name when it
  * compiles. A libnvrtc loaded by path from a directory the loader does not
  * search would not find the one beside it, and every compile would fail:
  * load that one first (by path), so that the name resolves to it. */
-static void preload_builtins(const nvrtc_api *a) {
+static void preload_builtins(nvrtc_api *a) {
   Dl_info info;
   int major = 0, minor = 0;
   if (!dladdr((void *)a->Version, &info) || !info.dli_fname || !strrchr(info.dli_fname, '/') ||
       a->Version(&major, &minor) != 0)
     return;
+  snprintf(a->lib, sizeof a->lib, "%s", info.dli_fname);
   char path[4200];
   int dir = (int)(strrchr(info.dli_fname, '/') - info.dli_fname);
   snprintf(path, sizeof path, "%.*s/libnvrtc-builtins.so.%d.%d", dir, info.dli_fname, major, minor);
-  if (access(path, R_OK) == 0) dlopen(path, RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE);
+  if (access(path, R_OK) == 0 && dlopen(path, RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE))
+    snprintf(a->builtins, sizeof a->builtins, "%s", path);
 }
 
 static int nv_open(void **ctx, schedrun_error_t *err) {
@@ -102,6 +117,8 @@ static int nv_open(void **ctx, schedrun_error_t *err) {
   a->GetNumSupportedArchs = (nvrtcResult(*)(int *))dlsym(dl, "nvrtcGetNumSupportedArchs");
   a->GetSupportedArchs = (nvrtcResult(*)(int *))dlsym(dl, "nvrtcGetSupportedArchs");
   preload_builtins(a);
+  pthread_mutex_init(&a->lock, NULL);
+  a->worker_fd = -1;
   *ctx = a;
   return SCHEDRUN_OK;
 }
@@ -131,6 +148,9 @@ static int arch_support(const nvrtc_api *a, int want, int *ptx_arch, char *list,
 static void nv_close(void *ctx) {
   nvrtc_api *a = ctx;
   if (!a) return;
+  if (a->worker_fd >= 0) close(a->worker_fd);
+  free(a->worker);
+  pthread_mutex_destroy(&a->lock);
   dlclose(a->dl);
   free(a);
 }
@@ -187,9 +207,93 @@ int gpu_cubin_arch(const uint8_t *img, size_t len) {
   return (int)(img[EI_ABIVERSION] >= 8 ? (eh.e_flags >> 8) & 0xff : eh.e_flags & 0xff);
 }
 
+/* The compile process, built into the cache on first use: *exe names its
+ * checked descriptor. False when there is none (no cache directory, no C
+ * compiler, or SCHEDRUN_NVRTC_IN_PROCESS set): NVRTC then runs in this
+ * process, where a compile cannot be stopped. */
+static bool compile_process(nvrtc_api *a, const char *cache_dir, char *exe, size_t n) {
+  pthread_mutex_lock(&a->lock);
+  if (a->worker_state == 0 && cache_dir) {
+    a->worker_state = -1;
+    const char *inproc = getenv("SCHEDRUN_NVRTC_IN_PROCESS");
+    if (a->lib[0] && !(inproc && *inproc && strcmp(inproc, "0"))) {
+      schedrun_error_t e = {0};
+      const host_text parts[] = {{"gpu/cuda/nvrtc_worker.c", nvrtc_worker_text}};
+      if (host_helper_program(cache_dir, "nvrtc-worker", "the NVRTC compile process", parts, 1, &a->worker,
+                              &a->worker_fd, &e) == SCHEDRUN_OK)
+        a->worker_state = 1;
+      schedrun_error_clear(&e);
+    }
+  }
+  bool ok = cache_dir && a->worker_state == 1;
+  if (ok) snprintf(exe, n, "/proc/self/fd/%d", a->worker_fd);
+  pthread_mutex_unlock(&a->lock);
+  return ok;
+}
+
+/* NVRTC in this process: the image (a cubin, or PTX with its NUL) and the log. */
+static int image_here(nvrtc_api *a, const gpu_compile_req *r, const char *src, const char *const *opts, int nopts,
+                      bool ptx, uint8_t **out, size_t *out_len, char **log, schedrun_error_t *err) {
+  nvrtcProgram prog = NULL;
+  nvrtcResult nr = a->CreateProgram(&prog, src, r->name, 0, NULL, NULL);
+  if (nr != 0) return err_set(err, SCHEDRUN_ECOMPILE, "nvrtcCreateProgram: %s", a->GetErrorString(nr));
+  nr = a->CompileProgram(prog, nopts, opts);
+  size_t log_len = 0;
+  if (a->GetProgramLogSize(prog, &log_len) == 0 && log_len > 1) {
+    *log = malloc(log_len);
+    if (*log && a->GetProgramLog(prog, *log) != 0) (*log)[0] = '\0';
+  }
+  int rc = SCHEDRUN_OK;
+  if (nr != 0)
+    rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s' does not compile for %s (%s)", r->name, r->arch, a->GetErrorString(nr));
+  else if ((ptx ? a->GetPTXSize(prog, out_len) : a->GetCUBINSize(prog, out_len)) != 0 || *out_len == 0 ||
+           !(*out = malloc(*out_len)) || (ptx ? a->GetPTX(prog, (char *)*out) : a->GetCUBIN(prog, (char *)*out)) != 0)
+    rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': NVRTC produced no %s for %s", r->name, ptx ? "PTX" : "cubin",
+                 r->arch);
+  a->DestroyProgram(&prog);
+  return rc;
+}
+
+/* NVRTC in the compile process (gpu/cuda/nvrtc_worker.c), killed when the
+ * compile is stopped or runs past its timeout. */
+static int image_in_process(nvrtc_api *a, const char *exe, const gpu_compile_req *r, const char *tmp_dir,
+                            const char *src, const char *const *opts, int nopts, bool ptx, uint8_t **out,
+                            size_t *out_len, char **log, schedrun_error_t *err) {
+  char f_src[4200], f_out[4200], f_log[4200], f_said[4200];
+  snprintf(f_src, sizeof f_src, "%s/kernel.cu", tmp_dir);
+  snprintf(f_out, sizeof f_out, "%s/kernel.%s", tmp_dir, ptx ? "ptx" : "cubin");
+  snprintf(f_log, sizeof f_log, "%s/nvrtc.log", tmp_dir);
+  snprintf(f_said, sizeof f_said, "%s/said", tmp_dir);
+  int rc = fs_write_atomic(f_src, src, strlen(src), err);
+  if (rc) return rc;
+  char *argv[16] = {(char *)exe, a->lib, a->builtins, f_src, (char *)r->name, ptx ? "ptx" : "cubin", f_out, f_log};
+  int na = 8;
+  for (int i = 0; i < nopts && na < 15; i++) argv[na++] = (char *)opts[i];
+  argv[na] = NULL;
+  int st = host_run_bounded(argv, f_said, r->cancel, r->timeout_ns, "the NVRTC compile process", err);
+  *log = host_read_log(f_log);
+  char *said = st > 0 ? host_read_log(f_said) : NULL;
+  if (said) said[strcspn(said, "\n")] = '\0';
+  if (st < 0) rc = err && err->code ? err->code : SCHEDRUN_ECOMPILE;
+  else if (st == 1)
+    rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s' does not compile for %s (%s)", r->name, r->arch,
+                 said ? said : "NVRTC failed");
+  else if (st != 0)
+    rc = err_set(err, SCHEDRUN_EBACKEND, "kernel '%s': the NVRTC compile process failed (exit %d): %s", r->name, st,
+                 said ? said : "");
+  else if ((rc = fs_read_file(f_out, (char **)out, out_len, err)) == SCHEDRUN_OK && *out_len == 0)
+    rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': NVRTC produced no %s for %s", r->name, ptx ? "PTX" : "cubin",
+                 r->arch);
+  free(said);
+  unlink(f_src);
+  unlink(f_out);
+  unlink(f_log);
+  unlink(f_said);
+  return rc;
+}
+
 static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, uint8_t **out, size_t *out_len,
                       char **log, schedrun_error_t *err) {
-  (void)tmp_dir;
   nvrtc_api *a = ctx;
   *out = NULL;
   *out_len = 0;
@@ -217,37 +321,21 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
   if (how == 2) snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=compute_%d", ptx_arch);
   else snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", r->arch);
   const char *opts[] = {arch_opt, NVRTC_STD};
-  nvrtcProgram prog = NULL;
-  int rc = SCHEDRUN_OK;
-  nvrtcResult nr = a->CreateProgram(&prog, src.data, r->name, 0, NULL, NULL);
+  bool ptx = how == 2;
+  char exe[64];
+  int rc = compile_process(a, r->cache_dir, exe, sizeof exe)
+               ? image_in_process(a, exe, r, tmp_dir, src.data, opts, 2, ptx, out, out_len, log, err)
+               : image_here(a, r, src.data, opts, 2, ptx, out, out_len, log, err);
   sb_free(&src);
-  if (nr != 0) return err_set(err, SCHEDRUN_ECOMPILE, "nvrtcCreateProgram: %s", a->GetErrorString(nr));
-  nr = a->CompileProgram(prog, 2, opts);
-  size_t log_len = 0;
-  if (a->GetProgramLogSize(prog, &log_len) == 0 && log_len > 1) {
-    *log = malloc(log_len);
-    if (*log && a->GetProgramLog(prog, *log) != 0) (*log)[0] = '\0';
-  }
-  if (nr != 0) {
-    rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s' does not compile for %s (%s)", r->name, r->arch, a->GetErrorString(nr));
-  } else if (how == 2) {
+  if (rc == SCHEDRUN_OK && ptx) {
     /* PTX, NUL-terminated as cuModuleLoadData wants it */
-    size_t n = 0;
-    if (a->GetPTXSize(prog, &n) != 0 || n < 2 || !(*out = malloc(n)) || a->GetPTX(prog, (char *)*out) != 0) {
-      rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': NVRTC produced no PTX for compute_%d", r->name, ptx_arch);
-    } else {
-      (*out)[n - 1] = '\0';
-      *out_len = n;
-      char entry[300];
-      snprintf(entry, sizeof entry, ".entry %s(", r->entry);
-      if (!strstr((const char *)*out, entry))
-        rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': the PTX has no __global__ function '%s' (is it extern \"C\"?)",
-                     r->name, r->entry);
-    }
-  } else if (a->GetCUBINSize(prog, out_len) != 0 || *out_len == 0 || !(*out = malloc(*out_len)) ||
-             a->GetCUBIN(prog, (char *)*out) != 0) {
-    rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': NVRTC produced no cubin for %s", r->name, r->arch);
-  } else {
+    (*out)[*out_len - 1] = '\0';
+    char entry[300];
+    snprintf(entry, sizeof entry, ".entry %s(", r->entry);
+    if (!strstr((const char *)*out, entry))
+      rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': the PTX has no __global__ function '%s' (is it extern \"C\"?)",
+                   r->name, r->entry);
+  } else if (rc == SCHEDRUN_OK) {
     char mangled[256];
     int found = elf_find_entry(*out, *out_len, r->entry, mangled, sizeof mangled);
     if (found < 0)
@@ -265,7 +353,6 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
     *out = NULL;
     *out_len = 0;
   }
-  a->DestroyProgram(&prog);
   return rc;
 }
 

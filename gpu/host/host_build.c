@@ -15,7 +15,6 @@
 
 extern char **environ;
 
-#define COMPILE_TIMEOUT_NS (300ull * 1000000000ull)
 #define MAX_LOG (64u * 1024u)
 
 const char *host_cxx(void) {
@@ -33,6 +32,11 @@ char *host_read_log(const char *path) {
 }
 
 int host_run_logged(char *const argv[], const char *log_path, const _Atomic int *cancel, schedrun_error_t *err) {
+  return host_run_bounded(argv, log_path, cancel, 0, "the C++ compiler", err);
+}
+
+int host_run_bounded(char *const argv[], const char *log_path, const _Atomic int *cancel, uint64_t timeout_ns,
+                     const char *what, schedrun_error_t *err) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -49,17 +53,18 @@ int host_run_logged(char *const argv[], const char *log_path, const _Atomic int 
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&at);
   if (rc != 0) {
-    err_set(err, SCHEDRUN_ECOMPILE, "cannot run the C++ compiler '%s': %s", argv[0], strerror(rc));
+    err_set(err, SCHEDRUN_ECOMPILE, "cannot run %s '%s': %s", what, argv[0], strerror(rc));
     return -1;
   }
-  uint64_t deadline = now_ns() + COMPILE_TIMEOUT_NS;
+  if (!timeout_ns) timeout_ns = HOST_COMPILE_TIMEOUT_NS;
+  uint64_t deadline = now_ns() + timeout_ns;
   int status = 0;
   long wait_ns = 50000;
   for (;;) {
     pid_t w = waitpid(pid, &status, WNOHANG);
     if (w == pid) break;
     if (w < 0 && errno != EINTR) {
-      err_set(err, SCHEDRUN_ECOMPILE, "lost the C++ compiler process: %s", strerror(errno));
+      err_set(err, SCHEDRUN_ECOMPILE, "lost %s: %s", what, strerror(errno));
       return -1;
     }
     if (cancel && atomic_load(cancel)) {
@@ -71,8 +76,8 @@ int host_run_logged(char *const argv[], const char *log_path, const _Atomic int 
     if (now_ns() > deadline) {
       kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
-      err_set(err, SCHEDRUN_ECOMPILE, "the C++ compiler ran for more than %llu s",
-              COMPILE_TIMEOUT_NS / 1000000000ull);
+      err_set(err, SCHEDRUN_ECOMPILE, "%s ran for more than the compile timeout (%.1f s) and was killed", what,
+              (double)timeout_ns / 1e9);
       return -1;
     }
     /* short processes (--version) are common: start polling fast */
@@ -81,8 +86,7 @@ int host_run_logged(char *const argv[], const char *log_path, const _Atomic int 
     if (wait_ns < 4000000) wait_ns *= 2;
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
-  err_set(err, SCHEDRUN_ECOMPILE, "the C++ compiler was killed by signal %d",
-          WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  err_set(err, SCHEDRUN_ECOMPILE, "%s was killed by signal %d", what, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   return -1;
 }
 
@@ -134,7 +138,8 @@ bool host_disk_full(const char *dir) {
 }
 
 int host_build_so(const char *tu, size_t tu_len, const char *tmp_dir, const char *stem, const char *what,
-                  const _Atomic int *cancel, uint8_t **out, size_t *out_len, char **log, schedrun_error_t *err) {
+                  const _Atomic int *cancel, uint64_t timeout_ns, uint8_t **out, size_t *out_len, char **log,
+                  schedrun_error_t *err) {
   *log = NULL;
   *out = NULL;
   *out_len = 0;
@@ -159,7 +164,7 @@ int host_build_so(const char *tu, size_t tu_len, const char *tmp_dir, const char
   argv[na++] = path_so.data;
   argv[na++] = path_src.data;
   argv[na] = NULL;
-  int st = host_run_logged(argv, path_log.data, cancel, err);
+  int st = host_run_bounded(argv, path_log.data, cancel, timeout_ns, "the C++ compiler", err);
   *log = host_read_log(path_log.data);
   if (st < 0) {
     rc = err ? err->code : SCHEDRUN_ECOMPILE;

@@ -20,6 +20,11 @@ char *host_read_log(const char *path);
  * or -1 when it could not run, ran out of time or was cancelled (*cancel set:
  * the compiler is killed at once). */
 int host_run_logged(char *const argv[], const char *log_path, const _Atomic int *cancel, schedrun_error_t *err);
+/* The same, killed after timeout_ns (0: HOST_COMPILE_TIMEOUT_NS), `what`
+ * naming the process in errors ("the C++ compiler"). */
+#define HOST_COMPILE_TIMEOUT_NS (300ull * 1000000000ull)
+int host_run_bounded(char *const argv[], const char *log_path, const _Atomic int *cancel, uint64_t timeout_ns,
+                     const char *what, schedrun_error_t *err);
 /* The loops that run `call` (a C++ statement) once per thread of the grid
  * __g by blocks __b, setting gridDim, blockDim, blockIdx and threadIdx. */
 void host_grid_loops(strbuf *sb, const char *call);
@@ -27,9 +32,24 @@ void host_grid_loops(strbuf *sb, const char *call);
 void host_build_flags(strbuf *sb);
 /* Compiles the translation unit `tu` (C++17) into a shared object, in files
  * named after `stem` inside tmp_dir, and reads it into *out. *log gets what
- * the compiler said. `what` names the unit in errors ("kernel 'saxpy'"). */
+ * the compiler said. `what` names the unit in errors ("kernel 'saxpy'").
+ * The compiler is killed when *cancel is set, or after timeout_ns (0: the
+ * default). */
 int host_build_so(const char *tu, size_t tu_len, const char *tmp_dir, const char *stem, const char *what,
-                  const _Atomic int *cancel, uint8_t **out, size_t *out_len, char **log, schedrun_error_t *err);
+                  const _Atomic int *cancel, uint64_t timeout_ns, uint8_t **out, size_t *out_len, char **log,
+                  schedrun_error_t *err);
+
+/* A program the library builds once, from its own text, into the cache
+ * directory (dir_name under it; `what` names it in errors), with the C
+ * compiler: the host devices' worker, the NVRTC compile process. Its parts
+ * are concatenated, each under a #line naming it. *path is where it is and
+ * *fd (close-on-exec, at 10 or above) the file checked to be the user's,
+ * which is what runs (as /proc/self/fd/N). */
+typedef struct host_text {
+  const char *name, *text;
+} host_text;
+int host_helper_program(const char *cache_dir, const char *dir_name, const char *what, const host_text *parts,
+                        size_t nparts, char **path, int *fd, schedrun_error_t *err);
 
 /* Whether the file system holding dir has less than 1 MiB left: a compiler
  * that fails there says so only in its log ("ld returned 1"). */

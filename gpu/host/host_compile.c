@@ -179,7 +179,7 @@ static int host_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir
   gen_source(&src, r);
   sb_addf(&what, "kernel '%s'", r->name);
   int rc = src.failed || what.failed ? err_set(err, SCHEDRUN_ENOMEM, "out of memory")
-                                     : host_build_so(src.data, src.len, tmp_dir, r->entry, what.data, r->cancel, out,
+                                     : host_build_so(src.data, src.len, tmp_dir, r->entry, what.data, r->cancel, r->timeout_ns, out,
                                                      out_len, log, err);
   sb_free(&src);
   sb_free(&what);
@@ -197,7 +197,7 @@ const gpu_compile_target gpu_host_target = {
     .compile = host_compile,
 };
 
-/* ---- the worker program of host devices ---- */
+/* ---- programs the library builds and runs: the host devices' worker ---- */
 
 /* common/spin_gauge.h, gpu/host/host_worker_abi.h and gpu/host/host_worker.c,
  * as text (generated). */
@@ -205,11 +205,12 @@ extern const char spin_gauge_text[];
 extern const char host_worker_abi_text[];
 extern const char host_worker_text[];
 
-/* The worker as a descriptor checked as fs_open_owned checks (what could
- * be another user's is not run: it is built again in its place). */
-#define WORKER_MAX_BYTES (64ull << 20)
+/* A program is handed out as a descriptor checked as fs_open_owned checks
+ * (what could be another user's is not run: it is built again in its place). */
+#define HELPER_MAX_BYTES (64ull << 20)
 
-int host_worker_program(const char *cache_dir, char **path, int *fd, schedrun_error_t *err) {
+int host_helper_program(const char *cache_dir, const char *dir_name, const char *what, const host_text *parts,
+                        size_t nparts, char **path, int *fd, schedrun_error_t *err) {
   *path = NULL;
   *fd = -1;
   struct stat fst;
@@ -222,29 +223,24 @@ int host_worker_program(const char *cache_dir, char **path, int *fd, schedrun_er
   int rc = host_stamp(NULL, &stamp, err);
   if (rc) goto done;
   sb_adds(&src, "#define _GNU_SOURCE 1\n");
-  sb_adds(&src, "#line 1 \"common/spin_gauge.h\"\n");
-  sb_adds(&src, spin_gauge_text);
-  sb_adds(&src, "#line 1 \"gpu/host/host_worker_abi.h\"\n");
-  sb_adds(&src, host_worker_abi_text);
-  sb_adds(&src, "#line 1 \"gpu/host/host_worker.c\"\n");
-  sb_adds(&src, host_worker_text);
+  for (size_t i = 0; i < nparts; i++) sb_addf(&src, "#line 1 \"%s\"\n%s", parts[i].name, parts[i].text);
   hash_ctx *h = hash_new();
   char key[65];
   if (!h || src.failed) {
     rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     goto done;
   }
-  hash_add_str(h, "schedrun host worker v1");
+  hash_add_str(h, dir_name);
   hash_add_str(h, stamp);
   hash_add_field(h, src.data, src.len);
   hash_final_hex(h, key);
-  sb_addf(&dir, "%s/host-worker", cache_dir);
+  sb_addf(&dir, "%s/%s", cache_dir, dir_name);
   sb_addf(&out, "%s/%s", dir.data, key);
   if (dir.failed || out.failed) {
     rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     goto done;
   }
-  if ((*fd = fs_open_owned(out.data, true, WORKER_MAX_BYTES, &fst, NULL)) >= 0) goto found;
+  if ((*fd = fs_open_owned(out.data, true, HELPER_MAX_BYTES, &fst, NULL)) >= 0) goto found;
   if ((rc = fs_mkdir_private(dir.data, err))) goto done;
   sb_addf(&log, "%s/.build-%ld-XXXXXX", dir.data, (long)getpid());
   tmp = sb_take(&log);
@@ -262,11 +258,10 @@ int host_worker_program(const char *cache_dir, char **path, int *fd, schedrun_er
   if (st != 0) {
     text = host_read_log(f_log);
     if (st > 0 && host_disk_full(tmp))
-      rc = err_set(err, SCHEDRUN_EIO, "the disk holding %s is full: the host devices' worker program could not be "
-                   "built there", tmp);
+      rc = err_set(err, SCHEDRUN_EIO, "the disk holding %s is full: %s could not be built there", tmp, what);
     else if (st > 0)
-      rc = err_set(err, SCHEDRUN_EBACKEND, "cannot build the host devices' worker program with '%s' (exit %d):\n%s",
-                   host_cxx(), st, text ? text : "");
+      rc = err_set(err, SCHEDRUN_EBACKEND, "cannot build %s with '%s' (exit %d):\n%s", what, host_cxx(), st,
+                   text ? text : "");
     else
       rc = err && err->code ? err->code : SCHEDRUN_EBACKEND;
     goto done;
@@ -277,7 +272,7 @@ int host_worker_program(const char *cache_dir, char **path, int *fd, schedrun_er
     rc = err_set(err, SCHEDRUN_EIO, "cannot publish %s: %s", out.data, strerror(errno));
     goto done;
   }
-  if ((*fd = fs_open_owned(out.data, true, WORKER_MAX_BYTES, &fst, err)) < 0) {
+  if ((*fd = fs_open_owned(out.data, true, HELPER_MAX_BYTES, &fst, err)) < 0) {
     rc = err && err->code ? err->code : SCHEDRUN_EIO;
     goto done;
   }
@@ -303,4 +298,12 @@ done:
   sb_free(&dir);
   sb_free(&out);
   return rc;
+}
+
+int host_worker_program(const char *cache_dir, char **path, int *fd, schedrun_error_t *err) {
+  const host_text parts[] = {{"common/spin_gauge.h", spin_gauge_text},
+                             {"gpu/host/host_worker_abi.h", host_worker_abi_text},
+                             {"gpu/host/host_worker.c", host_worker_text}};
+  /* "host-worker" names its directory and is part of its key */
+  return host_helper_program(cache_dir, "host-worker", "the host devices' worker program", parts, 3, path, fd, err);
 }

@@ -42,6 +42,8 @@
  *   SCHEDRUN_CUDA_DOUBLE_DIR      state directory (sources and CPU builds);
  *                                 default $TMPDIR/schedrun-cuda-double-<uid>
  *   SCHEDRUN_CUDA_DOUBLE_NVRTC    the real NVRTC to forward to
+ *   SCHEDRUN_CUDA_DOUBLE_COMPILE_MS  every nvrtcCompileProgram takes this
+ *                                 many milliseconds more (a big kernel)
  *   SCHEDRUN_CUDA_DOUBLE_LOG      a file that gets one line per counted event
  *                                 ("graph-launch", "launch", "update-rejected")
  */
