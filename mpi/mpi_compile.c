@@ -5,15 +5,22 @@
 #include "common/artifact.h"
 #include "mpi/mpi_internal.h"
 
-void mpi_compile_here(schedrun_mpi_t *m, schedrun_program_t *p) {
+int mpi_compile_here(schedrun_mpi_t *m, schedrun_program_t *p, char **why) {
+  *why = NULL;
   schedrun_job_options_t o;
   schedrun_job_options_init(&o);
   o.record_only = 1;
   o.device = 0;
   schedrun_job_t id = 0;
   schedrun_job_result_t *r = NULL;
-  if (schedrun_submit(m->s, p, &o, &id, NULL) == SCHEDRUN_OK) schedrun_wait(m->s, id, -1, &r, NULL);
+  schedrun_error_t err = {0};
+  int rc = schedrun_submit(m->s, p, &o, &id, &err);
+  if (rc == SCHEDRUN_OK) rc = schedrun_wait(m->s, id, -1, &r, &err);
+  if (rc == SCHEDRUN_OK) rc = schedrun_job_result_info(r)->status;
+  if (rc != SCHEDRUN_OK) *why = xstrdup(r ? schedrun_job_result_error(r) : err.message ? err.message : schedrun_strerror(rc));
   schedrun_job_result_free(&r);
+  schedrun_error_clear(&err);
+  return rc;
 }
 
 typedef struct art_list {

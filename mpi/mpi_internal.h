@@ -134,9 +134,10 @@ void mpi_in_free(wire_in *w);
 /* Files one job's COMPLETE for rank 0 (from a completion callback). */
 void mpi_complete_up(schedrun_mpi_t *m, uint64_t token, msg *complete);
 
-/* Compiles p on this rank: one record_only job on device 0. A compile
- * error shows later as every job's error; the run goes on. */
-void mpi_compile_here(schedrun_mpi_t *m, schedrun_program_t *p);
+/* Compiles p on this rank: one record_only job on device 0. Returns its
+ * status; *why (heap, or NULL) gets its error: the kernel, its place, the
+ * compiler's log and the teardown, which a serving rank sends rank 0. */
+int mpi_compile_here(schedrun_mpi_t *m, schedrun_program_t *p, char **why);
 /* Sends p's compiled kernels (W_ARTIFACTS) to each of the n ranks. */
 #define SCHEDRUN_MPI_MAX_MEMBERS 4096
 void mpi_send_artifacts(schedrun_mpi_t *m, schedrun_program_t *p, uint64_t pid, const int *to, size_t n);

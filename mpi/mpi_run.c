@@ -37,7 +37,7 @@ typedef struct root_run {
   bool stopped;    /* this rank's scheduler was shut down: place no more */
   char lost[200];  /* the first rank lost: no job starts after it */
   int rank_error;  /* a rank that could not load the program */
-  char rank_error_text[512];
+  char rank_error_text[16384]; /* with a compile error's log */
 } root_run;
 
 typedef struct local_ctx {
@@ -296,8 +296,8 @@ static void on_ready(root_run *r, int src, wire_rd *rd) {
     r->m->ranks[src].ready = !mpi_is_lost(r->m, src);
   } else if (!r->rank_error) {
     r->rank_error = (int)status;
-    snprintf(r->rank_error_text, sizeof r->rank_error_text, "rank %d (host %s) cannot load the program: %s", src,
-             r->m->ranks[src].info.host, text);
+    snprintf(r->rank_error_text, sizeof r->rank_error_text, "rank %d (host %s) cannot %s the program: %s", src,
+             r->m->ranks[src].info.host, status == SCHEDRUN_ECOMPILE ? "compile" : "load", text);
   }
   free(text);
 }
@@ -487,7 +487,14 @@ int mpi_run_root(schedrun_mpi_t *m, schedrun_program_t *h, const schedrun_run_op
       }
   }
   send_program(&r, compiler);
-  mpi_compile_here(m, h);
+  char *compile_error = NULL;
+  int crc = mpi_compile_here(m, h, &compile_error);
+  if (crc != SCHEDRUN_OK && !r.rank_error) {
+    /* no job can run here either: the run ends with the error, said once */
+    r.rank_error = crc;
+    snprintf(r.rank_error_text, sizeof r.rank_error_text, "%s", compile_error ? compile_error : schedrun_strerror(crc));
+  }
+  free(compile_error);
   {
     int *to = calloc((size_t)m->size, sizeof *to);
     size_t n = 0;

@@ -102,8 +102,13 @@ static void on_program(serve *sv, wire_rd *rd) {
     uint64_t r;
     while (members.i < members.n && n < SCHEDRUN_MPI_MAX_MEMBERS && wire_u64(&members, &r))
       if (r > 0 && r < (uint64_t)sv->m->size && r != (uint64_t)sv->m->rank) to[n++] = (int)r;
-    mpi_compile_here(sv->m, sv->p);
-    mpi_send_artifacts(sv->m, sv->p, sv->pid, to, n);
+    char *why = NULL;
+    int crc = mpi_compile_here(sv->m, sv->p, &why);
+    mpi_send_artifacts(sv->m, sv->p, sv->pid, to, n); /* none when it failed: they compile themselves */
+    /* a compile error goes to rank 0 whole (kernel, place, log, teardown) */
+    send_ready(sv, crc, crc == SCHEDRUN_OK ? "" : why ? why : schedrun_strerror(crc));
+    free(why);
+    return;
   }
   if (role != ROLE_WAIT) send_ready(sv, SCHEDRUN_OK, "");
 }

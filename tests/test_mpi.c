@@ -363,6 +363,56 @@ static void test_rank_cannot_load(void **st) {
   free(err);
 }
 
+/* A rank of another compile target (rank 1 on CUDA devices, the driver
+ * double; rank 0 on host ones) whose kernel does not compile there: the
+ * error reaches rank 0 whole, with the kernel, its place, NVRTC's log and
+ * the teardown, and the run ends with exit 3 before any job is placed. */
+static void test_rank_compile_error_reaches_rank_0(void **st) {
+  (void)st;
+  const char *dbl = getenv("SCHEDRUN_CUDA_DOUBLE_LIB");
+  if (!dbl || !*dbl) {
+    printf("[  SKIPPED ] no CUDA driver double in this build\n");
+    skip();
+  }
+  char state[] = "/tmp/schedrun-mpi-dbl-XXXXXX", cmd[4096];
+  assert_non_null(mkdtemp(state));
+  const char *cfg = tu_write_temp(0, "nvbad.yaml",
+                                  "version: 1\n"
+                                  "kernels:\n"
+                                  "  k:\n"
+                                  "    params: [ptr]\n"
+                                  "    source: |\n"
+                                  "      extern \"C\" __global__ void k(int *o) {\n"
+                                  "      #ifdef __CUDACC_RTC__\n"
+                                  "        o[0] = not_on_cuda;\n"
+                                  "      #else\n"
+                                  "        o[0] = 7;\n"
+                                  "      #endif\n"
+                                  "      }\n"
+                                  "buffers:\n"
+                                  "  o: {type: i32, count: 1}\n"
+                                  "program:\n"
+                                  "  - launch: {kernel: k, grid: 1, block: 1, args: [o]}\n"
+                                  "expect:\n"
+                                  "  o: {values: [7]}\n");
+  snprintf(cmd, sizeof cmd,
+           "'%s' --oversubscribe --mca btl self,tcp -x LSAN_OPTIONS=detect_leaks=0 -x SCHEDRUN_CACHE_DIR "
+           "-n 1 '%s' --jobs 4 '%s' : -n 1 -x SCHEDRUN_CUDA_LIBRARY='%s' -x SCHEDRUN_NVRTC_LIBRARY='%s' "
+           "-x SCHEDRUN_CUDA_DOUBLE_DIR='%s' '%s' --jobs 4 '%s'",
+           tu_env("SCHEDRUN_MPIRUN"), tu_env("SCHEDRUN_RUN"), cfg, dbl, dbl, state, tu_env("SCHEDRUN_RUN"), cfg);
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  char *out, *err;
+  int rc = tu_run(argv, &out, &err);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", state);
+  assert_int_equal(system(cmd), 0);
+  if (rc != 3 || !strstr(err, "rank 1 (host ") || !strstr(err, "cannot compile the program: kernel 'k' (") ||
+      !strstr(err, "nvbad.yaml:3:3): kernel 'k' does not compile for sm_") || !strstr(err, "not_on_cuda") ||
+      !strstr(err, "teardown: reset the active compile mode"))
+    fail_msg("exit %d:\n%s%s", rc, out, err);
+  free(out);
+  free(err);
+}
+
 /* srun without --mpi=pmix starts N singletons: each refuses. */
 static void test_singleton_refused(void **st) {
   (void)st;
@@ -396,7 +446,8 @@ int main(void) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_singleton_refused),       cmocka_unit_test(test_demo_same_as_one_process),
+      cmocka_unit_test(test_singleton_refused),       cmocka_unit_test(test_rank_compile_error_reaches_rank_0),
+      cmocka_unit_test(test_demo_same_as_one_process),
       cmocka_unit_test(test_loops_same_as_one_process), cmocka_unit_test(test_while_same_as_one_process),
       cmocka_unit_test(test_stopped_rank),            cmocka_unit_test(test_killed_rank),
       cmocka_unit_test(test_stopped_rank_0),
