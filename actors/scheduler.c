@@ -75,7 +75,8 @@ static void answer_unregistered(actor_t *self, scheduler_state *s, const msg *m,
   r.body.complete.device = -1;
   r.body.complete.run = sb->run;
   r.body.complete.job_index = sb->job_index;
-  r.body.complete.text = xstrdup(text);
+  r.body.complete.text = scheduler_with_teardown(text, "keep nothing of the job (it was never taken): free its inputs "
+                                                       "and the buffers handed to it");
   core_send_complete(self, s->core, to, &r);
   msg_free(&r);
 }

@@ -55,6 +55,25 @@ void scheduler_retire(actor_t *self, scheduler_state *s, job *j) {
 }
 
 /* Sends COMPLETE for j (taking outputs, if any) and forgets the job. */
+char *scheduler_with_teardown(const char *text, const char *steps) {
+  if (!text) text = "";
+  if (!steps || strstr(text, "\nteardown: ")) return xstrdup(text); /* it carries its own */
+  strbuf sb;
+  sb_init(&sb);
+  sb_addf(&sb, "%s\nteardown: %s", text, steps);
+  return sb.failed ? (sb_free(&sb), xstrdup(text)) : sb_take(&sb);
+}
+
+/* What the scheduler undoes when it fails a job in state `state`. */
+static const char *teardown_in(int state) {
+  switch (state) {
+  case JOB_COMPILING: return "take the job out of its program's compile queue; free its inputs and the buffers handed to it";
+  case JOB_PLACING: return "place the job nowhere; free its inputs and the buffers handed to it";
+  case JOB_PLACED_WAITING: return "take the job off its device's queue; free its inputs and the buffers handed to it";
+  default: return "release the job's execution context to the next job; free its inputs and the buffers handed to it";
+  }
+}
+
 void scheduler_complete(actor_t *self, scheduler_state *s, job *j, int status, const char *text,
                      msg_outputs *outputs) {
   msg m;
@@ -75,7 +94,8 @@ void scheduler_complete(actor_t *self, scheduler_state *s, job *j, int status, c
   c->counts = j->counts;
   c->cache_hits = j->hits;
   c->cache_misses = j->misses;
-  c->text = xstrdup(text ? text : "");
+  /* an error says what was undone before it left */
+  c->text = status == SCHEDRUN_OK ? xstrdup(text ? text : "") : scheduler_with_teardown(text, teardown_in(j->state));
   c->t_submit = j->t_submit;
   c->t_compile = j->t_compile;
   c->t_record = j->t_record;
@@ -420,6 +440,7 @@ static int pick_device(scheduler_state *s, prog_state *ps, const job *j, slot_st
 void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) {
   const prog_program *p = ps->p;
   assert(ps->id == j->program);
+  j->state = JOB_PLACING;
   if (j->kept_from) {
     /* it takes what that job keeps on its device: it runs there, after it */
     const job *x = idmap_get(&s->jobs, j->kept_from);

@@ -25,7 +25,7 @@
 #define BATCH_RING 8 /* room for BATCHES_AHEAD, or EXECUTE_AHEAD_ALONE single EXECUTEs */
 #define EXECUTE_AHEAD_ALONE 4 /* EXECUTEs out per context without batches */
 
-enum { JOB_COMPILING, JOB_PLACED_WAITING, JOB_RECORDING, JOB_EXECUTING };
+enum { JOB_COMPILING, JOB_PLACED_WAITING, JOB_RECORDING, JOB_EXECUTING, JOB_PLACING };
 
 typedef struct job {
   uint64_t id, program;
@@ -154,7 +154,11 @@ void scheduler_compile_tick(actor_t *self, scheduler_state *s);
 
 /* ---- scheduler_dispatch.c ---- */
 
-/* Sends COMPLETE for j (taking outputs, if any) and forgets the job. */
+/* text, then "\nteardown: " and steps, unless it has a teardown already
+ * (heap; text alone without memory for more). */
+char *scheduler_with_teardown(const char *text, const char *steps);
+/* Sends COMPLETE for j (taking outputs, if any) and forgets the job; an
+ * error's text gets the teardown the scheduler ran for the job's state. */
 void scheduler_complete(actor_t *self, scheduler_state *s, job *j, int status, const char *text,
                         msg_outputs *outputs);
 /* Forgets a finished job: its slot, the device's load, the program's count. */

@@ -216,6 +216,8 @@ static void test_kernel_that_never_returns(void **st) {
   outcome o = run_pair(spin, 2000);
   uint64_t took = now_ns() - t0;
   expect_named(&o, SCHEDRUN_ETIMEOUT, "past its deadline");
+  if (!strstr(o.text, "\nteardown: mark host:0 lost: later jobs go to the other devices"))
+    fail_msg("the deadline's error lacks its teardown: %s", o.text);
   /* a deadline counts from submission: the job cannot end before it, and
    * ends at it rather than hanging */
   assert_true(took >= 2000000000ull && took < TU_PATIENCE_NS);

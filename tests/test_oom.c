@@ -191,7 +191,8 @@ static void test_submit_out_of_memory(void **st) {
   assert_int_equal(reply.type, MSG_COMPLETE);
   assert_true(reply.job == 78);
   assert_int_equal(reply.body.complete.status, SCHEDRUN_EINVAL);
-  assert_string_equal(reply.body.complete.text, "no such program");
+  assert_string_equal(reply.body.complete.text, "no such program\nteardown: keep nothing of the job (it was never "
+                                                "taken): free its inputs and the buffers handed to it");
   msg_free(&reply);
   scheduler_down(&r, ss);
 }
