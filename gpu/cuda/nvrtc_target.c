@@ -207,6 +207,23 @@ int gpu_cubin_arch(const uint8_t *img, size_t len) {
   return (int)(img[EI_ABIVERSION] >= 8 ? (eh.e_flags >> 8) & 0xff : eh.e_flags & 0xff);
 }
 
+/* The compile process is built as the library was when the library is
+ * sanitized (the NVRTC it loads may be too: the tests' driver double);
+ * otherwise with the host's compiler, like the host worker. */
+#ifdef SCHEDRUN_HELPER_CC
+static const char *const helper_cc = SCHEDRUN_HELPER_CC;
+#else
+static const char *const helper_cc = NULL;
+#endif
+static const char *const helper_flags[] = {
+#ifdef SCHEDRUN_HELPER_SANITIZE
+    "-fsanitize=" SCHEDRUN_HELPER_SANITIZE,
+#endif
+#ifdef SCHEDRUN_HELPER_COVERAGE
+    SCHEDRUN_HELPER_COVERAGE,
+#endif
+    NULL};
+
 /* The compile process, built into the cache on first use: *exe names its
  * checked descriptor. False when there is none (no cache directory, no C
  * compiler, or SCHEDRUN_NVRTC_IN_PROCESS set): NVRTC then runs in this
@@ -219,8 +236,8 @@ static bool compile_process(nvrtc_api *a, const char *cache_dir, char *exe, size
     if (a->lib[0] && !(inproc && *inproc && strcmp(inproc, "0"))) {
       schedrun_error_t e = {0};
       const host_text parts[] = {{"gpu/cuda/nvrtc_worker.c", nvrtc_worker_text}};
-      if (host_helper_program(cache_dir, "nvrtc-worker", "the NVRTC compile process", parts, 1, &a->worker,
-                              &a->worker_fd, &e) == SCHEDRUN_OK)
+      if (host_helper_program(cache_dir, "nvrtc-worker", "the NVRTC compile process", parts, 1, helper_cc,
+                              helper_flags, &a->worker, &a->worker_fd, &e) == SCHEDRUN_OK)
         a->worker_state = 1;
       schedrun_error_clear(&e);
     }
@@ -271,6 +288,16 @@ static int image_in_process(nvrtc_api *a, const char *exe, const gpu_compile_req
   for (int i = 0; i < nopts && na < 15; i++) argv[na++] = (char *)opts[i];
   argv[na] = NULL;
   int st = host_run_bounded(argv, f_said, r->cancel, r->timeout_ns, "the NVRTC compile process", err);
+  if (st == 3) {
+    /* this NVRTC loads only into the library's process (one that needs
+     * what the process has loaded): compiles run there from now on */
+    pthread_mutex_lock(&a->lock);
+    a->worker_state = -1;
+    pthread_mutex_unlock(&a->lock);
+    unlink(f_src);
+    unlink(f_said);
+    return image_here(a, r, src, opts, nopts, ptx, out, out_len, log, err);
+  }
   *log = host_read_log(f_log);
   char *said = st > 0 ? host_read_log(f_said) : NULL;
   if (said) said[strcspn(said, "\n")] = '\0';

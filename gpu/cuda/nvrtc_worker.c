@@ -11,7 +11,9 @@
  * LIBNVRTC is the NVRTC the library loaded (its path), BUILTINS the
  * libnvrtc-builtins beside it ("" when none: then it is found by name),
  * KIND "cubin" or "ptx". Exit status: 0, OUT holds the image (PTX with its
- * NUL); 1, NVRTC refused the source (LOG holds its log); 2, anything else.
+ * NUL); 1, NVRTC refused the source (LOG holds its log); 3, LIBNVRTC cannot
+ * be loaded here (the library then compiles in its own process); 2,
+ * anything else.
  * Either way what went wrong is one line on standard output.
  */
 #include <dlfcn.h>
@@ -79,7 +81,7 @@ int main(int argc, char **argv) {
   void *dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
   if (!dl) {
     printf("cannot load %s: %s\n", lib, dlerror());
-    return 2;
+    return 3;
   }
   struct {
     void **slot;
@@ -94,7 +96,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
     if (!(*syms[i].slot = dlsym(dl, syms[i].sym))) {
       printf("%s lacks %s\n", lib, syms[i].sym);
-      return 2;
+      return 3;
     }
   char *src = read_all(source);
   if (!src) {

@@ -42,14 +42,16 @@ int host_build_so(const char *tu, size_t tu_len, const char *tmp_dir, const char
 /* A program the library builds once, from its own text, into the cache
  * directory (dir_name under it; `what` names it in errors), with the C
  * compiler: the host devices' worker, the NVRTC compile process. Its parts
- * are concatenated, each under a #line naming it. *path is where it is and
+ * are concatenated, each under a #line naming it; cc is the compiler (NULL:
+ * host_cxx()) and flags (NULL-ended, may be NULL) are added to its options. *path is where it is and
  * *fd (close-on-exec, at 10 or above) the file checked to be the user's,
  * which is what runs (as /proc/self/fd/N). */
 typedef struct host_text {
   const char *name, *text;
 } host_text;
 int host_helper_program(const char *cache_dir, const char *dir_name, const char *what, const host_text *parts,
-                        size_t nparts, char **path, int *fd, schedrun_error_t *err);
+                        size_t nparts, const char *cc, const char *const *flags, char **path, int *fd,
+                        schedrun_error_t *err);
 
 /* Whether the file system holding dir has less than 1 MiB left: a compiler
  * that fails there says so only in its log ("ld returned 1"). */

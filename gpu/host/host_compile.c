@@ -210,7 +210,9 @@ extern const char host_worker_text[];
 #define HELPER_MAX_BYTES (64ull << 20)
 
 int host_helper_program(const char *cache_dir, const char *dir_name, const char *what, const host_text *parts,
-                        size_t nparts, char **path, int *fd, schedrun_error_t *err) {
+                        size_t nparts, const char *cc, const char *const *flags, char **path, int *fd,
+                        schedrun_error_t *err) {
+  if (!cc) cc = host_cxx();
   *path = NULL;
   *fd = -1;
   struct stat fst;
@@ -232,6 +234,8 @@ int host_helper_program(const char *cache_dir, const char *dir_name, const char 
   }
   hash_add_str(h, dir_name);
   hash_add_str(h, stamp);
+  hash_add_str(h, cc);
+  for (size_t i = 0; flags && flags[i]; i++) hash_add_str(h, flags[i]);
   hash_add_field(h, src.data, src.len);
   hash_final_hex(h, key);
   sb_addf(&dir, "%s/%s", cache_dir, dir_name);
@@ -253,15 +257,18 @@ int host_helper_program(const char *cache_dir, const char *dir_name, const char 
   snprintf(f_bin, sizeof f_bin, "%s/worker", tmp);
   snprintf(f_log, sizeof f_log, "%s/log", tmp);
   if ((rc = fs_write_atomic(f_src, src.data, src.len, err))) goto done;
-  char *argv[] = {(char *)host_cxx(), "-x", "c", "-std=gnu11", "-O2", "-pthread", "-o", f_bin, f_src, "-ldl", NULL};
+  char *argv[24] = {(char *)cc, "-x", "c", "-std=gnu11", "-O2", "-pthread"};
+  size_t na = 6;
+  for (size_t i = 0; flags && flags[i] && na < 18; i++) argv[na++] = (char *)flags[i];
+  const char *tail[] = {"-o", f_bin, f_src, "-ldl", NULL};
+  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(tail); i++) argv[na++] = (char *)tail[i];
   int st = host_run_logged(argv, f_log, NULL, err);
   if (st != 0) {
     text = host_read_log(f_log);
     if (st > 0 && host_disk_full(tmp))
       rc = err_set(err, SCHEDRUN_EIO, "the disk holding %s is full: %s could not be built there", tmp, what);
     else if (st > 0)
-      rc = err_set(err, SCHEDRUN_EBACKEND, "cannot build %s with '%s' (exit %d):\n%s", what, host_cxx(), st,
-                   text ? text : "");
+      rc = err_set(err, SCHEDRUN_EBACKEND, "cannot build %s with '%s' (exit %d):\n%s", what, cc, st, text ? text : "");
     else
       rc = err && err->code ? err->code : SCHEDRUN_EBACKEND;
     goto done;
@@ -305,5 +312,6 @@ int host_worker_program(const char *cache_dir, char **path, int *fd, schedrun_er
                              {"gpu/host/host_worker_abi.h", host_worker_abi_text},
                              {"gpu/host/host_worker.c", host_worker_text}};
   /* "host-worker" names its directory and is part of its key */
-  return host_helper_program(cache_dir, "host-worker", "the host devices' worker program", parts, 3, path, fd, err);
+  return host_helper_program(cache_dir, "host-worker", "the host devices' worker program", parts, 3, NULL, NULL, path,
+                             fd, err);
 }
