@@ -287,21 +287,18 @@ static void test_compile_timeout_kills_a_hung_compiler(void **st) {
   fs_remove_tree(wdir);
 }
 
-/* `sched-run --timeout 1` on a config whose kernel never finishes
- * compiling exits 4, saying which kernel was still compiling, and leaves
- * no compiler process behind. */
-static void test_cli_timeout_over_a_compile(void **st) {
-  (void)st;
+/* sched-run OPT VALUE over the config whose kernel never finishes
+ * compiling: exit `want`, stderr naming `text`, and no compiler left once
+ * sched-run has exited (one it started and did not reap would still be
+ * there, another process's orphan). */
+static void cli_over_a_hung_compile(const char *opt, int want, const char *text) {
   char wdir[64];
   setenv("SCHEDRUN_CXX", rig_slow_cxx(wdir, "HANG_HERE"), 1);
   const char *cfg = tu_write_temp(0, "hang.yaml", hang_yaml);
-  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--timeout", "1", (char *)cfg, NULL};
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), (char *)opt, "1", (char *)cfg, NULL};
   char *out = NULL, *errs = NULL;
   int rc = tu_run(argv, &out, &errs);
-  if (rc != 4 || !strstr(errs, "still compiling kernel 'k' (") )
-    fail_msg("sched-run --timeout 1 exited %d:\n%s%s", rc, out, errs);
-  /* sched-run has exited: a compiler it started and did not reap is
-   * still there (another process's orphan) */
+  if (rc != want || !strstr(errs, text)) fail_msg("sched-run %s 1 exited %d:\n%s%s", opt, rc, out, errs);
   pid_t cc = rig_slow_pid(wdir);
   if (cc) assert_true(rig_process_gone(cc));
   free(out);
@@ -310,25 +307,18 @@ static void test_cli_timeout_over_a_compile(void **st) {
   fs_remove_tree(wdir);
 }
 
-/* `sched-run --compile-timeout 1` over the same config: the compiler is
- * killed after a second and the run fails as a compile (exit 3), naming
- * the bound. */
+/* `sched-run --timeout 1`: exit 4, saying which kernel was still compiling. */
+static void test_cli_timeout_over_a_compile(void **st) {
+  (void)st;
+  cli_over_a_hung_compile("--timeout", 4, "still compiling kernel 'k' (");
+}
+
+/* `sched-run --compile-timeout 1`: the compiler is killed after a second
+ * and the run fails as a compile (exit 3), naming the bound. */
 static void test_cli_compile_timeout(void **st) {
   (void)st;
-  char wdir[64];
-  setenv("SCHEDRUN_CXX", rig_slow_cxx(wdir, "HANG_HERE"), 1);
-  const char *cfg = tu_write_temp(0, "hang.yaml", hang_yaml);
-  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--compile-timeout", "1", (char *)cfg, NULL};
-  char *out = NULL, *errs = NULL;
-  int rc = tu_run(argv, &out, &errs);
-  if (rc != 3 || !strstr(errs, "the C++ compiler ran for more than the compile timeout (1.0 s) and was killed"))
-    fail_msg("sched-run --compile-timeout 1 exited %d:\n%s%s", rc, out, errs);
-  pid_t cc = rig_slow_pid(wdir);
-  if (cc) assert_true(rig_process_gone(cc));
-  free(out);
-  free(errs);
-  unsetenv("SCHEDRUN_CXX");
-  fs_remove_tree(wdir);
+  cli_over_a_hung_compile("--compile-timeout", 3,
+                          "the C++ compiler ran for more than the compile timeout (1.0 s) and was killed");
 }
 
 int main(void) {
