@@ -163,25 +163,49 @@ static void error_leaves(compile_state *s, const session *ss) {
 
 /* ---- sessions ---- */
 
+/* Teardown step 1 of a session that fails: it leaves the map, and its mode
+ * is reset (the actor has no active mode again). */
+static void session_teardown(compile_state *s, session *ss) {
+  hmap_remove(&s->sessions, &ss->id);
+  mode_reset(s, ss->mode);
+}
+
+/* Evicts the session's failed keys from memory and disk; how many failed. */
+static size_t evict_failed(compile_state *s, const session *ss) {
+  const gpu_compile_target *t = gpu_compile_target_find(ss->target);
+  size_t n = 0;
+  for (size_t i = 0; i < ss->n; i++)
+    if (ss->failed[i]) {
+      if (t) compile_evict(s, t, ss->keys[i]); /* nothing half-written stays */
+      n++;
+    }
+  return n;
+}
+
+/* The session's ERROR leaves, with the teardown steps already run, and the
+ * session goes. */
+static void session_error(actor_t *self, compile_state *s, session *ss, int code, const char *text,
+                          const char *const *steps, size_t nsteps) {
+  assert(s->mode != ss->mode); /* session_teardown ran first: the error never leaves before the reset */
+  error_leaves(s, ss);
+  actor_send_error(self, ss->reply_to, ss->id, code, text, steps, nsteps);
+  mode_leave(s, ss->mode);
+  session_free(ss);
+}
+
 static void finish_session(actor_t *self, compile_state *s, session *ss) {
   msg m;
   if (ss->cancelled) {
     /* teardown, in order, before the error leaves */
-    hmap_remove(&s->sessions, &ss->id);
-    mode_reset(s, ss->mode); /* 1. reset the active compile mode */
-    const gpu_compile_target *t = gpu_compile_target_find(ss->target);
-    for (size_t i = 0; i < ss->n; i++)
-      if (ss->failed[i] && t) compile_evict(s, t, ss->keys[i]); /* nothing half-written stays */
+    session_teardown(s, ss); /* 1. reset the active compile mode */
+    evict_failed(s, ss);
     char step2[96], step3[96];
     snprintf(step2, sizeof step2, "stop %zu running compiles (their compiler processes killed) and drain them",
              ss->stopped);
     snprintf(step3, sizeof step3, "drop %zu compiles not started", ss->dropped);
     const char *steps[] = {"reset the active compile mode", step2, step3};
-    error_leaves(s, ss);
-    actor_send_error(self, ss->reply_to, ss->id, SCHEDRUN_ECLOSED,
-                     "the scheduler shut down while the program's kernels compiled", steps, 3);
-    mode_leave(s, ss->mode);
-    session_free(ss);
+    session_error(self, s, ss, SCHEDRUN_ECLOSED, "the scheduler shut down while the program's kernels compiled",
+                  steps, 3);
     return;
   }
   if (ss->failures == 0) {
@@ -201,24 +225,14 @@ static void finish_session(actor_t *self, compile_state *s, session *ss) {
     return;
   }
   /* teardown, in order, before the error leaves */
-  hmap_remove(&s->sessions, &ss->id);
-  mode_reset(s, ss->mode); /* 1. reset the active compile mode */
-  const gpu_compile_target *t = gpu_compile_target_find(ss->target);
-  size_t evicted = 0;
-  for (size_t i = 0; i < ss->n; i++)
-    if (ss->failed[i]) {
-      if (t) compile_evict(s, t, ss->keys[i]); /* 3. evict failed entries */
-      evicted++;
-    }
+  session_teardown(s, ss);               /* 1. reset the active compile mode */
+  size_t evicted = evict_failed(s, ss); /* 3. evict failed entries */
   char step2[96], step3[96];
   snprintf(step2, sizeof step2, "drain %zu compiles still pending after the first failure", ss->drained);
   snprintf(step3, sizeof step3, "evict %zu failed cache entries", evicted);
   const char *steps[] = {"reset the active compile mode", step2, step3};
-  error_leaves(s, ss);
-  actor_send_error(self, ss->reply_to, ss->id, ss->code ? ss->code : SCHEDRUN_ECOMPILE,
-                   ss->report.data ? ss->report.data : "", steps, 3);
-  mode_leave(s, ss->mode);
-  session_free(ss);
+  session_error(self, s, ss, ss->code ? ss->code : SCHEDRUN_ECOMPILE, ss->report.data ? ss->report.data : "", steps,
+                3);
 }
 
 static void resolve(session *ss, uint32_t i, const char *path, const char *error, const char *log,
@@ -444,11 +458,10 @@ static void future_unwait(future *f, uint64_t id) {
 static void handle_cancel_one(actor_t *self, compile_state *s, const msg *m) {
   session *ss = hmap_get(&s->sessions, &m->job);
   if (!ss || ss->cancelled) return; /* finished: its answer is on its way */
-  hmap_remove(&s->sessions, &ss->id);
-  mode_reset(s, ss->mode); /* 1. reset the active compile mode */
+  session_teardown(s, ss); /* 1. reset the active compile mode */
   strbuf text;
   sb_init(&text);
-  size_t stopped = 0, dropped = 0, left = 0, still = 0, evicted = 0;
+  size_t stopped = 0, dropped = 0, left = 0, still = 0;
   for (size_t i = 0; i < ss->n; i++) {
     if (ss->modules.v[i].path) continue; /* resolved */
     future *f = hmap_get(&s->inflight, ss->keys[i]);
@@ -470,12 +483,7 @@ static void handle_cancel_one(actor_t *self, compile_state *s, const msg *m) {
       s->stopped = f;
     }
   }
-  const gpu_compile_target *t = gpu_compile_target_find(ss->target);
-  for (size_t i = 0; i < ss->n; i++)
-    if (ss->failed[i]) {
-      if (t) compile_evict(s, t, ss->keys[i]); /* 5. evict failed entries */
-      evicted++;
-    }
+  size_t evicted = evict_failed(s, ss); /* 5. evict failed entries */
   strbuf why;
   sb_init(&why);
   sb_addf(&why, "still compiling kernel%s %s after %llu ms", still == 1 ? "" : "s", text.data ? text.data : "",
@@ -488,13 +496,10 @@ static void handle_cancel_one(actor_t *self, compile_state *s, const msg *m) {
   snprintf(step4, sizeof step4, "leave %zu compiles running for the other jobs that wait for them", left);
   snprintf(step5, sizeof step5, "evict %zu failed cache entries", evicted);
   const char *steps[] = {"reset the active compile mode", step2, step3, step4, step5};
-  error_leaves(s, ss);
-  actor_send_error(self, ss->reply_to, ss->id, m->body.cancel.code ? m->body.cancel.code : SCHEDRUN_ETIMEOUT,
-                   why.failed ? "out of memory" : why.data, steps, 5);
+  session_error(self, s, ss, m->body.cancel.code ? m->body.cancel.code : SCHEDRUN_ETIMEOUT,
+                why.failed ? "out of memory" : why.data, steps, 5);
   sb_free(&why);
   sb_free(&text);
-  mode_leave(s, ss->mode);
-  session_free(ss);
 }
 
 static int compile_handle(actor_t *self, msg *m) {

@@ -20,6 +20,8 @@
 
 #include "actors/scheduler_state.h"
 
+static const char closed_text[] = "the scheduler shut down before the job started";
+
 static int send_compile(actor_t *self, scheduler_state *s, prog_state *ps, job *j) {
   const prog_program *p = ps->p ? ps->p : core_program(s->core, j->program);
   gpu_backend *be = s->core->backend;
@@ -68,19 +70,22 @@ void scheduler_compile_wait(actor_t *self, scheduler_state *s, prog_state *ps, j
   if (ps->compile == COMPILE_NONE) compile_again(self, s, ps);
 }
 
+/* Whether ps waits for the answer of compile session `session`. */
+static bool compiling_for(const prog_state *ps, uint64_t session) {
+  return session && ps->compile_job == session && (ps->compile == COMPILE_PENDING || ps->compile == COMPILE_STOPPING);
+}
+
 prog_state *scheduler_compile_of(scheduler_state *s, uint64_t session) {
   size_t pos = 0;
   void *v;
-  while (session && hmap_next(&s->progs, &pos, NULL, &v)) {
-    prog_state *ps = v;
-    if (ps->compile_job == session && (ps->compile == COMPILE_PENDING || ps->compile == COMPILE_STOPPING)) return ps;
-  }
+  while (session && hmap_next(&s->progs, &pos, NULL, &v))
+    if (compiling_for(v, session)) return v;
   return NULL;
 }
 
 void scheduler_compiled(actor_t *self, scheduler_state *s, msg *m) {
-  prog_state *ps = scheduler_compile_of(s, m->job);
-  if (!ps || ps->id != m->body.compiled.program) return;
+  prog_state *ps = scheduler_prog_get(s, m->body.compiled.program, false); /* a COMPILED names its program */
+  if (!ps || !compiling_for(ps, m->job)) return;
   scheduler_free_modules(&ps->modules);
   ps->modules = m->body.compiled.modules;
   memset(&m->body.compiled.modules, 0, sizeof m->body.compiled.modules);
@@ -89,7 +94,7 @@ void scheduler_compiled(actor_t *self, scheduler_state *s, msg *m) {
   job *w;
   if (s->closing) {
     /* finished before the CANCEL reached it: the jobs still do not start */
-    while ((w = scheduler_q_pop(&ps->waiting))) scheduler_complete(self, s, w, SCHEDRUN_ECLOSED, "the scheduler shut down before the job started", NULL);
+    while ((w = scheduler_q_pop(&ps->waiting))) scheduler_complete(self, s, w, SCHEDRUN_ECLOSED, closed_text, NULL);
     return;
   }
   /* the compile is charged to the job that asked for it, once */
@@ -114,7 +119,7 @@ void scheduler_compile_failed(actor_t *self, scheduler_state *s, prog_state *ps,
   job *w;
   while ((w = scheduler_q_pop(&ps->waiting))) {
     if (!stopping || late(w, now)) scheduler_complete(self, s, w, code, text, NULL);
-    else if (s->closing) scheduler_complete(self, s, w, SCHEDRUN_ECLOSED, "the scheduler shut down before the job started", NULL);
+    else if (s->closing) scheduler_complete(self, s, w, SCHEDRUN_ECLOSED, closed_text, NULL);
     else scheduler_q_push(&again, w); /* came after the compile was stopped, and still in time */
   }
   ps->waiting = again;
@@ -155,9 +160,12 @@ void scheduler_compile_tick(actor_t *self, scheduler_state *s) {
     if (ps->compile != COMPILE_PENDING) continue;
     size_t nlate = 0, left = 0;
     for (job *j = ps->waiting.head; j; j = j->next) {
-      if (late(j, now)) nlate++;
-      else left++;
-      if (!late(j, now) && j->deadline && j->deadline < next) next = j->deadline;
+      if (late(j, now)) {
+        nlate++;
+        continue;
+      }
+      left++;
+      if (j->deadline && j->deadline < next) next = j->deadline;
     }
     if (!nlate) continue;
     if (left) {

@@ -54,7 +54,6 @@ void scheduler_retire(actor_t *self, scheduler_state *s, job *j) {
   if (ps && ps->releasing && ps->jobs == 0) scheduler_finish_release(self, s, ps);
 }
 
-/* Sends COMPLETE for j (taking outputs, if any) and forgets the job. */
 char *scheduler_with_teardown(const char *text, const char *steps) {
   if (!text) text = "";
   if (!steps || strstr(text, "\nteardown: ")) return xstrdup(text); /* it carries its own */

@@ -235,7 +235,9 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   if (opts) o = *opts;
   if (o.compile_workers < 0 || o.max_inflight < 0 || o.compile_timeout_ms < 0)
     return err_set(err, SCHEDRUN_EINVAL, "schedrun_open: %s must be >= 0",
-                   o.compile_workers < 0 ? "compile_workers" : o.max_inflight < 0 ? "max_inflight" : "compile_timeout_ms");
+                   o.compile_workers < 0 ? "compile_workers"
+                   : o.max_inflight < 0  ? "max_inflight"
+                                         : "compile_timeout_ms");
   schedrun_t *s = calloc(1, sizeof *s);
   if (!s) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   pthread_mutex_init(&s->lock, NULL);

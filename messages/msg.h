@@ -20,7 +20,9 @@
 
 #include "schedrun.h"
 
-#define MSG_VERSION 4 /* 2: envelope and bodies are arrays in schema order; 3: SUBMIT_MANY hands buffers on; 4: CANCEL of one compile */
+/* 2: envelope and bodies are arrays in schema order; 3: SUBMIT_MANY hands
+ * buffers on; 4: CANCEL of one compile session */
+#define MSG_VERSION 4
 #define MSG_MAX_BYTES (1u << 30)     /* a whole message */
 #define MSG_MAX_STRING (16u << 20)   /* one string (kernel sources, logs) */
 #define MSG_MAX_ARRAY (1u << 22)     /* elements of one array */

@@ -17,7 +17,8 @@ int mpi_compile_here(schedrun_mpi_t *m, schedrun_program_t *p, char **why) {
   int rc = schedrun_submit(m->s, p, &o, &id, &err);
   if (rc == SCHEDRUN_OK) rc = schedrun_wait(m->s, id, -1, &r, &err);
   if (rc == SCHEDRUN_OK) rc = schedrun_job_result_info(r)->status;
-  if (rc != SCHEDRUN_OK) *why = xstrdup(r ? schedrun_job_result_error(r) : err.message ? err.message : schedrun_strerror(rc));
+  if (rc != SCHEDRUN_OK)
+    *why = xstrdup(r ? schedrun_job_result_error(r) : err.message ? err.message : schedrun_strerror(rc));
   schedrun_job_result_free(&r);
   schedrun_error_clear(&err);
   return rc;

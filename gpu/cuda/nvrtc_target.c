@@ -262,7 +262,8 @@ static int image_here(nvrtc_api *a, const gpu_compile_req *r, const char *src, c
   }
   int rc = SCHEDRUN_OK;
   if (nr != 0)
-    rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s' does not compile for %s (%s)", r->name, r->arch, a->GetErrorString(nr));
+    rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s' does not compile for %s (%s)", r->name, r->arch,
+                 a->GetErrorString(nr));
   else if ((ptx ? a->GetPTXSize(prog, out_len) : a->GetCUBINSize(prog, out_len)) != 0 || *out_len == 0 ||
            !(*out = malloc(*out_len)) || (ptx ? a->GetPTX(prog, (char *)*out) : a->GetCUBIN(prog, (char *)*out)) != 0)
     rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': NVRTC produced no %s for %s", r->name, ptx ? "PTX" : "cubin",
@@ -273,7 +274,7 @@ static int image_here(nvrtc_api *a, const gpu_compile_req *r, const char *src, c
 
 /* NVRTC in the compile process (gpu/cuda/nvrtc_worker.c), killed when the
  * compile is stopped or runs past its timeout. */
-static int image_in_process(nvrtc_api *a, const char *exe, const gpu_compile_req *r, const char *tmp_dir,
+static int image_in_worker(nvrtc_api *a, const char *exe, const gpu_compile_req *r, const char *tmp_dir,
                             const char *src, const char *const *opts, int nopts, bool ptx, uint8_t **out,
                             size_t *out_len, char **log, schedrun_error_t *err) {
   char f_src[4200], f_out[4200], f_log[4200], f_said[4200];
@@ -351,7 +352,7 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
   bool ptx = how == 2;
   char exe[64];
   int rc = compile_process(a, r->cache_dir, exe, sizeof exe)
-               ? image_in_process(a, exe, r, tmp_dir, src.data, opts, 2, ptx, out, out_len, log, err)
+               ? image_in_worker(a, exe, r, tmp_dir, src.data, opts, 2, ptx, out, out_len, log, err)
                : image_here(a, r, src.data, opts, 2, ptx, out, out_len, log, err);
   sb_free(&src);
   if (rc == SCHEDRUN_OK && ptx) {

@@ -20,9 +20,9 @@ char *host_read_log(const char *path);
  * or -1 when it could not run, ran out of time or was cancelled (*cancel set:
  * the compiler is killed at once). */
 int host_run_logged(char *const argv[], const char *log_path, const _Atomic int *cancel, schedrun_error_t *err);
+#define HOST_COMPILE_TIMEOUT_NS (300ull * 1000000000ull)
 /* The same, killed after timeout_ns (0: HOST_COMPILE_TIMEOUT_NS), `what`
  * naming the process in errors ("the C++ compiler"). */
-#define HOST_COMPILE_TIMEOUT_NS (300ull * 1000000000ull)
 int host_run_bounded(char *const argv[], const char *log_path, const _Atomic int *cancel, uint64_t timeout_ns,
                      const char *what, schedrun_error_t *err);
 /* The loops that run `call` (a C++ statement) once per thread of the grid
@@ -43,9 +43,9 @@ int host_build_so(const char *tu, size_t tu_len, const char *tmp_dir, const char
  * directory (dir_name under it; `what` names it in errors), with the C
  * compiler: the host devices' worker, the NVRTC compile process. Its parts
  * are concatenated, each under a #line naming it; cc is the compiler (NULL:
- * host_cxx()) and flags (NULL-ended, may be NULL) are added to its options. *path is where it is and
- * *fd (close-on-exec, at 10 or above) the file checked to be the user's,
- * which is what runs (as /proc/self/fd/N). */
+ * host_cxx()) and flags (NULL-ended, may be NULL) are added to its options.
+ * *path is where it is and *fd (close-on-exec, at 10 or above) the file
+ * checked to be the user's, which is what runs (as /proc/self/fd/N). */
 typedef struct host_text {
   const char *name, *text;
 } host_text;

@@ -179,8 +179,8 @@ static int host_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir
   gen_source(&src, r);
   sb_addf(&what, "kernel '%s'", r->name);
   int rc = src.failed || what.failed ? err_set(err, SCHEDRUN_ENOMEM, "out of memory")
-                                     : host_build_so(src.data, src.len, tmp_dir, r->entry, what.data, r->cancel, r->timeout_ns, out,
-                                                     out_len, log, err);
+                                     : host_build_so(src.data, src.len, tmp_dir, r->entry, what.data, r->cancel,
+                                                     r->timeout_ns, out, out_len, log, err);
   sb_free(&src);
   sb_free(&what);
   return rc;
