@@ -46,6 +46,9 @@ int64_t rig_stat(rig *r, const char *name);
 /* Fails unless job's compile error left the actor once, with the active
  * compile mode already reset. */
 void rig_left_after_reset(uint64_t job);
+/* Forgets the errors seen so far (a new scheduler numbers its jobs from 1
+ * again). */
+void rig_left_forget(void);
 
 /* A C++ compiler wrapper (its path; static storage) that hangs, as
  * `sleep`, over a source holding `marker`, writing its pid to dir/pid; it

@@ -156,13 +156,6 @@ static const char next_yaml[] = "version: 1\n"
                                 "expect:\n"
                                 "  o: {values: [5]}\n";
 
-static schedrun_t *open_in(const char *dir) {
-  schedrun_options_t o;
-  schedrun_options_init(&o);
-  o.devices = "host";
-  o.cache_dir = dir;
-  return tu_open(&o);
-}
 
 static schedrun_job_t submit(schedrun_t *s, schedrun_program_t *p, int timeout_ms) {
   schedrun_job_options_t jo;
@@ -185,20 +178,60 @@ static int result_of(schedrun_t *s, schedrun_job_t id, char *out, size_t n) {
   return status;
 }
 
+/* A scheduler on host devices over a fresh cache directory, with the C++
+ * compiler that hangs over the kernel of hang_yaml, and that program
+ * loaded. */
+typedef struct hang_bench {
+  char wdir[64], dir[32];
+  schedrun_t *s;
+  schedrun_program_t *p;
+} hang_bench;
+
+/* compile_timeout_ms as schedrun_options_t has it (0: the default); warm
+ * (or NULL): a config run first, into the cache, with the real compiler. */
+static void hang_up(hang_bench *h, int compile_timeout_ms, const char *warm) {
+  snprintf(h->dir, sizeof h->dir, "/tmp/schedrun-dl-XXXXXX");
+  assert_non_null(mkdtemp(h->dir));
+  if (warm) tu_run_once(h->dir, warm, "warm.yaml", 1);
+  setenv("SCHEDRUN_CXX", rig_slow_cxx(h->wdir, "HANG_HERE"), 1);
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "host";
+  o.cache_dir = h->dir;
+  o.compile_timeout_ms = compile_timeout_ms;
+  h->s = tu_open(&o);
+  rig_left_forget(); /* its jobs are numbered from 1, as earlier schedulers' were */
+  h->p = tu_load(h->s, hang_yaml, "dl.yaml");
+}
+
+static void hang_down(hang_bench *h) {
+  schedrun_program_free(&h->p);
+  schedrun_close(&h->s);
+  unsetenv("SCHEDRUN_CXX");
+  fs_remove_tree(h->dir);
+  fs_remove_tree(h->wdir);
+}
+
+/* The next compile, of another program, on the same scheduler: it verifies. */
+static void next_compiles(hang_bench *h) {
+  char text[2048];
+  schedrun_program_t *q = tu_load(h->s, next_yaml, "next.yaml");
+  int rc = result_of(h->s, submit(h->s, q, 0), text, sizeof text);
+  if (rc != SCHEDRUN_OK) fail_msg("the next compile: status %d: %s", rc, text);
+  schedrun_program_free(&q);
+}
+
 /* A job with a 500 ms deadline whose kernel never finishes compiling
  * completes SCHEDRUN_ETIMEOUT naming the kernel and its place, with the
  * teardown run (the mode reset before the error left, the compiler
  * killed); a job of another program then compiles and verifies. */
 static void test_deadline_stops_the_compile(void **st) {
   (void)st;
-  char wdir[64], dir[] = "/tmp/schedrun-dl-XXXXXX";
-  assert_non_null(mkdtemp(dir));
-  setenv("SCHEDRUN_CXX", rig_slow_cxx(wdir, "HANG_HERE"), 1);
-  schedrun_t *s = open_in(dir);
-  schedrun_program_t *p = tu_load(s, hang_yaml, "dl.yaml");
-  schedrun_job_t id = submit(s, p, 500);
+  hang_bench h;
+  hang_up(&h, 0, NULL);
+  schedrun_job_t id = submit(h.s, h.p, 500);
   char text[2048];
-  assert_int_equal(result_of(s, id, text, sizeof text), SCHEDRUN_ETIMEOUT);
+  assert_int_equal(result_of(h.s, id, text, sizeof text), SCHEDRUN_ETIMEOUT);
   /* on a busy machine the compile may not have started by the deadline:
    * then it was dropped, and no compiler ever ran */
   bool ran = strstr(text, "; stop 1 running compiles") != NULL;
@@ -207,17 +240,10 @@ static void test_deadline_stops_the_compile(void **st) {
       (!ran && !strstr(text, "; drop 1 compiles not started")))
     fail_msg("the timeout does not name the compile and its teardown: %s", text);
   rig_left_after_reset(id);
-  pid_t cc = rig_slow_pid(wdir);
+  pid_t cc = rig_slow_pid(h.wdir);
   if (cc) TU_WAIT_FOR(rig_process_gone(cc), "the compiler to be killed");
-  schedrun_program_t *q = tu_load(s, next_yaml, "next.yaml");
-  schedrun_job_t next = submit(s, q, 0);
-  assert_int_equal(result_of(s, next, text, sizeof text), SCHEDRUN_OK);
-  schedrun_program_free(&q);
-  schedrun_program_free(&p);
-  schedrun_close(&s);
-  unsetenv("SCHEDRUN_CXX");
-  fs_remove_tree(dir);
-  fs_remove_tree(wdir);
+  next_compiles(&h);
+  hang_down(&h);
 }
 
 /* Two jobs wait for one compile: the one with a deadline completes at it,
@@ -225,30 +251,24 @@ static void test_deadline_stops_the_compile(void **st) {
  * shutdown then stops it and the other completes SCHEDRUN_ECLOSED. */
 static void test_late_job_leaves_the_compile_to_the_others(void **st) {
   (void)st;
-  char wdir[64], dir[] = "/tmp/schedrun-dl-XXXXXX";
-  assert_non_null(mkdtemp(dir));
-  setenv("SCHEDRUN_CXX", rig_slow_cxx(wdir, "HANG_HERE"), 1);
-  schedrun_t *s = open_in(dir);
-  schedrun_program_t *p = tu_load(s, hang_yaml, "dl.yaml");
-  schedrun_job_t patient = submit(s, p, 0), hurried = submit(s, p, 300);
+  hang_bench h;
+  hang_up(&h, 0, NULL);
+  schedrun_job_t patient = submit(h.s, h.p, 0), hurried = submit(h.s, h.p, 300);
   char text[2048];
-  assert_int_equal(result_of(s, hurried, text, sizeof text), SCHEDRUN_ETIMEOUT);
+  assert_int_equal(result_of(h.s, hurried, text, sizeof text), SCHEDRUN_ETIMEOUT);
   if (!strstr(text, "still compiling kernel 'k' (dl.yaml:3:3) after ") ||
       !strstr(text, "teardown: leave the compile running for the 1 other jobs that wait for it"))
     fail_msg("the late job's error: %s", text);
-  TU_WAIT_FOR(rig_slow_pid(wdir) != 0, "the compiler to start over k");
-  pid_t cc = rig_slow_pid(wdir);
+  TU_WAIT_FOR(rig_slow_pid(h.wdir) != 0, "the compiler to start over k");
+  pid_t cc = rig_slow_pid(h.wdir);
   assert_false(rig_process_gone(cc));
   schedrun_error_t err = {0};
-  assert_int_equal(schedrun_shutdown(s, TU_PATIENCE_MS, &err), SCHEDRUN_OK);
-  assert_int_equal(result_of(s, patient, text, sizeof text), SCHEDRUN_ECLOSED);
+  assert_int_equal(schedrun_shutdown(h.s, TU_PATIENCE_MS, &err), SCHEDRUN_OK);
+  assert_int_equal(result_of(h.s, patient, text, sizeof text), SCHEDRUN_ECLOSED);
   if (!strstr(text, "teardown: reset the active compile mode")) fail_msg("the shut-down job's error: %s", text);
+  rig_left_after_reset(patient); /* the first job asked for the compile: the session is its */
   assert_true(rig_process_gone(cc));
-  schedrun_program_free(&p);
-  schedrun_close(&s);
-  unsetenv("SCHEDRUN_CXX");
-  fs_remove_tree(dir);
-  fs_remove_tree(wdir);
+  hang_down(&h);
 }
 
 /* A compiler that hangs past the compile timeout is killed and the job
@@ -257,34 +277,20 @@ static void test_late_job_leaves_the_compile_to_the_others(void **st) {
  * cache beforehand, and the timeout is long beside a compile of it. */
 static void test_compile_timeout_kills_a_hung_compiler(void **st) {
   (void)st;
-  char wdir[64], dir[] = "/tmp/schedrun-dl-XXXXXX";
-  assert_non_null(mkdtemp(dir));
-  tu_run_once(dir, next_yaml, "next.yaml", 1);
-  setenv("SCHEDRUN_CXX", rig_slow_cxx(wdir, "HANG_HERE"), 1);
-  schedrun_options_t o;
-  schedrun_options_init(&o);
-  o.devices = "host";
-  o.cache_dir = dir;
-  o.compile_timeout_ms = 5000; /* long beside a tiny kernel's compile, even on a busy machine */
-  schedrun_t *s = tu_open(&o);
-  schedrun_program_t *p = tu_load(s, hang_yaml, "dl.yaml");
+  hang_bench h;
+  hang_up(&h, 5000, next_yaml); /* 5 s: long beside a tiny kernel's compile, even on a busy machine */
   char text[4096];
-  assert_int_equal(result_of(s, submit(s, p, 0), text, sizeof text), SCHEDRUN_ECOMPILE);
+  schedrun_job_t id = submit(h.s, h.p, 0);
+  assert_int_equal(result_of(h.s, id, text, sizeof text), SCHEDRUN_ECOMPILE);
   if (!strstr(text, "kernel 'k' (dl.yaml:3:3): the C++ compiler ran for more than the compile timeout (5.0 s)") ||
       !strstr(text, "teardown: reset the active compile mode; drain 0 compiles") ||
       !strstr(text, "evict 1 failed cache entries"))
     fail_msg("the compile past its timeout: %s", text);
-  pid_t cc = rig_slow_pid(wdir); /* 0: killed before it got to hang (a busy machine) */
+  rig_left_after_reset(id);
+  pid_t cc = rig_slow_pid(h.wdir); /* 0: killed before it got to hang (a busy machine) */
   if (cc) assert_true(rig_process_gone(cc));
-  schedrun_program_t *q = tu_load(s, next_yaml, "next.yaml");
-  int rc = result_of(s, submit(s, q, 0), text, sizeof text);
-  if (rc != SCHEDRUN_OK) fail_msg("the next compile: status %d: %s", rc, text);
-  schedrun_program_free(&q);
-  schedrun_program_free(&p);
-  schedrun_close(&s);
-  unsetenv("SCHEDRUN_CXX");
-  fs_remove_tree(dir);
-  fs_remove_tree(wdir);
+  next_compiles(&h);
+  hang_down(&h);
 }
 
 /* sched-run OPT VALUE over the config whose kernel never finishes
