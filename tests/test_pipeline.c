@@ -446,6 +446,13 @@ static void test_api_misuse(void **st) {
   assert_int_equal(schedrun_open(&bad, &o, &err), SCHEDRUN_EINVAL);
   assert_null(bad);
   schedrun_error_clear(&err);
+  schedrun_options_init(&o);
+  o.devices = "host:1";
+  o.compile_timeout_ms = -1;
+  assert_int_equal(schedrun_open(&bad, &o, &err), SCHEDRUN_EINVAL);
+  assert_null(bad);
+  assert_string_equal(err.message, "schedrun_open: compile_timeout_ms must be >= 0");
+  schedrun_error_clear(&err);
   assert_int_equal(schedrun_run(NULL, NULL, NULL, &r, &err), SCHEDRUN_EINVAL);
   assert_non_null(strstr(err.message, "schedrun_run"));
   schedrun_error_clear(&err);
