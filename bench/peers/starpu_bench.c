@@ -14,6 +14,11 @@
  *   (f) a diamond of four saxpy tasks on 4,096 floats (A -> B, C -> D, as
  *       in dag_bench), submitted and waited for, 200 times: the median time
  *       per diamond, D's result checked element by element.
+ *   (g) data-carrying tasks: N saxpy tasks on 1,024 floats, each on its own
+ *       x and y, registered in place (starpu_vector_data_register), in
+ *       windows of 256: register, submit, unregister (which brings y home),
+ *       every result checked as bench/data_bench.c checks its jobs': CPU
+ *       time and page faults per task (`--data N` runs only this).
  * With (a), the CPU time and the context switches of the whole process (its
  * workers are threads) per task.
  * Prints key=value lines.
@@ -87,12 +92,67 @@ static struct starpu_codelet incr_cl = {.cpu_funcs = {incr_vec}, .nbuffers = 1, 
 static struct starpu_codelet empty_cl = {.cpu_funcs = {empty}, .nbuffers = 0, .name = "empty"};
 static struct starpu_codelet tiny_cl = {.cpu_funcs = {tiny}, .nbuffers = 1, .modes = {STARPU_RW}, .name = "tiny"};
 
+/* CPU seconds and page faults of this process so far. */
+static void cpu_faults(double *cpu, double *faults) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  *cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+  *faults = (double)(ru.ru_minflt + ru.ru_majflt);
+}
+
+/* (g): n saxpy tasks on their own data, in windows of 256 */
+static int data_tasks(int n) {
+  enum { DX = 1024, WIN = 256 };
+  float *xs = malloc((size_t)WIN * DX * sizeof *xs), *ys = malloc((size_t)WIN * DX * sizeof *ys);
+  starpu_data_handle_t hx[WIN], hy[WIN];
+  if (!xs || !ys) return 1;
+  double cpu0 = 0, cpu1, f0 = 0, f1;
+  for (int first = -WIN; first < n; first += WIN) { /* the first window warms up */
+    if (first == 0) cpu_faults(&cpu0, &f0);
+    int w = n - first < WIN ? n - first : WIN;
+    for (int k = 0; k < w; k++) {
+      float *x = xs + (size_t)k * DX, *y = ys + (size_t)k * DX;
+      for (int i = 0; i < DX; i++) {
+        x[i] = (float)i;
+        y[i] = (float)(first + k);
+      }
+      starpu_vector_data_register(&hx[k], STARPU_MAIN_RAM, (uintptr_t)x, DX, sizeof(float));
+      starpu_vector_data_register(&hy[k], STARPU_MAIN_RAM, (uintptr_t)y, DX, sizeof(float));
+      if (submit2(&saxpy_cl, hx[k], hy[k])) return 1;
+    }
+    for (int k = 0; k < w; k++) {
+      starpu_data_unregister(hx[k]);
+      starpu_data_unregister(hy[k]);
+      const float *y = ys + (size_t)k * DX;
+      if (y[0] != (float)(first + k) || y[DX - 1] != 2.0f * (DX - 1) + (float)(first + k)) return 1;
+      if ((first + k) % 64 == 0)
+        for (int i = 0; i < DX; i++)
+          if (y[i] != 2.0f * (float)i + (float)(first + k)) {
+            fprintf(stderr, "data: task %d: y[%d] is %g\n", first + k, i, y[i]);
+            return 1;
+          }
+    }
+  }
+  cpu_faults(&cpu1, &f1);
+  printf("starpu_data_cpu_us_per_task=%.2f\nstarpu_data_faults_per_task=%.2f\n", (cpu1 - cpu0) * 1e6 / n,
+         (f1 - f0) / n);
+  free(xs);
+  free(ys);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   bool only = argc == 3 && !strcmp(argv[1], "--only-tasks"); /* N empty tasks and nothing else */
-  int n = only ? atoi(argv[2]) : argc > 1 ? atoi(argv[1]) : 100000;
+  bool data = argc == 3 && !strcmp(argv[1], "--data");       /* (g) alone */
+  int n = only || data ? atoi(argv[2]) : argc > 1 ? atoi(argv[1]) : 100000;
   if (starpu_init(NULL) != 0) {
     fprintf(stderr, "starpu_init failed\n");
     return 1;
+  }
+  if (data) {
+    int rc = data_tasks(n);
+    starpu_shutdown();
+    return rc;
   }
   if (only) {
     for (int i = 0; i < n; i++) {
@@ -253,6 +313,7 @@ int main(int argc, char **argv) {
   free(yc);
   qsort(dia_us, DROUNDS, sizeof *dia_us, cmp);
   printf("starpu_diamond_us=%.1f\n", dia_us[DROUNDS / 2]);
+  if (data_tasks(n / 2)) return 1;
   starpu_shutdown();
   return 0;
 }

@@ -36,9 +36,8 @@
 
 #define MODULE_TIMEOUT_NS (60ull * 1000000000ull)
 #define PUNCH_BYTES (64u << 10) /* freed buffers this large give their pages back */
-/* and freed staging blocks (a batch's bytes in and out) this large: a
- * batch's staging is freed after every batch, and pages given back cost a
- * page fault on each side when the next batch touches them again */
+/* and freed blocks of the worker's zone (module images, sequences, staging
+ * past HOST_STAGE_KEEP_BYTES) this large */
 #define PUNCH_STAGING_BYTES (1u << 20)
 
 typedef struct host_backend {
@@ -68,9 +67,21 @@ static host_device *dev_of(const gpu_backend *b, int dev) { return &hb(b)->devs[
 
 /* ---- device memory ---- */
 
+static void dev_free(host_device *d, uint64_t addr);
+
+/* A block of the worker's zone; when there is no room, the staging block
+ * kept for the next batch (stage_give) is given up first. */
 static int dev_alloc(host_device *d, uint64_t bytes, uint64_t *addr) {
   uint64_t off;
-  if (host_arena_alloc(&d->alloc, bytes ? bytes : 1, &off)) return -1;
+  if (host_arena_alloc(&d->alloc, bytes ? bytes : 1, &off)) {
+    pthread_mutex_lock(&d->lock_prot);
+    uint64_t kept = d->stage_addr;
+    d->stage_addr = d->stage_len = 0;
+    pthread_mutex_unlock(&d->lock_prot);
+    if (!kept) return -1;
+    dev_free(d, kept);
+    if (host_arena_alloc(&d->alloc, bytes ? bytes : 1, &off)) return -1;
+  }
   *addr = d->wbase + off;
   return 0;
 }
@@ -491,6 +502,46 @@ static uint64_t stage_len(const gpu_batch_op *o) {
   return o->kind == GB_HTOD || o->kind == GB_DTOH ? (o->bytes + 15) & ~15ull : 0;
 }
 
+/* A staging block of at least `bytes` for one batch: the device's kept
+ * block when it is large enough (its pages were touched by the batches
+ * before, in both processes, so the batch costs no page fault), else a new
+ * one of the next power of two, at least 64 KiB, so that a growing load
+ * settles on one size. */
+static int stage_take(host_device *d, uint64_t bytes, uint64_t *addr, uint64_t *len) {
+  pthread_mutex_lock(&d->lock_prot);
+  uint64_t a = d->stage_addr, l = d->stage_len;
+  if (a && l >= bytes) d->stage_addr = d->stage_len = 0;
+  pthread_mutex_unlock(&d->lock_prot);
+  if (a && l >= bytes) {
+    *addr = a;
+    *len = l;
+    return 0;
+  }
+  uint64_t want = 64u << 10;
+  while (want < bytes && want <= UINT64_MAX / 2) want *= 2;
+  if (dev_alloc(d, want, addr) == 0) {
+    *len = want;
+    return 0;
+  }
+  *len = bytes; /* no room for the rounded size: exactly what it needs */
+  return dev_alloc(d, bytes, addr);
+}
+
+/* Gives a batch's staging block back: kept for the next batch when it is the
+ * largest there is and not over HOST_STAGE_KEEP_BYTES (the high-water mark
+ * of the device's batches), else freed, its pages given back when large. */
+static void stage_give(host_device *d, uint64_t addr, uint64_t len) {
+  uint64_t drop = addr;
+  pthread_mutex_lock(&d->lock_prot);
+  if (len <= HOST_STAGE_KEEP_BYTES && len > d->stage_len) {
+    drop = d->stage_addr; /* the smaller one goes */
+    d->stage_addr = addr;
+    d->stage_len = len;
+  }
+  pthread_mutex_unlock(&d->lock_prot);
+  dev_free(d, drop);
+}
+
 /* A batch as one RUN_STEPS request: host bytes are staged in the arena
  * first (the worker copies them in between the jobs' sequences), what is
  * read back is staged by the worker and copied out after. */
@@ -500,10 +551,11 @@ static int h_run_batch(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uin
   *done = 0;
   uint64_t staged = 0;
   for (size_t i = 0; i < n; i++) staged += stage_len(&ops[i]);
-  uint64_t at = 0, steps_bytes = n * sizeof(hw_step);
-  if (dev_alloc(d, steps_bytes + staged, &at))
+  uint64_t at = 0, at_len = 0, steps_bytes = n * sizeof(hw_step);
+  if (stage_take(d, steps_bytes + staged, &at, &at_len))
     return err_set(err, SCHEDRUN_ENOMEM, "%s: no room to stage a batch of %zu steps (%llu bytes)", d->name, n,
                    (unsigned long long)(steps_bytes + staged));
+  assert(at_len >= steps_bytes + staged);
   hw_step *steps = dev_range(d, at, steps_bytes);
   uint64_t stage = at + steps_bytes, seqs = 0;
   for (size_t i = 0; i < n; i++) {
@@ -547,7 +599,7 @@ static int h_run_batch(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uin
     if (o->kind == GB_DTOH && o->bytes) memcpy(o->dst, dev_range(d, stage, o->bytes), o->bytes);
     stage += stage_len(o);
   }
-  dev_free(d, at);
+  stage_give(d, at, at_len);
   return rc;
 }
 

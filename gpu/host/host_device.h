@@ -30,6 +30,8 @@
 
 #define HOST_KEPT_MAX 64
 #define HOST_KEPT_BYTES (64ull << 20)
+/* the largest staging block kept for the next batch */
+#define HOST_STAGE_KEEP_BYTES (64ull << 20)
 
 typedef struct host_device {
   int index;
@@ -52,6 +54,9 @@ typedef struct host_device {
   host_extent kept[HOST_KEPT_MAX];
   uint32_t nkept;
   uint64_t kept_bytes;
+  /* the staging block batches reuse (host_backend.c): its pages stay
+   * touched from batch to batch; 0 while a batch holds it or none was made */
+  uint64_t stage_addr, stage_len;
   _Atomic pid_t pid;  /* 0 when there is no live worker */
   int lib_fd;         /* the worker's watchdog sees this close when we end */
   _Atomic bool lost;
