@@ -178,12 +178,28 @@ static void free_buf(void *data, void *hint) {
   free(data);
 }
 
+/* The tickets a message's bytes lent (msg.h, "Lent bytes"), kept with the
+ * ZeroMQ message: when ZeroMQ lets go of it (after the receiver decoded it,
+ * or undelivered), blocks nobody claimed are freed. */
+typedef struct lent_hint {
+  size_t n;
+  msg_lent v[]; /* tickets (the slots are not followed: the message may be gone) */
+} lent_hint;
+
+static void free_lent(void *data, void *hint) {
+  lent_hint *h = hint;
+  for (size_t i = 0; i < h->n; i++) msg_reclaim(h->v[i].ticket);
+  free(h);
+  free(data);
+}
+
 /* ---- the encoder's buffer: the calling thread's, kept from message to
  * message ---- */
 
 typedef struct scratch {
   uint8_t *buf;
   size_t cap;
+  msg_lending lent;
 } scratch;
 
 static pthread_key_t scratch_key;
@@ -192,6 +208,7 @@ static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 static void scratch_free(void *p) {
   scratch *sc = p;
   free(sc->buf);
+  free(sc->lent.v);
   free(sc);
 }
 
@@ -210,13 +227,29 @@ static scratch *thread_scratch(void) {
   return sc;
 }
 
-int mbox_encode(const msg *m, zmq_msg_t *zm, schedrun_error_t *err) {
+int mbox_encode(msg *m, zmq_msg_t *zm, schedrun_error_t *err) {
   scratch *sc = thread_scratch();
   if (!sc) return err_set(err, SCHEDRUN_ENOMEM, "out of memory sending %s", msg_type_name(m->type));
   size_t len = 0;
-  int rc = msg_encode_append(m, &sc->buf, &len, &sc->cap, err);
+  int rc = msg_encode_append(m, &sc->buf, &len, &sc->cap, &sc->lent, err);
   if (rc) return rc;
-  if (len > MBOX_COPY_MAX) {
+  if (sc->lent.n) {
+    /* the bytes carry tickets: a copy of its own, with them as its hint */
+    lent_hint *h = malloc(sizeof *h + sc->lent.n * sizeof h->v[0]);
+    uint8_t *copy = h ? malloc(len) : NULL;
+    if (copy) {
+      h->n = sc->lent.n;
+      memcpy(h->v, sc->lent.v, h->n * sizeof h->v[0]);
+      memcpy(copy, sc->buf, len);
+    }
+    if (!copy || zmq_msg_init_data(zm, copy, len, free_lent, h) != 0) {
+      free(copy);
+      free(h);
+      for (size_t i = 0; i < sc->lent.n; i++) /* back into m, as if never encoded */
+        sc->lent.v[i].slot->data = msg_claim(sc->lent.v[i].ticket, sc->lent.v[i].slot->len);
+      return err_set(err, SCHEDRUN_ENOMEM, "out of memory sending %s", msg_type_name(m->type));
+    }
+  } else if (len > MBOX_COPY_MAX) {
     if (zmq_msg_init_data(zm, sc->buf, len, free_buf, NULL) != 0)
       return err_set(err, SCHEDRUN_ENOMEM, "out of memory sending %s", msg_type_name(m->type));
     sc->buf = NULL; /* ZeroMQ's now: freed by whoever closes the last copy */
@@ -231,17 +264,22 @@ int mbox_encode(const msg *m, zmq_msg_t *zm, schedrun_error_t *err) {
   return SCHEDRUN_OK;
 }
 
+void mbox_unsent(zmq_msg_t *zm, msg *m) {
+  msg_unlend(m, zmq_msg_data(zm), zmq_msg_size(zm));
+  zmq_msg_close(zm);
+}
+
 int mbox_decode(zmq_msg_t *zm, msg *m) {
   HB_RECV(zmq_msg_data(zm));
   schedrun_error_t e = {0};
-  int rc = msg_decode(zmq_msg_data(zm), zmq_msg_size(zm), m, &e);
+  int rc = msg_decode_local(zmq_msg_data(zm), zmq_msg_size(zm), m, &e);
   if (rc == SCHEDRUN_OK) HB_RECV_TYPE(m->type);
   zmq_msg_close(zm);
   schedrun_error_clear(&e);
   return rc;
 }
 
-int mbox_send(void *sock, const msg *m, schedrun_error_t *err) {
+int mbox_send(void *sock, msg *m, schedrun_error_t *err) {
   zmq_msg_t zm;
   int rc = mbox_encode(m, &zm, err);
   if (rc) return rc;
@@ -252,7 +290,7 @@ int mbox_send(void *sock, const msg *m, schedrun_error_t *err) {
     }
     if (zmq_errno() == EINTR) continue;
     int e = zmq_errno();
-    zmq_msg_close(&zm);
+    mbox_unsent(&zm, m);
     if (e == EAGAIN)
       return err_set(err, SCHEDRUN_ECLOSED, "send %s: no one is receiving (the peer has stopped)",
                      msg_type_name(m->type));
@@ -388,7 +426,7 @@ static void undeliverable(actor_t *self, const char *to, const msg *m, int code,
   actor_send_error(self, request ? self->name : to, m->job, code, why, steps, 1);
 }
 
-int actor_send(actor_t *self, const char *to, const msg *m) {
+int actor_send(actor_t *self, const char *to, msg *m) {
   peer *p = NULL;
   for (int i = 0; i < self->npeers; i++)
     if (strcmp(self->peers[i].name, to) == 0) p = &self->peers[i];

@@ -98,7 +98,7 @@ void actor_wake_at(actor_t *self, uint64_t at_ns);
 /* Encodes m and sends it to the actor named `to`. From the actor's handler
  * only (the sockets are the actor's, used under its turn). m stays the
  * caller's. */
-int actor_send(actor_t *self, const char *to, const msg *m);
+int actor_send(actor_t *self, const char *to, msg *m);
 
 /* Sends ERROR for `job` to `to`, with the teardown steps that have already run. */
 int actor_send_error(actor_t *self, const char *to, uint64_t job, int code, const char *text,
@@ -109,16 +109,19 @@ int actor_send_error(actor_t *self, const char *to, uint64_t job, int code, cons
 void *mbox_bind(void *zctx, const char *name, schedrun_error_t *err);    /* PULL */
 void *mbox_connect(void *zctx, const char *name, schedrun_error_t *err); /* PUSH */
 void mbox_close(void *sock);
-int mbox_send(void *sock, const msg *m, schedrun_error_t *err);
+int mbox_send(void *sock, msg *m, schedrun_error_t *err);
 /* m, encoded, as a ZeroMQ message for zmq_msg_send: encoded in a buffer the
  * calling thread keeps, then copied into the message (one allocation of
  * ZeroMQ's, none up to its 33-byte inline size); a message of more than
  * MBOX_COPY_MAX bytes (outputs) takes the buffer itself, without a copy. */
 #define MBOX_COPY_MAX (8u << 10)
-int mbox_encode(const msg *m, zmq_msg_t *zm, schedrun_error_t *err);
+int mbox_encode(msg *m, zmq_msg_t *zm, schedrun_error_t *err);
 /* Decodes a received message into m and closes it: SCHEDRUN_OK, or
  * SCHEDRUN_EPROTO for malformed bytes (m is then empty). */
 int mbox_decode(zmq_msg_t *zm, msg *m);
+/* Closes zm, a message mbox_encode made of m that was not sent: the bytes it
+ * lent go back into m, as if it had never been encoded. */
+void mbox_unsent(zmq_msg_t *zm, msg *m);
 /* Waits up to timeout_ms (-1: forever) for one well-formed message. Returns
  * SCHEDRUN_ETIMEOUT when none came; malformed ones are skipped and counted in
  * *malformed when given. */
@@ -184,7 +187,7 @@ int msgq_open(msg_queue *q, void *zctx, const char *name, schedrun_error_t *err)
 void msgq_close(msg_queue *q);
 void msgq_destroy(msg_queue *q);
 /* Sends m; *ring is true when the caller must now ring the receiver. */
-int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err);
+int msgq_push(msg_queue *q, msg *m, bool *ring, schedrun_error_t *err);
 /* Whether anything is queued now (no lock: a hint for a polling receiver). */
 bool msgq_any(msg_queue *q);
 /* A receiver polls the queue itself (msgq_any, then msgq_drain) between

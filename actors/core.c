@@ -23,7 +23,7 @@ void core_free_parcels(schedrun_core *c, const msg_u64s *takes) {
   for (size_t i = 0; i + 2 < takes->n; i += 3) core_free_parcel(c, takes->v[i + 1], takes->v[i + 2]);
 }
 
-int core_send_queued(actor_t *self, msg_queue *q, const char *to, const msg *m) {
+int core_send_queued(actor_t *self, msg_queue *q, const char *to, msg *m) {
   bool ring = false;
   schedrun_error_t err = {0};
   int rc = msgq_push(q, m, &ring, &err);
@@ -38,7 +38,7 @@ int core_send_queued(actor_t *self, msg_queue *q, const char *to, const msg *m) 
   return rc;
 }
 
-int core_send_complete(actor_t *self, schedrun_core *c, const char *to, const msg *m) {
+int core_send_complete(actor_t *self, schedrun_core *c, const char *to, msg *m) {
   if (!c->queue_completions || strcmp(to, ACTOR_CLIENT) != 0) return actor_send(self, to, m);
   return core_send_queued(self, &c->to_client, to, m);
 }
@@ -48,14 +48,14 @@ void core_name_devices(schedrun_core *c) {
   for (int d = 0; d < c->ndevices; d++) snprintf(c->execute_names[d], sizeof c->execute_names[d], ACTOR_EXECUTE_FMT, d);
 }
 
-int core_send_execute(actor_t *self, schedrun_core *c, int dev, const msg *m) {
+int core_send_execute(actor_t *self, schedrun_core *c, int dev, msg *m) {
   assert(dev >= 0 && dev < c->ndevices);
   const char *to = c->execute_names[dev];
   if (c->no_batching) return actor_send(self, to, m);
   return core_send_queued(self, &c->to_execute[dev], to, m);
 }
 
-int core_send_executed(actor_t *self, schedrun_core *c, const char *to, const msg *m) {
+int core_send_executed(actor_t *self, schedrun_core *c, const char *to, msg *m) {
   if (c->no_batching || strcmp(to, ACTOR_SCHEDULER) != 0) return actor_send(self, to, m);
   return core_send_queued(self, &c->to_scheduler, to, m);
 }

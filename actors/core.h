@@ -64,15 +64,15 @@ void core_free_parcels(schedrun_core *c, const msg_u64s *takes);
 
 /* Sends m to actor `to` through queue q, ringing `to` when q was idle.
  * From an actor's thread. */
-int core_send_queued(actor_t *self, msg_queue *q, const char *to, const msg *m);
+int core_send_queued(actor_t *self, msg_queue *q, const char *to, msg *m);
 /* Sends a COMPLETE or COMPLETE_MANY to `to`: to the library through its
  * completion queue, to any other mailbox directly. */
-int core_send_complete(actor_t *self, schedrun_core *c, const char *to, const msg *m);
+int core_send_complete(actor_t *self, schedrun_core *c, const char *to, msg *m);
 /* Sends an EXECUTE or EXECUTE_MANY to device dev's execute actor. */
-int core_send_execute(actor_t *self, schedrun_core *c, int dev, const msg *m);
+int core_send_execute(actor_t *self, schedrun_core *c, int dev, msg *m);
 /* Sends an EXECUTED or EXECUTED_MANY to `to`: to the scheduler through its
  * queue, to any other mailbox directly. */
-int core_send_executed(actor_t *self, schedrun_core *c, const char *to, const msg *m);
+int core_send_executed(actor_t *self, schedrun_core *c, const char *to, msg *m);
 
 /* Actor definitions; each actor's state is created by its *_new and freed by
  * its *_free after the actor has been joined. */

@@ -137,7 +137,7 @@ static int gather_add(msg_queue *q, const msg *m, bool *added, schedrun_error_t 
   return SCHEDRUN_OK;
 }
 
-int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err) {
+int msgq_push(msg_queue *q, msg *m, bool *ring, schedrun_error_t *err) {
   *ring = false;
   bool may_gather = gatherable(m), gathered = false;
   zmq_msg_t zm;
@@ -163,7 +163,7 @@ int msgq_push(msg_queue *q, const msg *m, bool *ring, schedrun_error_t *err) {
     if (*ring) q->rung = true;
   }
   pthread_mutex_unlock(&q->lock);
-  if (rc && made) zmq_msg_close(&zm);
+  if (rc && made) mbox_unsent(&zm, m);
   else if (!rc && !gathered) msg_tally_sent(m);
   return rc;
 }

@@ -178,7 +178,7 @@ bool api_guest_run_queued(schedrun_t *s);
 typedef enum { SUBMIT_QUEUE, SUBMIT_PLACE_HERE, SUBMIT_RUN_HERE } submit_how;
 /* Hands a SUBMIT or SUBMIT_MANY to the scheduler; SCHEDRUN_ECLOSED once the
  * shutdown's TERM has gone before it. */
-int api_send_submit(schedrun_t *s, const msg *m, submit_how how, schedrun_error_t *err);
+int api_send_submit(schedrun_t *s, msg *m, submit_how how, schedrun_error_t *err);
 
 /* Whether the calling thread is s's completion thread (where callbacks run).
  * Takes no lock; the answer cannot change under the caller. */

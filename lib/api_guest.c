@@ -147,7 +147,7 @@ bool api_guest_run_queued(schedrun_t *s) {
   return queued;
 }
 
-int api_send_submit(schedrun_t *s, const msg *m, submit_how how, schedrun_error_t *err) {
+int api_send_submit(schedrun_t *s, msg *m, submit_how how, schedrun_error_t *err) {
   bool ring = false;
   int rc = SCHEDRUN_OK;
   msg_queue *q = &s->core.to_scheduler;

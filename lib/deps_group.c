@@ -141,7 +141,7 @@ static pending_job **gather(schedrun_t *s, pending_job *pj, size_t *n) {
   return g;
 }
 
-static bool push_send(deps_work *w, const msg *m) {
+static bool push_send(deps_work *w, msg *m) {
   if (w->nsend == w->send_cap) {
     size_t cap = w->send_cap ? 2 * w->send_cap : 8;
     msg *v = realloc(w->send, cap * sizeof *v);

@@ -4,8 +4,8 @@
  * Every message is an envelope, the msgpack array [v, type, job, from, body];
  * the body is the array of its type's fields, in the order of its schema. Messages are self-contained: ids, sizes,
  * strings and bytes, plus device handles (buffer addresses, sequence handles)
- * that are meaningful to the backend, never a pointer into another actor's
- * memory. All strings and arrays of a decoded message are heap-allocated and
+ * that are meaningful to the backend, and tickets of lent bytes (below),
+ * never a pointer into another actor's memory. All strings and arrays of a decoded message are heap-allocated and
  * owned by it; msg_free releases them.
  *
  * One schema table per body drives both the encoder and the decoder, so the two
@@ -327,14 +327,60 @@ typedef struct msg {
 int msg_init(msg *m, int type, uint64_t job, const char *from);
 void msg_free(msg *m);
 
-/* Encodes m into a malloc'ed buffer. Fails only on a bad type or no memory. */
+/*
+ * Lent bytes. Between actors of one process a job's inputs and outputs do
+ * not travel inside their messages: bytes of MSG_LEND_MIN or more are lent
+ * instead. The encoder enters the block in this process's table of lent
+ * blocks, writes a msgpack extension (type MSG_EXT_LENT, 16 bytes: the
+ * ticket and the length, little-endian) where the bin would be, and takes
+ * the block out of the message it encodes (its pointer becomes NULL: the
+ * message no longer owns it). The decoder claims the ticket back and the
+ * decoded message owns the block, the same pointer: no copy on either side,
+ * whatever the size, and a message stays small. A message whose bytes die
+ * without being decoded (it could not be sent, its receiver stopped) gives
+ * its blocks back with msg_reclaim. Tickets are never reused and the decoder
+ * only takes blocks the table holds, so bytes naming a ticket that is not
+ * lent (forged, or a message decoded twice) are refused, never followed.
+ * Bytes for another process (MPI ranks) are never lent: msg_encode writes
+ * them in the message, and msg_decode refuses a lent block.
+ */
+#define MSG_LEND_MIN 4096u
+#define MSG_EXT_LENT 1
+/* Enters data (malloc'ed, len bytes) in the table: its ticket, or 0
+ * without memory. */
+uint64_t msg_lend(uint8_t *data, size_t len);
+/* Takes a lent block out of the table: its bytes, now the caller's; NULL
+ * when the ticket is not lent, or was lent with another length. */
+uint8_t *msg_claim(uint64_t ticket, size_t len);
+/* Frees a lent block that was never claimed (nothing when it was). */
+void msg_reclaim(uint64_t ticket);
+/* Blocks lent and not yet claimed or reclaimed, in this process. */
+size_t msg_lent_count(void);
+
+/* The tickets one encoding lent, and where in the message each block was. */
+typedef struct msg_lent { msg_bytes *slot; uint64_t ticket; } msg_lent;
+typedef struct msg_lending { msg_lent *v; size_t n, cap; } msg_lending;
+
+/* Encodes m into a malloc'ed buffer, every byte inside it (for another
+ * process). Fails only on a bad type, a limit or no memory. */
 int msg_encode(const msg *m, uint8_t **out, size_t *len, schedrun_error_t *err);
-/* Encodes m at the end of a growable buffer (*buf of *cap bytes, *len used);
- * on failure the buffer holds what it held. */
-int msg_encode_append(const msg *m, uint8_t **buf, size_t *len, size_t *cap, schedrun_error_t *err);
+/* Encodes m at the end of a growable buffer (*buf of *cap bytes, *len used)
+ * for a receiver in this process: its bytes of MSG_LEND_MIN or more are lent,
+ * listed in *lent (emptied first), and leave m. On failure nothing is lent,
+ * m holds what it held and the buffer what it held. A block already taken
+ * out of m (a message sent once already) makes it fail. */
+int msg_encode_append(msg *m, uint8_t **buf, size_t *len, size_t *cap, msg_lending *lent, schedrun_error_t *err);
+/* m's bytes were lent to `data` (msg_encode_append), which will not be sent:
+ * claims them back into m, where they were. */
+void msg_unlend(msg *m, const void *data, size_t len);
+/* Gives back every block `lent` lists (freeing it when it was never claimed). */
+void msg_lending_reclaim(const msg_lending *lent);
 /* Decodes data into m. Malformed input gives SCHEDRUN_EPROTO and a sentence naming
- * the field; m is then empty (nothing to free, but msg_free is harmless). */
+ * the field; m is then empty (nothing to free, but msg_free is harmless).
+ * msg_decode refuses lent blocks (bytes from another process);
+ * msg_decode_local claims them (bytes msg_encode_append made here). */
 int msg_decode(const void *data, size_t len, msg *m, schedrun_error_t *err);
+int msg_decode_local(const void *data, size_t len, msg *m, schedrun_error_t *err);
 
 /* What went through ZeroMQ sockets in this process, by type: for each
  * message a sender handed to a socket (msg_tally_sent), the jobs it carried

@@ -16,6 +16,7 @@
  *      look up or compare, and a wrong number of fields is refused.
  */
 #include <msgpack.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,10 +173,28 @@ void msg_free(msg *m) {
 typedef struct dctx {
   schedrun_error_t *err;
   const char *type;
+  bool local; /* lent blocks may be claimed (msg_decode_local) */
 } dctx;
 
 static int bad(dctx *d, const char *where, const char *what) {
   return err_set(d->err, SCHEDRUN_EPROTO, "malformed %s message: %s: %s", d->type, where, what);
+}
+
+/* A lent block where bytes go (msg.h, "Lent bytes"): claimed from the
+ * table, owned by the message from now on. */
+static int claim_lent(dctx *d, const char *w, const msgpack_object *o, msg_bytes *b) {
+  if (!d->local) return bad(d, w, "lent bytes cannot come from another process");
+  if (o->via.ext.type != MSG_EXT_LENT || o->via.ext.size != 16) return bad(d, w, "expected bytes");
+  const uint8_t *e = (const uint8_t *)o->via.ext.ptr;
+  uint64_t t = 0, len = 0;
+  for (int i = 0; i < 8; i++) {
+    t |= (uint64_t)e[i] << (8 * i);
+    len |= (uint64_t)e[8 + i] << (8 * i);
+  }
+  if (len > SIZE_MAX || !(b->data = msg_claim(t, (size_t)len)))
+    return bad(d, w, "names lent bytes that are not lent (claimed already, or never lent)");
+  b->len = (size_t)len;
+  return SCHEDRUN_OK;
 }
 
 static int get_int(dctx *d, const char *where, const msgpack_object *o, int64_t lo, uint64_t hi,
@@ -243,6 +262,7 @@ static int decode_field(dctx *d, const field *f, const msgpack_object *o, void *
   case FK_STR:
     return get_str(d, w, o, (char **)p);
   case FK_BIN: {
+    if (o->type == MSGPACK_OBJECT_EXT) return claim_lent(d, w, o, p);
     if (o->type != MSGPACK_OBJECT_BIN) return bad(d, w, "expected bytes");
     msg_bytes *b = p;
     b->len = o->via.bin.size;
@@ -392,9 +412,9 @@ static int check_batch(dctx *d, const msg *m) {
   return SCHEDRUN_OK;
 }
 
-int msg_decode(const void *data, size_t len, msg *m, schedrun_error_t *err) {
+static int decode(const void *data, size_t len, msg *m, bool local, schedrun_error_t *err) {
   memset(m, 0, sizeof *m);
-  dctx d = {err, "?"};
+  dctx d = {err, "?", local};
   if (!data || len == 0) return bad(&d, "envelope", "empty message");
   if (len > MSG_MAX_BYTES) return bad(&d, "envelope", "message too large");
   msgpack_object obj;
@@ -429,4 +449,37 @@ out:
     msg_free(m);
   }
   return rc;
+}
+
+int msg_decode(const void *data, size_t len, msg *m, schedrun_error_t *err) { return decode(data, len, m, false, err); }
+
+int msg_decode_local(const void *data, size_t len, msg *m, schedrun_error_t *err) {
+  return decode(data, len, m, true, err);
+}
+
+/* Moves bytes `from` holds into the slots of `to` whose block was lent
+ * (no data, a length), field by field. */
+static void take_back(const schema *s, void *to, void *from) {
+  for (size_t i = 0; i < s->nfields; i++) {
+    const field *f = &s->fields[i];
+    void *t = (char *)to + f->off, *fr = (char *)from + f->off;
+    if (f->kind == FK_BIN) {
+      msg_bytes *a = t, *b = fr;
+      if (!a->data && a->len && b->data && b->len == a->len) {
+        a->data = b->data;
+        b->data = NULL;
+      }
+    } else if (f->kind == FK_ARR) {
+      any_arr *a = t, *b = fr;
+      for (size_t k = 0; k < a->n && k < b->n; k++)
+        take_back(f->sub, (char *)a->v + k * f->sub->size, (char *)b->v + k * f->sub->size);
+    }
+  }
+}
+
+void msg_unlend(msg *m, const void *data, size_t len) {
+  msg back;
+  if (decode(data, len, &back, true, NULL) != SCHEDRUN_OK) return; /* nothing claimed: ZeroMQ's free reclaims */
+  if (back.type == m->type) take_back(msg_body_schema[m->type], &m->body, &back.body);
+  msg_free(&back);
 }

@@ -1,4 +1,5 @@
 /* Encoding, driven by the schema tables (msg_schema.h). See msg.h. */
+#include <assert.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@ typedef struct outbuf {
   size_t start; /* where this message begins (the buffer may hold others before it) */
   bool failed;
   const char *too_big; /* which limit was passed */
+  msg_lending *lent;   /* NULL: every byte in the message */
 } outbuf;
 
 static void over(outbuf *o, const char *what) {
@@ -86,6 +88,37 @@ static void pack_array(msgpack_packer *pk, size_t n) {
   msgpack_pack_array(pk, n);
 }
 
+/* Lends b's block (msg.h, "Lent bytes"): its ticket and length in an
+ * extension, the block out of the message, the ticket in o->lent. */
+static void lend(msgpack_packer *pk, outbuf *o, msg_bytes *b) {
+  msg_lending *l = o->lent;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 4;
+    msg_lent *v = realloc(l->v, cap * sizeof *v);
+    if (!v) {
+      o->failed = true;
+      return;
+    }
+    l->v = v;
+    l->cap = cap;
+  }
+  uint64_t t = msg_lend(b->data, b->len);
+  if (!t) {
+    o->failed = true;
+    return;
+  }
+  l->v[l->n++] = (msg_lent){b, t};
+  uint8_t body[16];
+  uint64_t len = b->len;
+  for (int i = 0; i < 8; i++) {
+    body[i] = (uint8_t)(t >> (8 * i));
+    body[8 + i] = (uint8_t)(len >> (8 * i));
+  }
+  b->data = NULL;
+  msgpack_pack_ext(pk, sizeof body, MSG_EXT_LENT);
+  msgpack_pack_ext_body(pk, body, sizeof body);
+}
+
 static void pack_struct(msgpack_packer *pk, const schema *s, const void *base) {
   msgpack_pack_array(pk, s->nfields); /* the fields' values, in the schema's order */
   for (size_t i = 0; i < s->nfields; i++) {
@@ -99,8 +132,15 @@ static void pack_struct(msgpack_packer *pk, const schema *s, const void *base) {
     case FK_STR: pack_str(pk, *(char *const *)p); break;
     case FK_BIN: {
       const msg_bytes *b = p;
-      msgpack_pack_bin(pk, b->len);
-      if (b->len) msgpack_pack_bin_body(pk, b->data, b->len);
+      outbuf *o = out_of(pk);
+      if (b->len && !b->data) {
+        over(o, "its bytes were lent already (a message is sent once)");
+      } else if (o->lent && b->len >= MSG_LEND_MIN) {
+        lend(pk, o, (msg_bytes *)(uintptr_t)b); /* the encoder's to take: msg_encode_append has m writable */
+      } else {
+        msgpack_pack_bin(pk, b->len);
+        if (b->len) msgpack_pack_bin_body(pk, b->data, b->len);
+      }
       break;
     }
     case FK_U64S: {
@@ -152,6 +192,13 @@ static int encode_into(const msg *m, outbuf *ob, schedrun_error_t *err) {
   pack_struct(&pk, msg_body_schema[m->type], &m->body);
   if (ob->too_big || ob->failed || !ob->data) {
     ob->len = start;
+    /* nothing leaves m after all: each block goes back where it was */
+    for (size_t i = 0; ob->lent && i < ob->lent->n; i++) {
+      msg_lent *l = &ob->lent->v[i];
+      l->slot->data = msg_claim(l->ticket, l->slot->len);
+      assert(l->slot->data); /* nobody else knew the ticket */
+    }
+    if (ob->lent) ob->lent->n = 0;
     if (ob->too_big)
       return err_set(err, SCHEDRUN_EPROTO, "%s for job %llu cannot be sent: %s", msg_type_name(m->type),
                      (unsigned long long)m->job, ob->too_big);
@@ -163,7 +210,7 @@ static int encode_into(const msg *m, outbuf *ob, schedrun_error_t *err) {
 int msg_encode(const msg *m, uint8_t **out, size_t *len, schedrun_error_t *err) {
   *out = NULL;
   *len = 0;
-  outbuf ob = {NULL, 0, 0, 0, false, NULL};
+  outbuf ob = {NULL, 0, 0, 0, false, NULL, NULL};
   int rc = encode_into(m, &ob, err);
   if (rc) {
     free(ob.data);
@@ -174,11 +221,17 @@ int msg_encode(const msg *m, uint8_t **out, size_t *len, schedrun_error_t *err) 
   return SCHEDRUN_OK;
 }
 
-int msg_encode_append(const msg *m, uint8_t **buf, size_t *len, size_t *cap, schedrun_error_t *err) {
-  outbuf ob = {*buf, *len, *cap, *len, false, NULL};
+int msg_encode_append(msg *m, uint8_t **buf, size_t *len, size_t *cap, msg_lending *lent, schedrun_error_t *err) {
+  assert(lent);
+  lent->n = 0;
+  outbuf ob = {*buf, *len, *cap, *len, false, NULL, lent};
   int rc = encode_into(m, &ob, err);
   *buf = ob.data; /* it may have grown even when the message did not fit */
   *len = ob.len;
   *cap = ob.cap;
   return rc;
+}
+
+void msg_lending_reclaim(const msg_lending *lent) {
+  for (size_t i = 0; i < lent->n; i++) msg_reclaim(lent->v[i].ticket);
 }

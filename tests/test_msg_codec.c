@@ -831,6 +831,169 @@ static void test_random_bytes(void **st) {
   assert_true(accepted > 0);
 }
 
+/* A COMPLETE with one small output (inline) and two large ones (lent). */
+static void complete_with_outputs(msg *m, size_t big) {
+  msg_init(m, MSG_COMPLETE, 42, "execute-0");
+  m->body.complete.text = s("");
+  msg_outputs *o = &m->body.complete.outputs;
+  o->v = calloc(3, sizeof *o->v);
+  o->n = 3;
+  size_t lens[] = {MSG_LEND_MIN - 1, big, MSG_LEND_MIN};
+  for (size_t i = 0; i < 3; i++) {
+    o->v[i].buffer = (uint32_t)i;
+    o->v[i].data.len = lens[i];
+    o->v[i].data.data = malloc(lens[i]);
+    for (size_t k = 0; k < lens[i]; k++) o->v[i].data.data[k] = (uint8_t)(k * 7 + i);
+  }
+}
+
+/* Bytes of MSG_LEND_MIN or more are lent, not copied: the message is small
+ * whatever they weigh, the decoded message owns the very block the sender
+ * had, element by element equal; smaller bytes travel inside. Lent bytes
+ * are refused by the decoder of bytes from another process, and a ticket is
+ * claimed once: the same bytes decoded again are refused. */
+static void test_lent_bytes(void **st) {
+  (void)st;
+  size_t before = msg_lent_count();
+  msg m, o;
+  complete_with_outputs(&m, 3u << 20);
+  const uint8_t *blocks[3];
+  for (int i = 0; i < 3; i++) blocks[i] = m.body.complete.outputs.v[i].data.data;
+  uint8_t *buf = NULL;
+  size_t len = 0, cap = 0;
+  msg_lending lent = {0};
+  schedrun_error_t err = {0};
+  assert_int_equal(msg_encode_append(&m, &buf, &len, &cap, &lent, &err), SCHEDRUN_OK);
+  assert_int_equal(lent.n, 2);
+  assert_true(len < 8192); /* 3 MiB of outputs, lent */
+  assert_int_equal(msg_lent_count(), before + 2);
+  assert_non_null(m.body.complete.outputs.v[0].data.data); /* small: still the sender's */
+  assert_null(m.body.complete.outputs.v[1].data.data);
+  assert_null(m.body.complete.outputs.v[2].data.data);
+  /* from another process: refused, and nothing claimed */
+  assert_int_equal(msg_decode(buf, len, &o, &err), SCHEDRUN_EPROTO);
+  assert_non_null(strstr(err.message, "another process"));
+  schedrun_error_clear(&err);
+  assert_int_equal(msg_lent_count(), before + 2);
+  assert_int_equal(msg_decode_local(buf, len, &o, &err), SCHEDRUN_OK);
+  assert_int_equal(msg_lent_count(), before);
+  assert_int_equal(o.body.complete.outputs.n, 3);
+  for (size_t i = 0; i < 3; i++) {
+    const msg_bytes *b = &o.body.complete.outputs.v[i].data;
+    assert_int_equal(o.body.complete.outputs.v[i].buffer, i);
+    if (i) assert_ptr_equal(b->data, blocks[i]); /* the same block: no copy */
+    for (size_t k = 0; k < b->len; k++)
+      if (b->data[k] != (uint8_t)(k * 7 + i)) fail_msg("output %zu byte %zu is %u", i, k, b->data[k]);
+  }
+  assert_int_equal(o.body.complete.outputs.v[1].data.len, 3u << 20);
+  msg o2;
+  assert_int_equal(msg_decode_local(buf, len, &o2, &err), SCHEDRUN_EPROTO);
+  assert_non_null(strstr(err.message, "not lent"));
+  schedrun_error_clear(&err);
+  /* sent twice: the second encoding is refused, nothing lent */
+  size_t len2 = 0;
+  assert_int_equal(msg_encode_append(&m, &buf, &len2, &cap, &lent, &err), SCHEDRUN_EPROTO);
+  assert_non_null(strstr(err.message, "lent already"));
+  schedrun_error_clear(&err);
+  assert_int_equal(lent.n, 0);
+  assert_int_equal(msg_lent_count(), before);
+  free(buf);
+  free(lent.v);
+  msg_free(&m);
+  msg_free(&o);
+}
+
+/* Bytes that will not be sent give their blocks back: msg_unlend puts them
+ * back in the message they came from (the next encoding lends them again);
+ * msg_lending_reclaim frees those never claimed. A failed encoding (a
+ * message over a limit) lends nothing and leaves the message whole. */
+static void test_lent_bytes_back(void **st) {
+  (void)st;
+  size_t before = msg_lent_count();
+  msg m;
+  complete_with_outputs(&m, 100000);
+  const uint8_t *big = m.body.complete.outputs.v[1].data.data;
+  uint8_t *buf = NULL;
+  size_t len = 0, cap = 0;
+  msg_lending lent = {0};
+  schedrun_error_t err = {0};
+  assert_int_equal(msg_encode_append(&m, &buf, &len, &cap, &lent, &err), SCHEDRUN_OK);
+  assert_null(m.body.complete.outputs.v[1].data.data);
+  msg_unlend(&m, buf, len);
+  assert_ptr_equal(m.body.complete.outputs.v[1].data.data, big);
+  assert_non_null(m.body.complete.outputs.v[2].data.data);
+  assert_int_equal(msg_lent_count(), before);
+  len = 0;
+  assert_int_equal(msg_encode_append(&m, &buf, &len, &cap, &lent, &err), SCHEDRUN_OK);
+  assert_int_equal(lent.n, 2);
+  msg_lending_reclaim(&lent); /* the bytes died unsent: the blocks are freed (ASan checks) */
+  assert_int_equal(msg_lent_count(), before);
+  msg o;
+  assert_int_equal(msg_decode_local(buf, len, &o, &err), SCHEDRUN_EPROTO);
+  schedrun_error_clear(&err);
+  msg_free(&m);
+  /* over a limit: the string is too long, the outputs stay in m */
+  complete_with_outputs(&m, 100000);
+  free(m.body.complete.text);
+  m.body.complete.text = malloc(MSG_MAX_STRING + 2);
+  memset(m.body.complete.text, 'a', MSG_MAX_STRING + 1);
+  m.body.complete.text[MSG_MAX_STRING + 1] = 0;
+  len = 0;
+  assert_int_equal(msg_encode_append(&m, &buf, &len, &cap, &lent, &err), SCHEDRUN_EPROTO);
+  schedrun_error_clear(&err);
+  assert_int_equal(lent.n, 0);
+  for (int i = 0; i < 3; i++) assert_non_null(m.body.complete.outputs.v[i].data.data);
+  assert_int_equal(msg_lent_count(), before);
+  msg_free(&m);
+  free(buf);
+  free(lent.v);
+}
+
+/* The table of lent blocks under churn: about 5,000 in flight at a time
+ * while 45,000 are lent and claimed in an order unlike the lending order,
+ * so that live tickets share home slots (backward-shift deletion must keep
+ * every one reachable); each is found exactly once, with its own bytes. */
+static void test_lent_table(void **st) {
+  (void)st;
+  enum { LIVE = 5000, ROUNDS = 40, TURN = 1000 };
+  size_t before = msg_lent_count();
+  uint64_t ticket[LIVE];
+  size_t value[LIVE], next = 0;
+  uint32_t rng = 12345;
+  for (size_t i = 0; i < LIVE; i++) {
+    uint8_t *b = malloc(sizeof next);
+    memcpy(b, &next, sizeof next);
+    value[i] = next++;
+    ticket[i] = msg_lend(b, sizeof next);
+    assert_true(ticket[i] != 0);
+  }
+  assert_int_equal(msg_lent_count(), before + LIVE);
+  assert_null(msg_claim(ticket[0], sizeof next + 1)); /* another length: not this block */
+  for (int r = 0; r <= ROUNDS; r++) {
+    size_t turn = r == ROUNDS ? LIVE : TURN;
+    for (size_t k = 0; k < turn; k++) {
+      rng = rng * 1103515245u + 12345u;
+      size_t i = r == ROUNDS ? k : (rng >> 8) % LIVE;
+      uint8_t *b = msg_claim(ticket[i], sizeof next);
+      if (!b) fail_msg("round %d: ticket %llu (value %zu) not found", r, (unsigned long long)ticket[i], value[i]);
+      size_t v;
+      memcpy(&v, b, sizeof v);
+      assert_int_equal(v, value[i]);
+      free(b);
+      assert_null(msg_claim(ticket[i], sizeof next));
+      if (r < ROUNDS) { /* its place gets a new block */
+        b = malloc(sizeof next);
+        memcpy(b, &next, sizeof next);
+        value[i] = next++;
+        ticket[i] = msg_lend(b, sizeof next);
+        assert_true(ticket[i] != 0);
+      }
+    }
+  }
+  assert_int_equal(msg_lent_count(), before);
+  msg_reclaim(ticket[0]); /* claimed already: nothing */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_submit),
@@ -847,6 +1010,9 @@ int main(void) {
       cmocka_unit_test(test_u32_range),
       cmocka_unit_test(test_columns),
       cmocka_unit_test(test_random_bytes),
+      cmocka_unit_test(test_lent_bytes),
+      cmocka_unit_test(test_lent_bytes_back),
+      cmocka_unit_test(test_lent_table),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,120 @@
+/*
+ * Bytes lent to a message instead of copied into it (msg.h, "Lent bytes").
+ *
+ * A table of the blocks in flight, keyed by ticket: an open-addressing hash
+ * table with linear probing and backward-shift deletion (no tombstones), under
+ * one mutex. Tickets count up from 1 and are never reused, so a message that
+ * names a block twice, or a stale message, finds nothing instead of another
+ * message's block. The table holds only what is between an encoder and a
+ * decoder: a job's inputs and outputs while they travel.
+ */
+#include <assert.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "messages/msg.h"
+
+typedef struct lent {
+  uint64_t ticket; /* 0: empty */
+  uint8_t *data;
+  size_t len;
+} lent;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static lent *slots;
+static size_t cap, count; /* cap a power of two, or 0 */
+static uint64_t next_ticket = 1;
+
+static size_t home(uint64_t ticket) { return (size_t)((ticket * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1); }
+
+static bool grow(void) {
+  size_t ncap = cap ? cap * 2 : 64;
+  lent *n = calloc(ncap, sizeof *n);
+  if (!n) return false;
+  lent *old = slots;
+  size_t ocap = cap;
+  slots = n;
+  cap = ncap;
+  for (size_t i = 0; i < ocap; i++)
+    if (old[i].ticket) {
+      size_t j = home(old[i].ticket);
+      while (slots[j].ticket) j = (j + 1) & (cap - 1);
+      slots[j] = old[i];
+    }
+  free(old);
+  return true;
+}
+
+/* The slot holding ticket, or cap when none does. Under the lock. */
+static size_t find(uint64_t ticket) {
+  if (!cap) return 0;
+  for (size_t j = home(ticket);; j = (j + 1) & (cap - 1)) {
+    if (slots[j].ticket == ticket) return j;
+    if (!slots[j].ticket) return cap;
+  }
+}
+
+/* Empties slot j, moving later entries of its run back so that every entry
+ * stays reachable from its home. Under the lock. */
+static void remove_at(size_t j) {
+  assert(slots[j].ticket && count > 0);
+  count--;
+  for (size_t k = (j + 1) & (cap - 1);; k = (k + 1) & (cap - 1)) {
+    if (!slots[k].ticket) break;
+    size_t h = home(slots[k].ticket);
+    /* k's entry may fill the hole at j when its home is not in (j, k] */
+    bool stays = j < k ? (h > j && h <= k) : (h > j || h <= k);
+    if (!stays) {
+      slots[j] = slots[k];
+      j = k;
+    }
+  }
+  slots[j] = (lent){0, NULL, 0};
+}
+
+uint64_t msg_lend(uint8_t *data, size_t len) {
+  assert(data);
+  pthread_mutex_lock(&lock);
+  uint64_t t = 0;
+  if ((count + 1) * 4 <= cap * 3 || grow()) {
+    t = next_ticket++;
+    size_t j = home(t);
+    while (slots[j].ticket) j = (j + 1) & (cap - 1);
+    slots[j] = (lent){t, data, len};
+    count++;
+  }
+  pthread_mutex_unlock(&lock);
+  return t;
+}
+
+uint8_t *msg_claim(uint64_t ticket, size_t len) {
+  uint8_t *data = NULL;
+  pthread_mutex_lock(&lock);
+  size_t j = ticket ? find(ticket) : cap;
+  if (j < cap && slots[j].len == len) {
+    data = slots[j].data;
+    remove_at(j);
+  }
+  pthread_mutex_unlock(&lock);
+  return data;
+}
+
+void msg_reclaim(uint64_t ticket) {
+  pthread_mutex_lock(&lock);
+  size_t j = ticket ? find(ticket) : cap;
+  uint8_t *data = NULL;
+  if (j < cap) {
+    data = slots[j].data;
+    remove_at(j);
+  }
+  pthread_mutex_unlock(&lock);
+  free(data);
+}
+
+size_t msg_lent_count(void) {
+  pthread_mutex_lock(&lock);
+  size_t n = count;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
