@@ -11,8 +11,6 @@
 
 #include "actors/execute_state.h"
 
-_Static_assert(PROG_MAX_BUFFER_BYTES + (1u << 20) <= MSG_MAX_BYTES,
-              "a job's buffers fit one message (EXECUTE in, COMPLETE out)");
 _Static_assert(PROG_MAX_SOURCE_BYTES <= MSG_MAX_STRING, "a kernel's source fits one string of a message");
 
 execute_state *execute_state_new(schedrun_core *core, int device) {

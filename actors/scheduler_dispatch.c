@@ -107,8 +107,34 @@ void scheduler_complete(actor_t *self, scheduler_state *s, job *j, int status, c
 
 /* ---- placement and dispatch ---- */
 
+/* Programs whose buffers take this much ask the device for room first. */
+#define ROOM_CHECK_BYTES (64ull << 20)
+
+/* Whether the device can hold p's buffers: SCHEDRUN_ENOMEM with both
+ * numbers (and the largest buffer) when it cannot. */
+static int check_room(scheduler_state *s, const prog_program *p, int device, schedrun_error_t *err) {
+  gpu_backend *be = s->core->backend;
+  uint64_t need = 0, largest = 0, room = 0, total = 0;
+  uint32_t big = 0;
+  for (uint32_t b = 0; b < p->nbuffers; b++) {
+    uint64_t bytes = p->buffers[b].count * prog_type_size(p->buffers[b].type);
+    need += bytes;
+    if (bytes > largest) largest = bytes, big = b;
+  }
+  if (need < ROOM_CHECK_BYTES || !be->ops->mem_room || be->ops->mem_room(be, device, &room, &total, NULL)) return SCHEDRUN_OK;
+  if (need <= room) return SCHEDRUN_OK;
+  const double gib = 1073741824.0;
+  return err_set(err, SCHEDRUN_ENOMEM,
+                 "program '%s' needs %llu bytes (%.1f GiB) of buffers on %s (buffer '%s' alone %llu), which can hold "
+                 "%llu more bytes (%.1f GiB free of %.1f GiB)",
+                 p->name, (unsigned long long)need, need / gib, be->ops->device_name(be, device), p->buffers[big].name,
+                 (unsigned long long)largest, (unsigned long long)room, room / gib, total / gib);
+}
+
 static int alloc_slot(scheduler_state *s, const prog_program *p, int device, slot_state *ss,
                       schedrun_error_t *err) {
+  int room = check_room(s, p, device, err);
+  if (room) return room;
   ss->bindings = calloc(p->nbuffers ? p->nbuffers : 1, sizeof(uint64_t));
   if (!ss->bindings) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   for (uint32_t b = 0; b < p->nbuffers; b++) {
@@ -464,7 +490,6 @@ void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) 
     return;
   }
   s->load[j->device]++;
-  j->state = JOB_PLACED_WAITING;
   slot_key sk = {(uint32_t)j->device, j->slot};
   if (!ss) ss = hmap_get(&ps->slots, &sk);
   assert(ss == hmap_get(&ps->slots, &sk));
@@ -479,10 +504,11 @@ void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) 
     }
   }
   if (!ss->bindings && alloc_slot(s, p, j->device, ss, &err) != SCHEDRUN_OK) {
-    scheduler_complete(self, s, j, err.code, err.message, NULL);
+    scheduler_complete(self, s, j, err.code, err.message, NULL); /* still placing: nothing was queued */
     schedrun_error_clear(&err);
     return;
   }
+  j->state = JOB_PLACED_WAITING;
   scheduler_q_push(&ss->queue, j);
   scheduler_dispatch_slot(self, s, ps, ss);
 }

@@ -97,6 +97,10 @@ typedef struct gpu_ops {
 
   int (*mem_alloc)(gpu_backend *b, int dev, uint64_t bytes, uint64_t *addr, schedrun_error_t *err);
   void (*mem_free)(gpu_backend *b, int dev, uint64_t addr);
+  /* How many bytes the device can still allocate, and how many it has in all
+   * (host: the arena's buffer zone and the machine's free memory; CUDA:
+   * cuMemGetInfo). */
+  int (*mem_room)(gpu_backend *b, int dev, uint64_t *free_bytes, uint64_t *total, schedrun_error_t *err);
   int (*mem_zero)(gpu_backend *b, int dev, uint64_t addr, uint64_t n, schedrun_error_t *err);
   int (*copy_htod)(gpu_backend *b, int dev, uint64_t dst, const void *src, uint64_t n,
                    schedrun_error_t *err);

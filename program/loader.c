@@ -156,7 +156,7 @@ static void load_init(ld *l, node *n, prog_buffer *b) {
     return;
   }
   size_t es = prog_type_size(b->type);
-  if (b->count > (1ull << 32) / es) return; /* reported with count */
+  if (b->count > PROG_MAX_BUFFER_BYTES / es) return; /* reported with count */
   if (f[4]) {
     int64_t k;
     if (!ld_read_int(l, f[4], "init memory", 0, (int64_t)l->src->nblobs - 1, &k)) return;
@@ -298,7 +298,7 @@ static void load_buffers(ld *l, node *n) {
     if (!f[1]) {
       ld_problem(l, v, "buffer '%s' has no count", b->name);
       ok = false;
-    } else if (!ld_read_int(l, f[1], "count", 1, (int64_t)((1ull << 32) / prog_type_size(b->type)), &c)) {
+    } else if (!ld_read_int(l, f[1], "count", 1, (int64_t)(PROG_MAX_BUFFER_BYTES / prog_type_size(b->type)), &c)) {
       ok = false;
     }
     b->count = (uint64_t)c;
@@ -311,9 +311,8 @@ static void load_buffers(ld *l, node *n) {
       uint64_t bytes = b->count * prog_type_size(b->type);
       l->buffer_bytes += bytes;
       if (l->buffer_bytes > PROG_MAX_BUFFER_BYTES) {
-        ld_problem(l, f[1], "buffer '%s' brings the program's buffers to %llu bytes; at most %llu MiB in all (a job's "
-                         "buffers travel in one message)",
-                b->name, (unsigned long long)l->buffer_bytes, PROG_MAX_BUFFER_BYTES >> 20);
+        ld_problem(l, f[1], "buffer '%s' brings the program's buffers to %llu bytes; at most %llu GiB in all",
+                b->name, (unsigned long long)l->buffer_bytes, PROG_MAX_BUFFER_BYTES >> 30);
         ok = false;
       }
     }

@@ -22,9 +22,10 @@
 /* steps as loaded (a loop's body once, a YAML alias each time it is used):
  * bounds the memory a small document can ask for (an alias bomb) */
 #define PROG_MAX_STEPS (1u << 18)
-/* A job's inputs and outputs travel in one message (at most 1 GiB): all of a
- * program's buffers together stay under it, with room for the rest. */
-#define PROG_MAX_BUFFER_BYTES (1023ull << 20)
+/* One buffer, and all of a program's buffers together: far past what a
+ * device holds (whether one can is asked when a job is placed there). A
+ * job's bytes are lent to its messages, never copied into them. */
+#define PROG_MAX_BUFFER_BYTES (1ull << 40)
 /* Kernel sources travel in one COMPILE message. */
 #define PROG_MAX_SOURCE_BYTES (8u << 20)
 #define PROG_MAX_SOURCES_BYTES (256u << 20)

@@ -450,24 +450,32 @@ static void test_damaged_configs(void **st) {
   free(text);
 }
 
-/* What cannot travel in one message is refused at load, with its place. */
+/* Buffers past any device, and sources that cannot travel in one message,
+ * are refused at load, with their place. A 1.2 GB buffer loads (its bytes are
+ * lent to messages, not copied into them; whether a device holds it is asked
+ * when a job is placed there). */
 static void test_message_limits(void **st) {
   (void)st;
-  /* a 1.2 GB output buffer */
+  load_ok_free("version: 1\n"
+               "buffers:\n"
+               "  out: {type: f32, count: 300000000}\n"
+               "program:\n"
+               "  - fill: {buffer: out, value: 0}\n"
+               "expect:\n"
+               "  out: {sum: 0}\n");
+  /* one buffer over 1 TiB: its count */
   expect_problem("version: 1\n"
                  "buffers:\n"
-                 "  out: {type: f32, count: 300000000}\n"
-                 "program: []\n"
-                 "expect:\n"
-                 "  out: {sum: 0}\n",
-                 "t.yaml:3:27: ", "buffer 'out' brings the program's buffers to 1200000000 bytes; at most 1023 MiB");
+                 "  out: {type: f32, count: 300000000000}\n"
+                 "program: []\n",
+                 "t.yaml:3:27: ", "count");
   /* two that fit alone but not together: the second is named */
   expect_problem("version: 1\n"
                  "buffers:\n"
-                 "  a: {type: u8, count: 600000000}\n"
-                 "  b: {type: u8, count: 600000000}\n"
+                 "  a: {type: u8, count: 600000000000}\n"
+                 "  b: {type: u8, count: 600000000000}\n"
                  "program: []\n",
-                 "t.yaml:4:24: ", "buffer 'b' brings");
+                 "t.yaml:4:24: ", "buffer 'b' brings the program's buffers to 1200000000000 bytes; at most 1024 GiB");
   /* a kernel source over 8 MiB */
   size_t big = (8u << 20) + 10;
   char *yaml = malloc(big + 200);

@@ -186,6 +186,17 @@ static int c_mem_alloc(gpu_backend *g, int dev, uint64_t bytes, uint64_t *addr, 
   return SCHEDRUN_OK;
 }
 
+static int c_mem_room(gpu_backend *g, int dev, uint64_t *free_bytes, uint64_t *total, schedrun_error_t *err) {
+  cuda_backend *b = cb(g);
+  int rc = cu_use(b, dev, err);
+  if (rc) return rc;
+  size_t f = 0, t = 0;
+  CU_CHECK(&b->api, b->api.cuMemGetInfo(&f, &t), b->devs[dev].name, err);
+  *free_bytes = f;
+  *total = t;
+  return SCHEDRUN_OK;
+}
+
 static void c_mem_free(gpu_backend *g, int dev, uint64_t addr) {
   cuda_backend *b = cb(g);
   if (cu_use(b, dev, NULL) == SCHEDRUN_OK) b->api.cuMemFree((CUdeviceptr)addr);
@@ -363,6 +374,7 @@ static const gpu_ops cuda_ops = {
     .target = c_target,
     .arch = c_arch,
     .mem_alloc = c_mem_alloc,
+    .mem_room = c_mem_room,
     .mem_free = c_mem_free,
     .mem_zero = c_mem_zero,
     .copy_htod = c_copy_htod,

@@ -200,8 +200,31 @@ static const char *h_arch(const gpu_backend *b, int dev) {
 #endif
 }
 
+static int h_mem_room(gpu_backend *b, int dev, uint64_t *free_bytes, uint64_t *total, schedrun_error_t *err) {
+  (void)err;
+  host_device *d = dev_of(b, dev);
+  uint64_t zone = d->size - d->zone - d->page, avail, ram;
+  pthread_mutex_lock(&d->bufs.lock);
+  uint64_t used = d->bufs.in_use;
+  pthread_mutex_unlock(&d->bufs.lock);
+  host_memory_room(&avail, &ram);
+  *free_bytes = used < zone ? zone - used : 0;
+  if (avail < *free_bytes) *free_bytes = avail;
+  *total = ram < zone ? ram : zone;
+  return SCHEDRUN_OK;
+}
+
+/* Allocations this large first check that the machine has the memory: the
+ * arena's pages are only taken when touched, too late to refuse. */
+#define ROOM_CHECK_BYTES (64ull << 20)
+
 static int h_mem_alloc(gpu_backend *b, int dev, uint64_t bytes, uint64_t *addr, schedrun_error_t *err) {
   host_device *d = dev_of(b, dev);
+  uint64_t room, total;
+  if (bytes >= ROOM_CHECK_BYTES && h_mem_room(b, dev, &room, &total, err) == SCHEDRUN_OK && bytes > room)
+    return err_set(err, SCHEDRUN_ENOMEM, "%s: cannot allocate %llu bytes (%.1f GiB): it can hold %llu more (%.1f GiB, of %.1f GiB)",
+                   d->name, (unsigned long long)bytes, bytes / 1073741824.0, (unsigned long long)room,
+                   room / 1073741824.0, total / 1073741824.0);
   if (buf_alloc(d, bytes, addr))
     return err_set(err, SCHEDRUN_ENOMEM, "%s: cannot allocate %llu bytes (%llu of %llu bytes of buffer memory in use)",
                    d->name, (unsigned long long)bytes, (unsigned long long)d->bufs.in_use,
@@ -639,6 +662,7 @@ static const gpu_ops host_ops = {
     .target = h_target,
     .arch = h_arch,
     .mem_alloc = h_mem_alloc,
+    .mem_room = h_mem_room,
     .mem_free = h_mem_free,
     .mem_zero = h_mem_zero,
     .copy_htod = h_copy_htod,

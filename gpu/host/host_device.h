@@ -72,6 +72,10 @@ typedef struct host_device {
  * requests in this process (host_in_process). */
 int host_device_start(host_device *d, int index, const char *worker, int worker_fd, uint64_t spin_ns,
                       schedrun_error_t *err);
+/* This machine's memory: what is still available (RAM the kernel can give
+ * without swapping, within the process's cgroup limit) and its total;
+ * UINT64_MAX for what cannot be read (host_memory.c). */
+void host_memory_room(uint64_t *avail, uint64_t *total);
 /* Kills the worker (if any) and unmaps everything. */
 void host_device_stop(host_device *d);
 /* Kills the worker from any thread: a request in flight fails with the

@@ -33,6 +33,9 @@
  * Settings (environment):
  *   SCHEDRUN_CUDA_DOUBLE_DEVICES  devices (1)
  *   SCHEDRUN_CUDA_DOUBLE_ARCH     compute capability as digits (90)
+ *   SCHEDRUN_CUDA_DOUBLE_MEM_MB   each device's memory in MiB (16384):
+ *                                 cuMemAlloc refuses past it (out of
+ *                                 memory), cuMemGetInfo reports it
  *   SCHEDRUN_CUDA_DOUBLE_DRIVER   the driver version reported and the rules
  *                                 obeyed: 13000 (default) or 12xxx; below
  *                                 12030 there are no conditional nodes

@@ -16,6 +16,7 @@
 pthread_mutex_t dbl_lock;
 int dbl_driver_version = 13000;
 static int g_ndev = 1, g_arch = 90;
+static uint64_t g_mem_bytes = 16ull << 30; /* per device */
 static bool g_init;
 static _Thread_local dctx *t_current;
 static dctx *g_ctx[16];
@@ -198,6 +199,7 @@ static CUresult d_cuInit(unsigned flags) {
     if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_DEVICES")) && *e) g_ndev = atoi(e);
     if (g_ndev < 0 || g_ndev > 16) g_ndev = 1;
     if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_ARCH")) && *e) g_arch = atoi(e);
+    if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_MEM_MB")) && *e && atoll(e) > 0) g_mem_bytes = (uint64_t)atoll(e) << 20;
     g_init = true;
   }
   LEAVE(CUDA_SUCCESS);
@@ -316,11 +318,33 @@ static CUresult d_cuCtxSetCurrent(CUcontext c) {
 
 /* ---- memory ---- */
 
+/* Bytes allocated on device `ordinal` (each rounded to 256). Under dbl_lock. */
+static uint64_t dev_used(int ordinal) {
+  uint64_t used = 0;
+  for (size_t i = 0; i < g_nalloc; i++)
+    if (g_allocs[i].ctx->ordinal == ordinal) used += (g_allocs[i].bytes + 255) & ~(uint64_t)255;
+  return used;
+}
+
+/* Free and total memory of the current context's device: what cuMemAlloc
+ * can still give. */
+static CUresult d_cuMemGetInfo(size_t *free_bytes, size_t *total) {
+  ENTER("cuMemGetInfo");
+  NEED_CTX(x);
+  if (!free_bytes || !total) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  uint64_t used = dev_used(x->ordinal);
+  *free_bytes = (size_t)(used < g_mem_bytes ? g_mem_bytes - used : 0);
+  *total = (size_t)g_mem_bytes;
+  LEAVE(CUDA_SUCCESS);
+}
+
 static CUresult d_cuMemAlloc(CUdeviceptr *p, size_t bytes) {
   ENTER("cuMemAlloc");
   NEED_CTX(x);
   if (!p || bytes == 0) LEAVE(CUDA_ERROR_INVALID_VALUE);
-  if (bytes > ((size_t)1 << 36)) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+  /* the device's memory, rounded as allocations are */
+  if (bytes > g_mem_bytes || dev_used(x->ordinal) > g_mem_bytes - ((bytes + 255) & ~(size_t)255))
+    LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
   if (g_nalloc == g_alloccap) {
     size_t cap = g_alloccap ? g_alloccap * 2 : 64;
     alloc *a = realloc(g_allocs, cap * sizeof *a);
@@ -480,7 +504,7 @@ const dbl_entry dbl_core_entries[] = {
     E(cuInit, 2000), E(cuDriverGetVersion, 2020), E(cuGetErrorName, 6000), E(cuGetErrorString, 6000),
     E(cuDeviceGetCount, 2000), E(cuDeviceGet, 2000), E(cuDeviceGetName, 2000), E(cuDeviceGetAttribute, 2000),
     E(cuDevicePrimaryCtxRetain, 7000), E(cuDevicePrimaryCtxRelease, 11000), E(cuCtxSetCurrent, 4000),
-    E(cuMemAlloc, 3020), E(cuMemFree, 3020), E(cuMemcpyHtoD, 3020), E(cuMemcpyDtoH, 3020), E(cuMemcpyDtoD, 3020), E(cuMemsetD8, 3020),
+    E(cuMemAlloc, 3020), E(cuMemFree, 3020), E(cuMemGetInfo, 3020), E(cuMemcpyHtoD, 3020), E(cuMemcpyDtoH, 3020), E(cuMemcpyDtoD, 3020), E(cuMemsetD8, 3020),
     E(cuStreamCreate, 2000), E(cuStreamDestroy, 4000), E(cuStreamSynchronize, 2000), E(cuStreamQuery, 2000),
     {NULL, NULL, 0}};
 #undef E

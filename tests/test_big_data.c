@@ -1,0 +1,165 @@
+/*
+ * Data the size users have: a 3 GiB buffer runs and verifies, a buffer past
+ * what the device can hold is refused with both numbers, and a job's bytes
+ * travel lent to its messages (msg.h, "Lent bytes"): every output element
+ * back, and no block left in the table once jobs are done, also when a
+ * shutdown cuts them short.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "messages/msg.h"
+
+#include "test_util.h"
+
+static int run_cli(const char *a1, const char *a2, char **out, char **err) {
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), (char *)a1, (char *)a2, NULL};
+  return tu_run(argv, out, err);
+}
+
+/* tests/configs/three_gib.yaml: one u32 buffer of 3 GiB written by a kernel,
+ * checked around the 2 GiB boundary and at its last element. */
+static void test_three_gib_buffer(void **st) {
+  (void)st;
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/configs/three_gib.yaml", tu_env("SCHEDRUN_SOURCE_DIR"));
+  char *out, *err;
+  int rc = run_cli(path, NULL, &out, &err);
+  if (rc != 0 || !strstr(out, "three-gib: verified on 1 device") || !strstr(out, "1 verified, 0 failed"))
+    fail_msg("exit %d:\n%s%s", rc, out, err);
+  free(out);
+  free(err);
+}
+
+/* 512 GiB: more than any host device's buffer zone (48 GiB) and than this
+ * machine's memory. Refused before anything is allocated, with what the
+ * program needs and what the device can hold; exit 4 (memory). */
+static void test_beyond_the_device_refused(void **st) {
+  (void)st;
+  const char *cfg = tu_write_temp(0, "huge.yaml",
+                                  "version: 1\nname: huge\ndevices: host:1\n"
+                                  "buffers:\n  y: {type: u32, count: 137438953472}\n"
+                                  "program:\n  - fill: {buffer: y, value: 1, count: 16}\n"
+                                  "expect:\n  y: {at: {0: 1}}\n");
+  char *out, *err;
+  int rc = run_cli("-q", cfg, &out, &err);
+  if (rc != 4 || !strstr(err, "program 'huge' needs 549755813888 bytes (512.0 GiB) of buffers on host:0") ||
+      !strstr(err, "which can hold ") || !strstr(err, " GiB free of "))
+    fail_msg("exit %d (wanted 4):\n%s%s", rc, out, err);
+  /* the number it can hold is a number, and less than what was asked */
+  unsigned long long room = 0;
+  const char *at = strstr(err, "which can hold ");
+  assert_int_equal(sscanf(at, "which can hold %llu", &room), 1);
+  assert_true(room < 549755813888ull);
+  free(out);
+  free(err);
+}
+
+static const char copy_program[] = "version: 1\nname: lent\n"
+                                   "kernels:\n  twice:\n    params: [ptr, ptr, i32]\n    source: |\n"
+                                   "      extern \"C\" __global__ void twice(const int *x, int *y, int n) {\n"
+                                   "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                   "        if (i < n) y[i] = 2 * x[i] + 1;\n"
+                                   "      }\n"
+                                   "buffers:\n  x: {type: i32, count: 1048576}\n  y: {type: i32, count: 1048576}\n"
+                                   "program:\n  - launch: {kernel: twice, grid: 4096, block: 256, args: [x, y, 1048576]}\n";
+
+enum { N = 1048576, JOBS = 12 };
+
+/* Jobs carrying 4 MiB in and 8 MiB out each, on two devices: every element
+ * of every job's output back, and nothing left lent once they are done. */
+static void test_lent_inputs_and_outputs(void **st) {
+  (void)st;
+  size_t before = msg_lent_count();
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "host:2";
+  schedrun_t *s = tu_open(&o);
+  schedrun_program_t *p = tu_load(s, copy_program, "lent.yaml");
+  int *x = malloc((size_t)JOBS * N * sizeof *x);
+  schedrun_job_options_t jo[JOBS];
+  schedrun_input_t in[JOBS];
+  schedrun_job_t ids[JOBS];
+  schedrun_job_result_t *res[JOBS];
+  for (int j = 0; j < JOBS; j++) {
+    for (int i = 0; i < N; i++) x[(size_t)j * N + (size_t)i] = i ^ (j << 20);
+    in[j] = (schedrun_input_t){"x", x + (size_t)j * N, N * sizeof *x};
+    schedrun_job_options_init(&jo[j]);
+    jo[j].inputs = &in[j];
+    jo[j].ninputs = 1;
+    jo[j].keep_outputs = 1;
+    jo[j].job = j;
+  }
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_submit_many(s, p, JOBS, jo, ids, &err), SCHEDRUN_OK);
+  memset(x, 0, (size_t)JOBS * N * sizeof *x); /* inputs were copied at submit */
+  assert_int_equal(schedrun_wait_many(s, JOBS, ids, -1, res, &err), SCHEDRUN_OK);
+  for (int j = 0; j < JOBS; j++) {
+    assert_int_equal(schedrun_job_result_info(res[j])->status, SCHEDRUN_OK);
+    size_t bx = 0, by = 0;
+    const int *rx = schedrun_job_result_output(res[j], "x", &bx), *ry = schedrun_job_result_output(res[j], "y", &by);
+    assert_non_null(rx);
+    assert_non_null(ry);
+    assert_int_equal(bx, N * sizeof(int));
+    assert_int_equal(by, N * sizeof(int));
+    for (int i = 0; i < N; i++) {
+      int v = i ^ (j << 20);
+      if (rx[i] != v || ry[i] != 2 * v + 1)
+        fail_msg("job %d element %d: x %d y %d (wanted %d, %d)", j, i, rx[i], ry[i], v, 2 * v + 1);
+    }
+    schedrun_job_result_free(&res[j]);
+  }
+  free(x);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+  assert_int_equal(msg_lent_count(), before);
+}
+
+/* A shutdown while jobs carrying bytes wait: every job completes (run, or
+ * ECLOSED), and every block lent to a message that was never taken goes back
+ * (the table empties; ASan would name a block lost on the way). */
+static void test_shutdown_returns_lent_bytes(void **st) {
+  (void)st;
+  size_t before = msg_lent_count();
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "host:1";
+  schedrun_t *s = tu_open(&o);
+  schedrun_program_t *p = tu_load(s, copy_program, "lent.yaml");
+  enum { MANY = 40 };
+  int *x = calloc(N, sizeof *x);
+  schedrun_job_t ids[MANY];
+  schedrun_error_t err = {0};
+  for (int j = 0; j < MANY; j++) {
+    schedrun_input_t in = {"x", x, N * sizeof *x};
+    schedrun_job_options_t jo;
+    schedrun_job_options_init(&jo);
+    jo.inputs = &in;
+    jo.ninputs = 1;
+    jo.keep_outputs = 1;
+    assert_int_equal(schedrun_submit(s, p, &jo, &ids[j], &err), SCHEDRUN_OK);
+  }
+  schedrun_program_free(&p);
+  assert_int_equal(schedrun_shutdown(s, -1, &err), SCHEDRUN_OK);
+  for (int j = 0; j < MANY; j++) {
+    schedrun_job_result_t *r;
+    assert_int_equal(schedrun_wait(s, ids[j], -1, &r, &err), SCHEDRUN_OK);
+    int status = schedrun_job_result_info(r)->status;
+    if (status != SCHEDRUN_OK && status != SCHEDRUN_ECLOSED) fail_msg("job %d: %s", j, schedrun_job_result_error(r));
+    schedrun_job_result_free(&r);
+  }
+  schedrun_close(&s);
+  assert_int_equal(msg_lent_count(), before);
+  free(x);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_three_gib_buffer),
+      cmocka_unit_test(test_beyond_the_device_refused),
+      cmocka_unit_test(test_lent_inputs_and_outputs),
+      cmocka_unit_test(test_shutdown_returns_lent_bytes),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
