@@ -47,6 +47,15 @@ int execute_check_context(const execute_state *s, const char *type, uint64_t pro
   return SCHEDRUN_OK;
 }
 
+void execute_traffic_out(const job_traffic *t, msg_complete *c) {
+  c->handoffs_local = t->local;
+  c->handoffs_copied = t->copied;
+  c->handoffs_peer = t->peer;
+  c->bytes_in = t->in;
+  c->bytes_out = t->out;
+  c->bytes_peer = t->across;
+}
+
 msg_output *execute_add_output(msg_outputs *o, size_t *cap) {
   if (o->n == *cap) {
     size_t n = *cap ? 2 * *cap : 4;
@@ -97,6 +106,7 @@ int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, m
       }
     rc = src ? be->ops->copy_htod(be, s->device, c->bindings->v[b], src, bytes, err)
              : be->ops->mem_zero(be, s->device, c->bindings->v[b], bytes, err);
+    if (src && jr->traffic) jr->traffic->in += bytes;
   }
   if (rc == SCHEDRUN_OK && jr->takes.n) rc = execute_take_parcels(s, c, jr, err);
   if (rc) return rc;
@@ -128,6 +138,7 @@ int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, m
     o->data.len = bytes;
     outs->n++;
     rc = be->ops->copy_dtoh(be, s->device, o->data.data, c->bindings->v[b], bytes, err);
+    if (jr->traffic) jr->traffic->out += bytes;
   }
   return rc;
 }
@@ -180,8 +191,8 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
   msg c_msg;
   msg_init(&c_msg, MSG_COMPLETE, m->job, s->name);
   msg_complete *cp = &c_msg.body.complete;
-  uint32_t handoffs[2] = {0, 0};
-  job_run jr = {m->job, x->run, x->job_index, x->keep, x->deadline, x->inputs.v, x->inputs.n, x->takes, x->park, handoffs};
+  job_traffic traffic = {0};
+  job_run jr = {m->job, x->run, x->job_index, x->keep, x->deadline, x->inputs.v, x->inputs.n, x->takes, x->park, &traffic};
   schedrun_error_t err = {0};
   gpu_failure f = {GPU_NO_TAG, false};
   size_t cap = 0;
@@ -211,8 +222,7 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
     cp->t_submit = x->t_submit;
     cp->t_compile = x->t_compile;
     cp->t_record = x->t_record;
-    cp->handoffs_local = handoffs[0];
-    cp->handoffs_copied = handoffs[1];
+    execute_traffic_out(&traffic, cp);
     execute_answer(self, s, &c_msg, ntimed, t0, now_ns(), x->client && *x->client ? x->client : ACTOR_CLIENT, m->from);
   }
   msg_free(&c_msg);

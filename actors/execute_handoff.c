@@ -26,7 +26,7 @@ bool execute_taken(const msg_u64s *takes, uint32_t b) {
 
 int execute_take_parcels(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err) {
   gpu_backend *be = s->core->backend;
-  assert(jr->takes.n % 3 == 0 && jr->handoffs); /* the decoder checks the triples */
+  assert(jr->takes.n % 3 == 0 && jr->traffic); /* the decoder checks the triples */
   for (size_t i = 0; i < jr->takes.n; i += 3) {
     if (jr->takes.v[i + 1] == MSG_TAKE_LOCAL) continue; /* kept here: the job's plan took it */
     uint32_t b = (uint32_t)jr->takes.v[i];
@@ -36,18 +36,27 @@ int execute_take_parcels(execute_state *s, const context_run *c, const job_run *
       return err_set(err, SCHEDRUN_EPROTO, "EXECUTE takes a parcel for buffer %u from device %d: no such buffer or device",
                      b, from);
     uint64_t bytes = buffer_bytes(c->p, b);
-    int rc;
+    int rc = SCHEDRUN_OK;
+    bool peer = false;
     if (from == s->device) {
       rc = be->ops->copy_dtod(be, s->device, c->bindings->v[b], addr, bytes, err);
-      jr->handoffs[0]++;
-    } else {
-      /* another device's memory: one copy through the host */
+      jr->traffic->local++;
+    } else if (be->ops->copy_peer &&
+               (rc = be->ops->copy_peer(be, s->device, c->bindings->v[b], from, addr, bytes, &peer, err)) == SCHEDRUN_OK &&
+               peer) {
+      /* another device's memory, straight across */
+      jr->traffic->peer++;
+      jr->traffic->across += bytes;
+    } else if (rc == SCHEDRUN_OK) {
+      /* another device's memory, no path between them: one copy through the host */
       void *tmp = malloc(bytes ? bytes : 1);
       if (!tmp) return err_set(err, SCHEDRUN_ENOMEM, "out of memory for a hand-off of %llu bytes", (unsigned long long)bytes);
       rc = be->ops->copy_dtoh(be, from, tmp, addr, bytes, err);
       if (rc == SCHEDRUN_OK) rc = be->ops->copy_htod(be, s->device, c->bindings->v[b], tmp, bytes, err);
       free(tmp);
-      jr->handoffs[1]++;
+      jr->traffic->copied++;
+      jr->traffic->out += bytes;
+      jr->traffic->in += bytes;
     }
     if (rc)
       return err_set(err, rc, "handing buffer '%s' on from %s to %s: %s", c->p->buffers[b].name,

@@ -36,14 +36,17 @@ static int run_host_step(execute_state *s, const context_run *c, const job_run *
       break;
     }
     rc = be->ops->copy_dtoh(be, s->device, data, c->bindings->v[b], bytes, err);
+    if (jr->traffic) jr->traffic->out += bytes;
   }
   if (rc == SCHEDRUN_OK) {
     const char *why = NULL;
     rc = host_task_call(&t, h->fn, h->user, &why);
     if (rc) err_set(err, rc, "host step failed: %s", why);
   }
-  for (uint32_t b = 0; rc == SCHEDRUN_OK && b < p->nbuffers; b++)
+  for (uint32_t b = 0; rc == SCHEDRUN_OK && b < p->nbuffers; b++) {
     rc = be->ops->copy_htod(be, s->device, c->bindings->v[b], t.data[b], t.bytes[b], err);
+    if (jr->traffic) jr->traffic->in += t.bytes[b];
+  }
   host_task_clear(&t);
   return rc;
 }

@@ -193,7 +193,7 @@ int kept_plan_job(execute_state *s, kept_table *t, const context_run *c, const j
     bool here = e->in_context && c->bindings->v[b] == e->at;
     if ((!here && !plan_copy(pl, c->bindings->v[b], e->at, e->bytes)) || !plan_change(pl, KC_TAKE, pos, 0, e))
       return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
-    if (jr->handoffs) jr->handoffs[0]++; /* taken on its device, copied there or not */
+    if (jr->traffic) jr->traffic->local++; /* taken on its device, copied there or not */
     table_remove(t, e);
   }
   if (missing) return missing;

@@ -35,10 +35,12 @@ typedef struct batch_out {
   schedrun_core *core;
 } batch_out;
 
-#define NCOMPLETE_COLS 9
+#define NCOMPLETE_COLS 13
 static void complete_cols(msg_complete_many *c, msg_u64s **cols) {
-  msg_u64s *v[NCOMPLETE_COLS] = {&c->jobs,       &c->runs,    &c->job_indexes,    &c->t_submits,      &c->t_executes,
-                                 &c->t_dones,    &c->execute_ns, &c->handoffs_local, &c->handoffs_copied};
+  msg_u64s *v[NCOMPLETE_COLS] = {&c->jobs,          &c->runs,           &c->job_indexes,   &c->t_submits,
+                                 &c->t_executes,    &c->t_dones,        &c->execute_ns,    &c->handoffs_local,
+                                 &c->handoffs_copied, &c->handoffs_peer, &c->bytes_in,      &c->bytes_out,
+                                 &c->bytes_peer};
   memcpy(cols, v, sizeof v);
 }
 
@@ -160,8 +162,13 @@ static void batch_add(batch_out *b, const job_run *jr, uint64_t t_submit, uint64
   cm->t_executes.v[n] = t0;
   cm->t_dones.v[n] = t1;
   cm->execute_ns.v[n] = t1 - t0;
-  cm->handoffs_local.v[n] = jr->handoffs ? jr->handoffs[0] : 0;
-  cm->handoffs_copied.v[n] = jr->handoffs ? jr->handoffs[1] : 0;
+  const job_traffic none = {0}, *t = jr->traffic ? jr->traffic : &none;
+  cm->handoffs_local.v[n] = t->local;
+  cm->handoffs_copied.v[n] = t->copied;
+  cm->handoffs_peer.v[n] = t->peer;
+  cm->bytes_in.v[n] = t->in;
+  cm->bytes_out.v[n] = t->out;
+  cm->bytes_peer.v[n] = t->across;
   b->executed.body.executed_many.jobs.v[n] = jr->id;
   msg_u64s *cols[NCOMPLETE_COLS];
   complete_cols(cm, cols);
@@ -205,8 +212,8 @@ static void answer_timed(actor_t *self, execute_state *s, batch_out *b, const ms
   cp->t_submit = t_submit;
   cp->parcels = *parcels; /* taken */
   memset(parcels, 0, sizeof *parcels);
-  cp->handoffs_local = jr->handoffs ? jr->handoffs[0] : 0;
-  cp->handoffs_copied = jr->handoffs ? jr->handoffs[1] : 0;
+  const job_traffic none = {0};
+  execute_traffic_out(jr->traffic ? jr->traffic : &none, cp);
   execute_answer(self, s, &one, ntimed, t0, t1, b->client, b->scheduler);
   msg_free(&one);
 }
@@ -271,11 +278,12 @@ static void run_alone(actor_t *self, execute_state *s, const context_run *c, con
                       uint64_t t_submit, batch_out *b) {
   schedrun_error_t err = {0};
   gpu_failure f = {GPU_NO_TAG, false};
-  uint32_t ntimed = 0, handoffs[2] = {0, 0};
+  uint32_t ntimed = 0;
+  job_traffic traffic = {0};
   msg_complete_many *cm = &b->complete.body.complete_many;
   size_t outs_from = cm->outputs.n;
   msg_u64s parcels = {NULL, 0};
-  jr->handoffs = handoffs;
+  jr->traffic = &traffic;
   uint64_t t0 = now_ns();
   kept_plan kp = {0};
   size_t copies_ran = 0;
@@ -303,7 +311,7 @@ static void run_alone(actor_t *self, execute_state *s, const context_run *c, con
     batch_add(b, jr, t_submit, t0, t1, outs_from);
     free(parcels.v); /* copied into the batch */
   }
-  jr->handoffs = NULL;
+  jr->traffic = NULL;
 }
 
 /* Where the device holds program p's `init` for buffer b (uploaded now
@@ -378,7 +386,7 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
   ops_buf ops = {NULL, NULL, 0, 0};
   size_t *seq_at = malloc(nj * sizeof *seq_at), *end_at = malloc(nj * sizeof *end_at);
   size_t *outs_end = malloc(nj * sizeof *outs_end);
-  uint32_t(*hand)[2] = calloc(nj, sizeof *hand);
+  job_traffic *hand = calloc(nj, sizeof *hand);
   msg_complete_many *cm = &b->complete.body.complete_many;
   size_t outs0 = cm->outputs.n;
   kept_plan kp = {0};
@@ -387,7 +395,7 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
   bool ok = seq_at && end_at && outs_end && hand && batch_room(b, nj) && kept_scratch(s, &scratch);
   for (size_t i = 0; ok && i < nj; i++) {
     job_run jr = job_of(x, at, k0 + i);
-    jr.handoffs = hand[i];
+    jr.traffic = &hand[i];
     size_t nch = kp.nchanges, ncp = kp.ncopies;
     if (jr.takes.n || jr.park.n || scratch.n) {
       schedrun_error_t perr = {0};
@@ -412,6 +420,7 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
       uint64_t image = src && src == p->buffers[bi].image ? image_on_device(s, x->program, p, bi) : 0;
       if (image) ok = op_add(&ops, (gpu_batch_op){GB_DTOD, c->bindings->v[bi], bytes, NULL, NULL, NULL, 0, image});
       else ok = op_add(&ops, (gpu_batch_op){src ? GB_HTOD : GB_ZERO, c->bindings->v[bi], bytes, src, NULL, NULL, 0, 0});
+      if (src && !image) hand[i].in += bytes;
     }
     seq_at[i] = ops.n;
     ok = ok && op_add(&ops, (gpu_batch_op){GB_SEQ, 0, 0, NULL, NULL, (gpu_seq *)(uintptr_t)c->sequence, 0, 0});
@@ -427,6 +436,7 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
       o->data.len = bytes;
       cm->outputs.n++;
       ok = op_add(&ops, (gpu_batch_op){GB_DTOH, c->bindings->v[bi], bytes, NULL, o->data.data, NULL, 0, 0});
+      hand[i].out += bytes;
     }
     end_at[i] = ops.n;
     outs_end[i] = cm->outputs.n;
@@ -461,7 +471,7 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
   uint64_t prev = t0;
   for (size_t i = 0; i < ok_jobs; i++) {
     job_run jr = job_of(x, at, k0 + i);
-    jr.handoffs = hand[i];
+    jr.traffic = &hand[i];
     uint64_t t1 = ops.v[seq_at[i]].t_end;
     batch_add(b, &jr, x->t_submits.v[k0 + i], prev, t1, i ? outs_end[i - 1] : outs0);
     prev = t1;

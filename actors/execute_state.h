@@ -55,6 +55,16 @@ struct execute_state {
   uint64_t image_bytes;
 };
 
+/* What one job moved (msg_complete's traffic fields): its taken parcels by
+ * how they arrived, and its bytes by where they went. */
+typedef struct job_traffic {
+  uint32_t local, copied, peer;
+  uint64_t in, out, across;
+} job_traffic;
+
+/* Copies a job's traffic into its COMPLETE. */
+void execute_traffic_out(const job_traffic *t, msg_complete *c);
+
 /* One job of an EXECUTE or EXECUTE_MANY: what differs from job to job. */
 typedef struct job_run {
   uint64_t id;
@@ -64,7 +74,7 @@ typedef struct job_run {
   size_t ninputs;
   msg_u64s takes;     /* parcels to fill buffers from ({buffer, device, address}), lent */
   msg_u64s park;      /* buffers to leave for the jobs after it, lent */
-  uint32_t *handoffs; /* [local, copied]: how the taken parcels arrived (NULL with no takes) */
+  job_traffic *traffic; /* what it moved, counted as it runs (NULL: not counted) */
 } job_run;
 
 /* What the jobs of one message share: the execution context. */
@@ -109,7 +119,8 @@ bool execute_timing(const execute_state *s);
 /* execute_handoff.c: buffers handed from job to job as parcels, device
  * memory a job leaves behind for exactly one later job. */
 /* Fills buffers from parcels: on this device a device copy, from another
- * device one copy through the host; counts each in handoffs[0] or [1]. */
+ * device straight across where the pair allows it (copy_peer), else one copy
+ * through the host; counts each in the job's traffic. */
 int execute_take_parcels(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err);
 /* Leaves a parcel of each buffer in park (a copy on this device); its
  * addresses go to *parcels. On failure none is left. */

@@ -57,6 +57,10 @@ static void print_json(const char *path, const char *what, int status, const cha
       json_object_object_add(st, "execute_ms", json_object_new_double((double)in->execute_ns / 1e6));
       json_object_object_add(st, "handoffs_local", json_object_new_int((int)in->handoffs_local));
       json_object_object_add(st, "handoffs_copied", json_object_new_int((int)in->handoffs_copied));
+      json_object_object_add(st, "handoffs_peer", json_object_new_int((int)in->handoffs_peer));
+      json_object_object_add(st, "bytes_in", json_object_new_int64((int64_t)in->bytes_in));
+      json_object_object_add(st, "bytes_out", json_object_new_int64((int64_t)in->bytes_out));
+      json_object_object_add(st, "bytes_peer", json_object_new_int64((int64_t)in->bytes_peer));
       if (*schedrun_job_result_error(res[i].r))
         json_object_object_add(st, "error", json_object_new_string(schedrun_job_result_error(res[i].r)));
     }
@@ -167,11 +171,11 @@ int stages_run(const char *path, const stages_opts *o) {
     for (size_t i = 0; i < submitted; i++) {
       const schedrun_job_info_t *in = res[i].r ? schedrun_job_result_info(res[i].r) : NULL;
       if (!in) continue;
-      printf("  %-16s run %-3d %-8s %-20s execute %.3f ms, hand-offs: %u on the device, %u copied\n",
+      printf("  %-16s run %-3d %-8s %-20s execute %.3f ms, hand-offs: %u on the device, %u from a peer, %u copied\n",
              schedrun_graph_node_name(g, res[i].node), res[i].run,
              in->device >= 0 ? schedrun_device_name(s, in->device) : "host",
              in->status == SCHEDRUN_OK ? "verified" : schedrun_strerror(in->status), (double)in->execute_ns / 1e6,
-             in->handoffs_local, in->handoffs_copied);
+             in->handoffs_local, in->handoffs_peer, in->handoffs_copied);
     }
   }
   for (size_t i = 0; res && i < submitted; i++) schedrun_job_result_free(&res[i].r);

@@ -99,10 +99,12 @@ int main(int argc, char **argv) {
     double want = 0;
     for (int i = 1; i <= N; i++) want += (double)i * i * 0.5 + 1.0;
     const schedrun_job_info_t *ib = schedrun_job_result_info(rs[1]);
-    printf("pipeline: produce on %s, transform on %s (%u copy of its input), reduce on the host: sum %.0f "
+    printf("pipeline: produce on %s, transform on %s (its input %s), reduce on the host: sum %.0f "
            "(expected %.0f)\n",
            schedrun_device_name(s, schedrun_job_result_info(rs[0])->device), schedrun_device_name(s, ib->device),
-           ib->handoffs_copied, sum ? *sum : -1.0, want);
+           ib->handoffs_peer ? "from its peer, device to device"
+           : ib->handoffs_copied ? "copied through the host" : "on its device",
+           sum ? *sum : -1.0, want);
     status = sum && *sum == want ? 0 : 1;
   }
   for (int i = 0; i < 3; i++) schedrun_job_result_free(&rs[i]);

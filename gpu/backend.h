@@ -109,6 +109,14 @@ typedef struct gpu_ops {
   /* Copies n bytes between two allocations of one device, on the device (a
    * job's buffer handed on to the next job there never visits the host). */
   int (*copy_dtod)(gpu_backend *b, int dev, uint64_t dst, uint64_t src, uint64_t n, schedrun_error_t *err);
+  /* Copies n bytes from device src_dev's memory straight into dst_dev's,
+   * with no copy through the host: *peer true when it did (host devices:
+   * from arena to arena; CUDA: cuMemcpyPeer, for a pair whose peer access
+   * cuDeviceCanAccessPeer allows and cuCtxEnablePeerAccess turned on), false
+   * with nothing copied when the pair has no such path (the caller then goes
+   * through the host). NULL: no pair has one. */
+  int (*copy_peer)(gpu_backend *b, int dst_dev, uint64_t dst, int src_dev, uint64_t src, uint64_t n, bool *peer,
+                   schedrun_error_t *err);
 
   /* Loads a compiled artifact's payload (a shared object, a cubin). */
   int (*module_load)(gpu_backend *b, int dev, const void *image, size_t len, gpu_module **out,

@@ -413,6 +413,15 @@ typedef struct schedrun_job_info {
    * taken on the device they were left on, with no copy through the host;
    * and copied once, from another device or from host memory */
   uint32_t handoffs_local, handoffs_copied;
+  /* handed from another device straight across, device to device (host
+   * devices; GPUs whose peer access the driver allows): no copy through
+   * the host */
+  uint32_t handoffs_peer;
+  /* the bytes this job moved: host to device (contents from `init` or an
+   * input, the second half of a hand-off through the host), device to host
+   * (outputs read back, the first half) and from device to device across
+   * devices (peer hand-offs) */
+  uint64_t bytes_in, bytes_out, bytes_peer;
 } schedrun_job_info_t;
 
 SCHEDRUN_EXTERN const schedrun_job_info_t *schedrun_job_result_info(const schedrun_job_result_t *r);

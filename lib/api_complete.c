@@ -225,6 +225,10 @@ void api_completed_many(schedrun_t *s, msg *m, bool on_completer) {
     c->t_done = b->t_dones.v[k];
     c->handoffs_local = (uint32_t)b->handoffs_local.v[k];
     c->handoffs_copied = (uint32_t)b->handoffs_copied.v[k];
+    c->handoffs_peer = (uint32_t)b->handoffs_peer.v[k];
+    c->bytes_in = b->bytes_in.v[k];
+    c->bytes_out = b->bytes_out.v[k];
+    c->bytes_peer = b->bytes_peer.v[k];
     size_t first = o;
     while (o < b->outputs.n && b->output_jobs.v[o] == k) o++;
     c->outputs.v = o > first ? b->outputs.v + first : NULL;

@@ -28,6 +28,10 @@ schedrun_job_result_t *result_from_complete(uint64_t id, msg_complete *c, const 
   memset(&c->launches, 0, sizeof c->launches);
   r->info.handoffs_local = c->handoffs_local;
   r->info.handoffs_copied = c->handoffs_copied;
+  r->info.handoffs_peer = c->handoffs_peer;
+  r->info.bytes_in = c->bytes_in;
+  r->info.bytes_out = c->bytes_out;
+  r->info.bytes_peer = c->bytes_peer;
   r->parcels = c->parcels; /* the job graph gives them to the jobs that take them */
   memset(&c->parcels, 0, sizeof c->parcels);
   if (c->status != SCHEDRUN_OK) {

@@ -237,6 +237,8 @@ typedef struct msg_complete_many {
    * with its job's batch position */
   msg_u64s handoffs_local, handoffs_copied;
   msg_u64s parcel_jobs, parcels;
+  /* each job's traffic, as in msg_complete */
+  msg_u64s handoffs_peer, bytes_in, bytes_out, bytes_peer;
 } msg_complete_many;
 
 /* The jobs of EXECUTE_MANYs that completed, to the scheduler; each job that
@@ -275,6 +277,12 @@ typedef struct msg_complete {
    * copied from another device or through the host */
   msg_u64s parcels;
   uint32_t handoffs_local, handoffs_copied;
+  /* taken from another device straight across (no copy through the host);
+   * and the bytes the job moved: host to device (init, inputs, the second
+   * half of a hand-off through the host), device to host (outputs read back,
+   * the first half), device to device across devices */
+  uint32_t handoffs_peer;
+  uint64_t bytes_in, bytes_out, bytes_peer;
 } msg_complete;
 
 typedef struct msg_error {

@@ -85,7 +85,8 @@ SCHEMA(complete_s, msg_complete, F(msg_complete, status, FK_I32),
        F(msg_complete, t_submit, FK_U64), F(msg_complete, t_compile, FK_U64), F(msg_complete, t_record, FK_U64),
        F(msg_complete, t_execute, FK_U64), F(msg_complete, t_done, FK_U64), F(msg_complete, launches, FK_U64S),
        F(msg_complete, parcels, FK_U64S), F(msg_complete, handoffs_local, FK_U32),
-       F(msg_complete, handoffs_copied, FK_U32));
+       F(msg_complete, handoffs_copied, FK_U32), F(msg_complete, handoffs_peer, FK_U32),
+       F(msg_complete, bytes_in, FK_U64), F(msg_complete, bytes_out, FK_U64), F(msg_complete, bytes_peer, FK_U64));
 SCHEMA(error_s, msg_error, F(msg_error, code, FK_I32), F(msg_error, origin, FK_STR),
        F(msg_error, job, FK_U64), F(msg_error, text, FK_STR),
        F(msg_error, teardown, FK_STRS));
@@ -117,7 +118,9 @@ SCHEMA(complete_many_s, msg_complete_many, F(msg_complete_many, program, FK_U64)
        F(msg_complete_many, t_dones, FK_U64S), F(msg_complete_many, execute_ns, FK_U64S),
        F(msg_complete_many, output_jobs, FK_U64S), FA(msg_complete_many, outputs, output_s),
        F(msg_complete_many, handoffs_local, FK_U64S), F(msg_complete_many, handoffs_copied, FK_U64S),
-       F(msg_complete_many, parcel_jobs, FK_U64S), F(msg_complete_many, parcels, FK_U64S));
+       F(msg_complete_many, parcel_jobs, FK_U64S), F(msg_complete_many, parcels, FK_U64S),
+       F(msg_complete_many, handoffs_peer, FK_U64S), F(msg_complete_many, bytes_in, FK_U64S),
+       F(msg_complete_many, bytes_out, FK_U64S), F(msg_complete_many, bytes_peer, FK_U64S));
 SCHEMA(executed_many_s, msg_executed_many, F(msg_executed_many, program, FK_U64),
        F(msg_executed_many, device, FK_U32), F(msg_executed_many, jobs, FK_U64S));
 
@@ -400,9 +403,11 @@ static int check_batch(dctx *d, const msg *m) {
   if (m->type == MSG_COMPLETE_MANY) {
     const msg_complete_many *c = &m->body.complete_many;
     const msg_u64s *cols[] = {&c->runs,       &c->job_indexes, &c->t_submits,      &c->t_executes,
-                              &c->t_dones,    &c->execute_ns,  &c->handoffs_local, &c->handoffs_copied};
+                              &c->t_dones,    &c->execute_ns,  &c->handoffs_local, &c->handoffs_copied,
+                              &c->handoffs_peer, &c->bytes_in,  &c->bytes_out,      &c->bytes_peer};
     const char *names[] = {"runs",    "job_indexes", "t_submits",      "t_executes",
-                           "t_dones", "execute_ns",  "handoffs_local", "handoffs_copied"};
+                           "t_dones", "execute_ns",  "handoffs_local", "handoffs_copied",
+                           "handoffs_peer", "bytes_in", "bytes_out", "bytes_peer"};
     int rc = check_columns(d, &c->jobs, cols, names, SCHEDRUN__ARRAY_LEN(cols), &c->output_jobs, "output_jobs",
                            c->outputs.n);
     if (rc == SCHEDRUN_OK) rc = check_columns(d, &c->jobs, NULL, NULL, 0, &c->parcel_jobs, "parcel_jobs", c->parcels.n);

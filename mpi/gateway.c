@@ -364,7 +364,24 @@ void *mpi_gateway_main(void *arg) {
 void mpi_complete_up(schedrun_mpi_t *m, uint64_t token, msg *complete) {
   uint8_t *bytes = NULL;
   size_t len = 0;
-  if (msg_encode(complete, &bytes, &len, NULL) != SCHEDRUN_OK) return; /* out of memory: rank 0's deadline ends it */
+  schedrun_error_t err = {0};
+  if (msg_encode(complete, &bytes, &len, &err) != SCHEDRUN_OK) {
+    /* its outputs cannot travel in one MPI message (over 1 GiB), or no
+     * memory: the job fails at rank 0, saying so, without them */
+    msg f;
+    msg_init(&f, MSG_COMPLETE, complete->job, "gateway");
+    const msg_complete *c = &complete->body.complete;
+    f.body.complete.status = err.code ? err.code : SCHEDRUN_ENOMEM;
+    f.body.complete.program = c->program;
+    f.body.complete.device = c->device;
+    f.body.complete.run = c->run;
+    f.body.complete.job_index = c->job_index;
+    f.body.complete.text = xstrdup(err.message ? err.message : "out of memory");
+    schedrun_error_clear(&err);
+    int rc = msg_encode(&f, &bytes, &len, NULL);
+    msg_free(&f);
+    if (rc != SCHEDRUN_OK) return; /* out of memory: rank 0's deadline ends it */
+  }
   pthread_mutex_lock(&m->lock);
   msgpack_pack_uint64(&m->done_tk, token);
   msgpack_pack_bin(&m->done_bd, len);

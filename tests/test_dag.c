@@ -137,8 +137,27 @@ static schedrun_graph_t *diamond_graph(schedrun_program_t *const p[4], int job, 
 
 /* A (device 0) -> B (device 1, twice) and C (unpinned: A's device, square)
  * -> D (add, unpinned: it goes where one of its inputs is). */
+/* Whether the devices hand buffers on device to device: host devices
+ * always; the driver double's unless SCHEDRUN_CUDA_DOUBLE_PEER=none (then
+ * through the host). */
+static bool peers_here(void) {
+  const char *p = getenv("SCHEDRUN_CUDA_DOUBLE_PEER");
+  return !(getenv("SCHEDRUN_DAG_DEVICES") && p && !strcmp(p, "none"));
+}
+
+/* On the driver double: a file it logs its counted events to (peer copies
+ * among them), emptied; NULL on host devices. */
+static const char *double_log(void) {
+  if (!getenv("SCHEDRUN_DAG_DEVICES")) return NULL;
+  const char *path = tu_write_temp(3, "double.log", "");
+  setenv("SCHEDRUN_CUDA_DOUBLE_LOG", path, 1);
+  return path;
+}
+
 static void diamond(void **state) {
   (void)state;
+  const char *log = double_log();
+  bool peer = peers_here();
   schedrun_t *s = open_dag();
   schedrun_program_t *ps[] = {tu_load(s, produce_yaml, "produce"), tu_load(s, twice_yaml, "twice"),
                               tu_load(s, square_yaml, "square"), tu_load(s, add_yaml, "add")};
@@ -167,15 +186,31 @@ static void diamond(void **state) {
     assert_int_equal(ib->device, 1);
     assert_int_equal(ic->device, 0);
     assert_true(id->device == 0 || id->device == 1);
-    /* hand-offs: A's buffer reaches C on device 0 without the host, B by
-     * one copy; D has one input on its device and one from the other */
-    assert_int_equal(ia->handoffs_local + ia->handoffs_copied, 0);
+    /* hand-offs: A's buffer reaches C on device 0 without the host, B
+     * straight from device 0's memory (host devices' arenas are peers); D
+     * has one input on its device and one from the other. None goes through
+     * the host; each peer hand-off moves its N floats across. */
+    assert_int_equal(ia->handoffs_local + ia->handoffs_copied + ia->handoffs_peer, 0);
     assert_int_equal(ib->handoffs_local, 0);
-    assert_int_equal(ib->handoffs_copied, 1);
+    assert_int_equal(ib->handoffs_peer, peer ? 1 : 0);
+    assert_int_equal(ib->handoffs_copied, peer ? 0 : 1);
     assert_int_equal(ic->handoffs_local, 1);
-    assert_int_equal(ic->handoffs_copied, 0);
+    assert_int_equal(ic->handoffs_copied + ic->handoffs_peer, 0);
     assert_int_equal(id->handoffs_local, 1);
-    assert_int_equal(id->handoffs_copied, 1);
+    assert_int_equal(id->handoffs_peer, peer ? 1 : 0);
+    assert_int_equal(id->handoffs_copied, peer ? 0 : 1);
+    assert_int_equal(ib->bytes_peer, peer ? N * sizeof(float) : 0);
+    assert_int_equal(id->bytes_peer, peer ? N * sizeof(float) : 0);
+    assert_int_equal(ia->bytes_peer + ic->bytes_peer, 0);
+    /* through the host: out of one device and into the other, on top of
+     * the outputs read back */
+    if (!peer) assert_true(ib->bytes_in >= N * sizeof(float) && ib->bytes_out >= 2 * N * sizeof(float));
+    if (log) { /* the driver saw the copies it was asked for, over peer access or not at all */
+      char *text = tu_slurp(log, NULL);
+      assert_int_equal(tu_count(text, "memcpy-peer\n"), peer ? 2 * (rep + 1) : 0);
+      assert_int_equal(tu_count(text, "memcpy-peer-staged"), 0);
+      free(text);
+    }
     schedrun_job_result_t *all[] = {ra, rb, rc, rd};
     for (int k = 0; k < 4; k++) schedrun_job_result_free(&all[k]);
   }

@@ -96,7 +96,7 @@ static context_run ctx(fixture *f, bool b) { return (context_run){f->p, b ? &f->
 typedef struct test_job {
   job_run jr;
   uint64_t park[4], takes[12];
-  uint32_t handoffs[2];
+  job_traffic traffic;
 } test_job;
 
 static void job_init(test_job *t, uint64_t id, const uint32_t *keeps, size_t nkeeps, const uint64_t *takes,
@@ -108,7 +108,7 @@ static void job_init(test_job *t, uint64_t id, const uint32_t *keeps, size_t nke
     t->takes[3 * i + 1] = MSG_TAKE_LOCAL;
     t->takes[3 * i + 2] = takes[3 * i + 1];
   }
-  t->jr = (job_run){.id = id, .park = {t->park, nkeeps}, .takes = {t->takes, 3 * ntakes}, .handoffs = t->handoffs};
+  t->jr = (job_run){.id = id, .park = {t->park, nkeeps}, .takes = {t->takes, 3 * ntakes}, .traffic = &t->traffic};
 }
 
 /* Plans one job alone against the device's table and commits it as `failed` says. */
@@ -144,7 +144,7 @@ static void chain_in_place(void **state) {
     schedrun_error_t err = {0};
     assert_int_equal(plan_commit(f, &t, false, &pl, SIZE_MAX, 0, &err), SCHEDRUN_OK);
     assert_int_equal(pl.ncopies, 0);
-    assert_int_equal(t.handoffs[0], id > 1 ? 1u : 0u); /* taken on its device, in place */
+    assert_int_equal(t.traffic.local, id > 1 ? 1u : 0u); /* taken on its device, in place */
     kept_plan_free(&pl);
     /* the table holds exactly this job's x, in its context's buffer */
     assert_int_equal(f->s->kept.n, 1);

@@ -302,10 +302,17 @@ static void test_batches(void **st) {
   c->handoffs_copied = col(2, 0);
   c->parcel_jobs = col(1, 1);
   c->parcels = col(1, 0x5000);
+  c->handoffs_peer = col(2, 3);
+  c->bytes_in = col(2, 1ull << 40);
+  c->bytes_out = col(2, 4096);
+  c->bytes_peer = col(2, 7);
   roundtrip(&m, &o);
   const msg_complete_many *d = &o.body.complete_many;
   assert_true(d->handoffs_local.v[1] == 2 && d->handoffs_copied.v[0] == 0 && d->parcels.v[0] == 0x5000 &&
               d->parcel_jobs.v[0] == 1);
+  for (size_t k = 0; k < 2; k++)
+    assert_true(d->handoffs_peer.v[k] == 3 + k && d->bytes_in.v[k] == (1ull << 40) + k &&
+                d->bytes_out.v[k] == 4096 + k && d->bytes_peer.v[k] == 7 + k);
   assert_true(d->program == 3 && d->device == 1 && d->nodes == 9 && d->jobs.n == 2);
   for (size_t k = 0; k < 2; k++)
     assert_true(d->jobs.v[k] == 50 + k && d->runs.v[k] == 4 + k && d->job_indexes.v[k] == 8 + k &&
@@ -319,6 +326,9 @@ static void test_batches(void **st) {
   c->handoffs_copied.n = 1; /* a column one short */
   refused(&m, "handoffs_copied");
   c->handoffs_copied.n = 2;
+  c->bytes_peer.n = 3; /* a column one long */
+  refused(&m, "bytes_peer");
+  c->bytes_peer.n = 2;
   c->parcel_jobs.v[0] = 2; /* a parcel of no job */
   refused(&m, "parcel_jobs");
   msg_free(&m);

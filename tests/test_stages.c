@@ -43,19 +43,21 @@ static void shipped_pipeline_runs(void **state) {
     const char *name = json_object_get_string(get(st, "stage"));
     assert_int_equal((int)i / 3, json_object_get_int(get(st, "run")));
     assert_true(json_object_get_boolean(get(st, "verified")));
-    int local = json_object_get_int(get(st, "handoffs_local")), copied = json_object_get_int(get(st, "handoffs_copied"));
+    int local = json_object_get_int(get(st, "handoffs_local")), copied = json_object_get_int(get(st, "handoffs_copied")),
+        peer = json_object_get_int(get(st, "handoffs_peer"));
     const char *dev = json_object_get_string(get(st, "device"));
     if (!strcmp(name, "produce")) {
       assert_string_equal(dev, "host:0");
-      assert_int_equal(local + copied, 0);
+      assert_int_equal(local + copied + peer, 0);
     } else if (!strcmp(name, "transform")) {
       assert_string_equal(dev, "host:1");
-      assert_int_equal(copied, 1); /* from host:0 */
-      assert_int_equal(local, 0);
+      assert_int_equal(peer, 1); /* from host:0, arena to arena */
+      assert_int_equal(local + copied, 0);
     } else {
       assert_string_equal(name, "combine");
       assert_int_equal(local, 1); /* where one of its inputs was */
-      assert_int_equal(copied, 1);
+      assert_int_equal(peer, 1);
+      assert_int_equal(copied, 0);
     }
   }
   json_object_put(j);
@@ -209,7 +211,7 @@ static void pipeline_example_runs(void **state) {
   char *out = NULL, *err = NULL;
   int rc = tu_run(argv, &out, &err);
   if (rc != 0) fail_msg("exit %d\n%s%s", rc, out, err);
-  assert_non_null(strstr(out, "produce on host:0, transform on host:1 (1 copy of its input), reduce on the host"));
+  assert_non_null(strstr(out, "produce on host:0, transform on host:1 (its input from its peer, device to device), reduce on the host"));
   free(out);
   free(err);
 }

@@ -159,6 +159,8 @@ static void c_destroy(gpu_backend *g) {
     if (b->devs[i].ctx) b->api.cuDevicePrimaryCtxRelease(b->devs[i].dev);
   }
   free(b->devs);
+  free(b->peer);
+  pthread_mutex_destroy(&b->peer_lock);
   dlclose(b->api.dl);
   free(b);
 }
@@ -237,6 +239,52 @@ static int c_copy_dtod(gpu_backend *g, int dev, uint64_t dst, uint64_t src, uint
   if (rc) return rc;
   CU_CHECK(&b->api, b->api.cuStreamSynchronize(b->devs[dev].stream), b->devs[dev].name, err);
   CU_CHECK(&b->api, b->api.cuMemcpyDtoD((CUdeviceptr)dst, (CUdeviceptr)src, n), b->devs[dev].name, err);
+  return SCHEDRUN_OK;
+}
+
+/* Whether device dst may read src's memory: asked once per pair
+ * (cuDeviceCanAccessPeer), and turned on for dst's context when it may
+ * (cuCtxEnablePeerAccess; already on counts as on). */
+static int peer_state(cuda_backend *b, int dst, int src, schedrun_error_t *err) {
+  pthread_mutex_lock(&b->peer_lock);
+  uint8_t *st = &b->peer[dst * b->ndevices + src];
+  int rc = SCHEDRUN_OK;
+  if (*st == PEER_UNKNOWN) {
+    int can = 0;
+    CUresult r = b->api.cuDeviceCanAccessPeer(&can, b->devs[dst].dev, b->devs[src].dev);
+    if (r != CUDA_SUCCESS) rc = cu_fail(&b->api, err, r, "cuDeviceCanAccessPeer", b->devs[dst].name);
+    else if (!can) *st = PEER_NONE;
+    else if ((rc = cu_use(b, dst, err)) == SCHEDRUN_OK) {
+      r = b->api.cuCtxEnablePeerAccess(b->devs[src].ctx, 0);
+      if (r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) *st = PEER_ON;
+      else if (r == CUDA_ERROR_TOO_MANY_PEERS || r == CUDA_ERROR_PEER_ACCESS_UNSUPPORTED) *st = PEER_NONE;
+      else rc = cu_fail(&b->api, err, r, "cuCtxEnablePeerAccess", b->devs[dst].name);
+    }
+  }
+  int on = *st == PEER_ON;
+  pthread_mutex_unlock(&b->peer_lock);
+  return rc ? -rc : on;
+}
+
+static int c_copy_peer(gpu_backend *g, int dst_dev, uint64_t dst, int src_dev, uint64_t src, uint64_t n, bool *peer,
+                       schedrun_error_t *err) {
+  cuda_backend *b = cb(g);
+  *peer = false;
+  if (dst_dev < 0 || dst_dev >= b->ndevices || src_dev < 0 || src_dev >= b->ndevices || dst_dev == src_dev)
+    return err_set(err, SCHEDRUN_EINVAL, "no peer copy from cuda device %d to %d", src_dev, dst_dev);
+  int on = peer_state(b, dst_dev, src_dev, err);
+  if (on <= 0) return -on; /* an error, or no peer path: through the host */
+  int rc = cu_use(b, src_dev, err);
+  if (rc) return rc;
+  /* the source's last work is done before it is read */
+  CU_CHECK(&b->api, b->api.cuStreamSynchronize(b->devs[src_dev].stream), b->devs[src_dev].name, err);
+  if ((rc = cu_use(b, dst_dev, err))) return rc;
+  CU_CHECK(&b->api, b->api.cuStreamSynchronize(b->devs[dst_dev].stream), b->devs[dst_dev].name, err);
+  if (n)
+    CU_CHECK(&b->api,
+             b->api.cuMemcpyPeer((CUdeviceptr)dst, b->devs[dst_dev].ctx, (CUdeviceptr)src, b->devs[src_dev].ctx, n),
+             b->devs[dst_dev].name, err);
+  *peer = true;
   return SCHEDRUN_OK;
 }
 
@@ -380,6 +428,7 @@ static const gpu_ops cuda_ops = {
     .copy_htod = c_copy_htod,
     .copy_dtoh = c_copy_dtoh,
     .copy_dtod = c_copy_dtod,
+    .copy_peer = c_copy_peer,
     .module_load = c_module_load,
     .module_unload = c_module_unload,
     .module_function = c_module_function,
@@ -404,12 +453,14 @@ int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_erro
   cuda_backend *b = calloc(1, sizeof *b);
   int n = nwhich > 0 ? nwhich : count;
   if (b) b->devs = calloc((size_t)n, sizeof *b->devs);
-  if (!b || !b->devs) {
-    if (b) free(b);
+  if (b) b->peer = calloc((size_t)n * (size_t)n + 1, 1);
+  if (!b || !b->devs || !b->peer) {
+    if (b) free(b->devs), free(b->peer), free(b);
     cuda_api_unload(h);
     return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
   b->base.ops = &cuda_ops;
+  pthread_mutex_init(&b->peer_lock, NULL);
   b->api = *(cu_api *)h;
   free(h); /* the table is copied; the library handle now belongs to b */
   CUresult vr = b->api.cuDriverGetVersion(&b->driver_version);

@@ -19,8 +19,8 @@
 #define CU_FUNCS(X)                                                                                    \
   X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount)           \
   X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                \
-  X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD)           \
-  X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
+  X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD)           \
+  X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyPeer) X(cuMemsetD8) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
   X(cuStreamQuery)                                                                                     \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuGraphCreate)      \
   X(cuGraphDestroy) X(cuGraphAddKernelNode) X(cuGraphAddMemcpyNode) X(cuGraphAddMemsetNode)           \
@@ -65,12 +65,18 @@ typedef struct cu_device {
   _Atomic uint64_t launches, host_trips;
 } cu_device;
 
+enum { PEER_UNKNOWN, PEER_ON, PEER_NONE };
+
 typedef struct cuda_backend {
   gpu_backend base;
   cu_api api;
   int driver_version;
   int ndevices;
   cu_device *devs;
+  /* peer access from device i to device j's memory, settled at the first
+   * copy between them: peer[i * ndevices + j], PEER_* (under peer_lock) */
+  uint8_t *peer;
+  pthread_mutex_t peer_lock;
   _Atomic bool abandoned;
 } cuda_backend;
 

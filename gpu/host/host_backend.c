@@ -267,6 +267,15 @@ static int h_copy_dtod(gpu_backend *b, int dev, uint64_t dst, uint64_t src, uint
   return SCHEDRUN_OK;
 }
 
+/* Both arenas are mapped here: one copy from one to the other. */
+static int h_copy_peer(gpu_backend *b, int dst_dev, uint64_t dst, int src_dev, uint64_t src, uint64_t n, bool *peer,
+                       schedrun_error_t *err) {
+  (void)err;
+  if (n) memcpy(dev_range(dev_of(b, dst_dev), dst, n), dev_range(dev_of(b, src_dev), src, n), n);
+  *peer = true;
+  return SCHEDRUN_OK;
+}
+
 /* ---- modules, loaded by the worker ---- */
 
 static int h_module_load(gpu_backend *b, int dev, const void *image, size_t len, gpu_module **out,
@@ -668,6 +677,7 @@ static const gpu_ops host_ops = {
     .copy_htod = h_copy_htod,
     .copy_dtoh = h_copy_dtoh,
     .copy_dtod = h_copy_dtod,
+    .copy_peer = h_copy_peer,
     .module_load = h_module_load,
     .module_unload = h_module_unload,
     .module_function = h_module_function,

@@ -33,6 +33,9 @@
  * Settings (environment):
  *   SCHEDRUN_CUDA_DOUBLE_DEVICES  devices (1)
  *   SCHEDRUN_CUDA_DOUBLE_ARCH     compute capability as digits (90)
+ *   SCHEDRUN_CUDA_DOUBLE_PEER     "none": no pair of devices may access each
+ *                                 other's memory (cuDeviceCanAccessPeer says
+ *                                 0); default every pair of distinct devices
  *   SCHEDRUN_CUDA_DOUBLE_MEM_MB   each device's memory in MiB (16384):
  *                                 cuMemAlloc refuses past it (out of
  *                                 memory), cuMemGetInfo reports it
@@ -48,7 +51,9 @@
  *   SCHEDRUN_CUDA_DOUBLE_COMPILE_MS  every nvrtcCompileProgram takes this
  *                                 many milliseconds more (a big kernel)
  *   SCHEDRUN_CUDA_DOUBLE_LOG      a file that gets one line per counted event
- *                                 ("graph-launch", "launch", "update-rejected")
+ *                                 ("graph-launch", "launch", "update-rejected",
+ *                                 "memcpy-peer" over enabled peer access,
+ *                                 "memcpy-peer-staged" without it)
  */
 #ifndef SCHEDRUN_CUDA_DOUBLE_H
 #define SCHEDRUN_CUDA_DOUBLE_H
@@ -72,6 +77,7 @@ typedef struct dctx {
   dobj o;
   int ordinal;
   int retains; /* primary context references; 0: inactive */
+  uint32_t peers; /* ordinals whose memory this context may access (cuCtxEnablePeerAccess) */
 } dctx;
 
 typedef struct dfunc dfunc;

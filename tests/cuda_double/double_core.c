@@ -17,6 +17,7 @@ pthread_mutex_t dbl_lock;
 int dbl_driver_version = 13000;
 static int g_ndev = 1, g_arch = 90;
 static uint64_t g_mem_bytes = 16ull << 30; /* per device */
+static bool g_no_peer;                     /* SCHEDRUN_CUDA_DOUBLE_PEER=none */
 static bool g_init;
 static _Thread_local dctx *t_current;
 static dctx *g_ctx[16];
@@ -200,6 +201,7 @@ static CUresult d_cuInit(unsigned flags) {
     if (g_ndev < 0 || g_ndev > 16) g_ndev = 1;
     if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_ARCH")) && *e) g_arch = atoi(e);
     if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_MEM_MB")) && *e && atoll(e) > 0) g_mem_bytes = (uint64_t)atoll(e) << 20;
+    g_no_peer = (e = getenv("SCHEDRUN_CUDA_DOUBLE_PEER")) && !strcmp(e, "none");
     g_init = true;
   }
   LEAVE(CUDA_SUCCESS);
@@ -256,6 +258,17 @@ static CUresult d_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
   LEAVE(CUDA_SUCCESS);
 }
 
+/* Whether contexts on dev may access peer's memory directly: never a
+ * device itself (the driver answers 0 for the same device). */
+static CUresult d_cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) {
+  ENTER("cuDeviceCanAccessPeer");
+  NEED_INIT();
+  if (!can) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  if (dev < 0 || dev >= g_ndev || peer < 0 || peer >= g_ndev) LEAVE(CUDA_ERROR_INVALID_DEVICE);
+  *can = dev != peer && !g_no_peer;
+  LEAVE(CUDA_SUCCESS);
+}
+
 /* ---- primary contexts ---- */
 
 static CUresult d_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d) {
@@ -280,7 +293,7 @@ static CUresult d_cuDevicePrimaryCtxRelease(CUdevice d) {
   NEED_INIT();
   if (d < 0 || d >= g_ndev) LEAVE(CUDA_ERROR_INVALID_DEVICE);
   if (!g_ctx[d] || g_ctx[d]->retains == 0) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
-  g_ctx[d]->retains--;
+  if (--g_ctx[d]->retains == 0) g_ctx[d]->peers = 0; /* the context is gone, and its peer access with it */
   LEAVE(CUDA_SUCCESS);
 }
 
@@ -289,6 +302,22 @@ dctx *dbl_ctx(CUcontext c) {
   for (int d = 0; d < g_ndev && d < 16; d++)
     if (g_ctx[d] && (CUcontext)g_ctx[d] == c) return g_ctx[d]->retains ? g_ctx[d] : NULL;
   return NULL;
+}
+
+/* Lets the current context access peer's memory: one way, once (again is
+ * CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED), for a pair that can. */
+static CUresult d_cuCtxEnablePeerAccess(CUcontext peer, unsigned flags) {
+  ENTER("cuCtxEnablePeerAccess");
+  NEED_INIT();
+  dctx *x = dbl_current();
+  if (!x) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+  dctx *p = dbl_ctx(peer);
+  if (!p) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+  if (flags != 0 || p == x) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  if (g_no_peer) LEAVE(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+  if (x->peers & (1u << p->ordinal)) LEAVE(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+  x->peers |= 1u << p->ordinal;
+  LEAVE(CUDA_SUCCESS);
 }
 
 int dbl_device_arch(int ordinal) {
@@ -406,6 +435,22 @@ static CUresult d_cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   LEAVE(CUDA_SUCCESS);
 }
 
+/* A copy between two contexts' memory: each range inside an allocation of
+ * its own context. With the destination's peer access to the source turned
+ * on it goes straight across; without, the driver stages it (counted
+ * apart, so that a test sees which path was taken). */
+static CUresult d_cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n) {
+  ENTER("cuMemcpyPeer");
+  NEED_INIT();
+  dctx *dx = dbl_ctx(dst_ctx), *sx = dbl_ctx(src_ctx);
+  if (!dx || !sx) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+  if (n == 0) LEAVE(CUDA_SUCCESS);
+  if (!dbl_range(dst, n, dx) || !dbl_range(src, n, sx)) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+  dbl_count(dx->peers & (1u << sx->ordinal) ? "memcpy-peer" : "memcpy-peer-staged");
+  LEAVE(CUDA_SUCCESS);
+}
+
 static CUresult d_cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n) {
   ENTER("cuMemsetD8");
   NEED_CTX(x);
@@ -503,8 +548,8 @@ static CUresult d_cuGetErrorString(CUresult r, const char **s) {
 const dbl_entry dbl_core_entries[] = {
     E(cuInit, 2000), E(cuDriverGetVersion, 2020), E(cuGetErrorName, 6000), E(cuGetErrorString, 6000),
     E(cuDeviceGetCount, 2000), E(cuDeviceGet, 2000), E(cuDeviceGetName, 2000), E(cuDeviceGetAttribute, 2000),
-    E(cuDevicePrimaryCtxRetain, 7000), E(cuDevicePrimaryCtxRelease, 11000), E(cuCtxSetCurrent, 4000),
-    E(cuMemAlloc, 3020), E(cuMemFree, 3020), E(cuMemGetInfo, 3020), E(cuMemcpyHtoD, 3020), E(cuMemcpyDtoH, 3020), E(cuMemcpyDtoD, 3020), E(cuMemsetD8, 3020),
+    E(cuDevicePrimaryCtxRetain, 7000), E(cuDevicePrimaryCtxRelease, 11000), E(cuCtxSetCurrent, 4000), E(cuDeviceCanAccessPeer, 4000), E(cuCtxEnablePeerAccess, 4000),
+    E(cuMemAlloc, 3020), E(cuMemFree, 3020), E(cuMemGetInfo, 3020), E(cuMemcpyHtoD, 3020), E(cuMemcpyDtoH, 3020), E(cuMemcpyDtoD, 3020), E(cuMemcpyPeer, 4000), E(cuMemsetD8, 3020),
     E(cuStreamCreate, 2000), E(cuStreamDestroy, 4000), E(cuStreamSynchronize, 2000), E(cuStreamQuery, 2000),
     {NULL, NULL, 0}};
 #undef E
