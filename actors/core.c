@@ -20,7 +20,8 @@ void core_free_parcel(schedrun_core *c, uint64_t device, uint64_t addr) {
 }
 
 void core_free_parcels(schedrun_core *c, const msg_u64s *takes) {
-  for (size_t i = 0; i + 2 < takes->n; i += 3) core_free_parcel(c, takes->v[i + 1], takes->v[i + 2]);
+  for (size_t i = 0; i + 2 < takes->n; i += 3)
+    if (!(takes->v[i] & MSG_TAKE_RESIDENT)) core_free_parcel(c, takes->v[i + 1], takes->v[i + 2]);
 }
 
 int core_send_queued(actor_t *self, msg_queue *q, const char *to, msg *m) {

@@ -30,8 +30,8 @@ void execute_state_free(execute_state *s) {
   free(s);
 }
 
-bool execute_wanted(const prog_program *p, uint32_t b, bool keep) {
-  if (keep) return true;
+bool execute_wanted(const prog_program *p, uint32_t b, uint32_t keep) {
+  if (keep & MSG_KEEP_OUTPUTS) return true;
   for (uint32_t i = 0; i < p->nexpects; i++)
     if (p->expects[i].buffer == b) return true;
   return false;
@@ -97,13 +97,16 @@ int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, m
     const prog_buffer *buf = &p->buffers[b];
     uint64_t bytes = buf->count * prog_type_size(buf->type);
     const uint8_t *src = buf->image;
+    bool input = false;
     for (size_t i = 0; i < jr->ninputs; i++)
       if (jr->inputs[i].buffer == b) {
         if (jr->inputs[i].data.len != bytes)
           return err_set(err, SCHEDRUN_EPROTO, "EXECUTE input for buffer '%s' has %zu bytes, not %llu", buf->name,
                          jr->inputs[i].data.len, (unsigned long long)bytes);
         src = jr->inputs[i].data.data;
+        input = true;
       }
+    if (!input && execute_stays(p, b, jr->keep)) continue; /* as the last job here left it */
     rc = src ? be->ops->copy_htod(be, s->device, c->bindings->v[b], src, bytes, err)
              : be->ops->mem_zero(be, s->device, c->bindings->v[b], bytes, err);
     if (src && jr->traffic) jr->traffic->in += bytes;

@@ -29,7 +29,7 @@ int execute_take_parcels(execute_state *s, const context_run *c, const job_run *
   assert(jr->takes.n % 3 == 0 && jr->traffic); /* the decoder checks the triples */
   for (size_t i = 0; i < jr->takes.n; i += 3) {
     if (jr->takes.v[i + 1] == MSG_TAKE_LOCAL) continue; /* kept here: the job's plan took it */
-    uint32_t b = (uint32_t)jr->takes.v[i];
+    uint32_t b = MSG_TAKE_BUFFER(jr->takes.v[i]);
     int from = (int)jr->takes.v[i + 1];
     uint64_t addr = jr->takes.v[i + 2];
     if (b >= c->p->nbuffers || from < 0 || from >= s->core->ndevices)
@@ -59,7 +59,8 @@ int execute_take_parcels(execute_state *s, const context_run *c, const job_run *
       jr->traffic->in += bytes;
     }
     if (rc)
-      return err_set(err, rc, "handing buffer '%s' on from %s to %s: %s", c->p->buffers[b].name,
+      return err_set(err, rc, "%s buffer '%s' on from %s to %s: %s",
+                     jr->takes.v[i] & MSG_TAKE_RESIDENT ? "moving resident" : "handing", c->p->buffers[b].name,
                      be->ops->device_name(be, from), be->ops->device_name(be, s->device),
                      err->message ? err->message : "copy failed");
   }

@@ -104,7 +104,7 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m, const char 
   j->run = sb->run;
   j->job_index = sb->job_index;
   j->slot = sb->slot;
-  j->keep = sb->keep;
+  j->keep = sb->keep & MSG_KEEP_OUTPUTS; /* what stays on the device is the scheduler's to say */
   j->deadline = sb->deadline;
   j->record_only = sb->record_only != 0;
   j->device = -1;
@@ -350,6 +350,7 @@ static int scheduler_handle(actor_t *self, msg *m) {
       size_t sp = 0;
       void *sv;
       while (hmap_next(&((prog_state *)v)->slots, &sp, NULL, &sv)) ((slot_state *)sv)->queue = (job_queue){0};
+      ((prog_state *)v)->moving = (job_queue){0}; /* PLACED_WAITING too: completed below */
     }
     for (size_t i = 0; i < n; i++) scheduler_complete(self, s, pending[i], SCHEDRUN_ECLOSED, "the scheduler shut down before the job started", NULL);
     free(pending);

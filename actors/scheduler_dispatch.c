@@ -51,6 +51,7 @@ void scheduler_retire(actor_t *self, scheduler_state *s, job *j) {
   idmap_remove(&s->jobs, j->id);
   scheduler_job_free(s, j);
   if (ss) scheduler_dispatch_slot(self, s, ps, ss);
+  if (ps && ps->moving.head) scheduler_resident_retry(self, s, ps);
   if (ps && ps->releasing && ps->jobs == 0) scheduler_finish_release(self, s, ps);
 }
 
@@ -75,6 +76,10 @@ static const char *teardown_in(int state) {
 
 void scheduler_complete(actor_t *self, scheduler_state *s, job *j, int status, const char *text,
                      msg_outputs *outputs) {
+  if (j->state != JOB_EXECUTING && j->device >= 0) {
+    prog_state *ps = scheduler_prog_get(s, j->program, false);
+    if (ps && ps->p && ps->p->nresident) scheduler_resident_unmoved(s, ps, j); /* it will not carry them */
+  }
   msg m;
   msg_init(&m, MSG_COMPLETE, j->id, ACTOR_SCHEDULER);
   msg_complete *c = &m.body.complete;
@@ -480,6 +485,12 @@ void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) 
   }
   slot_state *ss;
   j->device = pick_device(s, ps, j, &ss);
+  if (j->device >= 0 && p->nresident) {
+    int d = scheduler_resident_place(self, s, ps, j, j->device);
+    if (d < 0) return; /* waits to move (ps->moving), or completed: j is not ours to touch */
+    if (d != j->device) ss = NULL; /* the warm slot pick_device found is not the one */
+    j->device = d;
+  }
   if (j->device < 0) {
     gpu_backend *be = s->core->backend;
     int d = j->pin >= 0 ? j->pin : 0;

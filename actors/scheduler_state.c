@@ -119,6 +119,7 @@ prog_state *scheduler_prog_get(scheduler_state *s, uint64_t id, bool create) {
   if (!ps) return NULL;
   ps->id = id;
   ps->p = core_program(s->core, id);
+  memset(ps->home, -1, sizeof ps->home); /* no buffer set's resident buffers are anywhere yet */
   hmap_init(&ps->slots, sizeof(slot_key));
   if (hmap_put(&s->progs, &id, ps) != 0) {
     free(ps);

@@ -94,6 +94,12 @@ typedef struct prog_state {
   uint64_t compile_t0;  /* when it was asked for */
   msg_modules modules;
   job_queue waiting; /* for the compile */
+  /* resident buffers (scheduler_resident.c): the device each buffer set's
+   * resident buffers are on (-1: not made yet), and the jobs waiting for
+   * theirs to leave a device that still runs jobs of the set, in order */
+  int8_t home[MAX_SLOTS];
+  job_queue moving;
+  bool retrying; /* in scheduler_resident_retry */
   hmap slots;        /* {device, slot} -> slot_state* */
   uint32_t jobs;     /* not yet complete */
   char release_to[32];
@@ -151,6 +157,22 @@ void scheduler_compiled(actor_t *self, scheduler_state *s, msg *m);
 void scheduler_compile_failed(actor_t *self, scheduler_state *s, prog_state *ps, int code, const char *text);
 /* TICK: the deadlines of jobs waiting for compiles. */
 void scheduler_compile_tick(actor_t *self, scheduler_state *s);
+
+/* ---- scheduler_resident.c ---- */
+
+/* Where j must run for its buffer set's resident buffers, once pick_device
+ * chose `device` (the caller's pin, or its choice): the device they are
+ * on, unless j is pinned elsewhere. Returns the device, or -1 when j waits
+ * (queued in ps->moving until they can move) or failed (completed here). A
+ * job that stays with them keeps them as they are (MSG_KEEP_RESIDENT); one
+ * that goes elsewhere takes them from where they are (MSG_TAKE_RESIDENT). */
+int scheduler_resident_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j, int device);
+/* j, placed on a device, completes without reaching it: when it was to take
+ * its set's resident buffers there, the next job of the set queued there
+ * takes them instead, or they stay where they were. */
+void scheduler_resident_unmoved(scheduler_state *s, prog_state *ps, job *j);
+/* A job of ps finished: those waiting to move go on, in order, while they can. */
+void scheduler_resident_retry(actor_t *self, scheduler_state *s, prog_state *ps);
 
 /* ---- scheduler_dispatch.c ---- */
 

@@ -221,14 +221,19 @@ SCHEDRUN_EXTERN void schedrun_builder_kernel(schedrun_builder_t *b, const char *
                                              const char *source, const char *entry);
 SCHEDRUN_EXTERN void schedrun_builder_kernel_file(schedrun_builder_t *b, const char *name, const char *params,
                                                   const char *path, const char *entry);
+/* A buffer's flags: written by --output (`output: true`); resident
+ * (`resident: true`): it stays on its device between the jobs of a buffer
+ * set, each job starting from what the last one left (docs/config.md). */
+#define SCHEDRUN_BUFFER_OUTPUT 1
+#define SCHEDRUN_BUFFER_RESIDENT 2
 /* A buffer of `count` elements of `type` ("f32", "i32", ... "u8"): its
  * initial contents copied from init (exactly count x element size bytes;
- * NULL: zeroed), or from a file as `init: {file: ...}` reads it. output 1:
- * written by --output. */
+ * NULL: zeroed), or from a file as `init: {file: ...}` reads it; flags:
+ * SCHEDRUN_BUFFER_* (1 is SCHEDRUN_BUFFER_OUTPUT). */
 SCHEDRUN_EXTERN void schedrun_builder_buffer(schedrun_builder_t *b, const char *name, const char *type, uint64_t count,
-                                             const void *init, size_t init_bytes, int output);
+                                             const void *init, size_t init_bytes, int flags);
 SCHEDRUN_EXTERN void schedrun_builder_buffer_file(schedrun_builder_t *b, const char *name, const char *type,
-                                                  uint64_t count, const char *path, int output);
+                                                  uint64_t count, const char *path, int flags);
 /* Steps, in order. A launch's args are strings: a buffer's name, "NAME[EXPR]"
  * for a buffer from element EXPR, a number, or an expression. grid and block
  * are x, y, z (unused ones 1). copy and fill take expressions; NULL for an

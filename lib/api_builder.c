@@ -213,27 +213,30 @@ void schedrun_builder_kernel_file(schedrun_builder_t *b, const char *name, const
   kernel(b, "schedrun_builder_kernel_file", name, params, "file", path, entry);
 }
 
-static int buffer_begin(schedrun_builder_t *b, const char *name, const char *type, uint64_t count, bool output,
+static int buffer_begin(schedrun_builder_t *b, const char *name, const char *type, uint64_t count, int flags,
                         int *at) {
   *at = call(b, NULL, "buffer '%s'", name);
   if (!b->buffers) pair(b, b->root, "buffers", b->buffers = map(b, *at), *at);
   int m = map(b, *at);
   pair(b, m, "type", scalar(b, type, *at, 0), *at);
   pair(b, m, "count", number(b, (double)count, true, *at, 0), *at);
-  if (output) pair(b, m, "output", scalar(b, "true", *at, 0), *at);
+  if (flags & SCHEDRUN_BUFFER_OUTPUT) pair(b, m, "output", scalar(b, "true", *at, 0), *at);
+  if (flags & SCHEDRUN_BUFFER_RESIDENT) pair(b, m, "resident", scalar(b, "true", *at, 0), *at);
+  if (flags & ~(SCHEDRUN_BUFFER_OUTPUT | SCHEDRUN_BUFFER_RESIDENT))
+    misuse(b, "buffer '%s': unknown flags 0x%x", name, (unsigned)flags);
   pair(b, b->buffers, name, m, *at);
   return m;
 }
 
 void schedrun_builder_buffer(schedrun_builder_t *b, const char *name, const char *type, uint64_t count,
-                             const void *init, size_t init_bytes, int output) {
+                             const void *init, size_t init_bytes, int flags) {
   if (!usable(b, "schedrun_builder_buffer", "name", name) || !usable(b, "schedrun_builder_buffer", "type", type)) return;
   if (!init && init_bytes) {
     misuse(b, "schedrun_builder_buffer: buffer '%s': init is NULL with %zu bytes", name, init_bytes);
     return;
   }
   int at;
-  int m = buffer_begin(b, name, type, count, output != 0, &at);
+  int m = buffer_begin(b, name, type, count, flags, &at);
   if (!init) return; /* zeroed */
   prog_blob *nb = realloc(b->blobs, (b->nblobs + 1) * sizeof *nb);
   void *copy = malloc(init_bytes ? init_bytes : 1);
@@ -253,11 +256,11 @@ void schedrun_builder_buffer(schedrun_builder_t *b, const char *name, const char
 }
 
 void schedrun_builder_buffer_file(schedrun_builder_t *b, const char *name, const char *type, uint64_t count,
-                                  const char *path, int output) {
+                                  const char *path, int flags) {
   const char *fn = "schedrun_builder_buffer_file";
   if (!usable(b, fn, "name", name) || !usable(b, fn, "type", type) || !usable(b, fn, "path", path)) return;
   int at;
-  int m = buffer_begin(b, name, type, count, output != 0, &at);
+  int m = buffer_begin(b, name, type, count, flags, &at);
   int in = map(b, at);
   pair(b, in, "file", scalar(b, path, at, 0), at);
   pair(b, m, "init", in, at);

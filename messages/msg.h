@@ -101,6 +101,15 @@ typedef struct msg_counts { uint32_t created, updated, reused; } msg_counts;
 #define MSG_TAKE_LOCAL 0xffffffffull
 #define MSG_TAKE_BUFFER(v) ((uint32_t)(v))
 #define MSG_TAKE_PARK(v) ((uint32_t)((v) >> 32))
+/* A take {buffer | MSG_TAKE_RESIDENT, device, address} fills a resident
+ * buffer from its copy on another device (the buffer set moves there):
+ * copied, never freed (it is that context's buffer, not a parcel). */
+#define MSG_TAKE_RESIDENT (1ull << 62)
+/* msg_execute.keep and EXECUTE_MANY's keeps: the job's outputs come back
+ * (every buffer); its resident buffers stay as the last job on the device
+ * left them (set by the scheduler only). */
+#define MSG_KEEP_OUTPUTS 1u
+#define MSG_KEEP_RESIDENT 2u
 
 typedef struct msg_submit {
   uint64_t program;

@@ -281,8 +281,8 @@ static void load_buffers(ld *l, node *n) {
     b->name = xstrdup(ld_sval(k));
     b->loc = ld_loc_of(k);
     b->type = PT_F32;
-    static const char *const keys[] = {"type", "count", "init", "output", NULL};
-    node *f[4];
+    static const char *const keys[] = {"type", "count", "init", "output", "resident", NULL};
+    node *f[5];
     char what[160];
     snprintf(what, sizeof what, "buffer '%s'", b->name);
     if (!ld_read_map(l, v, what, keys, f)) continue;
@@ -302,11 +302,15 @@ static void load_buffers(ld *l, node *n) {
       ok = false;
     }
     b->count = (uint64_t)c;
-    if (f[3] && ld_is_scalar(l, f[3], "output")) {
-      const char *o = ld_sval(f[3]);
-      if (!strcmp(o, "true")) b->output = true;
-      else if (strcmp(o, "false")) ld_problem(l, f[3], "output of buffer '%s' is true or false, not '%s'", b->name, o);
+    for (int fi = 3; fi <= 4; fi++) {
+      const char *key = fi == 3 ? "output" : "resident";
+      if (!f[fi] || !ld_is_scalar(l, f[fi], key)) continue;
+      const char *o = ld_sval(f[fi]);
+      bool *flag = fi == 3 ? &b->output : &b->resident;
+      if (!strcmp(o, "true")) *flag = true;
+      else if (strcmp(o, "false")) ld_problem(l, f[fi], "%s of buffer '%s' is true or false, not '%s'", key, b->name, o);
     }
+    if (b->resident) l->p->nresident++;
     if (ok) {
       uint64_t bytes = b->count * prog_type_size(b->type);
       l->buffer_bytes += bytes;

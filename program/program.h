@@ -107,6 +107,7 @@ typedef struct prog_buffer {
   uint64_t count;
   uint8_t *image; /* initial contents, count * size bytes; NULL: zeroed */
   bool output;    /* `output: true`: written by --output */
+  bool resident;  /* `resident: true`: stays on its device between the jobs of a buffer set */
   prog_loc loc;
 } prog_buffer;
 
@@ -192,6 +193,7 @@ typedef struct prog_program {
   uint32_t nkernels;
   prog_buffer *buffers;
   uint32_t nbuffers;
+  uint32_t nresident; /* buffers with `resident: true` */
   prog_step *steps;
   uint32_t nsteps;
   uint32_t ncommands;
