@@ -446,6 +446,8 @@ int main(int argc, char **argv) {
                ds->name, (unsigned long long)ds->jobs, (unsigned long long)ds->nodes_created,
                (unsigned long long)ds->nodes_updated, (unsigned long long)ds->nodes_reused, ms(ds->busy_ns),
                (unsigned long long)ds->launches);
+        printf("  %-8s bytes: %llu in, %llu out, %llu from its peers\n", "", (unsigned long long)ds->bytes_in,
+               (unsigned long long)ds->bytes_out, (unsigned long long)ds->bytes_peer);
         if (ds->loops[0])
           printf("  %-8s while loops run %s; %llu host-driven trips\n", "", ds->loops,
                  (unsigned long long)ds->loop_syncs);

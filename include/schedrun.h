@@ -549,6 +549,9 @@ typedef struct schedrun_device_stats {
   uint64_t launches;   /* submissions to the device (CUDA graph launches): one per job when its loops run there */
   uint64_t loop_syncs; /* while-loop trips driven from the host, a synchronisation each */
   char loops[160];     /* how while loops run on the device; "" before the first */
+  /* bytes its jobs moved (schedrun_job_info_t): host to device, device to
+   * host, and from another device into this one */
+  uint64_t bytes_in, bytes_out, bytes_peer;
 } schedrun_device_stats_t;
 
 typedef struct schedrun_summary {
@@ -588,7 +591,8 @@ SCHEDRUN_EXTERN int schedrun_report_job(const schedrun_report_t *r, int run, int
  * SCHEDRUN_REPORT_SCHEMA, program, verified, runs, jobs, jobs_verified,
  * jobs_failed, compile_ms_sum, record_ms_sum, execute_ms_sum, wall_ms,
  * cache_hits, cache_misses, nodes_created, nodes_updated, nodes_reused,
- * devices (name, jobs, nodes_*, busy_ms, launches, loop_syncs, loops) and
+ * devices (name, jobs, nodes_*, busy_ms, launches, loop_syncs, bytes_in,
+ * bytes_out, bytes_peer, loops) and
  * failures. Heap string; free() it. */
 #define SCHEDRUN_REPORT_SCHEMA 1
 SCHEDRUN_EXTERN char *schedrun_report_json(const schedrun_report_t *r);

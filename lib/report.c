@@ -133,6 +133,9 @@ bool report_add(schedrun_report_t *r, size_t index, schedrun_job_result_t *res) 
     ds->nodes_updated += c->nodes_updated;
     ds->nodes_reused += c->nodes_reused;
     ds->busy_ns += c->execute_ns;
+    ds->bytes_in += c->bytes_in;
+    ds->bytes_out += c->bytes_out;
+    ds->bytes_peer += c->bytes_peer;
   }
   strbuf sb;
   sb_init(&sb);
@@ -265,10 +268,12 @@ char *schedrun_report_json(const schedrun_report_t *r) {
     sb_add_json(&sb, ds->name);
     sb_addf(&sb,
             ", \"jobs\": %llu, \"nodes_created\": %llu, \"nodes_updated\": %llu, \"nodes_reused\": %llu, "
-            "\"busy_ms\": %.3f, \"launches\": %llu, \"loop_syncs\": %llu, \"loops\": ",
+            "\"busy_ms\": %.3f, \"launches\": %llu, \"loop_syncs\": %llu, \"bytes_in\": %llu, "
+            "\"bytes_out\": %llu, \"bytes_peer\": %llu, \"loops\": ",
             (unsigned long long)ds->jobs, (unsigned long long)ds->nodes_created,
             (unsigned long long)ds->nodes_updated, (unsigned long long)ds->nodes_reused, ds->busy_ns / 1e6,
-            (unsigned long long)ds->launches, (unsigned long long)ds->loop_syncs);
+            (unsigned long long)ds->launches, (unsigned long long)ds->loop_syncs, (unsigned long long)ds->bytes_in,
+            (unsigned long long)ds->bytes_out, (unsigned long long)ds->bytes_peer);
     sb_add_json(&sb, ds->loops);
     sb_adds(&sb, "}");
   }

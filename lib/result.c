@@ -103,6 +103,12 @@ void result_to_complete(schedrun_job_result_t *r, uint64_t program, msg_complete
   c->t_record = r->t_record;
   c->t_execute = r->t_execute;
   c->t_done = r->t_done;
+  c->handoffs_local = r->info.handoffs_local;
+  c->handoffs_copied = r->info.handoffs_copied;
+  c->handoffs_peer = r->info.handoffs_peer;
+  c->bytes_in = r->info.bytes_in;
+  c->bytes_out = r->info.bytes_out;
+  c->bytes_peer = r->info.bytes_peer;
   c->text = xstrdup(mismatch || !r->error ? "" : r->error);
   for (size_t i = 0; i < r->outputs.n; i++) free(r->names[i]);
   free(r->names);
