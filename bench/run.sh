@@ -36,6 +36,8 @@ for round in 1 2 3; do
   "$build/jobs_bench" 100000 > "$tmp/jobs.$round"
   echo "dependent jobs (round $round of 3): a chain of 100, a diamond" >&2
   "$build/dag_bench" --deps-only > "$tmp/deps.$round"
+  echo "data-carrying jobs (round $round of 3): 50,000 saxpy jobs on their own 1,024 floats" >&2
+  "$build/data_bench" 50000 > "$tmp/data.$round"
   if [ -x "$build/starpu_bench" ]; then
     # at the same worker count as schedrun's devices: 1 vs 1 and 2 vs 2
     for w in 1 2; do
@@ -48,6 +50,7 @@ for round in 1 2 3; do
 done
 median_keys "$tmp"/jobs.? > "$tmp/jobs"
 median_keys "$tmp"/deps.? >> "$tmp/jobs"
+median_keys "$tmp"/data.? >> "$tmp/jobs"
 # system calls per job, counted by perf (when it can count tracepoints here)
 syscalls() { # command... -> system calls per job of 100,000, or n/a
   if perf stat -x, -e raw_syscalls:sys_enter -o "$tmp/perf" -- "$@" >/dev/null 2>&1; then
@@ -203,6 +206,8 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
     echo "| (c) a chain of 100 tiny kernels x 1,000: per kernel | ${cv[1]} | **${cr[1]}** | ${cv[2]} | **${cr[2]}** | $(get starpu_chain_ns_per_task "$S") ns |"
     row "(d) a chain of 100 dependent jobs (tasks), submitted and waited for: per job, median of 50" "ns" deps100_ns_per_task "dag_deps100_%ddev_ns_per_job" starpu_deps100_ns_per_task cost
     row "(e) a diamond of four saxpy jobs (tasks) on 4,096 floats, submitted and waited for: median of 200" "us" diamond_us "dag_diamond_%ddev_us" starpu_diamond_us cost
+    row "(g) 50,000 data-carrying saxpy jobs (tasks), each on its own 1,024 floats: CPU time per job" "us" data_cpu_us_per_task "data_%ddev_cpu_us_per_job" starpu_data_cpu_us_per_task cost
+    row "(g') page faults per job of (g), all its threads and processes" "" data_faults_per_task "data_%ddev_faults_per_job" starpu_data_faults_per_task cost
     sp=$(get starpu1_instructions_per_task "$S"); me=$(get instructions_1dev_per_job "$J")
     echo "| (f) instructions per empty job (task) of (a), callgrind | $sp | $me | **$(ratio "$me" "$sp")x as many** | | | | |"
   else
@@ -224,6 +229,13 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "graph of 100 jobs, each handing its one float on to the next (\`dag_bench\`), and"
   echo "waits for them; 50 times each, the median per job. (e) A -> B, C -> D: B and C read"
   echo "A's y as their x, D reads B's y as x and C's as y; D's 4,096 results are checked."
+  echo "(g) \`build/data_bench 50000\` against the same \`starpu_bench\` run (its (g)): schedrun"
+  echo "submits windows of 256 jobs, each with its own x and y as inputs, y coming back in"
+  echo "its result; StarPU registers each task's two vectors in place"
+  echo "(\`starpu_vector_data_register\`), submits, and unregisters them (bringing y home),"
+  echo "256 at a time. Both check y's first and last element of every job and all 1,024 of"
+  echo "every 64th; CPU time and page faults (minor and major) of the whole process,"
+  echo "schedrun's host workers included, per job."
   echo "(f) \`valgrind --tool=callgrind\` (the median of three runs) over \`jobs_bench --only-jobs N 1\` and"
   echo "\`STARPU_NCPU=1 starpu_bench --only-tasks N\`, N = 10,000 and 30,000: the difference"
   echo "divided by 20,000 (start-up cancels), every thread and, for schedrun, not the"
@@ -359,6 +371,8 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "| a released job's followers that wait only for it leave with it in one SUBMIT_MANY and run in one device submission, their hand-offs kept on the device (a chain works on its buffer in place); \`dag_bench --deps-only\`, before and after taking turns, chain of 100 per job / diamond, 1 and 2 devices | 8.6-10.9 us / 54-90 us | 1.6-2.2 us / 42-53 us |"
   echo "| staging blocks under 1 MiB keep their pages (a batch staging 100 KB paid a page fault per page in both processes); the diamond's first job | 100 us | 10-35 us |"
   echo "| a batch fills a buffer from its \`init\` contents kept on the device (one copy in the worker, none in the library); the diamond, 1 / 2 devices, 2,000 rounds, p50 | 42-48 / 42-50 us | 36-39 / 36-45 us |"
+  echo "| a batch's staging block is kept for the next batch (up to 64 MiB per device), not freed and hole-punched after each; \`data_bench 20000\`, CPU per job and page faults per job, 1 / 2 devices | 43.5 / 27.1 us, 4.63 / 3.40 faults | 10.5 / 9.7 us, 0.54 / 0.19 faults |"
+  echo "| a job's bytes of 4 KiB or more are lent to its messages (a ticket each), not copied into them and out again; the same | 10.5 / 9.7 us | 7.1 / 6.8 us |"
   echo
   echo "## Where a job's time goes"
   echo

@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 #define SCHEDRUN_VERSION_MAJOR 0
-#define SCHEDRUN_VERSION_MINOR 3
+#define SCHEDRUN_VERSION_MINOR 4
 #define SCHEDRUN_VERSION_PATCH 0
 
 /* Public functions are the only symbols the shared library exports; the
