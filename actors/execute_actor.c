@@ -136,7 +136,7 @@ int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, m
     const prog_buffer *buf = &p->buffers[b];
     uint64_t bytes = buf->count * prog_type_size(buf->type);
     msg_output *o = execute_add_output(outs, cap);
-    if (!o || !(o->data.data = malloc(bytes ? bytes : 1))) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    if (!o || !(o->data.data = msg_bytes_alloc(bytes))) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     o->buffer = b;
     o->data.len = bytes;
     outs->n++;

@@ -121,7 +121,7 @@ static msg_output *batch_output(batch_out *b) {
 /* Drops outputs [from, n) that no job will answer with. */
 static void batch_drop_outputs(batch_out *b, size_t from) {
   msg_outputs *o = &b->complete.body.complete_many.outputs;
-  for (size_t i = from; i < o->n; i++) free(o->v[i].data.data);
+  for (size_t i = from; i < o->n; i++) msg_bytes_free(o->v[i].data.data, o->v[i].data.len);
   o->n = from;
 }
 
@@ -436,7 +436,7 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
       if (!execute_wanted(p, bi, jr.keep)) continue;
       uint64_t bytes = p->buffers[bi].count * prog_type_size(p->buffers[bi].type);
       msg_output *o = batch_output(b);
-      if (!o || !(o->data.data = malloc(bytes ? bytes : 1))) {
+      if (!o || !(o->data.data = msg_bytes_alloc(bytes))) {
         ok = false;
         break;
       }

@@ -190,7 +190,7 @@ static void handle_submit_many(actor_t *self, scheduler_state *s, msg *m) {
     /* without memory for its lists the job is refused; its inputs are freed
      * with the batch */
     handle_submit(self, s, &one, nomem ? "out of memory" : NULL);
-    for (size_t i = 0; i < ins->n; i++) free(ins->v[i].data.data); /* not taken: no job */
+    for (size_t i = 0; i < ins->n; i++) msg_bytes_free(ins->v[i].data.data, ins->v[i].data.len); /* not taken: no job */
     free(ins->v);
     free(park->v);
     free(takes->v);

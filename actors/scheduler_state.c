@@ -11,7 +11,7 @@
 #include "actors/scheduler_state.h"
 
 void scheduler_free_outputs(msg_outputs *o) {
-  for (size_t i = 0; i < o->n; i++) free(o->v[i].data.data);
+  for (size_t i = 0; i < o->n; i++) msg_bytes_free(o->v[i].data.data, o->v[i].data.len);
   free(o->v);
   memset(o, 0, sizeof *o);
 }

@@ -106,7 +106,7 @@ int api_fill_submit(const prog_program *p, const char *fn, const schedrun_job_op
                      in->bytes, (unsigned long long)want);
     msg_output *mo = &sb->inputs.v[sb->inputs.n++];
     mo->buffer = (uint32_t)b;
-    mo->data.data = malloc(in->bytes ? in->bytes : 1);
+    mo->data.data = msg_bytes_alloc(in->bytes);
     if (!mo->data.data) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     memcpy(mo->data.data, in->data, in->bytes);
     mo->data.len = in->bytes;

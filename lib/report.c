@@ -298,7 +298,7 @@ void schedrun_report_free(schedrun_report_t **pr) {
   size_t total = (size_t)r->repeat * (size_t)r->jobs;
   for (size_t i = 0; i < total; i++) {
     for (size_t k = 0; k < r->entries[i].outputs.n; k++) {
-      free(r->entries[i].outputs.v[k].data.data);
+      msg_bytes_free(r->entries[i].outputs.v[k].data.data, r->entries[i].outputs.v[k].data.len);
       free(r->entries[i].names[k]);
     }
     free(r->entries[i].outputs.v);

@@ -123,7 +123,7 @@ void schedrun_job_result_free(schedrun_job_result_t **pr) {
   if (!pr || !*pr) return;
   schedrun_job_result_t *r = *pr;
   for (size_t i = 0; i < r->outputs.n; i++) {
-    free(r->outputs.v[i].data.data);
+    msg_bytes_free(r->outputs.v[i].data.data, r->outputs.v[i].data.len);
     free(r->names[i]);
   }
   free(r->outputs.v);

@@ -373,6 +373,14 @@ uint8_t *msg_claim(uint64_t ticket, size_t len);
 void msg_reclaim(uint64_t ticket);
 /* Blocks lent and not yet claimed or reclaimed, in this process. */
 size_t msg_lent_count(void);
+/* A job's bytes: len bytes, from the blocks of that length freed before
+ * (msg_bytes_free keeps up to 64 MiB of them, so that blocks made and freed
+ * job after job keep their pages), else malloc'ed. Either way a malloc'ed
+ * block: free() is always right for it. */
+uint8_t *msg_bytes_alloc(size_t len);
+/* Frees a malloc'ed block of at least len bytes (data of a msg_bytes of
+ * that length), keeping it for msg_bytes_alloc when there is room. */
+void msg_bytes_free(uint8_t *data, size_t len);
 
 /* The tickets one encoding lent, and where in the message each block was. */
 typedef struct msg_lent { msg_bytes *slot; uint64_t ticket; } msg_lent;

@@ -143,7 +143,7 @@ static void free_struct(const schema *s, void *base) {
     void *p = (char *)base + f->off;
     switch (f->kind) {
     case FK_STR: free(*(char **)p); *(char **)p = NULL; break;
-    case FK_BIN: free(((msg_bytes *)p)->data); memset(p, 0, sizeof(msg_bytes)); break;
+    case FK_BIN: msg_bytes_free(((msg_bytes *)p)->data, ((msg_bytes *)p)->len); memset(p, 0, sizeof(msg_bytes)); break;
     case FK_U64S: free(((msg_u64s *)p)->v); memset(p, 0, sizeof(msg_u64s)); break;
     case FK_STRS: {
       msg_strs *a = p;
@@ -269,7 +269,7 @@ static int decode_field(dctx *d, const field *f, const msgpack_object *o, void *
     if (o->type != MSGPACK_OBJECT_BIN) return bad(d, w, "expected bytes");
     msg_bytes *b = p;
     b->len = o->via.bin.size;
-    b->data = malloc(b->len ? b->len : 1);
+    b->data = msg_bytes_alloc(b->len);
     if (!b->data) return err_set(d->err, SCHEDRUN_ENOMEM, "out of memory decoding %s", d->type);
     if (b->len) memcpy(b->data, o->via.bin.ptr, b->len);
     return SCHEDRUN_OK;
