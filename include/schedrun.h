@@ -234,6 +234,10 @@ SCHEDRUN_EXTERN void schedrun_builder_buffer(schedrun_builder_t *b, const char *
                                              const void *init, size_t init_bytes, int flags);
 SCHEDRUN_EXTERN void schedrun_builder_buffer_file(schedrun_builder_t *b, const char *name, const char *type,
                                                   uint64_t count, const char *path, int flags);
+/* Gives the buffer added last a shape (a config's `shape: [d0, d1, ...]`):
+ * ndims sizes, in C order, whose product is its count. Its .npy files are
+ * read and written with that shape, and a mismatch names both. */
+SCHEDRUN_EXTERN void schedrun_builder_shape(schedrun_builder_t *b, const uint64_t *dims, size_t ndims);
 /* Steps, in order. A launch's args are strings: a buffer's name, "NAME[EXPR]"
  * for a buffer from element EXPR, a number, or an expression. grid and block
  * are x, y, z (unused ones 1). copy and fill take expressions; NULL for an

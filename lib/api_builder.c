@@ -23,6 +23,7 @@ struct schedrun_builder {
   yaml_document_t doc;
   char *name;
   int root, kernels, buffers, steps, expect; /* node ids; 0: none yet */
+  int last_buffer;                           /* the mapping of the buffer added last, 0: none */
   int seq[PROG_MAX_DEPTH + 1];               /* the step list being added to, per depth */
   uint32_t count[PROG_MAX_DEPTH + 1];        /* steps added so far, per depth */
   int depth;
@@ -225,7 +226,24 @@ static int buffer_begin(schedrun_builder_t *b, const char *name, const char *typ
   if (flags & ~(SCHEDRUN_BUFFER_OUTPUT | SCHEDRUN_BUFFER_RESIDENT))
     misuse(b, "buffer '%s': unknown flags 0x%x", name, (unsigned)flags);
   pair(b, b->buffers, name, m, *at);
+  b->last_buffer = m;
   return m;
+}
+
+void schedrun_builder_shape(schedrun_builder_t *b, const uint64_t *dims, size_t ndims) {
+  if (!b || b->failed) return;
+  if (!b->last_buffer) {
+    misuse(b, "schedrun_builder_shape: no buffer was added before it");
+    return;
+  }
+  if (!dims && ndims) {
+    misuse(b, "schedrun_builder_shape: dims is NULL with %zu dimensions", ndims);
+    return;
+  }
+  int at = call(b, "dims", "the shape of the buffer before it%s", "");
+  int s = seq(b, at);
+  for (size_t d = 0; d < ndims; d++) item(b, s, number(b, (double)dims[d], true, at, (int)d + 1));
+  pair(b, b->last_buffer, "shape", s, at);
 }
 
 void schedrun_builder_buffer(schedrun_builder_t *b, const char *name, const char *type, uint64_t count,

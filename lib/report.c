@@ -62,6 +62,8 @@ schedrun_report_t *report_new(const schedrun_t *s, const prog_program *p, int re
     if (!rb->name) break;
     rb->type = p->buffers[b].type;
     rb->count = p->buffers[b].count;
+    rb->ndims = p->buffers[b].ndims;
+    memcpy(rb->dims, p->buffers[b].dims, sizeof rb->dims);
     rb->output = p->buffers[b].output;
     for (uint32_t e = 0; e < p->nexpects; e++) rb->expected |= p->expects[e].buffer == b;
     r->nbuffers++;

@@ -11,6 +11,8 @@ typedef struct report_buffer {
   char *name;
   prog_type type;
   uint64_t count;
+  uint32_t ndims; /* its shape (prog_buffer) */
+  uint64_t dims[PROG_MAX_DIMS];
   bool output;   /* marked `output: true` */
   bool expected; /* has an expectation */
 } report_buffer;

@@ -17,8 +17,8 @@
 
 static int write_one(const char *path, const report_buffer *b, const void *data, size_t bytes,
                      schedrun_error_t *err) {
-  uint8_t header[256];
-  size_t hl = npy_header(b->type, b->count, header, sizeof header);
+  uint8_t header[512];
+  size_t hl = npy_header(b->type, b->ndims, b->dims, b->count, header, sizeof header);
   uint8_t *all = hl ? malloc(hl + bytes) : NULL;
   if (!all) return err_set(err, SCHEDRUN_ENOMEM, "out of memory writing %s", path);
   memcpy(all, header, hl);

@@ -122,6 +122,34 @@ static void load_kernels(ld *l, node *n) {
 
 /* ---- buffers ---- */
 
+/* `shape: [d0, d1, ...]`: 1 to PROG_MAX_DIMS positive sizes whose product
+ * is at most `most`; sets b's dims and count. */
+static bool load_shape(ld *l, node *n, prog_buffer *b, uint64_t most) {
+  if (n->type != YAML_SEQUENCE_NODE) {
+    ld_problem(l, n, "shape of buffer '%s' is a list of sizes, like [rows, cols]", b->name);
+    return false;
+  }
+  size_t nd = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+  if (nd == 0 || nd > PROG_MAX_DIMS) {
+    ld_problem(l, n, "shape of buffer '%s' has %zu dimensions; 1 to %d", b->name, nd, PROG_MAX_DIMS);
+    return false;
+  }
+  uint64_t count = 1;
+  for (size_t d = 0; d < nd; d++) {
+    node *x = ld_get(l, n->data.sequence.items.start[d]);
+    int64_t v;
+    if (!x || !ld_read_int(l, x, "a dimension of the shape", 1, (int64_t)most, &v)) return false;
+    if (__builtin_mul_overflow(count, (uint64_t)v, &count) || count > most) {
+      ld_problem(l, n, "shape of buffer '%s' holds more than %llu elements", b->name, (unsigned long long)most);
+      return false;
+    }
+    b->dims[d] = (uint64_t)v;
+  }
+  b->ndims = (uint32_t)nd;
+  b->count = count;
+  return true;
+}
+
 /* A file read for buffer b (`what`: init or expect) that is a NumPy file
  * keeps only its elements, after its dtype and element count are checked
  * against the buffer's; false, with the problem reported, when they do not
@@ -131,7 +159,7 @@ static bool npy_elements(ld *l, node *n, const char *what, const char *rel, cons
   if (!npy_is((const uint8_t *)data, *len)) return true;
   char why[200];
   size_t at = 0;
-  if (npy_check((const uint8_t *)data, *len, b->type, b->count, &at, why, sizeof why)) {
+  if (npy_check((const uint8_t *)data, *len, b->type, b->count, b->ndims, b->dims, &at, why, sizeof why)) {
     ld_problem(l, n, "%s file '%s' %s", what, rel, why);
     return false;
   }
@@ -281,8 +309,8 @@ static void load_buffers(ld *l, node *n) {
     b->name = xstrdup(ld_sval(k));
     b->loc = ld_loc_of(k);
     b->type = PT_F32;
-    static const char *const keys[] = {"type", "count", "init", "output", "resident", NULL};
-    node *f[5];
+    static const char *const keys[] = {"type", "count", "init", "output", "resident", "shape", NULL};
+    node *f[6];
     char what[160];
     snprintf(what, sizeof what, "buffer '%s'", b->name);
     if (!ld_read_map(l, v, what, keys, f)) continue;
@@ -295,13 +323,21 @@ static void load_buffers(ld *l, node *n) {
       ok = false;
     }
     int64_t c = 0;
-    if (!f[1]) {
-      ld_problem(l, v, "buffer '%s' has no count", b->name);
+    uint64_t most = PROG_MAX_BUFFER_BYTES / prog_type_size(b->type);
+    if (f[5] && !load_shape(l, f[5], b, most)) ok = false;
+    if (!f[1] && !f[5]) {
+      ld_problem(l, v, "buffer '%s' has no count (or shape)", b->name);
       ok = false;
-    } else if (!ld_read_int(l, f[1], "count", 1, (int64_t)(PROG_MAX_BUFFER_BYTES / prog_type_size(b->type)), &c)) {
+    } else if (f[1] && !ld_read_int(l, f[1], "count", 1, (int64_t)most, &c)) {
+      ok = false;
+    } else if (f[1] && b->ndims && (uint64_t)c != b->count) {
+      char sh[200];
+      prog_shape_text(b, sh, sizeof sh);
+      ld_problem(l, f[1], "buffer '%s' has count %lld but shape %s holds %llu elements", b->name, (long long)c, sh,
+                 (unsigned long long)b->count);
       ok = false;
     }
-    b->count = (uint64_t)c;
+    if (f[1]) b->count = (uint64_t)c;
     for (int fi = 3; fi <= 4; fi++) {
       const char *key = fi == 3 ? "output" : "resident";
       if (!f[fi] || !ld_is_scalar(l, f[fi], key)) continue;
@@ -359,6 +395,33 @@ static bool read_expect(ld *l, node *n, const char *what, prog_type t, double *v
   }
   *val = v.f;
   if (bits) *bits = ld_num_bits(t, &v);
+  return true;
+}
+
+/* An index of a buffer with a shape, as a list ([row, col]): one in range
+ * per dimension; *flat is the element's place in C order. */
+static bool read_index(ld *l, node *n, const prog_buffer *b, int64_t *flat) {
+  size_t nd = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+  char sh[200];
+  prog_shape_text(b, sh, sizeof sh);
+  if (nd != (b->ndims ? b->ndims : 1)) {
+    ld_problem(l, n, "index of buffer '%s' has %zu dimensions; its shape %s has %u", b->name, nd, sh,
+               b->ndims ? b->ndims : 1);
+    return false;
+  }
+  uint64_t at = 0;
+  for (size_t d = 0; d < nd; d++) {
+    node *x = ld_get(l, n->data.sequence.items.start[d]);
+    int64_t v;
+    uint64_t dim = b->ndims ? b->dims[d] : b->count;
+    if (!x || !ld_read_int(l, x, "an index", 0, INT64_MAX, &v)) return false;
+    if ((uint64_t)v >= dim) {
+      ld_problem(l, x, "index %lld of dimension %zu is outside buffer '%s' (shape %s)", (long long)v, d, b->name, sh);
+      return false;
+    }
+    at = at * dim + (uint64_t)v;
+  }
+  *flat = (int64_t)at;
   return true;
 }
 
@@ -444,7 +507,12 @@ static void load_expect(ld *l, node *n) {
              e->values && e->exprs && e->index && (e->bits || !exact) && q < fk->data.mapping.pairs.top; q++) {
           node *ik = ld_get(l, q->key), *iv = ld_get(l, q->value);
           int64_t idx;
-          if (!ik || !iv || !ld_read_int(l, ik, "an index", 0, INT64_MAX, &idx)) continue;
+          if (!ik || !iv) continue;
+          if (ik->type == YAML_SEQUENCE_NODE) {
+            if (!read_index(l, ik, buf, &idx)) continue;
+          } else if (!ld_read_int(l, ik, "an index", 0, INT64_MAX, &idx)) {
+            continue;
+          }
           if ((uint64_t)idx >= buf->count) {
             ld_problem(l, ik, "index %lld is outside buffer '%s' (%llu elements)", (long long)idx, buf->name,
                     (unsigned long long)buf->count);

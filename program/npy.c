@@ -23,11 +23,17 @@ static const char *descr_of(prog_type t) {
 
 bool npy_is(const uint8_t *data, size_t len) { return len >= 10 && memcmp(data, magic, 6) == 0; }
 
-size_t npy_header(prog_type t, uint64_t count, uint8_t *out, size_t cap) {
-  char dict[160];
-  int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRIu64 ",), }",
-                   descr_of(t) ? descr_of(t) : "<f4", count);
-  if (n < 0) return 0;
+size_t npy_header(prog_type t, uint32_t ndims, const uint64_t *dims, uint64_t count, uint8_t *out, size_t cap) {
+  char shape[PROG_MAX_DIMS * 22 + 4] = "";
+  size_t at = 0;
+  uint32_t nd = ndims ? ndims : 1;
+  for (uint32_t d = 0; d < nd && d < PROG_MAX_DIMS; d++) /* a Python tuple: (n,) or (a, b) */
+    at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%" PRIu64 "%s", d ? ", " : "", ndims ? dims[d] : count,
+                           nd == 1 ? "," : "");
+  char dict[320];
+  int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
+                   descr_of(t) ? descr_of(t) : "<f4", shape);
+  if (n < 0 || (size_t)n >= sizeof dict) return 0;
   /* magic (6) + version (2) + length (2) + dict + spaces + '\n', to a multiple of 64 */
   size_t total = (10 + (size_t)n + 1 + 63) / 64 * 64;
   if (total > cap || total - 10 > 65535) return 0;
@@ -57,8 +63,8 @@ static const char *value_of(const char *dict, const char *key) {
   return p;
 }
 
-const char *npy_check(const uint8_t *data, size_t len, prog_type t, uint64_t count, size_t *offset, char *why,
-                      size_t why_len) {
+const char *npy_check(const uint8_t *data, size_t len, prog_type t, uint64_t count, uint32_t ndims,
+                      const uint64_t *dims, size_t *offset, char *why, size_t why_len) {
   if (!npy_is(data, len)) return snprintf(why, why_len, "is not a .npy file"), why;
   unsigned major = data[6];
   size_t hl, start;
@@ -83,8 +89,9 @@ const char *npy_check(const uint8_t *data, size_t len, prog_type t, uint64_t cou
   if (d && *d == '\'') sscanf(d + 1, "%15[^']", got);
   /* a one-byte type may be written with '<' or '|' */
   bool same = want && (strcmp(got, want) == 0 || (t == PT_U8 && (!strcmp(got, "<u1") || !strcmp(got, "u1"))));
-  uint64_t n = 1;
-  int dims = 0;
+  uint64_t n = 1, got_dims[PROG_MAX_DIMS];
+  uint32_t nd = 0;
+  bool too_many = false;
   if (!d || !fo || !sh || *sh != '(') {
     bad = "has a header without descr, fortran_order and shape";
   } else if (!same) {
@@ -101,11 +108,25 @@ const char *npy_check(const uint8_t *data, size_t len, prog_type t, uint64_t cou
         bad = "has a shape that cannot be read";
         break;
       }
-      dims++;
+      if (nd < PROG_MAX_DIMS) got_dims[nd] = v;
+      else too_many = true;
+      nd++;
       p = end;
     }
-    if (!bad && dims > 1 && strncmp(fo, "True", 4) == 0) bad = "is in Fortran order; only C order is read";
-    else if (!bad && n != count) {
+    bool same_shape = !too_many && nd == ndims;
+    for (uint32_t k = 0; same_shape && k < nd; k++) same_shape = got_dims[k] == dims[k];
+    if (!bad && nd > 1 && strncmp(fo, "True", 4) == 0) bad = "is in Fortran order; only C order is read";
+    else if (!bad && ndims && !same_shape) {
+      char gs[PROG_MAX_DIMS * 22 + 8] = "(", ws[PROG_MAX_DIMS * 22 + 8] = "[";
+      size_t ga = 1, wa = 1;
+      for (uint32_t k = 0; k < nd && k < PROG_MAX_DIMS; k++)
+        ga += (size_t)snprintf(gs + ga, sizeof gs - ga, "%s%" PRIu64, k ? ", " : "", got_dims[k]);
+      snprintf(gs + ga, sizeof gs - ga, "%s)", nd == 1 ? "," : too_many ? ", ..." : "");
+      for (uint32_t k = 0; k < ndims; k++) wa += (size_t)snprintf(ws + wa, sizeof ws - wa, "%s%" PRIu64, k ? ", " : "", dims[k]);
+      snprintf(ws + wa, sizeof ws - wa, "]");
+      snprintf(why, why_len, "has shape %s; the buffer's shape is %s", gs, ws);
+      bad = why;
+    } else if (!bad && n != count) {
       snprintf(why, why_len, "holds %" PRIu64 " elements; the buffer has %" PRIu64, n, count);
       bad = why;
     } else if (!bad && len - start - hl != count * prog_type_size(t)) {

@@ -1,4 +1,5 @@
 /* The program model: types and release. */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,39 @@ const char *prog_type_name(prog_type t) {
 }
 
 bool prog_type_is_float(prog_type t) { return t == PT_F32 || t == PT_F64; }
+
+void prog_index_text(const prog_buffer *b, uint64_t flat, char *out, size_t n) {
+  if (b->ndims <= 1) {
+    snprintf(out, n, "%llu", (unsigned long long)flat);
+    return;
+  }
+  uint64_t idx[PROG_MAX_DIMS];
+  for (uint32_t d = b->ndims; d-- > 0;) {
+    assert(b->dims[d] > 0);
+    idx[d] = flat % b->dims[d];
+    flat /= b->dims[d];
+  }
+  size_t at = 0;
+  for (uint32_t d = 0; d < b->ndims && at < n; d++) {
+    int w = snprintf(out + at, n - at, "%s%llu", d ? ", " : "", (unsigned long long)idx[d]);
+    if (w < 0) break;
+    at += (size_t)w;
+  }
+}
+
+void prog_shape_text(const prog_buffer *b, char *out, size_t n) {
+  if (!b->ndims) {
+    snprintf(out, n, "[%llu]", (unsigned long long)b->count);
+    return;
+  }
+  size_t at = 0;
+  for (uint32_t d = 0; d < b->ndims && at < n; d++) {
+    int w = snprintf(out + at, n - at, "%s%llu", d ? ", " : "[", (unsigned long long)b->dims[d]);
+    if (w < 0) return;
+    at += (size_t)w;
+  }
+  if (at < n) snprintf(out + at, n - at, "]");
+}
 
 int prog_find_buffer(const prog_program *p, const char *name) {
   for (uint32_t i = 0; i < p->nbuffers; i++)

@@ -101,10 +101,16 @@ typedef struct prog_kernel {
   prog_loc loc;
 } prog_kernel;
 
+#define PROG_MAX_DIMS 8 /* dimensions of a buffer's shape */
+
 typedef struct prog_buffer {
   char *name;
   prog_type type;
   uint64_t count;
+  /* `shape: [d0, d1, ...]`, row-major (C order), whose product is count;
+   * ndims 0: one-dimensional, count elements */
+  uint32_t ndims;
+  uint64_t dims[PROG_MAX_DIMS];
   uint8_t *image; /* initial contents, count * size bytes; NULL: zeroed */
   bool output;    /* `output: true`: written by --output */
   bool resident;  /* `resident: true`: stays on its device between the jobs of a buffer set */
@@ -235,6 +241,11 @@ int prog_load_string(const char *text, size_t len, const char *origin, prog_prog
 void prog_free(prog_program *p);
 
 int prog_find_buffer(const prog_program *p, const char *name);
+/* Element `flat` of b as its index: "7" for a one-dimensional buffer, "1, 3"
+ * for one of shape [2, 4]. */
+void prog_index_text(const prog_buffer *b, uint64_t flat, char *out, size_t n);
+/* b's shape as written in a config: "[2, 4]" (one-dimensional: "[count]"). */
+void prog_shape_text(const prog_buffer *b, char *out, size_t n);
 /* "kernel 'k' (file:line:col)" or "the copy step at file:line:col": what
  * step `cmd` (its pre-order command index) is, for error messages. */
 void prog_describe_command(const prog_program *p, uint32_t cmd, char *out, size_t n);

@@ -93,6 +93,8 @@ bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data
         ok = false;
         break;
       }
+      char at[PROG_MAX_DIMS * 22];
+      prog_index_text(b, i, at, sizeof at);
       if (e->bits && e->tol == 0 && e->rtol == 0) {
         /* an integer buffer: compared as integers, exactly (a double holds
          * only 53 bits) */
@@ -105,8 +107,7 @@ bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data
         }
         if (!known) {
           sep(why);
-          sb_addf(why, "buffer %s[%llu]: the expected value cannot be computed for this job", b->name,
-                  (unsigned long long)i);
+          sb_addf(why, "buffer %s[%s]: the expected value cannot be computed for this job", b->name, at);
           ok = false;
           break;
         }
@@ -115,7 +116,7 @@ bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data
           int_text(b->type, got, g, sizeof g);
           int_text(b->type, want, w, sizeof w);
           sep(why);
-          sb_addf(why, "buffer %s[%llu]: expected %s, got %s", b->name, (unsigned long long)i, w, g);
+          sb_addf(why, "buffer %s[%s]: expected %s, got %s", b->name, at, w, g);
           ok = false;
           break;
         }
@@ -124,14 +125,13 @@ bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data
       double got = prog_element(b->type, data, i), want;
       if (!want_of(e->exprs ? &e->exprs[j] : NULL, e->values[j], env, &want)) {
         sep(why);
-        sb_addf(why, "buffer %s[%llu]: the expected value cannot be computed for this job", b->name,
-                (unsigned long long)i);
+        sb_addf(why, "buffer %s[%s]: the expected value cannot be computed for this job", b->name, at);
         ok = false;
         break;
       }
       if (!close_enough(got, want, e)) {
         sep(why);
-        sb_addf(why, "buffer %s[%llu]: expected %.9g, got %.9g", b->name, (unsigned long long)i, want, got);
+        sb_addf(why, "buffer %s[%s]: expected %.9g, got %.9g", b->name, at, want, got);
         ok = false;
         break; /* the first bad index is the useful one */
       }

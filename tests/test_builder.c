@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/api.h"
 #include "test_util.h"
 
 static const unsigned ONE[3] = {1, 1, 1};
@@ -397,6 +398,36 @@ static void test_saxpy_example(void **st) {
   free(err);
 }
 
+/* schedrun_builder_shape gives the buffer before it its shape: the
+ * program's buffer has it, and a count that is not the shape's product is
+ * refused naming the call. */
+static void test_shape_call(void **st) {
+  (void)st;
+  schedrun_error_t err = {0};
+  for (int bad = 0; bad < 2; bad++) {
+    schedrun_builder_t *b;
+    assert_int_equal(schedrun_builder_new(&b, "shaped", &err), SCHEDRUN_OK);
+    schedrun_builder_buffer(b, "m", "i32", bad ? 5 : 6, NULL, 0, 0);
+    const uint64_t dims[] = {2, 3};
+    schedrun_builder_shape(b, dims, 2);
+    schedrun_builder_fill(b, "m", "4", NULL, NULL);
+    schedrun_program_t *p = NULL;
+    int rc = schedrun_builder_finish(b, &p, &err);
+    schedrun_builder_free(&b);
+    if (bad) {
+      assert_int_equal(rc, SCHEDRUN_ECONFIG);
+      if (!strstr(err.message, "buffer 'm' has count 5 but shape [2, 3] holds 6 elements")) fail_msg("%s", err.message);
+      schedrun_error_clear(&err);
+      continue;
+    }
+    assert_int_equal(rc, SCHEDRUN_OK);
+    const prog_program *pp = p->p;
+    assert_int_equal(pp->buffers[0].ndims, 2);
+    assert_true(pp->buffers[0].dims[0] == 2 && pp->buffers[0].dims[1] == 3 && pp->buffers[0].count == 6);
+    schedrun_program_free(&p);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_config_has_a_twin),
@@ -404,6 +435,7 @@ int main(void) {
       cmocka_unit_test(test_errors_name_the_call),
       cmocka_unit_test(test_memory_init_is_not_yaml),
       cmocka_unit_test(test_saxpy_example),
+      cmocka_unit_test(test_shape_call),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

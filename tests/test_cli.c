@@ -374,6 +374,52 @@ static void test_output_npy(void **st) {
     free(out);
     free(err);
   }
+  /* shapes: a 2 x 3 buffer reads grid.npy as it is, is written back with
+   * its shape, is checked by [row, col]; a file of another shape is refused
+   * naming both, and so is an index outside the shape */
+  snprintf(text, sizeof text,
+           "version: 1\nbuffers:\n  m: {type: f32, shape: [2, 3], output: true, init: {file: %s/grid.npy}}\n"
+           "kernels:\n  k:\n    params: [ptr]\n    source: |\n"
+           "      extern \"C\" __global__ void k(float *m) { m[threadIdx.y * 3 + threadIdx.x] += 10 * threadIdx.y; }\n"
+           "program:\n  - launch: {kernel: k, grid: 1, block: [3, 2], args: [m]}\n"
+           "expect:\n  m: {at: {[0, 0]: 0, [0, 2]: 2, [1, 0]: 13, [1, 2]: 15}}\n",
+           dir);
+  cfg = tu_write_temp(1, "shaped.yaml", text);
+  snprintf(outdir, sizeof outdir, "%s/shaped", dir);
+  if (run_cli("--output", outdir, cfg, &out, &err) != 0) fail_msg("%s%s", out, err);
+  free(out);
+  free(err);
+  static const char check_shape[] =
+      "import sys, numpy as np\n"
+      "m = np.load(sys.argv[1] + '/m.npy')\n"
+      "assert m.shape == (2, 3) and m.dtype == np.float32, (m.shape, m.dtype)\n"
+      "assert (m == np.arange(6, dtype=np.float32).reshape(2, 3) + np.array([[0], [10]])).all(), m\n";
+  if (numpy(check_shape, outdir, &out, &err) != 0) fail_msg("numpy: %s%s", out, err);
+  free(out);
+  free(err);
+  static const struct { const char *buf, *exp, *where, *says; } shape_bad[] = {
+      {"{type: f32, shape: [3, 2], init: {file: %s/grid.npy}}", "{at: {0: 0}}", "shaped-bad.yaml:3:46: init file",
+       "has shape (2, 3); the buffer's shape is [3, 2]"},
+      {"{type: f32, shape: [6], init: {file: %s/grid.npy}}", "{at: {0: 0}}", "shaped-bad.yaml:3:43: init file",
+       "has shape (2, 3); the buffer's shape is [6]"},
+      {"{type: f32, shape: [2, 3], count: 5%.0s}", "{at: {0: 0}}", "shaped-bad.yaml:3:40:",
+       "buffer 'm' has count 5 but shape [2, 3] holds 6 elements"},
+      {"{type: f32, shape: [2, 3]%.0s}", "{at: {[2, 0]: 1}}", "shaped-bad.yaml:7:13:",
+       "index 2 of dimension 0 is outside buffer 'm' (shape [2, 3])"},
+      {"{type: f32, shape: [2, 3]%.0s}", "{at: {[1]: 1}}", "shaped-bad.yaml:7:12:",
+       "index of buffer 'm' has 1 dimensions; its shape [2, 3] has 2"},
+  };
+  for (size_t k = 0; k < sizeof shape_bad / sizeof shape_bad[0]; k++) {
+    char buf[512];
+    snprintf(buf, sizeof buf, shape_bad[k].buf, dir);
+    snprintf(text, sizeof text, "version: 1\nbuffers:\n  m: %s\nprogram:\n  - fill: {buffer: m, value: 0}\n"
+             "expect:\n  m: %s\n", buf, shape_bad[k].exp);
+    cfg = tu_write_temp(1, "shaped-bad.yaml", text);
+    assert_int_equal(run_cli(cfg, NULL, NULL, &out, &err), 2);
+    if (!strstr(err, shape_bad[k].where) || !strstr(err, shape_bad[k].says)) fail_msg("case %zu: %s", k, err);
+    free(out);
+    free(err);
+  }
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   assert_int_equal(system(cmd), 0);

@@ -236,7 +236,7 @@ static void test_npy_and_output_mistakes(void **st) {
   expect_problem(HEAD "buffers:\n  a: {type: f32, count: 2, output: maybe}\nprogram:\n  - fill: {buffer: a, value: 1}\n",
                  "t.yaml:3:36", "output of buffer 'a' is true or false, not 'maybe'");
   uint8_t good[256];
-  size_t hl = npy_header(PT_F32, 2, good, sizeof good);
+  size_t hl = npy_header(PT_F32, 0, NULL, 2, good, sizeof good);
   assert_true(hl > 0 && hl % 64 == 0); /* the data starts aligned */
   float two[2] = {1, 2};
   memcpy(good + hl, two, sizeof two);

@@ -114,8 +114,44 @@ static void test_defaults(void **st) {
   assert_false(passes_f32("at: {0: 0}, tol: 1000000", nan4));
 }
 
+/* A buffer with a shape names a bad element by its index in every
+ * dimension, an integer one and a floating-point one alike; a flat index
+ * and a [row, col] one name the same element. */
+static void test_shaped_mismatch_named(void **st) {
+  (void)st;
+  static const char *const types[] = {"i32", "f32"};
+  for (int t = 0; t < 2; t++) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "version: 1\nbuffers:\n  m: {type: %s, shape: [2, 3, 4]}\nprogram:\n  - fill: {buffer: m, value: 0}\n"
+             "expect:\n  m: {at: {[1, 2, 3]: 7, 3: 0}}\n",
+             types[t]);
+    prog_program *p = NULL;
+    schedrun_error_t err = {0};
+    if (prog_load_string(text, strlen(text), "t.yaml", &p, &err)) fail_msg("%s", err.message);
+    assert_int_equal(p->buffers[0].count, 24);
+    assert_int_equal(p->buffers[0].ndims, 3);
+    int32_t iv[24] = {0};
+    float fv[24] = {0};
+    iv[23] = 7;
+    fv[23] = 7;
+    prog_env env = {{0}};
+    strbuf why;
+    sb_init(&why);
+    assert_true(prog_verify_buffer(p, 0, t ? (const void *)fv : iv, sizeof iv, &env, &why)); /* [1, 2, 3] is 23 */
+    iv[23] = 6;
+    fv[23] = 6;
+    iv[3] = fv[3] = 0;
+    assert_false(prog_verify_buffer(p, 0, t ? (const void *)fv : iv, sizeof iv, &env, &why));
+    if (!strstr(why.data, "buffer m[1, 2, 3]: expected 7, got 6")) fail_msg("%s: %s", types[t], why.data);
+    sb_free(&why);
+    prog_free(p);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_shaped_mismatch_named),
       cmocka_unit_test(test_tol_is_absolute), cmocka_unit_test(test_rtol_is_relative),
       cmocka_unit_test(test_tol_and_rtol_add), cmocka_unit_test(test_elements),
       cmocka_unit_test(test_defaults),
