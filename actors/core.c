@@ -14,6 +14,17 @@ const prog_program *core_program(schedrun_core *c, uint64_t id) {
   return p;
 }
 
+bool core_buffer_get(schedrun_core *c, uint64_t id, void **data, size_t *bytes) {
+  pthread_mutex_lock(&c->reg_lock);
+  const core_buffer *b = hmap_get(&c->buffers, &id);
+  if (b) {
+    *data = b->data;
+    *bytes = b->bytes;
+  }
+  pthread_mutex_unlock(&c->reg_lock);
+  return b != NULL;
+}
+
 void core_free_parcel(schedrun_core *c, uint64_t device, uint64_t addr) {
   /* a kept buffer's take names no device; a kept park's parcel is 0 */
   if (device < (uint64_t)c->ndevices && addr) c->backend->ops->mem_free(c->backend, (int)device, addr);
@@ -21,7 +32,7 @@ void core_free_parcel(schedrun_core *c, uint64_t device, uint64_t addr) {
 
 void core_free_parcels(schedrun_core *c, const msg_u64s *takes) {
   for (size_t i = 0; i + 2 < takes->n; i += 3)
-    if (!(takes->v[i] & MSG_TAKE_RESIDENT)) core_free_parcel(c, takes->v[i + 1], takes->v[i + 2]);
+    if (!(takes->v[i] & (MSG_TAKE_RESIDENT | MSG_TAKE_BOUND))) core_free_parcel(c, takes->v[i + 1], takes->v[i + 2]);
 }
 
 int core_send_queued(actor_t *self, msg_queue *q, const char *to, msg *m) {

@@ -38,6 +38,7 @@ typedef struct schedrun_core {
   bool no_batching;          /* one message per job per hop (measurements) */
   pthread_mutex_t reg_lock;
   hmap programs; /* uint64_t id -> prog_program* */
+  hmap buffers;  /* uint64_t id -> core_buffer*: the caller's memory jobs bind (lib/api_buffers.c) */
   /* Queues beside mailboxes (actor.h), each rung with QUEUED when idle:
    * SUBMITs from the library and EXECUTEDs from the execute actors to the
    * scheduler; EXECUTEs from the scheduler to each device's execute actor;
@@ -54,6 +55,18 @@ typedef struct schedrun_core {
 void core_name_devices(schedrun_core *c);
 
 const prog_program *core_program(schedrun_core *c, uint64_t id);
+
+/* Host memory registered by the caller (schedrun_buffer_register): a job
+ * bound to it starts its buffer from these bytes and writes the buffer back
+ * into them once it has run. Registered while a job is bound to it. */
+typedef struct core_buffer {
+  uint64_t id;
+  void *data;
+  size_t bytes;
+} core_buffer;
+/* The registered memory `id` (data and bytes), or false when there is none.
+ * Any thread. */
+bool core_buffer_get(schedrun_core *c, uint64_t id, void **data, size_t *bytes);
 
 /* Frees a parcel (device memory a job left for the one job that takes it,
  * actors/execute_handoff.c) on its device; one on no device of c is

@@ -131,6 +131,7 @@ int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, m
     execute_name_failure(p, jr, f, rc, err);
     return rc;
   }
+  if (jr->takes.n && (rc = execute_write_back(s, c, jr, err))) return rc;
   for (uint32_t b = 0; rc == SCHEDRUN_OK && b < p->nbuffers; b++) {
     if (!execute_wanted(p, b, jr->keep)) continue;
     const prog_buffer *buf = &p->buffers[b];

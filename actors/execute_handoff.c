@@ -24,12 +24,47 @@ bool execute_taken(const msg_u64s *takes, uint32_t b) {
   return false;
 }
 
+/* Copies registered memory `id` into buffer b (in), or b back into it. */
+static int bound_memory(execute_state *s, const context_run *c, uint64_t id, uint32_t b, bool in, const job_run *jr,
+                        schedrun_error_t *err) {
+  gpu_backend *be = s->core->backend;
+  void *data;
+  size_t bytes;
+  if (b >= c->p->nbuffers) return err_set(err, SCHEDRUN_EPROTO, "EXECUTE binds buffer %u; the program has %u", b, c->p->nbuffers);
+  uint64_t want = buffer_bytes(c->p, b);
+  /* registered while a job bound to it has not completed: this one */
+  if (!core_buffer_get(s->core, id, &data, &bytes) || bytes != want)
+    return err_set(err, SCHEDRUN_EPROTO, "EXECUTE binds buffer '%s' to registered memory %llu, which %s",
+                   c->p->buffers[b].name, (unsigned long long)id, bytes != want ? "has another size" : "is not there");
+  int rc = in ? be->ops->copy_htod(be, s->device, c->bindings->v[b], data, want, err)
+              : be->ops->copy_dtoh(be, s->device, data, c->bindings->v[b], want, err);
+  if (rc) return err_set(err, rc, "%s buffer '%s' %s registered memory: %s", in ? "filling" : "writing",
+                         c->p->buffers[b].name, in ? "from its" : "back into its", err->message ? err->message : "copy failed");
+  if (in) jr->traffic->in += want;
+  else jr->traffic->out += want;
+  return SCHEDRUN_OK;
+}
+
+int execute_write_back(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err) {
+  for (size_t i = 0; i + 2 < jr->takes.n; i += 3)
+    if (jr->takes.v[i] & MSG_TAKE_BOUND) {
+      int rc = bound_memory(s, c, jr->takes.v[i + 1], MSG_TAKE_BUFFER(jr->takes.v[i]), false, jr, err);
+      if (rc) return rc;
+    }
+  return SCHEDRUN_OK;
+}
+
 int execute_take_parcels(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err) {
   gpu_backend *be = s->core->backend;
   assert(jr->takes.n % 3 == 0 && jr->traffic); /* the decoder checks the triples */
   for (size_t i = 0; i < jr->takes.n; i += 3) {
     if (jr->takes.v[i + 1] == MSG_TAKE_LOCAL) continue; /* kept here: the job's plan took it */
     uint32_t b = MSG_TAKE_BUFFER(jr->takes.v[i]);
+    if (jr->takes.v[i] & MSG_TAKE_BOUND) {
+      int rc = bound_memory(s, c, jr->takes.v[i + 1], b, true, jr, err);
+      if (rc) return rc;
+      continue;
+    }
     int from = (int)jr->takes.v[i + 1];
     uint64_t addr = jr->takes.v[i + 2];
     if (b >= c->p->nbuffers || from < 0 || from >= s->core->ndevices)

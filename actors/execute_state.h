@@ -127,6 +127,9 @@ bool execute_timing(const execute_state *s);
  * device straight across where the pair allows it (copy_peer), else one copy
  * through the host; counts each in the job's traffic. */
 int execute_take_parcels(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err);
+/* Writes the job's buffers bound to registered memory back into it, once
+ * the job has run. */
+int execute_write_back(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err);
 /* Leaves a parcel of each buffer in park (a copy on this device); its
  * addresses go to *parcels. On failure none is left. */
 int execute_park(execute_state *s, const context_run *c, const msg_u64s *park, msg_u64s *parcels,

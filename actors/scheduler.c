@@ -45,6 +45,10 @@ static bool handoffs_fit(const scheduler_state *s, const prog_program *p, const 
   for (size_t i = 0; i < j->park.n; i++)
     if ((j->park.v[i] & ~MSG_PARK_LOCAL) >= p->nbuffers) return false;
   for (size_t i = 0; i + 2 < j->takes.n; i += 3) {
+    if (j->takes.v[i] & MSG_TAKE_BOUND) { /* registered memory: the execute actor finds it by id */
+      if ((j->takes.v[i] & ~MSG_TAKE_BOUND) >= p->nbuffers || j->takes.v[i + 1] == 0 || j->takes.v[i + 2]) return false;
+      continue;
+    }
     bool kept = j->takes.v[i + 1] == MSG_TAKE_LOCAL;
     if ((kept ? MSG_TAKE_BUFFER(j->takes.v[i]) : j->takes.v[i]) >= p->nbuffers) return false;
     if (!kept && j->takes.v[i + 1] >= (uint64_t)s->core->ndevices) return false;

@@ -27,6 +27,7 @@ const char *schedrun_strerror(int code) {
   case SCHEDRUN_ELOST: return "device lost";
   case SCHEDRUN_EDEPEND: return "a job it runs after failed";
   case SCHEDRUN_EHOST: return "host task failed";
+  case SCHEDRUN_EBUSY: return "in use";
   default: return "unknown error";
   }
 }

@@ -92,7 +92,7 @@ void host_task_clear(schedrun_host_task_t *t) {
 int host_task_call(schedrun_host_task_t *t, schedrun_host_fn fn, void *user, const char **why) {
   int ret = fn(t, user);
   if (ret == 0) return SCHEDRUN_OK;
-  int status = ret < 0 && ret >= SCHEDRUN_EHOST ? ret : SCHEDRUN_EHOST;
+  int status = ret < 0 && ret >= SCHEDRUN_EBUSY ? ret : SCHEDRUN_EHOST;
   *why = t->why && *t->why ? t->why : schedrun_strerror(status);
   return status;
 }

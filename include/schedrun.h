@@ -56,7 +56,8 @@ enum schedrun_status {
   SCHEDRUN_EFAULT = -15,    /* a kernel faulted or ended its device's process */
   SCHEDRUN_ELOST = -16,     /* the device was lost to an earlier fault or deadline */
   SCHEDRUN_EDEPEND = -17,   /* a job this one runs after did not complete successfully */
-  SCHEDRUN_EHOST = -18      /* a host task or host step returned failure */
+  SCHEDRUN_EHOST = -18,     /* a host task or host step returned failure */
+  SCHEDRUN_EBUSY = -19      /* registered memory is bound to a job not yet complete */
 };
 
 /* A short, static name for a status code ("config error", ...). */
@@ -317,6 +318,35 @@ SCHEDRUN_EXTERN int schedrun_record_counters(schedrun_t *s, const schedrun_progr
 /* A submitted job; 0 is never one. */
 typedef uint64_t schedrun_job_t;
 
+/*
+ * The caller's host memory, registered (StarPU's starpu_vector_data_register
+ * is the model): a job bound to it (schedrun_job_options_t.binds) starts
+ * that buffer from the memory's bytes, instead of its `init`, and writes the
+ * buffer back into it once the job has run, before the job completes; no
+ * byte travels in a message. Lifetimes: the memory stays the caller's, and
+ * must stay valid and untouched from the submit of a job bound to it until
+ * that job has completed (its result is there, or its callback ran); a
+ * registration may be bound to one incomplete job at a time, or to a job
+ * that runs after it (its `after` names that job), so that jobs bound to
+ * one registration run in the order they were submitted.
+ * schedrun_buffer_unregister refuses (SCHEDRUN_EBUSY, naming the job) while
+ * a job bound to it has not completed. schedrun_close detaches every
+ * registration; their handles must still be freed with
+ * schedrun_buffer_unregister.
+ */
+typedef struct schedrun_buffer schedrun_buffer_t;
+/* Registers `bytes` (more than 0) of memory at `data`. */
+SCHEDRUN_EXTERN int schedrun_buffer_register(schedrun_t *s, void *data, size_t bytes, schedrun_buffer_t **out,
+                                             schedrun_error_t *err);
+/* Ends a registration and frees its handle (*b becomes NULL; NULL is fine). */
+SCHEDRUN_EXTERN int schedrun_buffer_unregister(schedrun_buffer_t **b, schedrun_error_t *err);
+
+/* A job's buffer bound to registered memory of exactly its size. */
+typedef struct schedrun_bind {
+  const char *buffer;
+  schedrun_buffer_t *memory;
+} schedrun_bind_t;
+
 /* A buffer's whole contents for one job, instead of its `init`. */
 typedef struct schedrun_input {
   const char *buffer;
@@ -354,6 +384,9 @@ typedef struct schedrun_job_options {
                                   callback); others are refused. Buffers are handed from
                                   job to job in a graph (schedrun_graph_*) */
   size_t nafter;
+  const schedrun_bind_t *binds; /* buffers bound to registered memory (schedrun_buffer_register);
+                                   not in job graphs */
+  size_t nbinds;
 } schedrun_job_options_t;
 
 SCHEDRUN_EXTERN void schedrun_job_options_init(schedrun_job_options_t *o);

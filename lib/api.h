@@ -53,6 +53,8 @@ typedef struct pending_job {
   dep_node *dep;            /* jobs before or after it (lib/deps.h), or NULL */
   uint32_t run, job_index;  /* its numbers, for a result made without running it */
   uint32_t host_handoffs;   /* buffers handed to it from host tasks (inputs): copies */
+  struct schedrun_buffer **binds; /* registered memory it is bound to (lib/api_buffers.c), until it completes */
+  uint32_t nbinds;
 } pending_job;
 
 struct schedrun {
@@ -105,6 +107,8 @@ struct schedrun {
   uint64_t *doomed_ids;
   size_t ndoomed, doomed_cap;
   schedrun_program_t *programs;
+  struct schedrun_buffer *buffers; /* registered host memory (lib/api_buffers.c) */
+  uint64_t next_buffer;
   char *temp_cache; /* removed at close */
   char *fallback;   /* why auto/all runs on the host */
   char *opened_devices; /* the devices spec it was opened with ("auto" for NULL) */
@@ -185,6 +189,19 @@ int api_send_submit(schedrun_t *s, msg *m, submit_how how, schedrun_error_t *err
 bool api_on_completer(schedrun_t *s);
 /* A loaded program as the API hands it out (taking p; freed on failure). */
 int api_wrap_program(prog_program *p, schedrun_program_t **out, schedrun_error_t *err);
+
+/* lib/api_buffers.c: registered host memory. Checks o's binds against p and
+ * what they are bound to now (lock held); adds their takes to sb. */
+int api_bind_check(schedrun_t *s, const prog_program *p, const char *fn, const schedrun_job_options_t *o,
+                   msg_submit *sb, schedrun_error_t *err);
+/* Binds pj to o's registrations (lock held, after api_bind_check): they
+ * stay registered until it completes. */
+int api_bind(schedrun_t *s, pending_job *pj, const schedrun_job_options_t *o, schedrun_error_t *err);
+/* pj completed (lock held): its registrations are free of it. */
+void api_unbind(schedrun_t *s, pending_job *pj);
+/* At close: registrations still there are detached from s (their handles
+ * stay for schedrun_buffer_unregister to free). */
+void api_buffers_close(schedrun_t *s);
 /* SCHEDRUN_ECLOSED, naming fn, once s is shut down. */
 int api_closed(schedrun_t *s, const char *fn, schedrun_error_t *err);
 /* Sends a STATUS (with `query` items) to one actor and reads its answer

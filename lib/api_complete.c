@@ -94,6 +94,7 @@ static void run_callbacks(schedrun_t *s, pending_job **pjs, schedrun_job_result_
  * cbs) or for waiters; true when the job counts as complete now. */
 static bool file_one(schedrun_t *s, pending_job *pj, schedrun_job_result_t *r, bool on_completer, pending_job **cbs,
                      schedrun_job_result_t **cbrs, size_t *ncb) {
+  api_unbind(s, pj); /* it has written its bound memory back: the memory is the caller's again */
   if (pj->cb) {
     idmap_remove(&s->jobs, pj->id);
     /* callbacks run on the completion thread, which is rung after */

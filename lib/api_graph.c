@@ -88,6 +88,9 @@ int schedrun_graph_job(schedrun_graph_t *g, schedrun_program_t *p, const schedru
     return err_set(err, SCHEDRUN_EINVAL, "schedrun_graph_job: %s is NULL", !g ? "the graph" : !p ? "the program" : "node");
   if (o && ((o->ninputs && !o->inputs) || (o->nafter && !o->after)))
     return err_set(err, SCHEDRUN_EINVAL, "schedrun_graph_job: %s is NULL", o->ninputs && !o->inputs ? "inputs" : "after");
+  if (o && o->nbinds)
+    return err_set(err, SCHEDRUN_EINVAL,
+                   "schedrun_graph_job: binds are for jobs submitted alone (a graph's jobs hand buffers on instead)");
   g_node *n = add_node(g, err);
   if (!n) return SCHEDRUN_ENOMEM;
   schedrun_job_options_init(&n->o);

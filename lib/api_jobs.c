@@ -80,6 +80,7 @@ int api_check_options(const schedrun_t *s, const char *fn, const schedrun_job_op
   if (o->device < -1 || o->device >= s->core.ndevices)
     return err_set(err, SCHEDRUN_EINVAL, "%s: no device %d (there are %d)", fn, o->device, s->core.ndevices);
   if (o->ninputs && !o->inputs) return err_set(err, SCHEDRUN_EINVAL, "%s: inputs is NULL", fn);
+  if (o->nbinds && !o->binds) return err_set(err, SCHEDRUN_EINVAL, "%s: binds is NULL", fn);
   return SCHEDRUN_OK;
 }
 
@@ -152,6 +153,7 @@ int api_register_job(schedrun_t *s, const prog_program *p, const schedrun_job_op
 
 /* Forgets a registered job that was never sent (lock held). */
 void api_unregister_job(schedrun_t *s, pending_job *pj) {
+  api_unbind(s, pj);
   idmap_remove(&s->jobs, pj->id);
   if (!pj->cb && !pj->hidden) s->waitable--;
   s->incomplete--;
@@ -196,7 +198,10 @@ int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_
   if (rc == SCHEDRUN_OK && s->closing) rc = err_set(err, SCHEDRUN_ECLOSED, "schedrun_submit: the scheduler is shut down");
   if (rc == SCHEDRUN_OK) rc = api_attach(s, h, err);
   if (rc == SCHEDRUN_OK) rc = api_after_check(s, "schedrun_submit", o->after, o->nafter, err);
-  if (rc == SCHEDRUN_OK) rc = api_register_job(s, p, o, hidden, pj, err);
+  if (rc == SCHEDRUN_OK) rc = api_bind_check(s, p, "schedrun_submit", o, &m.body.submit, err);
+  if (rc == SCHEDRUN_OK && (rc = api_register_job(s, p, o, hidden, pj, err)) == SCHEDRUN_OK &&
+      (rc = api_bind(s, pj, o, err)) != SCHEDRUN_OK)
+    api_unregister_job(s, pj);
   /* a lone job (nothing else in flight) may be placed, or run, here */
   submit_how how = s->incomplete != 1 ? SUBMIT_QUEUE : run_here ? SUBMIT_RUN_HERE : SUBMIT_PLACE_HERE;
   if (rc == SCHEDRUN_OK && dn) {
@@ -396,8 +401,9 @@ int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const s
     if (rc) return name_job(err, rc, i);
   }
   for (size_t i = 0; opts && i < n; i++)
-    if (opts[i].nafter) {
-      /* jobs that run after jobs are held one by one: submitted as such */
+    if (opts[i].nafter || opts[i].nbinds) {
+      /* jobs that run after jobs are held one by one, and jobs bound to
+       * registered memory bound one by one: submitted as such */
       for (size_t k = 0; k < n; k++) {
         int rc = schedrun_submit(s, h, &opts[k], &out[k], err);
         if (rc) return name_job(err, rc, k);

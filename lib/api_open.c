@@ -201,6 +201,7 @@ static void teardown(schedrun_t *s) {
   pos = 0;
   while (hmap_next(&s->core.programs, &pos, NULL, &v)) prog_free(v);
   hmap_destroy(&s->core.programs);
+  api_buffers_close(s);
   free(s->doomed);
   free(s->doomed_ids);
   pthread_mutex_destroy(&s->core.reg_lock);
@@ -250,6 +251,7 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   for (int d = 0; d < SCHEDRUN_MAX_DEVICES; d++) msgq_init(&s->core.to_execute[d]);
   pthread_mutex_init(&s->bell_lock, NULL);
   hmap_init(&s->core.programs, sizeof(uint64_t));
+  hmap_init(&s->core.buffers, sizeof(uint64_t));
   idmap_init(&s->jobs);
   s->max_inflight = o.max_inflight ? (size_t)o.max_inflight : DEFAULT_MAX_INFLIGHT;
   int rc = SCHEDRUN_OK;

@@ -1,0 +1,165 @@
+/*
+ * Registered host memory (schedrun_buffer_register; include/schedrun.h says
+ * who owns what and until when). A registration is a core_buffer in the
+ * core's table, where an execute actor finds it by id: a job bound to it
+ * carries {buffer | MSG_TAKE_BOUND, id, 0} among its takes, and its device's
+ * execute actor copies the memory into the buffer before the job runs and
+ * the buffer back into it after (actors/execute_handoff.c). The memory's
+ * address never travels in a message. The library counts the jobs bound to
+ * each registration, so that it stays registered while one may touch it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/api.h"
+
+struct schedrun_buffer {
+  schedrun_t *s; /* NULL once its scheduler closed */
+  core_buffer core;
+  uint32_t users;          /* jobs bound to it, not yet complete (under s->lock) */
+  schedrun_job_t last;     /* the last job bound to it */
+  struct schedrun_buffer *next; /* in s->buffers */
+};
+
+int schedrun_buffer_register(schedrun_t *s, void *data, size_t bytes, schedrun_buffer_t **out, schedrun_error_t *err) {
+  if (out) *out = NULL;
+  if (!s || !data || !out)
+    return err_set(err, SCHEDRUN_EINVAL, "schedrun_buffer_register: %s is NULL",
+                   !s ? "the scheduler" : !data ? "data" : "out");
+  if (bytes == 0) return err_set(err, SCHEDRUN_EINVAL, "schedrun_buffer_register: bytes is 0");
+  schedrun_buffer_t *b = calloc(1, sizeof *b);
+  if (!b) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  b->s = s;
+  b->core.data = data;
+  b->core.bytes = bytes;
+  pthread_mutex_lock(&s->lock);
+  int rc = s->closing ? err_set(err, SCHEDRUN_ECLOSED, "schedrun_buffer_register: the scheduler is shut down")
+                      : SCHEDRUN_OK;
+  if (rc == SCHEDRUN_OK) {
+    b->core.id = ++s->next_buffer;
+    pthread_mutex_lock(&s->core.reg_lock);
+    if (hmap_put(&s->core.buffers, &b->core.id, &b->core) != 0)
+      rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    pthread_mutex_unlock(&s->core.reg_lock);
+  }
+  if (rc == SCHEDRUN_OK) {
+    b->next = s->buffers;
+    s->buffers = b;
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (rc) {
+    free(b);
+    return rc;
+  }
+  *out = b;
+  return SCHEDRUN_OK;
+}
+
+int schedrun_buffer_unregister(schedrun_buffer_t **pb, schedrun_error_t *err) {
+  if (!pb || !*pb) return SCHEDRUN_OK;
+  schedrun_buffer_t *b = *pb;
+  schedrun_t *s = b->s;
+  if (s) {
+    pthread_mutex_lock(&s->lock);
+    if (b->users) {
+      int rc = err_set(err, SCHEDRUN_EBUSY,
+                       "schedrun_buffer_unregister: the memory at %p (%zu bytes) is bound to %u job(s) not yet "
+                       "complete (the last: job %llu); it stays registered",
+                       b->core.data, b->core.bytes, b->users, (unsigned long long)b->last);
+      pthread_mutex_unlock(&s->lock);
+      return rc;
+    }
+    pthread_mutex_lock(&s->core.reg_lock);
+    hmap_remove(&s->core.buffers, &b->core.id);
+    pthread_mutex_unlock(&s->core.reg_lock);
+    for (schedrun_buffer_t **at = &s->buffers; *at; at = &(*at)->next)
+      if (*at == b) {
+        *at = b->next;
+        break;
+      }
+    pthread_mutex_unlock(&s->lock);
+  }
+  free(b);
+  *pb = NULL;
+  return SCHEDRUN_OK;
+}
+
+/* Whether job `job` is among o's `after`. */
+static bool runs_after(const schedrun_job_options_t *o, schedrun_job_t job) {
+  for (size_t i = 0; i < o->nafter; i++)
+    if (o->after && o->after[i] == job) return true;
+  return false;
+}
+
+int api_bind_check(schedrun_t *s, const prog_program *p, const char *fn, const schedrun_job_options_t *o,
+                   msg_submit *sb, schedrun_error_t *err) {
+  if (!o->nbinds) return SCHEDRUN_OK;
+  if (!o->binds) return err_set(err, SCHEDRUN_EINVAL, "%s: binds is NULL", fn);
+  uint64_t *v = realloc(sb->takes.v, (sb->takes.n + 3 * o->nbinds) * sizeof *v);
+  if (!v) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  sb->takes.v = v;
+  for (size_t i = 0; i < o->nbinds; i++) {
+    const schedrun_bind_t *bd = &o->binds[i];
+    int b = bd->buffer ? prog_find_buffer(p, bd->buffer) : -1;
+    if (b < 0)
+      return err_set(err, SCHEDRUN_EINVAL, "%s: binds[%zu] names no buffer of '%s' (%s)", fn, i, p->name,
+                     bd->buffer ? bd->buffer : "NULL");
+    const schedrun_buffer_t *m = bd->memory;
+    if (!m || m->s != s)
+      return err_set(err, SCHEDRUN_EINVAL, "%s: binds[%zu] (buffer '%s'): %s", fn, i, bd->buffer,
+                     !m ? "memory is NULL" : "the memory is registered with another scheduler, or none");
+    uint64_t want = p->buffers[b].count * prog_type_size(p->buffers[b].type);
+    if (m->core.bytes != want)
+      return err_set(err, SCHEDRUN_EINVAL, "%s: binds[%zu]: buffer '%s' holds %llu bytes; the memory bound to it %zu",
+                     fn, i, bd->buffer, (unsigned long long)want, m->core.bytes);
+    for (size_t k = 0; k < i; k++)
+      if (o->binds[k].memory == m || !strcmp(o->binds[k].buffer, bd->buffer))
+        return err_set(err, SCHEDRUN_EINVAL, "%s: binds[%zu] binds %s again", fn, i,
+                       o->binds[k].memory == m ? "the same memory" : "the same buffer");
+    for (size_t k = 0; k < o->ninputs; k++)
+      if (o->inputs[k].buffer && !strcmp(o->inputs[k].buffer, bd->buffer))
+        return err_set(err, SCHEDRUN_EINVAL, "%s: buffer '%s' is both bound and given as an input", fn, bd->buffer);
+    if (m->users && !runs_after(o, m->last))
+      return err_set(err, SCHEDRUN_EBUSY,
+                     "%s: binds[%zu]: the memory is bound to job %llu, not yet complete; run this job after it "
+                     "(after), or wait for it",
+                     fn, i, (unsigned long long)m->last);
+    sb->takes.v[sb->takes.n++] = (uint64_t)b | MSG_TAKE_BOUND;
+    sb->takes.v[sb->takes.n++] = m->core.id;
+    sb->takes.v[sb->takes.n++] = 0;
+  }
+  return SCHEDRUN_OK;
+}
+
+int api_bind(schedrun_t *s, pending_job *pj, const schedrun_job_options_t *o, schedrun_error_t *err) {
+  (void)s;
+  if (!o->nbinds) return SCHEDRUN_OK;
+  pj->binds = malloc(o->nbinds * sizeof *pj->binds);
+  if (!pj->binds) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  for (size_t i = 0; i < o->nbinds; i++) {
+    schedrun_buffer_t *m = o->binds[i].memory;
+    m->users++;
+    m->last = pj->id;
+    pj->binds[pj->nbinds++] = m;
+  }
+  return SCHEDRUN_OK;
+}
+
+void api_unbind(schedrun_t *s, pending_job *pj) {
+  (void)s;
+  for (uint32_t i = 0; i < pj->nbinds; i++) pj->binds[i]->users--;
+  free(pj->binds);
+  pj->binds = NULL;
+  pj->nbinds = 0;
+}
+
+void api_buffers_close(schedrun_t *s) {
+  for (schedrun_buffer_t *b = s->buffers, *next; b; b = next) {
+    next = b->next;
+    b->s = NULL;
+    b->next = NULL;
+  }
+  s->buffers = NULL;
+  hmap_destroy(&s->core.buffers);
+}
