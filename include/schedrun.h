@@ -481,7 +481,9 @@ SCHEDRUN_EXTERN void schedrun_job_result_free(schedrun_job_result_t **r);
  * run after another; a hand-off also moves a buffer: the producer's buffer
  * after it ran becomes the consumer's buffer before it runs (instead of its
  * `init`). Between jobs on one device the buffer stays on the device (a
- * device copy, counted in the consumer's handoffs_local); otherwise it is
+ * device copy, counted in the consumer's handoffs_local); between devices
+ * it goes device to device where they can reach each other's memory
+ * (handoffs_peer: host devices always, GPUs with peer access), else it is
  * copied once, through the host (handoffs_copied). A job the caller did not
  * pin to a device runs on the device that holds the most bytes handed to it.
  * A node starts when every node it runs after completed successfully; when
