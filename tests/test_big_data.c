@@ -79,14 +79,23 @@ enum { N = 1048576, JOBS = 12 };
 
 /* Jobs carrying 4 MiB in and 8 MiB out each, on two devices: every element
  * of every job's output back, and nothing left lent once they are done. */
+/* n host devices and the program above on them. */
+static schedrun_t *open_lent(int n, schedrun_program_t **p) {
+  char spec[16];
+  snprintf(spec, sizeof spec, "host:%d", n);
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = spec;
+  schedrun_t *s = tu_open(&o);
+  *p = tu_load(s, copy_program, "lent.yaml");
+  return s;
+}
+
 static void test_lent_inputs_and_outputs(void **st) {
   (void)st;
   size_t before = msg_lent_count();
-  schedrun_options_t o;
-  schedrun_options_init(&o);
-  o.devices = "host:2";
-  schedrun_t *s = tu_open(&o);
-  schedrun_program_t *p = tu_load(s, copy_program, "lent.yaml");
+  schedrun_program_t *p;
+  schedrun_t *s = open_lent(2, &p);
   int *x = malloc((size_t)JOBS * N * sizeof *x);
   schedrun_job_options_t jo[JOBS];
   schedrun_input_t in[JOBS];
@@ -132,11 +141,8 @@ static void test_lent_inputs_and_outputs(void **st) {
 static void test_shutdown_returns_lent_bytes(void **st) {
   (void)st;
   size_t before = msg_lent_count();
-  schedrun_options_t o;
-  schedrun_options_init(&o);
-  o.devices = "host:1";
-  schedrun_t *s = tu_open(&o);
-  schedrun_program_t *p = tu_load(s, copy_program, "lent.yaml");
+  schedrun_program_t *p;
+  schedrun_t *s = open_lent(1, &p);
   enum { MANY = 40 };
   int *x = calloc(N, sizeof *x);
   schedrun_job_t ids[MANY];

@@ -54,16 +54,10 @@ static const char incr_yaml[] = KERNEL_PROGRAM("incr", "ptr", "float *x) { x[thr
  * guest threads (a device's thread that never polls takes its queue only
  * when rung, so a guest finds the turn free whatever the machine's speed) */
 static schedrun_t *open_dag_spin(int spin_us) {
-  const char *devices = getenv("SCHEDRUN_DAG_DEVICES");
   schedrun_options_t o;
   schedrun_options_init(&o);
   o.spin_us = spin_us;
-  o.devices = devices && *devices ? devices : "host:2";
-  schedrun_t *s = tu_open(&o);
-  assert_int_equal(schedrun_device_count(s), 2);
-  for (int d = 0; d < 2; d++) /* the devices asked for, never a fallback */
-    assert_int_equal(strncmp(schedrun_device_name(s, d), o.devices, 4), 0);
-  return s;
+  return tu_open_devices("SCHEDRUN_DAG_DEVICES", "host:2", 2, &o);
 }
 
 static schedrun_t *open_dag(void) { return open_dag_spin(0); }

@@ -26,15 +26,7 @@ static const char triple_yaml[] = "version: 1\nname: triple\n"
                                   "  other: {type: i32, count: 16}\n"
                                   "program:\n  - launch: {kernel: k, grid: 4, block: 256, args: [x, 1024]}\n";
 
-static schedrun_t *open_here(void) {
-  const char *devices = getenv("SCHEDRUN_REGISTERED_DEVICES");
-  schedrun_options_t o;
-  schedrun_options_init(&o);
-  o.devices = devices && *devices ? devices : "host:2";
-  schedrun_t *s = tu_open(&o);
-  assert_int_equal(strncmp(schedrun_device_name(s, 0), o.devices, 4), 0);
-  return s;
-}
+static schedrun_t *open_here(void) { return tu_open_devices("SCHEDRUN_REGISTERED_DEVICES", "host:2", 2, NULL); }
 
 static schedrun_job_options_t bound(const schedrun_bind_t *b, const schedrun_job_t *after, size_t nafter) {
   schedrun_job_options_t o;

@@ -31,16 +31,7 @@ static const char counter_yaml[] =
     "  x: {type: i32, count: 1024, init: {iota: {start: 0, step: 1}}}\n"
     "program:\n  - launch: {kernel: bump, grid: 4, block: 256, args: [acc, x, 1024, \"1 + $run % 2 * 1000\"]}\n";
 
-static schedrun_t *open_two(void) {
-  const char *devices = getenv("SCHEDRUN_RESIDENT_DEVICES");
-  schedrun_options_t o;
-  schedrun_options_init(&o);
-  o.devices = devices && *devices ? devices : "host:2";
-  schedrun_t *s = tu_open(&o);
-  assert_int_equal(schedrun_device_count(s), 2);
-  for (int d = 0; d < 2; d++) assert_int_equal(strncmp(schedrun_device_name(s, d), o.devices, 4), 0);
-  return s;
-}
+static schedrun_t *open_two(void) { return tu_open_devices("SCHEDRUN_RESIDENT_DEVICES", "host:2", 2, NULL); }
 
 static schedrun_job_options_t job(int run, int device, int keep) {
   schedrun_job_options_t o;

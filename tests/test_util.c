@@ -149,6 +149,20 @@ schedrun_t *tu_open(const schedrun_options_t *o) {
   return s;
 }
 
+schedrun_t *tu_open_devices(const char *env, const char *fallback, int want, const schedrun_options_t *base) {
+  const char *devices = getenv(env);
+  schedrun_options_t o;
+  if (base) o = *base;
+  else schedrun_options_init(&o);
+  o.devices = devices && *devices ? devices : fallback;
+  schedrun_t *s = tu_open(&o);
+  if (want) assert_int_equal(schedrun_device_count(s), want);
+  for (int d = 0; d < schedrun_device_count(s); d++) /* the devices asked for, never a fallback */
+    if (strncmp(schedrun_device_name(s, d), o.devices, 4) != 0)
+      fail_msg("asked for %s, got %s", o.devices, schedrun_device_name(s, d));
+  return s;
+}
+
 const char tu_tiny_yaml[] =
     "version: 1\n"
     "kernels:\n"

@@ -56,6 +56,10 @@ int tu_count_processes(int (*match)(int argc, char *const *argv, void *ctx), voi
 int tu_is_worker_of(int argc, char *const *argv, void *ctx);
 /* A scheduler opened with o, or the test fails with the error. */
 schedrun_t *tu_open(const schedrun_options_t *o);
+/* Opens the devices $env names (fallback when unset), with base's other
+ * options (NULL: the defaults), and fails unless it got them (want of them,
+ * when not 0), never a fallback. */
+schedrun_t *tu_open_devices(const char *env, const char *fallback, int want, const schedrun_options_t *base);
 /* A program loaded from yaml (named origin in errors) into s, or the test
  * fails with the error. */
 schedrun_program_t *tu_load(schedrun_t *s, const char *yaml, const char *origin);
