@@ -326,9 +326,11 @@ static void test_batches(void **st) {
   c->handoffs_copied.n = 1; /* a column one short */
   refused(&m, "handoffs_copied");
   c->handoffs_copied.n = 2;
-  c->bytes_peer.n = 3; /* a column one long */
+  free(c->bytes_peer.v);
+  c->bytes_peer = col(3, 7); /* a column one long */
   refused(&m, "bytes_peer");
-  c->bytes_peer.n = 2;
+  free(c->bytes_peer.v);
+  c->bytes_peer = col(2, 7);
   c->parcel_jobs.v[0] = 2; /* a parcel of no job */
   refused(&m, "parcel_jobs");
   msg_free(&m);
