@@ -1,6 +1,7 @@
 /*
- * What the config loader's files share (loader.c: the document, kernels,
- * buffers, expectations; load_steps.c: the program's steps): the loader's
+ * What the config loader's files share (loader.c: the document and the
+ * kernels; load_buffers.c: buffers and expectations; load_steps.c: the
+ * program's steps): the loader's
  * state and its helpers for reading YAML nodes. Every helper that finds a
  * problem reports it with the node's place and carries on, so that one load
  * reports every problem. Private to program/.
@@ -94,5 +95,9 @@ char *ld_read_file(ld *l, node *n, const char *rel, const char *what, uint64_t m
 /* load_steps.c: a list of steps at loop depth `depth`; returns how many
  * recorded nodes they unroll to (capped just past PROG_MAX_NODES). */
 uint64_t ld_load_steps(ld *l, node *n, int depth, prog_step **out, uint32_t *nout);
+
+/* load_buffers.c: the `buffers` and `expect` mappings. */
+void ld_load_buffers(ld *l, node *n);
+void ld_load_expect(ld *l, node *n);
 
 #endif

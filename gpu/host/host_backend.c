@@ -35,10 +35,6 @@
 #include "gpu/host/host_device.h"
 
 #define MODULE_TIMEOUT_NS (60ull * 1000000000ull)
-#define PUNCH_BYTES (64u << 10) /* freed buffers this large give their pages back */
-/* and freed blocks of the worker's zone (module images, sequences, staging
- * past HOST_STAGE_KEEP_BYTES) this large */
-#define PUNCH_STAGING_BYTES (1u << 20)
 
 typedef struct host_backend {
   gpu_backend base;
@@ -64,111 +60,6 @@ struct gpu_seq {
 
 static host_backend *hb(const gpu_backend *b) { return (host_backend *)b; }
 static host_device *dev_of(const gpu_backend *b, int dev) { return &hb(b)->devs[dev]; }
-
-/* ---- device memory ---- */
-
-static void dev_free(host_device *d, uint64_t addr);
-
-/* A block of the worker's zone; when there is no room, the staging block
- * kept for the next batch (stage_give) is given up first. */
-static int dev_alloc(host_device *d, uint64_t bytes, uint64_t *addr) {
-  uint64_t off;
-  if (host_arena_alloc(&d->alloc, bytes ? bytes : 1, &off)) {
-    pthread_mutex_lock(&d->lock_prot);
-    uint64_t kept = d->stage_addr;
-    d->stage_addr = d->stage_len = 0;
-    pthread_mutex_unlock(&d->lock_prot);
-    if (!kept) return -1;
-    dev_free(d, kept);
-    if (host_arena_alloc(&d->alloc, bytes ? bytes : 1, &off)) return -1;
-  }
-  *addr = d->wbase + off;
-  return 0;
-}
-
-/* Frees a buffer's block (its length with the guard page): closed to the
- * worker again, its pages given back when large. */
-static void buf_release(host_device *d, uint64_t off, uint64_t len) {
-  if (host_device_guard(d, d->wbase + off, len - d->page, false))
-    host_device_abandon(d, "out of memory while closing a freed buffer to the kernels");
-  host_arena_free(&d->bufs, off);
-  if (len >= PUNCH_BYTES) fallocate(d->arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
-}
-
-/* Gives back every kept block, when the zone has no room for a new buffer
- * (at the end they go with the arena). */
-static void buf_release_kept(host_device *d) {
-  pthread_mutex_lock(&d->lock_prot);
-  host_extent kept[HOST_KEPT_MAX];
-  uint32_t n = d->nkept;
-  memcpy(kept, d->kept, n * sizeof *kept);
-  d->nkept = 0;
-  d->kept_bytes = 0;
-  pthread_mutex_unlock(&d->lock_prot);
-  for (uint32_t i = 0; i < n; i++) buf_release(d, kept[i].off, kept[i].len);
-}
-
-/* A buffer: whole pages in the buffer zone, then a guard page, opened to the
- * worker; a kept block of the same size first, already open. */
-static int buf_alloc(host_device *d, uint64_t bytes, uint64_t *addr) {
-  uint64_t pages = ((bytes ? bytes : 1) + d->page - 1) / d->page * d->page, off = 0;
-  if (pages > UINT64_MAX - d->page) return -1;
-  bool kept = false;
-  pthread_mutex_lock(&d->lock_prot);
-  for (uint32_t i = d->nkept; i-- > 0 && !kept;)
-    if (d->kept[i].len == pages + d->page) {
-      off = d->kept[i].off;
-      d->kept_bytes -= d->kept[i].len;
-      d->kept[i] = d->kept[--d->nkept];
-      kept = true;
-    }
-  pthread_mutex_unlock(&d->lock_prot);
-  if (!kept) {
-    if (host_arena_alloc(&d->bufs, pages + d->page, &off)) {
-      buf_release_kept(d);
-      if (host_arena_alloc(&d->bufs, pages + d->page, &off)) return -1;
-    }
-    if (host_device_guard(d, d->wbase + off, pages, true)) {
-      host_arena_free(&d->bufs, off);
-      return -1;
-    }
-  }
-  assert(off % d->page == 0 && off >= d->zone && host_arena_size_of(&d->bufs, off) == pages + d->page);
-  *addr = d->wbase + off;
-  return 0;
-}
-
-static void dev_free(host_device *d, uint64_t addr) {
-  if (!addr) return;
-  uint64_t off = addr - d->wbase, len;
-  if (off >= d->zone) { /* a buffer: kept open for the next of its size, or closed and freed */
-    len = host_arena_size_of(&d->bufs, off);
-    if (!len) return;
-    pthread_mutex_lock(&d->lock_prot);
-    bool keep = !d->in_process && d->nkept < HOST_KEPT_MAX && d->kept_bytes + len <= HOST_KEPT_BYTES;
-    for (uint32_t i = 0; i < d->nkept; i++)
-      if (d->kept[i].off == off) keep = false, len = 0; /* freed twice: it is kept already */
-    if (keep) {
-      d->kept[d->nkept++] = (host_extent){off, len};
-      d->kept_bytes += len;
-    }
-    pthread_mutex_unlock(&d->lock_prot);
-    if (!keep && len) buf_release(d, off, len);
-    return;
-  }
-  len = host_arena_free(&d->alloc, off);
-  if (len >= PUNCH_STAGING_BYTES) fallocate(d->arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
-}
-
-/* Moves an arena array to a block of new_bytes, keeping the first keep bytes. */
-static int dev_realloc(host_device *d, uint64_t *addr, uint64_t keep, uint64_t new_bytes) {
-  uint64_t fresh;
-  if (dev_alloc(d, new_bytes, &fresh)) return -1;
-  if (*addr && keep) memcpy(host_device_ptr(d, fresh), host_device_ptr(d, *addr), keep);
-  dev_free(d, *addr);
-  *addr = fresh;
-  return 0;
-}
 
 static void h_destroy(gpu_backend *b) {
   for (int i = 0; i < hb(b)->ndevices; i++) host_device_stop(&hb(b)->devs[i]);
@@ -202,15 +93,7 @@ static const char *h_arch(const gpu_backend *b, int dev) {
 
 static int h_mem_room(gpu_backend *b, int dev, uint64_t *free_bytes, uint64_t *total, schedrun_error_t *err) {
   (void)err;
-  host_device *d = dev_of(b, dev);
-  uint64_t zone = d->size - d->zone - d->page, avail, ram;
-  pthread_mutex_lock(&d->bufs.lock);
-  uint64_t used = d->bufs.in_use;
-  pthread_mutex_unlock(&d->bufs.lock);
-  host_memory_room(&avail, &ram);
-  *free_bytes = used < zone ? zone - used : 0;
-  if (avail < *free_bytes) *free_bytes = avail;
-  *total = ram < zone ? ram : zone;
+  host_device_room(dev_of(b, dev), free_bytes, total);
   return SCHEDRUN_OK;
 }
 
@@ -225,45 +108,37 @@ static int h_mem_alloc(gpu_backend *b, int dev, uint64_t bytes, uint64_t *addr, 
     return err_set(err, SCHEDRUN_ENOMEM, "%s: cannot allocate %llu bytes (%.1f GiB): it can hold %llu more (%.1f GiB, of %.1f GiB)",
                    d->name, (unsigned long long)bytes, bytes / 1073741824.0, (unsigned long long)room,
                    room / 1073741824.0, total / 1073741824.0);
-  if (buf_alloc(d, bytes, addr))
+  if (host_buf_alloc(d, bytes, addr))
     return err_set(err, SCHEDRUN_ENOMEM, "%s: cannot allocate %llu bytes (%llu of %llu bytes of buffer memory in use)",
                    d->name, (unsigned long long)bytes, (unsigned long long)d->bufs.in_use,
                    (unsigned long long)(d->size - d->zone));
   return SCHEDRUN_OK;
 }
 
-static void h_mem_free(gpu_backend *b, int dev, uint64_t addr) { dev_free(dev_of(b, dev), addr); }
-
-/* The library's pointer to [addr, addr + n) of a device, which must lie in a
- * block of its arena. */
-static void *dev_range(host_device *d, uint64_t addr, uint64_t n) {
-  (void)n;
-  assert(addr >= d->wbase + HW_CTL_BYTES && addr - d->wbase + n <= d->size);
-  return host_device_ptr(d, addr);
-}
+static void h_mem_free(gpu_backend *b, int dev, uint64_t addr) { host_dev_free(dev_of(b, dev), addr); }
 
 static int h_mem_zero(gpu_backend *b, int dev, uint64_t addr, uint64_t n, schedrun_error_t *err) {
   (void)err;
-  if (n) memset(dev_range(dev_of(b, dev), addr, n), 0, n);
+  if (n) memset(host_dev_range(dev_of(b, dev), addr, n), 0, n);
   return SCHEDRUN_OK;
 }
 
 static int h_copy_htod(gpu_backend *b, int dev, uint64_t dst, const void *src, uint64_t n, schedrun_error_t *err) {
   (void)err;
-  if (n) memcpy(dev_range(dev_of(b, dev), dst, n), src, n);
+  if (n) memcpy(host_dev_range(dev_of(b, dev), dst, n), src, n);
   return SCHEDRUN_OK;
 }
 
 static int h_copy_dtoh(gpu_backend *b, int dev, void *dst, uint64_t src, uint64_t n, schedrun_error_t *err) {
   (void)err;
-  if (n) memcpy(dst, dev_range(dev_of(b, dev), src, n), n);
+  if (n) memcpy(dst, host_dev_range(dev_of(b, dev), src, n), n);
   return SCHEDRUN_OK;
 }
 
 static int h_copy_dtod(gpu_backend *b, int dev, uint64_t dst, uint64_t src, uint64_t n, schedrun_error_t *err) {
   (void)err;
   host_device *d = dev_of(b, dev);
-  if (n) memmove(dev_range(d, dst, n), dev_range(d, src, n), n);
+  if (n) memmove(host_dev_range(d, dst, n), host_dev_range(d, src, n), n);
   return SCHEDRUN_OK;
 }
 
@@ -271,7 +146,7 @@ static int h_copy_dtod(gpu_backend *b, int dev, uint64_t dst, uint64_t src, uint
 static int h_copy_peer(gpu_backend *b, int dst_dev, uint64_t dst, int src_dev, uint64_t src, uint64_t n, bool *peer,
                        schedrun_error_t *err) {
   (void)err;
-  if (n) memcpy(dev_range(dev_of(b, dst_dev), dst, n), dev_range(dev_of(b, src_dev), src, n), n);
+  if (n) memcpy(host_dev_range(dev_of(b, dst_dev), dst, n), host_dev_range(dev_of(b, src_dev), src, n), n);
   *peer = true;
   return SCHEDRUN_OK;
 }
@@ -284,7 +159,7 @@ static int h_module_load(gpu_backend *b, int dev, const void *image, size_t len,
   host_device *d = dev_of(b, dev);
   gpu_module *m = calloc(1, sizeof *m);
   uint64_t staged = 0;
-  if (!m || dev_alloc(d, len, &staged)) {
+  if (!m || host_dev_alloc(d, len, &staged)) {
     free(m);
     return err_set(err, SCHEDRUN_ENOMEM, "%s: no room to stage a module of %zu bytes", d->name, len);
   }
@@ -296,7 +171,7 @@ static int h_module_load(gpu_backend *b, int dev, const void *image, size_t len,
   int rc = host_device_request(d, HW_OP_LOAD, now_ns() + MODULE_TIMEOUT_NS, &f, err);
   m->handle = d->ctl->a[0];
   pthread_mutex_unlock(&d->lock);
-  dev_free(d, staged);
+  host_dev_free(d, staged);
   if (rc) {
     free(m);
     return rc;
@@ -340,7 +215,7 @@ static int h_module_function(gpu_backend *b, gpu_module *m, const char *entry, g
 static int h_seq_create(gpu_backend *b, int dev, gpu_seq **out, schedrun_error_t *err) {
   host_device *d = dev_of(b, dev);
   gpu_seq *s = calloc(1, sizeof *s);
-  if (!s || dev_alloc(d, sizeof(hw_seq), &s->hdr)) {
+  if (!s || host_dev_alloc(d, sizeof(hw_seq), &s->hdr)) {
     free(s);
     return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
@@ -370,7 +245,7 @@ static int set_node(gpu_seq *s, hw_node *hn, gpu_node *n, bool fresh, schedrun_e
       if (s->nargs + n->u.launch.nargs > s->args_cap) {
         uint32_t cap = s->args_cap ? s->args_cap : 16;
         while (cap < s->nargs + n->u.launch.nargs) cap *= 2;
-        if (dev_realloc(d, &s->args_addr, s->nargs * sizeof(uint64_t), cap * sizeof(uint64_t)))
+        if (host_dev_realloc(d, &s->args_addr, s->nargs * sizeof(uint64_t), cap * sizeof(uint64_t)))
           return err_set(err, SCHEDRUN_ENOMEM, "%s: out of device memory for a sequence", d->name);
         s->args_cap = cap;
       }
@@ -430,7 +305,7 @@ static int h_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t 
   host_device *d = &s->b->devs[s->dev];
   if (s->n == s->cap) {
     uint32_t cap = s->cap ? s->cap * 2 : 16;
-    if (dev_realloc(d, &s->nodes_addr, s->n * sizeof(hw_node), cap * sizeof(hw_node)))
+    if (host_dev_realloc(d, &s->nodes_addr, s->n * sizeof(hw_node), cap * sizeof(hw_node)))
       return err_set(err, SCHEDRUN_ENOMEM, "%s: out of device memory for a sequence", d->name);
     s->cap = cap;
   }
@@ -455,10 +330,10 @@ static int h_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_
 static int h_seq_finalize(gpu_seq *s, schedrun_error_t *err) {
   host_device *d = &s->b->devs[s->dev];
   /* give back what doubling reserved: a recording lives long */
-  if (s->n && s->n < s->cap && dev_realloc(d, &s->nodes_addr, s->n * sizeof(hw_node), s->n * sizeof(hw_node)) == 0)
+  if (s->n && s->n < s->cap && host_dev_realloc(d, &s->nodes_addr, s->n * sizeof(hw_node), s->n * sizeof(hw_node)) == 0)
     s->cap = s->n;
   if (s->nargs && s->nargs < s->args_cap &&
-      dev_realloc(d, &s->args_addr, s->nargs * sizeof(uint64_t), s->nargs * sizeof(uint64_t)) == 0)
+      host_dev_realloc(d, &s->args_addr, s->nargs * sizeof(uint64_t), s->nargs * sizeof(uint64_t)) == 0)
     s->args_cap = s->nargs;
   sync_hdr(s);
   for (uint32_t i = 0; i < s->nbodies; i++) h_seq_finalize(s->bodies[i], err);
@@ -472,7 +347,7 @@ static int h_launch(gpu_backend *b, int dev, const gpu_node *n, bool wait, sched
     return err_set(err, SCHEDRUN_EINVAL, "%s: a %s node cannot run on its own", d->name, "while");
   uint32_t nargs = n->kind == GN_LAUNCH ? n->u.launch.nargs : 0;
   uint64_t at;
-  if (dev_alloc(d, sizeof(hw_node) + nargs * sizeof(uint64_t), &at))
+  if (host_dev_alloc(d, sizeof(hw_node) + nargs * sizeof(uint64_t), &at))
     return err_set(err, SCHEDRUN_ENOMEM, "%s: out of device memory", d->name);
   gpu_seq scratch = {.b = hb(b), .dev = dev, .args_addr = at + sizeof(hw_node), .args_cap = nargs};
   hw_node *hn = host_device_ptr(d, at);
@@ -488,7 +363,7 @@ static int h_launch(gpu_backend *b, int dev, const gpu_node *n, bool wait, sched
     rc = host_device_request(d, HW_OP_RUN_NODE, 0, &f, err);
     pthread_mutex_unlock(&d->lock);
   }
-  dev_free(d, at);
+  host_dev_free(d, at);
   return rc;
 }
 
@@ -518,13 +393,13 @@ static int h_seq_launch_timed(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, 
   host_device *d = &s->b->devs[s->dev];
   *n = 0;
   uint64_t at = 0, bytes = (uint64_t)(max ? max : 1) * 3 * sizeof(uint64_t);
-  if (dev_alloc(d, bytes, &at)) return run_seq(s, deadline_ns, f, 0, 0, err); /* no room to time it: run it */
+  if (host_dev_alloc(d, bytes, &at)) return run_seq(s, deadline_ns, f, 0, 0, err); /* no room to time it: run it */
   int rc = run_seq(s, deadline_ns, f, at, max, err);
   if (rc == SCHEDRUN_OK) {
     *n = s->n < max ? s->n : max;
-    if (*n) memcpy(times, dev_range(d, at, (uint64_t)*n * 3 * sizeof(uint64_t)), (size_t)*n * 3 * sizeof(uint64_t));
+    if (*n) memcpy(times, host_dev_range(d, at, (uint64_t)*n * 3 * sizeof(uint64_t)), (size_t)*n * 3 * sizeof(uint64_t));
   }
-  dev_free(d, at);
+  host_dev_free(d, at);
   return rc;
 }
 
@@ -532,46 +407,6 @@ static int h_seq_launch_timed(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, 
  * aligned. */
 static uint64_t stage_len(const gpu_batch_op *o) {
   return o->kind == GB_HTOD || o->kind == GB_DTOH ? (o->bytes + 15) & ~15ull : 0;
-}
-
-/* A staging block of at least `bytes` for one batch: the device's kept
- * block when it is large enough (its pages were touched by the batches
- * before, in both processes, so the batch costs no page fault), else a new
- * one of the next power of two, at least 64 KiB, so that a growing load
- * settles on one size. */
-static int stage_take(host_device *d, uint64_t bytes, uint64_t *addr, uint64_t *len) {
-  pthread_mutex_lock(&d->lock_prot);
-  uint64_t a = d->stage_addr, l = d->stage_len;
-  if (a && l >= bytes) d->stage_addr = d->stage_len = 0;
-  pthread_mutex_unlock(&d->lock_prot);
-  if (a && l >= bytes) {
-    *addr = a;
-    *len = l;
-    return 0;
-  }
-  uint64_t want = 64u << 10;
-  while (want < bytes && want <= UINT64_MAX / 2) want *= 2;
-  if (dev_alloc(d, want, addr) == 0) {
-    *len = want;
-    return 0;
-  }
-  *len = bytes; /* no room for the rounded size: exactly what it needs */
-  return dev_alloc(d, bytes, addr);
-}
-
-/* Gives a batch's staging block back: kept for the next batch when it is the
- * largest there is and not over HOST_STAGE_KEEP_BYTES (the high-water mark
- * of the device's batches), else freed, its pages given back when large. */
-static void stage_give(host_device *d, uint64_t addr, uint64_t len) {
-  uint64_t drop = addr;
-  pthread_mutex_lock(&d->lock_prot);
-  if (len <= HOST_STAGE_KEEP_BYTES && len > d->stage_len) {
-    drop = d->stage_addr; /* the smaller one goes */
-    d->stage_addr = addr;
-    d->stage_len = len;
-  }
-  pthread_mutex_unlock(&d->lock_prot);
-  dev_free(d, drop);
 }
 
 /* A batch as one RUN_STEPS request: host bytes are staged in the arena
@@ -584,18 +419,18 @@ static int h_run_batch(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uin
   uint64_t staged = 0;
   for (size_t i = 0; i < n; i++) staged += stage_len(&ops[i]);
   uint64_t at = 0, at_len = 0, steps_bytes = n * sizeof(hw_step);
-  if (stage_take(d, steps_bytes + staged, &at, &at_len))
+  if (host_stage_take(d, steps_bytes + staged, &at, &at_len))
     return err_set(err, SCHEDRUN_ENOMEM, "%s: no room to stage a batch of %zu steps (%llu bytes)", d->name, n,
                    (unsigned long long)(steps_bytes + staged));
   assert(at_len >= steps_bytes + staged);
-  hw_step *steps = dev_range(d, at, steps_bytes);
+  hw_step *steps = host_dev_range(d, at, steps_bytes);
   uint64_t stage = at + steps_bytes, seqs = 0;
   for (size_t i = 0; i < n; i++) {
     const gpu_batch_op *o = &ops[i];
     hw_step *st = &steps[i];
     switch (o->kind) {
     case GB_HTOD:
-      if (o->bytes) memcpy(dev_range(d, stage, o->bytes), o->src, o->bytes);
+      if (o->bytes) memcpy(host_dev_range(d, stage, o->bytes), o->src, o->bytes);
       *st = (hw_step){HW_STEP_COPY, 0, o->addr, stage, o->bytes, 0};
       break;
     case GB_ZERO: *st = (hw_step){HW_STEP_ZERO, 0, o->addr, 0, o->bytes, 0}; break;
@@ -606,8 +441,8 @@ static int h_run_batch(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uin
       break;
     case GB_DTOH: *st = (hw_step){HW_STEP_COPY, 0, stage, o->addr, o->bytes, 0}; break;
     case GB_DTOD:
-      (void)dev_range(d, o->addr, o->bytes); /* both inside the arena */
-      (void)dev_range(d, o->from, o->bytes);
+      (void)host_dev_range(d, o->addr, o->bytes); /* both inside the arena */
+      (void)host_dev_range(d, o->from, o->bytes);
       *st = (hw_step){HW_STEP_COPY, 0, o->addr, o->from, o->bytes, 0};
       break;
     }
@@ -628,10 +463,10 @@ static int h_run_batch(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uin
   for (size_t i = 0; i < *done; i++) {
     gpu_batch_op *o = &ops[i];
     if (o->kind == GB_SEQ) o->t_end = steps[i].t_end;
-    if (o->kind == GB_DTOH && o->bytes) memcpy(o->dst, dev_range(d, stage, o->bytes), o->bytes);
+    if (o->kind == GB_DTOH && o->bytes) memcpy(o->dst, host_dev_range(d, stage, o->bytes), o->bytes);
     stage += stage_len(o);
   }
-  stage_give(d, at, at_len);
+  host_stage_give(d, at, at_len);
   return rc;
 }
 
@@ -640,9 +475,9 @@ static void h_seq_destroy(gpu_seq *s) {
   host_device *d = &s->b->devs[s->dev];
   for (uint32_t i = 0; i < s->nbodies; i++) h_seq_destroy(s->bodies[i]);
   free(s->bodies);
-  dev_free(d, s->nodes_addr);
-  dev_free(d, s->args_addr);
-  dev_free(d, s->hdr);
+  host_dev_free(d, s->nodes_addr);
+  host_dev_free(d, s->args_addr);
+  host_dev_free(d, s->hdr);
   free(s);
 }
 

@@ -72,10 +72,36 @@ typedef struct host_device {
  * requests in this process (host_in_process). */
 int host_device_start(host_device *d, int index, const char *worker, int worker_fd, uint64_t spin_ns,
                       schedrun_error_t *err);
+/* ---- host_memory.c: a device's memory ---- */
+
 /* This machine's memory: what is still available (RAM the kernel can give
  * without swapping, within the process's cgroup limit) and its total;
- * UINT64_MAX for what cannot be read (host_memory.c). */
+ * UINT64_MAX for what cannot be read. */
 void host_memory_room(uint64_t *avail, uint64_t *total);
+/* What d's buffer zone can still give (within the machine's memory), and
+ * its size (at most the machine's). */
+void host_device_room(host_device *d, uint64_t *free_bytes, uint64_t *total);
+/* A block of the worker's zone (modules, sequences, staging): 0 and its
+ * device address, or -1 without room (the kept staging block is given up
+ * first). */
+int host_dev_alloc(host_device *d, uint64_t bytes, uint64_t *addr);
+/* A buffer: whole pages of the buffer zone and a guard page, open to the
+ * worker's kernels; a kept block of its size first. */
+int host_buf_alloc(host_device *d, uint64_t bytes, uint64_t *addr);
+/* Frees either kind (0 is ignored): a buffer's block is kept open for the
+ * next of its size when there is room, else closed; large blocks give their
+ * pages back. */
+void host_dev_free(host_device *d, uint64_t addr);
+/* Moves a worker-zone array to a block of new_bytes, keeping its first keep bytes. */
+int host_dev_realloc(host_device *d, uint64_t *addr, uint64_t keep, uint64_t new_bytes);
+/* The library's pointer to [addr, addr + n) of d, which must lie in its arena. */
+void *host_dev_range(host_device *d, uint64_t addr, uint64_t n);
+/* A staging block of at least `bytes` for one batch (the kept one when it
+ * is large enough), and its length; 0, or -1 without room. */
+int host_stage_take(host_device *d, uint64_t bytes, uint64_t *addr, uint64_t *len);
+/* Gives it back: kept for the next batch (the largest, up to
+ * HOST_STAGE_KEEP_BYTES), else freed. */
+void host_stage_give(host_device *d, uint64_t addr, uint64_t len);
 /* Kills the worker (if any) and unmaps everything. */
 void host_device_stop(host_device *d);
 /* Kills the worker from any thread: a request in flight fails with the
