@@ -327,7 +327,10 @@ static int scheduler_handle(actor_t *self, msg *m) {
     for (size_t bad = msgq_drain(&s->core->to_scheduler, take_queued, self); bad; bad--) actor_count_malformed(self);
     break;
   case MSG_COMPILED: scheduler_compiled(self, s, m); break;
-  case MSG_TICK: scheduler_compile_tick(self, s); break;
+  case MSG_TICK:
+    scheduler_compile_tick(self, s);
+    scheduler_resident_tick(self, s);
+    break;
   case MSG_RECORDED: handle_recorded(self, s, m); break;
   case MSG_EXECUTED: handle_executed(self, s, m); break;
   case MSG_EXECUTED_MANY: handle_executed_many(self, s, m); break;

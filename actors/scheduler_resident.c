@@ -55,10 +55,11 @@ static bool take_resident(scheduler_state *s, prog_state *ps, job *j, int from) 
 
 /* j waits in ps->moving: placed on no device, completed by a shutdown as a
  * queued job is. */
-static void wait_to_move(prog_state *ps, job *j) {
+static void wait_to_move(actor_t *self, prog_state *ps, job *j) {
   j->device = -1;
   j->state = JOB_PLACED_WAITING;
   scheduler_q_push(&ps->moving, j);
+  if (j->deadline) actor_wake_at(self, j->deadline); /* scheduler_resident_tick */
 }
 
 int scheduler_resident_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j, int device) {
@@ -76,7 +77,7 @@ int scheduler_resident_place(actor_t *self, scheduler_state *s, prog_state *ps, 
     return -1;
   }
   if (set_waits(ps, j->slot)) { /* behind the one that waits, in order */
-    wait_to_move(ps, j);
+    wait_to_move(self, ps, j);
     return -1;
   }
   if (home < 0) { /* the set's first job: it fills them from init, and they stay where it runs */
@@ -88,7 +89,7 @@ int scheduler_resident_place(actor_t *self, scheduler_state *s, prog_state *ps, 
     return home;
   }
   if (!idle(ps, home, j->slot)) { /* they leave once the set's jobs there are done */
-    wait_to_move(ps, j);
+    wait_to_move(self, ps, j);
     return -1;
   }
   if (!take_resident(s, ps, j, home)) {
@@ -143,4 +144,38 @@ void scheduler_resident_retry(actor_t *self, scheduler_state *s, prog_state *ps)
     if (ps->moving.tail != tail) blocked |= 1ull << j->slot;
   }
   ps->retrying = false;
+}
+
+void scheduler_resident_tick(actor_t *self, scheduler_state *s) {
+  uint64_t now = now_ns(), next = UINT64_MAX;
+  job_queue late = {0};
+  size_t pos = 0;
+  void *v;
+  /* taken out first, completed after: a completion may free a program's state */
+  while (hmap_next(&s->progs, &pos, NULL, &v)) {
+    prog_state *ps = v;
+    if (!ps->moving.head || ps->retrying) continue;
+    job_queue was = ps->moving;
+    ps->moving = (job_queue){0};
+    for (job *j; (j = scheduler_q_pop(&was));) {
+      if (j->deadline && now >= j->deadline) {
+        scheduler_q_push(&late, j);
+        continue;
+      }
+      scheduler_q_push(&ps->moving, j);
+      if (j->deadline && j->deadline < next) next = j->deadline;
+    }
+  }
+  gpu_backend *be = s->core->backend;
+  for (job *j; (j = scheduler_q_pop(&late));) {
+    const prog_state *ps = scheduler_prog_get(s, j->program, false);
+    int home = ps ? ps->home[j->slot] : -1;
+    char why[320];
+    snprintf(why, sizeof why,
+             "job %llu (run %u, job %u) reached its deadline while it waited for the resident buffers of buffer set %u "
+             "to leave %s",
+             (unsigned long long)j->id, j->run, j->job_index, j->slot, home >= 0 ? be->ops->device_name(be, home) : "?");
+    scheduler_complete(self, s, j, SCHEDRUN_ETIMEOUT, why, NULL);
+  }
+  if (next != UINT64_MAX) actor_wake_at(self, next);
 }
