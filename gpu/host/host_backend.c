@@ -213,6 +213,7 @@ static int h_module_function(gpu_backend *b, gpu_module *m, const char *entry, g
 /* ---- sequences, in the arena ---- */
 
 static int h_seq_create(gpu_backend *b, int dev, gpu_seq **out, schedrun_error_t *err) {
+  *out = NULL;
   host_device *d = dev_of(b, dev);
   gpu_seq *s = calloc(1, sizeof *s);
   if (!s || host_dev_alloc(d, sizeof(hw_seq), &s->hdr)) {
@@ -285,7 +286,7 @@ static int set_node(gpu_seq *s, hw_node *hn, gpu_node *n, bool fresh, schedrun_e
         s->bodies = bs;
         s->bodies_cap = cap;
       }
-      gpu_seq *body;
+      gpu_seq *body = NULL;
       int rc = h_seq_create(&s->b->base, s->dev, &body, err);
       if (rc) return rc;
       s->bodies[s->nbodies++] = body;
