@@ -7,7 +7,6 @@
  * argument is refused naming what is wrong. SCHEDRUN_REGISTERED_DEVICES
  * picks the devices (default host:2; "cuda" on the driver double).
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,38 +92,19 @@ static void test_updated_in_place(void **st) {
   free(x);
 }
 
-/* A host step that waits until the test lets it go: the job bound to the
- * array is certainly incomplete meanwhile. */
-typedef struct gate {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int entered, open;
-} gate;
-
-static int hold(schedrun_host_task_t *t, void *user) {
-  (void)t;
-  gate *g = user;
-  pthread_mutex_lock(&g->lock);
-  g->entered = 1;
-  pthread_cond_broadcast(&g->cond);
-  while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
-  pthread_mutex_unlock(&g->lock);
-  return 0;
-}
-
 /* While a job bound to it has not completed, the registration cannot end,
  * and a job that binds it without running after that job is refused, both
  * naming the job; once it completed, both can. */
 static void test_lifetimes(void **st) {
   (void)st;
   schedrun_t *s = open_here();
-  gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+  tu_gate g = TU_GATE_INIT;
   schedrun_builder_t *bl;
   schedrun_error_t err = {0};
   assert_int_equal(schedrun_builder_new(&bl, "held", &err), SCHEDRUN_OK);
   schedrun_builder_buffer(bl, "x", "i32", 64, NULL, 0, 0);
   schedrun_builder_fill(bl, "x", "7", NULL, NULL);
-  schedrun_builder_host(bl, "hold", hold, &g);
+  schedrun_builder_host(bl, "hold", tu_gate_hold, &g);
   schedrun_program_t *p;
   assert_int_equal(schedrun_builder_finish(bl, &p, &err), SCHEDRUN_OK);
   schedrun_builder_free(&bl);
@@ -135,9 +115,7 @@ static void test_lifetimes(void **st) {
   schedrun_job_options_t o = bound(&b, NULL, 0);
   schedrun_job_t id, other;
   assert_int_equal(schedrun_submit(s, p, &o, &id, &err), SCHEDRUN_OK);
-  pthread_mutex_lock(&g.lock);
-  while (!g.entered) pthread_cond_wait(&g.cond, &g.lock); /* it runs, and holds */
-  pthread_mutex_unlock(&g.lock);
+  tu_gate_wait_entered(&g); /* it runs, and holds */
   char job[32];
   snprintf(job, sizeof job, "job %llu", (unsigned long long)id);
   assert_int_equal(schedrun_buffer_unregister(&m, &err), SCHEDRUN_EBUSY);
@@ -147,10 +125,7 @@ static void test_lifetimes(void **st) {
   assert_int_equal(schedrun_submit(s, p, &o, &other, &err), SCHEDRUN_EBUSY);
   if (!strstr(err.message, job) || !strstr(err.message, "run this job after it")) fail_msg("%s", err.message);
   schedrun_error_clear(&err);
-  pthread_mutex_lock(&g.lock);
-  g.open = 1;
-  pthread_cond_broadcast(&g.cond);
-  pthread_mutex_unlock(&g.lock);
+  tu_gate_open(&g);
   schedrun_job_result_t *r;
   assert_int_equal(schedrun_wait(s, id, -1, &r, &err), SCHEDRUN_OK);
   assert_int_equal(schedrun_job_result_info(r)->status, SCHEDRUN_OK);

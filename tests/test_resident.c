@@ -8,7 +8,6 @@
  * element of every result is checked. SCHEDRUN_RESIDENT_DEVICES picks the
  * two devices (default host:2; "cuda" on the driver double).
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,24 +184,6 @@ static void test_builder_flag_and_mistakes(void **st) {
   schedrun_error_clear(&err);
 }
 
-/* A host step that waits until the test lets it go. */
-typedef struct gate {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int entered, open;
-} gate;
-
-static int hold(schedrun_host_task_t *t, void *user) {
-  (void)t;
-  gate *g = user;
-  pthread_mutex_lock(&g->lock);
-  g->entered = 1;
-  pthread_cond_broadcast(&g->cond);
-  while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
-  pthread_mutex_unlock(&g->lock);
-  return 0;
-}
-
 /* A job that waits for its set's resident buffers to leave a device still
  * busy with the set completes at its deadline, saying what it waited for
  * (the busy job is held by a host step until then); the set then moves with
@@ -210,13 +191,13 @@ static int hold(schedrun_host_task_t *t, void *user) {
 static void test_deadline_while_waiting_to_move(void **st) {
   (void)st;
   schedrun_t *s = open_two();
-  gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+  tu_gate g = TU_GATE_INIT;
   schedrun_builder_t *b;
   schedrun_error_t err = {0};
   assert_int_equal(schedrun_builder_new(&b, "held", &err), SCHEDRUN_OK);
   schedrun_builder_buffer(b, "a", "i32", 256, NULL, 0, SCHEDRUN_BUFFER_RESIDENT);
   schedrun_builder_fill(b, "a", "9", NULL, NULL);
-  schedrun_builder_host(b, "hold", hold, &g);
+  schedrun_builder_host(b, "hold", tu_gate_hold, &g);
   schedrun_program_t *p;
   assert_int_equal(schedrun_builder_finish(b, &p, &err), SCHEDRUN_OK);
   schedrun_builder_free(&b);
@@ -224,9 +205,7 @@ static void test_deadline_while_waiting_to_move(void **st) {
   ob.timeout_ms = 100;
   schedrun_job_t ia, ib;
   assert_int_equal(schedrun_submit(s, p, &oa, &ia, &err), SCHEDRUN_OK);
-  pthread_mutex_lock(&g.lock);
-  while (!g.entered) pthread_cond_wait(&g.cond, &g.lock); /* A holds device 0, and the set */
-  pthread_mutex_unlock(&g.lock);
+  tu_gate_wait_entered(&g); /* A holds device 0, and the set */
   assert_int_equal(schedrun_submit(s, p, &ob, &ib, &err), SCHEDRUN_OK);
   schedrun_job_result_t *r;
   /* it comes by its deadline, not by A (held until then) */
@@ -235,10 +214,7 @@ static void test_deadline_while_waiting_to_move(void **st) {
   if (!strstr(schedrun_job_result_error(r), "while it waited for the resident buffers of buffer set 0 to leave"))
     fail_msg("%s", schedrun_job_result_error(r));
   schedrun_job_result_free(&r);
-  pthread_mutex_lock(&g.lock);
-  g.open = 1;
-  pthread_cond_broadcast(&g.cond);
-  pthread_mutex_unlock(&g.lock);
+  tu_gate_open(&g);
   assert_int_equal(schedrun_wait(s, ia, -1, &r, &err), SCHEDRUN_OK);
   assert_int_equal(schedrun_job_result_info(r)->status, SCHEDRUN_OK);
   schedrun_job_result_free(&r);

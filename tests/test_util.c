@@ -149,6 +149,30 @@ schedrun_t *tu_open(const schedrun_options_t *o) {
   return s;
 }
 
+int tu_gate_hold(schedrun_host_task_t *t, void *user) {
+  (void)t;
+  tu_gate *g = user;
+  pthread_mutex_lock(&g->lock);
+  g->entered = 1;
+  pthread_cond_broadcast(&g->cond);
+  while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
+  pthread_mutex_unlock(&g->lock);
+  return 0;
+}
+
+void tu_gate_wait_entered(tu_gate *g) {
+  pthread_mutex_lock(&g->lock);
+  while (!g->entered) pthread_cond_wait(&g->cond, &g->lock);
+  pthread_mutex_unlock(&g->lock);
+}
+
+void tu_gate_open(tu_gate *g) {
+  pthread_mutex_lock(&g->lock);
+  g->open = 1;
+  pthread_cond_broadcast(&g->cond);
+  pthread_mutex_unlock(&g->lock);
+}
+
 schedrun_t *tu_open_devices(const char *env, const char *fallback, int want, const schedrun_options_t *base) {
   const char *devices = getenv(env);
   schedrun_options_t o;

@@ -2,6 +2,7 @@
 #ifndef SCHEDRUN_TEST_UTIL_H
 #define SCHEDRUN_TEST_UTIL_H
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -56,6 +57,20 @@ int tu_count_processes(int (*match)(int argc, char *const *argv, void *ctx), voi
 int tu_is_worker_of(int argc, char *const *argv, void *ctx);
 /* A scheduler opened with o, or the test fails with the error. */
 schedrun_t *tu_open(const schedrun_options_t *o);
+
+/* A host step (schedrun_builder_host with tu_gate_hold and the gate) that
+ * waits until the test lets it go, so that its job is certainly running
+ * and incomplete meanwhile: tu_gate_wait_entered waits until it is in it,
+ * tu_gate_open lets it return. */
+typedef struct tu_gate {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int entered, open;
+} tu_gate;
+#define TU_GATE_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0}
+int tu_gate_hold(schedrun_host_task_t *t, void *user);
+void tu_gate_wait_entered(tu_gate *g);
+void tu_gate_open(tu_gate *g);
 /* Opens the devices $env names (fallback when unset), with base's other
  * options (NULL: the defaults), and fails unless it got them (want of them,
  * when not 0), never a fallback. */
