@@ -183,12 +183,12 @@ static void free_buf(void *data, void *hint) {
  * or undelivered), blocks nobody claimed are freed. */
 typedef struct lent_hint {
   size_t n;
-  msg_lent v[]; /* tickets (the slots are not followed: the message may be gone) */
+  uint64_t tickets[];
 } lent_hint;
 
 static void free_lent(void *data, void *hint) {
   lent_hint *h = hint;
-  for (size_t i = 0; i < h->n; i++) msg_reclaim(h->v[i].ticket);
+  for (size_t i = 0; i < h->n; i++) msg_reclaim(h->tickets[i]);
   free(h);
   free(data);
 }
@@ -235,18 +235,17 @@ int mbox_encode(msg *m, zmq_msg_t *zm, schedrun_error_t *err) {
   if (rc) return rc;
   if (sc->lent.n) {
     /* the bytes carry tickets: a copy of its own, with them as its hint */
-    lent_hint *h = malloc(sizeof *h + sc->lent.n * sizeof h->v[0]);
+    lent_hint *h = malloc(sizeof *h + sc->lent.n * sizeof h->tickets[0]);
     uint8_t *copy = h ? malloc(len) : NULL;
     if (copy) {
       h->n = sc->lent.n;
-      memcpy(h->v, sc->lent.v, h->n * sizeof h->v[0]);
+      for (size_t i = 0; i < h->n; i++) h->tickets[i] = sc->lent.v[i].ticket;
       memcpy(copy, sc->buf, len);
     }
     if (!copy || zmq_msg_init_data(zm, copy, len, free_lent, h) != 0) {
       free(copy);
       free(h);
-      for (size_t i = 0; i < sc->lent.n; i++) /* back into m, as if never encoded */
-        sc->lent.v[i].slot->data = msg_claim(sc->lent.v[i].ticket, sc->lent.v[i].slot->len);
+      msg_lending_return(&sc->lent); /* back into m, as if never encoded */
       return err_set(err, SCHEDRUN_ENOMEM, "out of memory sending %s", msg_type_name(m->type));
     }
   } else if (len > MBOX_COPY_MAX) {

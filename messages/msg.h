@@ -402,6 +402,9 @@ int msg_encode_append(msg *m, uint8_t **buf, size_t *len, size_t *cap, msg_lendi
 /* m's bytes were lent to `data` (msg_encode_append), which will not be sent:
  * claims them back into m, where they were. */
 void msg_unlend(msg *m, const void *data, size_t len);
+/* Puts every block `lent` lists back in the message it was lent from (that
+ * encoding's bytes will not be sent), and empties the list. */
+void msg_lending_return(msg_lending *lent);
 /* Gives back every block `lent` lists (freeing it when it was never claimed). */
 void msg_lending_reclaim(const msg_lending *lent);
 /* Decodes data into m. Malformed input gives SCHEDRUN_EPROTO and a sentence naming

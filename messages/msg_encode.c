@@ -192,13 +192,7 @@ static int encode_into(const msg *m, outbuf *ob, schedrun_error_t *err) {
   pack_struct(&pk, msg_body_schema[m->type], &m->body);
   if (ob->too_big || ob->failed || !ob->data) {
     ob->len = start;
-    /* nothing leaves m after all: each block goes back where it was */
-    for (size_t i = 0; ob->lent && i < ob->lent->n; i++) {
-      msg_lent *l = &ob->lent->v[i];
-      l->slot->data = msg_claim(l->ticket, l->slot->len);
-      assert(l->slot->data); /* nobody else knew the ticket */
-    }
-    if (ob->lent) ob->lent->n = 0;
+    if (ob->lent) msg_lending_return(ob->lent); /* nothing leaves m after all */
     if (ob->too_big)
       return err_set(err, SCHEDRUN_EPROTO, "%s for job %llu cannot be sent: %s", msg_type_name(m->type),
                      (unsigned long long)m->job, ob->too_big);
@@ -230,6 +224,15 @@ int msg_encode_append(msg *m, uint8_t **buf, size_t *len, size_t *cap, msg_lendi
   *len = ob.len;
   *cap = ob.cap;
   return rc;
+}
+
+void msg_lending_return(msg_lending *lent) {
+  for (size_t i = 0; i < lent->n; i++) {
+    msg_lent *l = &lent->v[i];
+    l->slot->data = msg_claim(l->ticket, l->slot->len);
+    assert(l->slot->data); /* nobody else knew the ticket */
+  }
+  lent->n = 0;
 }
 
 void msg_lending_reclaim(const msg_lending *lent) {

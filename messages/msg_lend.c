@@ -104,12 +104,14 @@ void msg_reclaim(uint64_t ticket) {
   pthread_mutex_lock(&lock);
   size_t j = ticket ? find(ticket) : cap;
   uint8_t *data = NULL;
+  size_t len = 0;
   if (j < cap) {
     data = slots[j].data;
+    len = slots[j].len;
     remove_at(j);
   }
   pthread_mutex_unlock(&lock);
-  free(data);
+  msg_bytes_free(data, len);
 }
 
 size_t msg_lent_count(void) {
