@@ -30,6 +30,13 @@ void execute_state_free(execute_state *s) {
   free(s);
 }
 
+bool execute_stays(const prog_program *p, const job_run *jr, uint32_t b) {
+  if (!(jr->keep & MSG_KEEP_RESIDENT) || !p->buffers[b].resident) return false;
+  for (size_t i = 0; i < jr->ninputs; i++)
+    if (jr->inputs[i].buffer == b) return false;
+  return true;
+}
+
 bool execute_wanted(const prog_program *p, uint32_t b, uint32_t keep) {
   if (keep & MSG_KEEP_OUTPUTS) return true;
   for (uint32_t i = 0; i < p->nexpects; i++)
@@ -94,19 +101,17 @@ int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, m
   f->lost = false;
   for (uint32_t b = 0; rc == SCHEDRUN_OK && b < p->nbuffers; b++) {
     if (execute_taken(&jr->takes, b)) continue; /* filled from its parcel below */
+    if (execute_stays(p, jr, b)) continue;       /* as the last job here left it */
     const prog_buffer *buf = &p->buffers[b];
     uint64_t bytes = buf->count * prog_type_size(buf->type);
     const uint8_t *src = buf->image;
-    bool input = false;
     for (size_t i = 0; i < jr->ninputs; i++)
       if (jr->inputs[i].buffer == b) {
         if (jr->inputs[i].data.len != bytes)
           return err_set(err, SCHEDRUN_EPROTO, "EXECUTE input for buffer '%s' has %zu bytes, not %llu", buf->name,
                          jr->inputs[i].data.len, (unsigned long long)bytes);
         src = jr->inputs[i].data.data;
-        input = true;
       }
-    if (!input && execute_stays(p, b, jr->keep)) continue; /* as the last job here left it */
     rc = src ? be->ops->copy_htod(be, s->device, c->bindings->v[b], src, bytes, err)
              : be->ops->mem_zero(be, s->device, c->bindings->v[b], bytes, err);
     if (src && jr->traffic) jr->traffic->in += bytes;

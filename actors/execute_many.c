@@ -256,14 +256,6 @@ static const uint8_t *buffer_source(const prog_program *p, const job_run *jr, ui
   return src;
 }
 
-/* Whether job jr's buffer b stays as the job before left it (resident, no input). */
-static bool stays(const prog_program *p, const job_run *jr, uint32_t b) {
-  if (!execute_stays(p, b, jr->keep)) return false;
-  for (size_t i = 0; i < jr->ninputs; i++)
-    if (jr->inputs[i].buffer == b) return false;
-  return true;
-}
-
 /* The bytes job jr stages in a submission, or UINT64_MAX when it must run
  * alone (a deadline, timing, an input of the wrong size). */
 static uint64_t staged_bytes(const execute_state *s, const prog_program *p, const job_run *jr) {
@@ -273,7 +265,7 @@ static uint64_t staged_bytes(const execute_state *s, const prog_program *p, cons
   bool ok = true;
   for (uint32_t b = 0; b < p->nbuffers; b++) {
     uint64_t bytes = p->buffers[b].count * prog_type_size(p->buffers[b].type);
-    if (!stays(p, jr, b) && buffer_source(p, jr, b, &ok)) total += bytes;
+    if (!execute_stays(p, jr, b) && buffer_source(p, jr, b, &ok)) total += bytes;
     if (execute_wanted(p, b, jr->keep)) total += bytes;
   }
   return ok ? total : UINT64_MAX;
@@ -420,7 +412,7 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
       ok = op_add_kept(&ops, (gpu_batch_op){GB_DTOD, kp.copies[j], kp.copies[j + 2], NULL, NULL, NULL, 0, kp.copies[j + 1]},
                        true);
     for (uint32_t bi = 0; ok && bi < p->nbuffers; bi++) {
-      if (execute_taken(&jr.takes, bi) || stays(p, &jr, bi)) continue; /* copied in above, or already there */
+      if (execute_taken(&jr.takes, bi) || execute_stays(p, &jr, bi)) continue; /* copied in above, or already there */
       uint64_t bytes = p->buffers[bi].count * prog_type_size(p->buffers[bi].type);
       bool fine = true;
       const uint8_t *src = buffer_source(p, &jr, bi, &fine);

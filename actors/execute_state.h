@@ -87,11 +87,10 @@ typedef struct context_run {
 /* Whether job reads buffer b back: all of them when it keeps its outputs,
  * else those its program's expectations check. */
 bool execute_wanted(const prog_program *p, uint32_t b, uint32_t keep);
-/* Whether buffer b stays as the job before left it: a resident buffer of a
- * job that runs where its buffer set's are (MSG_KEEP_RESIDENT). */
-static inline bool execute_stays(const prog_program *p, uint32_t b, uint32_t keep) {
-  return (keep & MSG_KEEP_RESIDENT) && p->buffers[b].resident;
-}
+/* Whether job jr's buffer b stays as the job before left it: a resident
+ * buffer of a job that runs where its buffer set's are (MSG_KEEP_RESIDENT),
+ * unless the job brings an input for it. */
+bool execute_stays(const prog_program *p, const job_run *jr, uint32_t b);
 /* Checks what a message says of its execution context. */
 int execute_check_context(const execute_state *s, const char *type, uint64_t program, uint32_t device,
                           const context_run *c, schedrun_error_t *err);
