@@ -78,7 +78,7 @@ void scheduler_complete(actor_t *self, scheduler_state *s, job *j, int status, c
                      msg_outputs *outputs) {
   if (j->state != JOB_EXECUTING && j->device >= 0) {
     prog_state *ps = scheduler_prog_get(s, j->program, false);
-    if (ps && ps->p && ps->p->nresident) scheduler_resident_unmoved(s, ps, j); /* it will not carry them */
+    if (ps && ps->p && ps->p->nresident) scheduler_resident_unmoved(ps, j); /* it will not carry them */
   }
   msg m;
   msg_init(&m, MSG_COMPLETE, j->id, ACTOR_SCHEDULER);

@@ -33,7 +33,7 @@ static bool set_waits(const prog_state *ps, uint32_t slot) {
 }
 
 /* Appends j's takes of its set's resident buffers from `from`. */
-static bool take_resident(scheduler_state *s, prog_state *ps, job *j, int from) {
+static bool take_resident(prog_state *ps, job *j, int from) {
   const prog_program *p = ps->p;
   slot_key sk = {(uint32_t)from, j->slot};
   const slot_state *hs = hmap_get(&ps->slots, &sk);
@@ -49,7 +49,6 @@ static bool take_resident(scheduler_state *s, prog_state *ps, job *j, int from) 
     v[j->takes.n++] = hs->bindings[b];
   }
   assert(j->takes.n == n);
-  (void)s;
   return true;
 }
 
@@ -92,7 +91,7 @@ int scheduler_resident_place(actor_t *self, scheduler_state *s, prog_state *ps, 
     wait_to_move(self, ps, j);
     return -1;
   }
-  if (!take_resident(s, ps, j, home)) {
+  if (!take_resident(ps, j, home)) {
     j->device = -1;
     scheduler_complete(self, s, j, SCHEDRUN_ENOMEM, "out of memory", NULL);
     return -1;
@@ -101,8 +100,7 @@ int scheduler_resident_place(actor_t *self, scheduler_state *s, prog_state *ps, 
   return device;
 }
 
-void scheduler_resident_unmoved(scheduler_state *s, prog_state *ps, job *j) {
-  (void)s;
+void scheduler_resident_unmoved(prog_state *ps, job *j) {
   int from = -1;
   for (size_t i = 0; i + 2 < j->takes.n; i += 3)
     if (j->takes.v[i] & MSG_TAKE_RESIDENT) from = (int)j->takes.v[i + 1];

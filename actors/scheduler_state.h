@@ -170,7 +170,7 @@ int scheduler_resident_place(actor_t *self, scheduler_state *s, prog_state *ps, 
 /* j, placed on a device, completes without reaching it: when it was to take
  * its set's resident buffers there, the next job of the set queued there
  * takes them instead, or they stay where they were. */
-void scheduler_resident_unmoved(scheduler_state *s, prog_state *ps, job *j);
+void scheduler_resident_unmoved(prog_state *ps, job *j);
 /* TICK: jobs waiting to move whose deadlines passed complete with
  * SCHEDRUN_ETIMEOUT saying what they waited for. */
 void scheduler_resident_tick(actor_t *self, scheduler_state *s);
