@@ -426,6 +426,24 @@ static void test_shape_call(void **st) {
     assert_true(pp->buffers[0].dims[0] == 2 && pp->buffers[0].dims[1] == 3 && pp->buffers[0].count == 6);
     schedrun_program_free(&p);
   }
+  /* a shape before any buffer, dims NULL, and flags the builder does not know */
+  schedrun_builder_t *b = start("t");
+  const uint64_t two[] = {2};
+  schedrun_builder_shape(b, two, 1);
+  char *e = finish_fails(b, SCHEDRUN_EINVAL);
+  if (!strstr(e, "schedrun_builder_shape: no buffer was added before it")) fail_msg("%s", e);
+  free(e);
+  b = start("t");
+  schedrun_builder_buffer(b, "m", "i32", 2, NULL, 0, 0);
+  schedrun_builder_shape(b, NULL, 1);
+  e = finish_fails(b, SCHEDRUN_EINVAL);
+  if (!strstr(e, "schedrun_builder_shape: dims is NULL with 1 dimensions")) fail_msg("%s", e);
+  free(e);
+  b = start("t");
+  schedrun_builder_buffer(b, "m", "i32", 2, NULL, 0, 8);
+  e = finish_fails(b, SCHEDRUN_EINVAL);
+  if (!strstr(e, "buffer 'm': unknown flags 0x8")) fail_msg("%s", e);
+  free(e);
 }
 
 int main(void) {
