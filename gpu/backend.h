@@ -118,6 +118,26 @@ typedef struct gpu_ops {
   int (*copy_peer)(gpu_backend *b, int dst_dev, uint64_t dst, int src_dev, uint64_t src, uint64_t n, bool *peer,
                    schedrun_error_t *err);
 
+  /* Host memory every device of the backend reaches directly (host: a
+   * memory file each worker maps), zeroed; host_free takes its start.
+   * Both NULL where the backend has none: the library then hands out plain
+   * page-aligned memory, which jobs copy. */
+  int (*host_alloc)(gpu_backend *b, uint64_t bytes, void **data, schedrun_error_t *err);
+  void (*host_free)(gpu_backend *b, void *data);
+  /* Makes device dev's buffer [addr, addr + bytes) the host memory at
+   * `host` itself until mem_unbind, so that a job's kernels run on that
+   * memory in place, and, when `viewed`, so do this process's reads and
+   * writes of the buffer (copies, host tasks); unviewed, those see the
+   * buffer's own memory and must not be made. *inplace true when done;
+   * false, with nothing changed, when `host` is not a page-aligned start
+   * within host_alloc'd memory holding `bytes` (the caller copies
+   * instead). NULL: never. */
+  int (*mem_bind)(gpu_backend *b, int dev, uint64_t addr, const void *host, uint64_t bytes, bool viewed,
+                  bool *inplace, schedrun_error_t *err);
+  /* Gives a bound buffer its own memory back, as it was before mem_bind
+   * (`viewed` as it was then). */
+  int (*mem_unbind)(gpu_backend *b, int dev, uint64_t addr, uint64_t bytes, bool viewed, schedrun_error_t *err);
+
   /* Loads a compiled artifact's payload (a shared object, a cubin). */
   int (*module_load)(gpu_backend *b, int dev, const void *image, size_t len, gpu_module **out,
                      schedrun_error_t *err);

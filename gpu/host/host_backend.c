@@ -33,6 +33,7 @@
 
 #include "gpu/backend.h"
 #include "gpu/host/host_device.h"
+#include "gpu/host/host_shared.h"
 
 #define MODULE_TIMEOUT_NS (60ull * 1000000000ull)
 
@@ -40,6 +41,7 @@ typedef struct host_backend {
   gpu_backend base;
   int ndevices;
   host_device *devs;
+  host_shared shared; /* schedrun_host_alloc's memory */
 } host_backend;
 
 struct gpu_module {
@@ -63,6 +65,7 @@ static host_device *dev_of(const gpu_backend *b, int dev) { return &hb(b)->devs[
 
 static void h_destroy(gpu_backend *b) {
   for (int i = 0; i < hb(b)->ndevices; i++) host_device_stop(&hb(b)->devs[i]);
+  host_shared_close(&hb(b)->shared); /* after the workers, which map it */
   free(hb(b)->devs);
   free(b);
 }
@@ -149,6 +152,34 @@ static int h_copy_peer(gpu_backend *b, int dst_dev, uint64_t dst, int src_dev, u
   if (n) memcpy(host_dev_range(dev_of(b, dst_dev), dst, n), host_dev_range(dev_of(b, src_dev), src, n), n);
   *peer = true;
   return SCHEDRUN_OK;
+}
+
+/* ---- the caller's memory, in place (host_shared.h) ---- */
+
+static int h_host_alloc(gpu_backend *b, uint64_t bytes, void **data, schedrun_error_t *err) {
+  return host_shared_alloc(&hb(b)->shared, bytes, data, err);
+}
+
+static void h_host_free(gpu_backend *b, void *data) {
+  bool ok = host_shared_free(&hb(b)->shared, data);
+  assert(ok); /* the library frees only what it allocated here */
+  (void)ok;
+}
+
+static int h_mem_bind(gpu_backend *b, int dev, uint64_t addr, const void *host, uint64_t bytes, bool viewed,
+                      bool *inplace, schedrun_error_t *err) {
+  host_device *d = dev_of(b, dev);
+  uint64_t offset, len = (bytes + d->page - 1) / d->page * d->page;
+  *inplace = false;
+  if (!bytes || !host_shared_find(&hb(b)->shared, host, bytes, &offset)) return SCHEDRUN_OK;
+  int rc = host_device_bind(d, addr, len, hb(b)->shared.fd, offset, viewed, err);
+  *inplace = rc == SCHEDRUN_OK;
+  return rc;
+}
+
+static int h_mem_unbind(gpu_backend *b, int dev, uint64_t addr, uint64_t bytes, bool viewed, schedrun_error_t *err) {
+  host_device *d = dev_of(b, dev);
+  return host_device_unbind(d, addr, (bytes + d->page - 1) / d->page * d->page, viewed, err);
 }
 
 /* ---- modules, loaded by the worker ---- */
@@ -514,6 +545,10 @@ static const gpu_ops host_ops = {
     .copy_dtoh = h_copy_dtoh,
     .copy_dtod = h_copy_dtod,
     .copy_peer = h_copy_peer,
+    .host_alloc = h_host_alloc,
+    .host_free = h_host_free,
+    .mem_bind = h_mem_bind,
+    .mem_unbind = h_mem_unbind,
     .module_load = h_module_load,
     .module_unload = h_module_unload,
     .module_function = h_module_function,
@@ -549,11 +584,15 @@ int gpu_host_open(int ndevices, const gpu_open_opts *o, gpu_backend **out, sched
   host_backend *b = rc ? NULL : calloc(1, sizeof *b);
   if (b) b->devs = calloc((size_t)ndevices, sizeof *b->devs);
   if (!rc && (!b || !b->devs)) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  if (b) b->shared.fd = -1;
   if (!rc) {
+    long page = sysconf(_SC_PAGESIZE);
     b->base.ops = &host_ops;
+    rc = host_shared_open(&b->shared, page > 0 ? (uint64_t)page : 4096, err);
     for (; b->ndevices < ndevices && !rc; b->ndevices++)
-      rc = host_device_start(&b->devs[b->ndevices], b->ndevices, worker, worker_fd, o ? o->spin_ns : 0, err);
-    if (rc) b->ndevices--; /* that one cleaned up after itself */
+      rc = host_device_start(&b->devs[b->ndevices], b->ndevices, worker, worker_fd, b->shared.fd,
+                             o ? o->spin_ns : 0, err);
+    if (rc && b->ndevices) b->ndevices--; /* that one cleaned up after itself */
   }
   free(worker);
   if (worker_fd >= 0) close(worker_fd);

@@ -149,6 +149,19 @@ static bool worker_ended(const host_device *d) {
 
 int hw_handle(hw_ctl *ctl, uint32_t op, uint64_t arena); /* gpu/host/host_inprocess.c */
 
+/* Appends a change for the worker (lock_prot held); -1 when out of memory. */
+static int push_prot(host_device *d, hw_prot p) {
+  if (d->nprot == d->prot_cap) {
+    uint32_t cap = d->prot_cap ? 2 * d->prot_cap : 64;
+    hw_prot *v = realloc(d->prot_pending, cap * sizeof *v);
+    if (!v) return -1;
+    d->prot_pending = v;
+    d->prot_cap = cap;
+  }
+  d->prot_pending[d->nprot++] = p;
+  return 0;
+}
+
 int host_device_guard(host_device *d, uint64_t addr, uint64_t len, bool writable) {
   assert(addr % d->page == 0 && len % d->page == 0 && addr - d->wbase >= d->zone);
   if (d->in_process || len == 0) return 0; /* one mapping, the library's: nothing to guard */
@@ -160,30 +173,100 @@ int host_device_guard(host_device *d, uint64_t addr, uint64_t len, bool writable
   uint32_t i = d->nprot;
   while (i > 0 && (d->prot_pending[i - 1].addr >= addr + len || addr >= d->prot_pending[i - 1].addr + d->prot_pending[i - 1].len))
     i--;
-  if (i > 0 && d->prot_pending[i - 1].addr == addr && d->prot_pending[i - 1].len == len &&
-      (d->prot_pending[i - 1].writable != 0) != writable) {
+  if (i > 0 && d->prot_pending[i - 1].source == HW_PROT && d->prot_pending[i - 1].addr == addr &&
+      d->prot_pending[i - 1].len == len && (d->prot_pending[i - 1].writable != 0) != writable) {
     memmove(&d->prot_pending[i - 1], &d->prot_pending[i], (d->nprot - i) * sizeof *d->prot_pending);
     d->nprot--;
   } else {
-    if (d->nprot == d->prot_cap) {
-      uint32_t cap = d->prot_cap ? 2 * d->prot_cap : 64;
-      hw_prot *p = realloc(d->prot_pending, cap * sizeof *p);
-      if (p) {
-        d->prot_pending = p;
-        d->prot_cap = cap;
-      }
-    }
-    if (d->nprot < d->prot_cap) d->prot_pending[d->nprot++] = (hw_prot){addr, len, writable, 0};
-    else rc = -1;
+    rc = push_prot(d, (hw_prot){addr, len, writable, HW_PROT, 0});
   }
   pthread_mutex_unlock(&d->lock_prot);
   return rc;
 }
 
+/* Maps the library's view of buffer [addr, addr + len) onto the host
+ * memory file fd at offset, or back onto the arena (fd -1). */
+static int remap_here(host_device *d, uint64_t addr, uint64_t len, int fd, uint64_t offset, schedrun_error_t *err) {
+  bool host = fd >= 0;
+  if (mmap(host_device_ptr(d, addr), len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
+           host ? fd : d->arena_fd, host ? (off_t)offset : (off_t)(addr - d->wbase)) != MAP_FAILED)
+    return SCHEDRUN_OK;
+  return err_set(err, SCHEDRUN_EBACKEND, "%s: cannot map %llu bytes of a buffer onto %s: %s", d->name,
+                 (unsigned long long)len, host ? "the caller's memory" : "device memory again", strerror(errno));
+}
+
+static host_alias *alias_of(host_device *d, uint64_t addr) {
+  for (uint32_t i = 0; i < d->nalias; i++)
+    if (d->alias[i].addr == addr) return &d->alias[i];
+  return NULL;
+}
+
+/* Sends the worker's mapping of alias i back onto the arena and forgets it
+ * (lock_prot held); a device that cannot be told is lost. */
+static void alias_restore(host_device *d, uint32_t i) {
+  host_alias a = d->alias[i];
+  assert(!a.bound);
+  d->alias[i] = d->alias[--d->nalias];
+  if (push_prot(d, (hw_prot){a.addr, a.len, 1, HW_MAP_ARENA, 0}) != 0)
+    host_device_abandon(d, "out of memory for a buffer's mapping back onto device memory");
+}
+
+int host_device_bind(host_device *d, uint64_t addr, uint64_t len, int fd, uint64_t offset, bool here,
+                     schedrun_error_t *err) {
+  assert(fd >= 0 && addr % d->page == 0 && len % d->page == 0 && addr - d->wbase >= d->zone &&
+         addr - d->wbase + len <= d->size);
+  if ((here || d->in_process) && remap_here(d, addr, len, fd, offset, err)) return SCHEDRUN_EBACKEND;
+  if (d->in_process) return SCHEDRUN_OK; /* the library's view is the device's */
+  pthread_mutex_lock(&d->lock_prot);
+  host_alias *a = alias_of(d, addr);
+  int rc = 0;
+  assert(!a || !a->bound); /* one job at a time has a buffer */
+  if (a && a->offset == offset && a->len == len) {
+    a->bound = true; /* the worker maps it there still: nothing to do */
+  } else if ((rc = push_prot(d, (hw_prot){addr, len, 1, HW_MAP_HOST, offset})) == 0) {
+    if (a) a->offset = offset, a->len = len, a->bound = true;
+    else if (d->nalias < HOST_ALIAS_MAX) d->alias[d->nalias++] = (host_alias){addr, len, offset, true};
+    /* else not remembered: unbinding maps it back at once */
+  }
+  pthread_mutex_unlock(&d->lock_prot);
+  if (rc == 0) return SCHEDRUN_OK;
+  if (here) remap_here(d, addr, len, -1, 0, &(schedrun_error_t){0}); /* the worker would not follow: undo ours */
+  return err_set(err, SCHEDRUN_ENOMEM, "%s: out of memory", d->name);
+}
+
+int host_device_unbind(host_device *d, uint64_t addr, uint64_t len, bool here, schedrun_error_t *err) {
+  int rc = here || d->in_process ? remap_here(d, addr, len, -1, 0, err) : SCHEDRUN_OK;
+  if (rc) host_device_abandon(d, "a buffer's memory could not be mapped back");
+  if (d->in_process) return rc;
+  pthread_mutex_lock(&d->lock_prot);
+  host_alias *a = alias_of(d, addr);
+  if (a) a->bound = false; /* mapped back before anything else runs (host_device_request) */
+  else if (push_prot(d, (hw_prot){addr, len, 1, HW_MAP_ARENA, 0}) != 0)
+    host_device_abandon(d, "out of memory for a buffer's mapping back onto device memory");
+  pthread_mutex_unlock(&d->lock_prot);
+  return rc;
+}
+
+void host_device_forget_alias(host_device *d, uint64_t addr) {
+  pthread_mutex_lock(&d->lock_prot);
+  for (uint32_t i = 0; i < d->nalias; i++)
+    if (d->alias[i].addr == addr) {
+      alias_restore(d, i);
+      break;
+    }
+  pthread_mutex_unlock(&d->lock_prot);
+}
+
 /* Moves up to HW_PROT_MAX pending protection changes into the control block
  * (the worker is between requests: d->lock is held); true when more remain. */
-static bool stage_prot(host_device *d) {
+static bool stage_prot(host_device *d, uint32_t op) {
   pthread_mutex_lock(&d->lock_prot);
+  /* before anything runs, buffers left on the caller's memory by the jobs
+   * before go back onto the arena, unless the job about to run bound them
+   * again */
+  if (op == HW_OP_RUN_SEQ || op == HW_OP_RUN_NODE || op == HW_OP_RUN_STEPS)
+    for (uint32_t i = d->nalias; i-- > 0;)
+      if (!d->alias[i].bound) alias_restore(d, i);
   uint32_t n = d->nprot < HW_PROT_MAX ? d->nprot : HW_PROT_MAX;
   d->ctl->nprot = n;
   if (n) {
@@ -203,7 +286,7 @@ int host_device_request(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_f
   f->lost = false;
   /* the pending protection changes go first: HW_PROT_MAX with each request
    * (a change made after this goes with the next one) */
-  while (!d->in_process && stage_prot(d)) {
+  while (!d->in_process && stage_prot(d, op)) {
     int rc = post(d, HW_OP_PROTECT, deadline_ns, f, err);
     if (rc) return rc;
   }
@@ -258,7 +341,7 @@ static int spawn(host_device *d, const char *worker, int worker_fd, schedrun_err
   int lib[2];
   if (pipe2(lib, O_CLOEXEC) != 0) return err_set(err, SCHEDRUN_EBACKEND, "%s: pipe: %s", d->name, strerror(errno));
   /* held, never written: it closes when this process ends, however it ends;
-   * kept clear of the descriptors the worker is given (0, 3 and 4), as the
+   * kept clear of the descriptors the worker is given (0, 3, 4 and 5), as the
    * arena's and the worker program's are */
   d->lib_fd = fcntl(lib[1], F_DUPFD_CLOEXEC, 10);
   int lib_read = fcntl(lib[0], F_DUPFD_CLOEXEC, 10);
@@ -268,7 +351,7 @@ static int spawn(host_device *d, const char *worker, int worker_fd, schedrun_err
     if (lib_read >= 0) close(lib_read);
     return err_set(err, SCHEDRUN_EBACKEND, "%s: fcntl: %s", d->name, strerror(errno));
   }
-  assert(d->arena_fd >= 10 && worker_fd >= 10);
+  assert(d->arena_fd >= 10 && worker_fd >= 10 && (d->host_fd < 0 || d->host_fd >= 10));
   char size[32], library[32], spin[32], zone[32], exe[64];
   snprintf(size, sizeof size, "%llu", (unsigned long long)d->size);
   snprintf(library, sizeof library, "%d", (int)getpid());
@@ -282,6 +365,7 @@ static int spawn(host_device *d, const char *worker, int worker_fd, schedrun_err
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, d->arena_fd, 3);
   posix_spawn_file_actions_adddup2(&fa, lib_read, 4);
+  if (d->host_fd >= 0) posix_spawn_file_actions_adddup2(&fa, d->host_fd, HW_HOST_FD);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawnattr_t at;
   posix_spawnattr_init(&at);
@@ -307,9 +391,10 @@ static int spawn(host_device *d, const char *worker, int worker_fd, schedrun_err
   return SCHEDRUN_OK;
 }
 
-int host_device_start(host_device *d, int index, const char *worker, int worker_fd, uint64_t spin_ns,
+int host_device_start(host_device *d, int index, const char *worker, int worker_fd, int host_fd, uint64_t spin_ns,
                       schedrun_error_t *err) {
   memset(d, 0, sizeof *d);
+  d->host_fd = host_fd;
   d->index = index;
   snprintf(d->name, sizeof d->name, "host:%d", index);
   pthread_mutex_init(&d->lock, NULL);

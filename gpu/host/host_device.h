@@ -33,6 +33,13 @@
 /* the largest staging block kept for the next batch */
 #define HOST_STAGE_KEEP_BYTES (64ull << 20)
 
+/* A buffer the worker maps onto the host memory file (host_device_bind). */
+#define HOST_ALIAS_MAX 64
+typedef struct host_alias {
+  uint64_t addr, len, offset;
+  bool bound; /* a job runs on it now; else left for the next job of that memory */
+} host_alias;
+
 typedef struct host_device {
   int index;
   char name[16];
@@ -45,7 +52,7 @@ typedef struct host_device {
   host_arena alloc;   /* [HW_CTL_BYTES, zone) */
   host_arena bufs;    /* [zone + page, size): buffers */
   uint64_t zone, page;
-  pthread_mutex_t lock_prot; /* guards prot_* and kept[] */
+  pthread_mutex_t lock_prot; /* guards prot_*, kept[] and alias[] */
   hw_prot *prot_pending;     /* changes not yet sent to the worker, in order */
   uint32_t nprot, prot_cap;
   /* freed buffers' blocks kept open for the next buffer of the same size
@@ -54,11 +61,14 @@ typedef struct host_device {
   host_extent kept[HOST_KEPT_MAX];
   uint32_t nkept;
   uint64_t kept_bytes;
+  host_alias alias[HOST_ALIAS_MAX]; /* under lock_prot */
+  uint32_t nalias;
   /* the staging block batches reuse (host_backend.c): its pages stay
    * touched from batch to batch; 0 while a batch holds it or none was made */
   uint64_t stage_addr, stage_len;
   _Atomic pid_t pid;  /* 0 when there is no live worker */
   int lib_fd;         /* the worker's watchdog sees this close when we end */
+  int host_fd;        /* the host memory file (host_shared.h), lent; -1: none */
   _Atomic bool lost;
   _Atomic uint64_t launches; /* sequence launches */
   pthread_mutex_t lock_why;
@@ -68,9 +78,10 @@ typedef struct host_device {
 } host_device;
 
 /* Maps an arena and starts the worker program `worker` for it, run from
- * worker_fd (see host_worker_program); with worker NULL the device runs its
- * requests in this process (host_in_process). */
-int host_device_start(host_device *d, int index, const char *worker, int worker_fd, uint64_t spin_ns,
+ * worker_fd (see host_worker_program), given the host memory file host_fd
+ * (-1: none); with worker NULL the device runs its requests in this process
+ * (host_in_process). */
+int host_device_start(host_device *d, int index, const char *worker, int worker_fd, int host_fd, uint64_t spin_ns,
                       schedrun_error_t *err);
 /* ---- host_memory.c: a device's memory ---- */
 
@@ -115,6 +126,25 @@ void host_device_abandon(host_device *d, const char *why);
  * last pending change of the same range cancels it instead. 0, or -1 when
  * out of memory. */
 int host_device_guard(host_device *d, uint64_t addr, uint64_t len, bool writable);
+
+/* Makes buffer [addr, addr + len) (page-aligned) the host memory file fd's
+ * bytes at `offset`, for one job that runs on the caller's memory in place:
+ * the worker's mapping of the buffer's pages and, when `here`, the
+ * library's view of them too (host tasks read and write buffers through it;
+ * in process there is one view, always remapped). The worker follows with
+ * its next request, before it runs anything; the buffer's own bytes in the
+ * arena stay as they were. Nothing changes on failure. */
+int host_device_bind(host_device *d, uint64_t addr, uint64_t len, int fd, uint64_t offset, bool here,
+                     schedrun_error_t *err);
+/* Ends the job's binding (`here` as it was then). The worker keeps its
+ * mapping onto the caller's memory until it would run something else: the
+ * next job bound to the same memory costs nothing; any other run request
+ * first maps the buffer back onto the arena. A device whose buffer cannot
+ * be mapped back is lost. */
+int host_device_unbind(host_device *d, uint64_t addr, uint64_t len, bool here, schedrun_error_t *err);
+/* A buffer at addr is freed: a mapping the worker keeps for it goes back
+ * onto the arena before its pages serve another buffer. */
+void host_device_forget_alias(host_device *d, uint64_t addr);
 
 /* Posts one request (ctl->op and ctl->a[] filled by the caller under d->lock)
  * and waits for its answer until deadline_ns (0: no deadline). Called with

@@ -144,6 +144,7 @@ void host_dev_free(host_device *d, uint64_t addr) {
   if (off >= d->zone) { /* a buffer: kept open for the next of its size, or closed and freed */
     len = host_arena_size_of(&d->bufs, off);
     if (!len) return;
+    host_device_forget_alias(d, addr);
     pthread_mutex_lock(&d->lock_prot);
     bool keep = !d->in_process && d->nkept < HOST_KEPT_MAX && d->kept_bytes + len <= HOST_KEPT_BYTES;
     for (uint32_t i = 0; i < d->nkept; i++)

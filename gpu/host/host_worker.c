@@ -245,19 +245,42 @@ int hw_handle(hw_ctl *ctl, uint32_t op, uint64_t arena) {
 
 #ifndef HW_IN_PROCESS
 /* Applies the protection changes a request carries, in order. Should the
- * kernel refuse one (it limits the number of mappings), the whole buffer
- * zone becomes writable and stays so: buffers keep working, unguarded, and
- * the library can tell from ctl->unguarded. */
-static void apply_prot(hw_ctl *ctl, uint8_t *zone, uint64_t zone_len) {
+ * kernel refuse a protection change (it limits the number of mappings), the
+ * whole buffer zone becomes writable and stays so: buffers keep working,
+ * unguarded, and the library can tell from ctl->unguarded. A mapping that
+ * fails fails the request, with text: a buffer that could not be mapped onto
+ * the caller's memory must not run on the arena's stale bytes, and one that
+ * could not be mapped back is closed (a kernel touching it faults) rather
+ * than left on memory the caller may reuse. 0, or -1. */
+static int apply_prot(hw_ctl *ctl, uint8_t *arena, uint64_t zone, uint64_t size) {
   uint32_t n = ctl->nprot < HW_PROT_MAX ? ctl->nprot : HW_PROT_MAX;
-  for (uint32_t i = 0; i < n && !ctl->unguarded; i++) {
+  int rc = 0;
+  for (uint32_t i = 0; i < n; i++) {
     const hw_prot *p = &ctl->prot[i];
-    if (mprotect((void *)(uintptr_t)p->addr, p->len, p->writable ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) {
-      mprotect(zone, zone_len, PROT_READ | PROT_WRITE);
+    void *at = (void *)(uintptr_t)p->addr;
+    if (p->source != HW_PROT) {
+      int fd = p->source == HW_MAP_HOST ? HW_HOST_FD : 3;
+      uint64_t off = p->source == HW_MAP_HOST ? p->offset : p->addr - (uint64_t)(uintptr_t)arena;
+      /* the caller's pages are the job's: the worker's page tables are
+       * filled at once rather than fault by fault */
+      int flags = MAP_SHARED | MAP_FIXED | (p->source == HW_MAP_HOST ? MAP_POPULATE : MAP_NORESERVE);
+      if (mmap(at, p->len, PROT_READ | PROT_WRITE, flags, fd, (off_t)off) == MAP_FAILED) {
+        int e = errno;
+        if (p->source == HW_MAP_ARENA) mprotect(at, p->len, PROT_NONE);
+        if (rc == 0)
+          snprintf(ctl->text, HW_TEXT, "cannot map %llu bytes of a buffer at 0x%llx onto %s: %s",
+                   (unsigned long long)p->len, (unsigned long long)p->addr,
+                   p->source == HW_MAP_HOST ? "the caller's memory" : "device memory again", strerror(e));
+        rc = -1;
+      }
+    } else if (!ctl->unguarded &&
+               mprotect(at, p->len, p->writable ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) {
+      mprotect(arena + zone, size - zone, PROT_READ | PROT_WRITE);
       ctl->unguarded = 1;
     }
   }
   ctl->nprot = 0;
+  return rc;
 }
 
 /* Ends this process when the library's process has ended (its pipe closes). */
@@ -370,8 +393,8 @@ int main(int argc, char **argv) {
     seen = r;
     uint64_t waited = hw_now_ns() - t0;
     window = spin_ns && waited <= SPIN_FOLLOW_MAX_NS / 2 && 2 * waited > spin_ns ? 2 * waited : spin_ns;
-    if (ctl->nprot) apply_prot(ctl, (uint8_t *)arena + zone, size - zone);
-    ctl->status = ctl->op == HW_OP_PROTECT ? 0 : hw_handle(ctl, ctl->op, (uint64_t)(uintptr_t)arena);
+    int prot = ctl->nprot ? apply_prot(ctl, (uint8_t *)arena, zone, size) : 0;
+    ctl->status = prot ? -1 : ctl->op == HW_OP_PROTECT ? 0 : hw_handle(ctl, ctl->op, (uint64_t)(uintptr_t)arena);
     __atomic_store_n(&ctl->done, r, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&ctl->library_sleeping, __ATOMIC_SEQ_CST)) futex_wake(&ctl->done);
   }

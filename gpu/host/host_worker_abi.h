@@ -21,10 +21,10 @@
 
 #include <stdint.h>
 
-#define HW_ABI_VERSION 5
+#define HW_ABI_VERSION 6
 #define HW_CTL_BYTES 4096 /* the control block's share of the arena's start */
 #define HW_TEXT 1024
-#define HW_PROT_MAX 96 /* protection changes carried by one request */
+#define HW_PROT_MAX 80 /* protection changes carried by one request */
 #define HW_NO_TAG 0xffffffffu
 
 /* Requests. Addresses are device (worker) addresses. */
@@ -46,10 +46,16 @@ enum {
  * the buffers allocated there, each followed by a guard page: a kernel that
  * writes past its buffer or into unallocated space faults, as on a GPU.
  * Before a request's operation the worker applies the changes it carries, in
- * order: [addr, addr + len) readable and writable, or no access. */
+ * order: [addr, addr + len) readable and writable, or no access (HW_PROT);
+ * or a buffer's pages mapped, readable and writable, onto the host memory
+ * file (descriptor 5) at `offset`, for a job that runs on the caller's memory
+ * in place (HW_MAP_HOST), and back onto the arena after it (HW_MAP_ARENA). */
+enum { HW_PROT = 0, HW_MAP_HOST = 1, HW_MAP_ARENA = 2 };
+#define HW_HOST_FD 5
 typedef struct hw_prot {
   uint64_t addr, len; /* device addresses, page-aligned */
-  uint32_t writable, pad;
+  uint32_t writable, source; /* source: HW_PROT, HW_MAP_HOST or HW_MAP_ARENA */
+  uint64_t offset;    /* HW_MAP_HOST: where in the host memory file */
 } hw_prot;
 
 /* Node kinds: the values of gpu_node_kind. */
