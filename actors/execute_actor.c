@@ -91,7 +91,7 @@ bool execute_timing(const execute_state *s) {
   return s->timed < TIMED_JOBS && s->core->backend->ops->seq_launch_timed;
 }
 
-int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, msg_outputs *outs, size_t *cap,
+static int run_job(execute_state *s, const context_run *c, const job_run *jr, msg_outputs *outs, size_t *cap,
                    uint32_t *ntimed, gpu_failure *f, schedrun_error_t *err) {
   const prog_program *p = c->p;
   gpu_backend *be = s->core->backend;
@@ -146,8 +146,24 @@ int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, m
     o->buffer = b;
     o->data.len = bytes;
     outs->n++;
-    rc = be->ops->copy_dtoh(be, s->device, o->data.data, c->bindings->v[b], bytes, err);
+    const void *bound = execute_bound_data(s, jr, b);
+    if (bound) memcpy(o->data.data, bound, bytes);
+    else rc = be->ops->copy_dtoh(be, s->device, o->data.data, c->bindings->v[b], bytes, err);
     if (jr->traffic) jr->traffic->out += bytes;
+  }
+  return rc;
+}
+
+int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, msg_outputs *outs, size_t *cap,
+                    uint32_t *ntimed, gpu_failure *f, schedrun_error_t *err) {
+  int rc = run_job(s, c, jr, outs, cap, ntimed, f, err);
+  /* buffers bound in place stay bound until the outputs are read */
+  if (jr->traffic && jr->traffic->inplace) {
+    schedrun_error_t e = {0};
+    int r = execute_unbind(s, c, jr, &e);
+    if (rc == SCHEDRUN_OK && r) err_move(err, &e);
+    if (rc == SCHEDRUN_OK) rc = r;
+    schedrun_error_clear(&e);
   }
   return rc;
 }

@@ -24,7 +24,12 @@ bool execute_taken(const msg_u64s *takes, uint32_t b) {
   return false;
 }
 
-/* Copies registered memory `id` into buffer b (in), or b back into it. */
+/* Fills buffer b from registered memory `id` (in), or writes b back into
+ * it: in place where the backend can make the buffer that memory for the
+ * job (host memory from schedrun_host_alloc), so that nothing is copied
+ * either way; else one copy each way, counted. A resident buffer is always
+ * copied: the jobs after this one start from what it left in the buffer's
+ * own memory. */
 static int bound_memory(execute_state *s, const context_run *c, uint64_t id, uint32_t b, bool in, const job_run *jr,
                         schedrun_error_t *err) {
   gpu_backend *be = s->core->backend;
@@ -36,8 +41,27 @@ static int bound_memory(execute_state *s, const context_run *c, uint64_t id, uin
   if (!core_buffer_get(s->core, id, &data, &bytes) || bytes != want)
     return err_set(err, SCHEDRUN_EPROTO, "EXECUTE binds buffer '%s' to registered memory %llu, which %s",
                    c->p->buffers[b].name, (unsigned long long)id, bytes != want ? "has another size" : "is not there");
-  int rc = in ? be->ops->copy_htod(be, s->device, c->bindings->v[b], data, want, err)
-              : be->ops->copy_dtoh(be, s->device, data, c->bindings->v[b], want, err);
+  assert(jr->traffic);
+  if (b < 64 && (jr->traffic->inplace >> b & 1)) {
+    assert(!in); /* bound in place: already the memory itself */
+    return SCHEDRUN_OK;
+  }
+  /* the library's own view of the buffer is remapped too only for host
+   * tasks, which read and write buffers through it: a remap in this
+   * process, with its threads, costs several times one in the worker, and
+   * outputs are read from the memory itself (execute_bound_data) */
+  bool inplace = false, viewed = c->p->nhosts > 0;
+  int rc = SCHEDRUN_OK;
+  if (in && b < 64 && be->ops->mem_bind && !c->p->buffers[b].resident &&
+      (rc = be->ops->mem_bind(be, s->device, c->bindings->v[b], data, want, viewed, &inplace, err)) == SCHEDRUN_OK &&
+      inplace) {
+    jr->traffic->inplace |= 1ull << b;
+    if (viewed) jr->traffic->viewed |= 1ull << b;
+    return SCHEDRUN_OK;
+  }
+  if (rc == SCHEDRUN_OK)
+    rc = in ? be->ops->copy_htod(be, s->device, c->bindings->v[b], data, want, err)
+            : be->ops->copy_dtoh(be, s->device, data, c->bindings->v[b], want, err);
   if (rc) return err_set(err, rc, "%s buffer '%s' %s registered memory: %s", in ? "filling" : "writing",
                          c->p->buffers[b].name, in ? "from its" : "back into its", err->message ? err->message : "copy failed");
   if (in) jr->traffic->in += want;
@@ -52,6 +76,35 @@ int execute_write_back(execute_state *s, const context_run *c, const job_run *jr
       if (rc) return rc;
     }
   return SCHEDRUN_OK;
+}
+
+const void *execute_bound_data(execute_state *s, const job_run *jr, uint32_t b) {
+  if (!jr->traffic || b >= 64 || !((jr->traffic->inplace & ~jr->traffic->viewed) >> b & 1)) return NULL;
+  for (size_t i = 0; i + 2 < jr->takes.n; i += 3)
+    if ((jr->takes.v[i] & MSG_TAKE_BOUND) && MSG_TAKE_BUFFER(jr->takes.v[i]) == b) {
+      void *data;
+      size_t bytes;
+      bool there = core_buffer_get(s->core, jr->takes.v[i + 1], &data, &bytes);
+      assert(there); /* it was when the buffer was bound, and stays while the job runs */
+      return there ? data : NULL;
+    }
+  return NULL;
+}
+
+int execute_unbind(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err) {
+  gpu_backend *be = s->core->backend;
+  int rc = SCHEDRUN_OK;
+  for (uint32_t b = 0; b < 64 && jr->traffic->inplace; b++)
+    if (jr->traffic->inplace >> b & 1) {
+      jr->traffic->inplace &= ~(1ull << b);
+      schedrun_error_t e = {0};
+      int r = be->ops->mem_unbind(be, s->device, c->bindings->v[b], buffer_bytes(c->p, b),
+                                  jr->traffic->viewed >> b & 1, &e);
+      if (r && rc == SCHEDRUN_OK) rc = err_set(err, r, "giving buffer '%s' its memory back: %s", c->p->buffers[b].name,
+                                                e.message ? e.message : "failed");
+      schedrun_error_clear(&e);
+    }
+  return rc;
 }
 
 int execute_take_parcels(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err) {

@@ -60,6 +60,8 @@ struct execute_state {
 typedef struct job_traffic {
   uint32_t local, copied, peer;
   uint64_t in, out, across;
+  uint64_t inplace; /* the buffers (bit b) bound in place to registered memory, until the job ends */
+  uint64_t viewed;  /* those of them the library reads or writes too (outputs, host tasks) */
 } job_traffic;
 
 /* Copies a job's traffic into its COMPLETE. */
@@ -127,8 +129,15 @@ bool execute_timing(const execute_state *s);
  * through the host; counts each in the job's traffic. */
 int execute_take_parcels(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err);
 /* Writes the job's buffers bound to registered memory back into it, once
- * the job has run. */
+ * the job has run (those bound in place need nothing). */
 int execute_write_back(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err);
+/* The registered memory buffer b of job jr is bound to in place when the
+ * library's view of the buffer was not remapped (its outputs are read from
+ * there), else NULL. */
+const void *execute_bound_data(execute_state *s, const job_run *jr, uint32_t b);
+/* Gives the buffers bound in place their own memory back, once the job has
+ * ended, however it ended. */
+int execute_unbind(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err);
 /* Leaves a parcel of each buffer in park (a copy on this device); its
  * addresses go to *parcels. On failure none is left. */
 int execute_park(execute_state *s, const context_run *c, const msg_u64s *park, msg_u64s *parcels,
