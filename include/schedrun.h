@@ -341,6 +341,24 @@ SCHEDRUN_EXTERN int schedrun_buffer_register(schedrun_t *s, void *data, size_t b
 /* Ends a registration and frees its handle (*b becomes NULL; NULL is fine). */
 SCHEDRUN_EXTERN int schedrun_buffer_unregister(schedrun_buffer_t **b, schedrun_error_t *err);
 
+/*
+ * Host memory the scheduler's devices reach directly (CUDA's
+ * cuMemHostAlloc and StarPU's starpu_malloc are the models): `bytes` (more
+ * than 0) of zeroed, page-aligned memory, the caller's to read and write.
+ * Registered (schedrun_buffer_register) at a page boundary within it, it is
+ * used in place: on host devices a job bound to it runs its kernels on this
+ * very memory, and neither fills the buffer from it nor writes the buffer
+ * back (the job's bytes_in and bytes_out count nothing for it); a resident
+ * buffer bound to it, and any other registered memory, is copied in and out
+ * as above. On backends without such memory (CUDA) it is plain memory,
+ * copied. Lifetimes: it stays valid until schedrun_host_free or
+ * schedrun_close, whichever comes first; schedrun_host_free refuses
+ * (SCHEDRUN_EBUSY, nothing freed) while a registration lies in it, and
+ * SCHEDRUN_EINVAL for memory that is not an allocation of this scheduler.
+ */
+SCHEDRUN_EXTERN int schedrun_host_alloc(schedrun_t *s, size_t bytes, void **data, schedrun_error_t *err);
+SCHEDRUN_EXTERN int schedrun_host_free(schedrun_t *s, void *data, schedrun_error_t *err);
+
 /* A job's buffer bound to registered memory of exactly its size. */
 typedef struct schedrun_bind {
   const char *buffer;

@@ -108,6 +108,7 @@ struct schedrun {
   size_t ndoomed, doomed_cap;
   schedrun_program_t *programs;
   struct schedrun_buffer *buffers; /* registered host memory (lib/api_buffers.c) */
+  struct api_host_mem *host_mem;   /* schedrun_host_alloc's (lib/api_buffers.c) */
   uint64_t next_buffer;
   char *temp_cache; /* removed at close */
   char *fallback;   /* why auto/all runs on the host */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "lib/api.h"
 
@@ -85,6 +86,85 @@ int schedrun_buffer_unregister(schedrun_buffer_t **pb, schedrun_error_t *err) {
   return SCHEDRUN_OK;
 }
 
+/* ---- schedrun_host_alloc: the backend's memory, or plain pages ---- */
+
+struct api_host_mem {
+  uint8_t *data;
+  size_t bytes;
+  bool backend; /* the backend's host_alloc made it; else an anonymous mapping */
+  struct api_host_mem *next;
+};
+
+int schedrun_host_alloc(schedrun_t *s, size_t bytes, void **data, schedrun_error_t *err) {
+  if (data) *data = NULL;
+  if (!s || !data)
+    return err_set(err, SCHEDRUN_EINVAL, "schedrun_host_alloc: %s is NULL", !s ? "the scheduler" : "data");
+  if (bytes == 0) return err_set(err, SCHEDRUN_EINVAL, "schedrun_host_alloc: bytes is 0");
+  struct api_host_mem *h = calloc(1, sizeof *h);
+  if (!h) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+  gpu_backend *be = s->core.backend;
+  int rc = SCHEDRUN_OK;
+  void *p = NULL;
+  h->bytes = bytes;
+  h->backend = be->ops->host_alloc != NULL;
+  if (h->backend) {
+    rc = be->ops->host_alloc(be, bytes, &p, err);
+  } else if ((p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED) {
+    p = NULL;
+    rc = err_set(err, SCHEDRUN_ENOMEM, "schedrun_host_alloc: cannot allocate %zu bytes", bytes);
+  }
+  if (rc) {
+    free(h);
+    return err_append(err, rc, "schedrun_host_alloc: %zu bytes", bytes);
+  }
+  h->data = p;
+  pthread_mutex_lock(&s->lock);
+  if (s->closing) rc = err_set(err, SCHEDRUN_ECLOSED, "schedrun_host_alloc: the scheduler is shut down");
+  else {
+    h->next = s->host_mem;
+    s->host_mem = h;
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (rc) {
+    if (h->backend) be->ops->host_free(be, p);
+    else munmap(p, bytes);
+    free(h);
+    return rc;
+  }
+  *data = p;
+  return SCHEDRUN_OK;
+}
+
+static void host_mem_free(schedrun_t *s, struct api_host_mem *h) {
+  if (h->backend) s->core.backend->ops->host_free(s->core.backend, h->data);
+  else munmap(h->data, h->bytes);
+  free(h);
+}
+
+int schedrun_host_free(schedrun_t *s, void *data, schedrun_error_t *err) {
+  if (!s) return err_set(err, SCHEDRUN_EINVAL, "schedrun_host_free: the scheduler is NULL");
+  if (!data) return SCHEDRUN_OK;
+  pthread_mutex_lock(&s->lock);
+  struct api_host_mem **at = &s->host_mem;
+  while (*at && (*at)->data != data) at = &(*at)->next;
+  struct api_host_mem *h = *at;
+  int rc = !h ? err_set(err, SCHEDRUN_EINVAL,
+                        "schedrun_host_free: %p is not memory schedrun_host_alloc gave, or it was freed", data)
+              : SCHEDRUN_OK;
+  for (schedrun_buffer_t *b = s->buffers; rc == SCHEDRUN_OK && b; b = b->next) {
+    const uint8_t *p = b->core.data;
+    if (p < h->data + h->bytes && p + b->core.bytes > h->data)
+      rc = err_set(err, SCHEDRUN_EBUSY,
+                   "schedrun_host_free: the memory at %p (%zu bytes) is in use: %zu bytes of it at %p are "
+                   "registered (unregister them first); nothing was freed",
+                   data, h->bytes, b->core.bytes, b->core.data);
+  }
+  if (rc == SCHEDRUN_OK) *at = h->next;
+  pthread_mutex_unlock(&s->lock);
+  if (rc == SCHEDRUN_OK) host_mem_free(s, h);
+  return rc;
+}
+
 /* Whether job `job` is among o's `after`. */
 static bool runs_after(const schedrun_job_options_t *o, schedrun_job_t job) {
   for (size_t i = 0; i < o->nafter; i++)
@@ -155,6 +235,11 @@ void api_unbind(schedrun_t *s, pending_job *pj) {
 }
 
 void api_buffers_close(schedrun_t *s) {
+  for (struct api_host_mem *h = s->host_mem, *next; h; h = next) {
+    next = h->next;
+    host_mem_free(s, h);
+  }
+  s->host_mem = NULL;
   for (schedrun_buffer_t *b = s->buffers, *next; b; b = next) {
     next = b->next;
     b->s = NULL;

@@ -4,9 +4,12 @@
  * bound to one registration run in order, and one that does not say it runs
  * after the job holding the memory is refused; the memory cannot be
  * unregistered while a job bound to it has not completed; every bad
- * argument is refused naming what is wrong. SCHEDRUN_REGISTERED_DEVICES
+ * argument is refused naming what is wrong. Memory from schedrun_host_alloc
+ * is used in place, with nothing copied, on host devices, in worker
+ * processes and in process. SCHEDRUN_REGISTERED_DEVICES
  * picks the devices (default host:2; "cuda" on the driver double).
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +139,158 @@ static void test_lifetimes(void **st) {
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
 
+static const char add_yaml[] = "version: 1\nname: add\n"
+                               "kernels:\n  k:\n    params: [ptr, i32]\n    source: |\n"
+                               "      extern \"C\" __global__ void k(int *x, int n) {\n"
+                               "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                               "        if (i < n) x[i] += i + 1;\n"
+                               "      }\n"
+                               "buffers:\n  x: {type: i32, count: 1024, init: {fill: -5}}\n"
+                               "program:\n  - launch: {kernel: k, grid: 4, block: 256, args: [x, 1024]}\n";
+
+static bool on_host(const schedrun_t *s) { return !strncmp(schedrun_device_name(s, 0), "host:", 5); }
+
+/* Runs one job of p bound to m on device dev; checks its copies: none when
+ * `inplace`, else the buffer in and back out. */
+static void run_bound(schedrun_t *s, schedrun_program_t *p, schedrun_buffer_t *m, const int *mem, int dev, bool inplace,
+                      int keep) {
+  schedrun_bind_t b = {"x", m};
+  schedrun_job_options_t o = bound(&b, NULL, 0);
+  o.device = dev;
+  o.keep_outputs = keep;
+  schedrun_job_result_t *r;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_submit_wait(s, p, &o, &r, &err), SCHEDRUN_OK);
+  const schedrun_job_info_t *in = schedrun_job_result_info(r);
+  if (in->status != SCHEDRUN_OK) fail_msg("job on device %d: %s", dev, schedrun_job_result_error(r));
+  assert_int_equal(in->device, dev);
+  assert_int_equal(in->bytes_in, inplace ? 0 : N * sizeof(int));
+  assert_int_equal(in->bytes_out, (inplace ? 0 : N * sizeof(int)) + (keep ? N * sizeof(int) : 0)); /* write-back, outputs */
+  if (keep) { /* what came back is what the memory holds now */
+    size_t n;
+    const int *got = schedrun_job_result_output(r, "x", &n);
+    assert_int_equal(n, N * sizeof(int));
+    for (int i = 0; i < N; i++) assert_int_equal(got[i], mem[i]);
+  }
+  schedrun_job_result_free(&r);
+}
+
+/* Memory from schedrun_host_alloc, registered at its start, is the buffer
+ * itself on host devices: 100 jobs in a row on each device update it with
+ * nothing copied in or out (each checked, element by element), and a job
+ * that keeps its outputs reads them from it; the buffer's own memory is
+ * untouched (a job not bound to it starts from its init). Registered inside
+ * the allocation off a page boundary, or on a backend without such memory,
+ * it is copied, counted. */
+static void in_place_on(schedrun_t *s) {
+  schedrun_program_t *p = tu_load(s, add_yaml, "add.yaml");
+  bool host = on_host(s);
+  size_t bytes = N * sizeof(int) + 64;
+  int *mem;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_host_alloc(s, bytes, (void **)&mem, &err), SCHEDRUN_OK);
+  for (size_t i = 0; i < bytes / sizeof(int); i++) assert_int_equal(mem[i], 0); /* zeroed */
+  for (int i = 0; i < N; i++) mem[i] = i;
+  schedrun_buffer_t *m;
+  assert_int_equal(schedrun_buffer_register(s, mem, N * sizeof(int), &m, &err), SCHEDRUN_OK);
+  int runs = 0;
+  for (int dev = 0; dev < schedrun_device_count(s); dev++)
+    for (int k = 0; k < 100; k++) {
+      run_bound(s, p, m, mem, dev, host, k == 99);
+      runs++;
+      for (int i = 0; i < N; i++)
+        if (mem[i] != i + runs * (i + 1)) fail_msg("after job %d, mem[%d] is %d, wanted %d", runs, i, mem[i], i + runs * (i + 1));
+    }
+  /* a job bound to nothing starts from the buffer's init, on every device;
+   * the caller's memory stays as the last bound job left it */
+  for (int dev = 0; dev < schedrun_device_count(s); dev++) {
+    schedrun_job_options_t o;
+    schedrun_job_options_init(&o);
+    o.device = dev;
+    o.keep_outputs = 1;
+    schedrun_job_result_t *r;
+    assert_int_equal(schedrun_submit_wait(s, p, &o, &r, &err), SCHEDRUN_OK);
+    assert_int_equal(schedrun_job_result_info(r)->status, SCHEDRUN_OK);
+    const int *x = schedrun_job_result_output(r, "x", NULL);
+    for (int i = 0; i < N; i++)
+      if (x[i] != -5 + i + 1) fail_msg("device %d, unbound job: x[%d] is %d, wanted %d", dev, i, x[i], -4 + i);
+    schedrun_job_result_free(&r);
+  }
+  for (int i = 0; i < N; i++) assert_int_equal(mem[i], i + runs * (i + 1));
+  assert_int_equal(schedrun_buffer_unregister(&m, &err), SCHEDRUN_OK);
+  /* off a page boundary: copied in and back, counted */
+  int *off = mem + 16;
+  for (int i = 0; i < N; i++) off[i] = 2 * i;
+  assert_int_equal(schedrun_buffer_register(s, off, N * sizeof(int), &m, &err), SCHEDRUN_OK);
+  run_bound(s, p, m, off, 0, false, 0);
+  for (int i = 0; i < N; i++) assert_int_equal(off[i], 2 * i + i + 1);
+  for (int i = 0; i < 16; i++) assert_int_equal(mem[i], i + runs * (i + 1)); /* before it: untouched */
+  /* the allocation cannot be freed while a registration lies in it */
+  assert_int_equal(schedrun_host_free(s, mem, &err), SCHEDRUN_EBUSY);
+  if (!strstr(err.message, "registered") || !strstr(err.message, "nothing was freed")) fail_msg("%s", err.message);
+  schedrun_error_clear(&err);
+  assert_int_equal(off[0], 3 * 0 + 1); /* still there */
+  assert_int_equal(schedrun_buffer_unregister(&m, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_host_free(s, mem, &err), SCHEDRUN_OK);
+  schedrun_program_free(&p);
+}
+
+static void test_host_memory_in_place(void **st) {
+  (void)st;
+  schedrun_t *s = open_here();
+  in_place_on(s);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+  if (getenv("SCHEDRUN_REGISTERED_DEVICES")) return; /* in-process devices are host devices */
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.host_in_process = 1;
+  s = tu_open_devices("SCHEDRUN_REGISTERED_DEVICES", "host:2", 2, &o);
+  in_place_on(s);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
+/* schedrun_host_alloc's and schedrun_host_free's mistakes, named; memory
+ * still allocated at close is freed with the scheduler. */
+static void test_host_memory_mistakes(void **st) {
+  (void)st;
+  schedrun_t *s = open_here();
+  schedrun_error_t err = {0};
+  void *mem = (void *)1;
+  assert_int_equal(schedrun_host_alloc(s, 0, &mem, &err), SCHEDRUN_EINVAL);
+  assert_null(mem);
+  assert_non_null(strstr(err.message, "bytes is 0"));
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_host_alloc(NULL, 16, &mem, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "the scheduler is NULL"));
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_host_alloc(s, 16, NULL, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "data is NULL"));
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_host_alloc(s, (size_t)1 << 62, &mem, &err), SCHEDRUN_ENOMEM);
+  assert_null(mem);
+  assert_non_null(strstr(err.message, "4611686018427387904 bytes"));
+  schedrun_error_clear(&err);
+  int stack[4];
+  assert_int_equal(schedrun_host_free(s, stack, &err), SCHEDRUN_EINVAL);
+  assert_non_null(strstr(err.message, "not memory schedrun_host_alloc gave"));
+  schedrun_error_clear(&err);
+  assert_int_equal(schedrun_host_free(s, NULL, &err), SCHEDRUN_OK);
+  void *a, *b;
+  assert_int_equal(schedrun_host_alloc(s, 100, &a, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_host_alloc(s, 5000, &b, &err), SCHEDRUN_OK);
+  memset(a, 1, 100);
+  memset(b, 2, 5000);
+  assert_int_equal(schedrun_host_free(s, (char *)a + 8, &err), SCHEDRUN_EINVAL); /* not its start */
+  schedrun_error_clear(&err);
+  assert_int_equal(((unsigned char *)a)[99], 1);
+  assert_int_equal(schedrun_host_free(s, a, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_host_free(s, a, &err), SCHEDRUN_EINVAL); /* twice */
+  assert_non_null(strstr(err.message, "or it was freed"));
+  schedrun_error_clear(&err);
+  assert_int_equal(((unsigned char *)b)[4999], 2);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK); /* b goes with it */
+}
+
 /* Every bad argument, refused naming it; a registration left at close is
  * detached and its handle still freed by unregister. */
 static void test_mistakes(void **st) {
@@ -213,6 +368,8 @@ int main(void) {
       cmocka_unit_test(test_updated_in_place),
       cmocka_unit_test(test_lifetimes),
       cmocka_unit_test(test_mistakes),
+      cmocka_unit_test(test_host_memory_in_place),
+      cmocka_unit_test(test_host_memory_mistakes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
