@@ -5,7 +5,9 @@
  *
  * What it models: devices (count, name, compute capability), primary
  * contexts and the current context per thread, device memory (every copy,
- * fill and kernel argument range-checked against live allocations), modules
+ * fill and kernel argument range-checked against live allocations), pinned
+ * host memory (cuMemHostAlloc: reached from every context when portable),
+ * what cuPointerGetAttribute says of an address, modules
  * from NVRTC's cubins and PTX (kernel parameter sizes read from the cubin's
  * .nv.info KPARAM_INFO records or the PTX .param list), eager launches and
  * copies, streams, graphs with kernel, memcpy, memset, empty and conditional
@@ -173,11 +175,13 @@ typedef struct dbl_entry {
   void *fn;
   int since;
 } dbl_entry;
-extern const dbl_entry dbl_core_entries[], dbl_module_entries[], dbl_graph_entries[];
+extern const dbl_entry dbl_core_entries[], dbl_memory_entries[], dbl_module_entries[], dbl_graph_entries[];
 
 /* ---- core (double_core.c) ---- */
 extern pthread_mutex_t dbl_lock; /* recursive: held by every entry point */
 extern int dbl_driver_version;
+extern bool dbl_init_done;       /* cuInit ran */
+extern uint64_t dbl_mem_bytes;   /* each device's memory (SCHEDRUN_CUDA_DOUBLE_MEM_MB) */
 CUresult dbl_fail_point(const char *name); /* CUDA_SUCCESS unless this call must fail */
 void dbl_count(const char *event);          /* SCHEDRUN_CUDA_DOUBLE_LOG */
 void *dbl_new(uint32_t kind, size_t size);  /* a zeroed, registered handle; NULL when out of memory */
@@ -188,6 +192,10 @@ dctx *dbl_ctx(CUcontext c);            /* a retained context, or NULL */
 int dbl_device_arch(int ordinal);       /* 90 for sm_90 */
 bool dbl_range(uint64_t addr, uint64_t bytes, const dctx *ctx); /* inside one live allocation of ctx */
 const char *dbl_state_dir(void);
+
+/* ---- memory (double_memory.c) ---- */
+/* Live allocations, device and pinned host memory (their bytes in *bytes). */
+size_t dbl_allocations(uint64_t *bytes);
 
 /* ---- modules and kernels (double_module.c) ---- */
 CUresult dbl_run_kernel(const dwork *w);
@@ -201,6 +209,13 @@ void dbl_set_conditional(uint64_t handle, unsigned value);
     pthread_mutex_unlock(&dbl_lock);             \
     return inj__;                                \
   }
+#define NEED_INIT() \
+  if (!dbl_init_done) LEAVE(CUDA_ERROR_NOT_INITIALIZED)
+#define NEED_CTX(x)                \
+  NEED_INIT();                     \
+  dctx *x = dbl_current();         \
+  if (!x) LEAVE(CUDA_ERROR_INVALID_CONTEXT)
+
 #define LEAVE(rc)                  \
   do {                             \
     CUresult r__ = (rc);           \

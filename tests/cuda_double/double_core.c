@@ -1,7 +1,7 @@
 /*
  * The double's core: entry-point lookup, errors, failure injection, the
- * handle registry and leak report, devices, primary contexts, memory,
- * streams and the eager copies. See double.h.
+ * handle registry and leak report, devices, primary contexts and streams.
+ * Memory and the eager copies are in double_memory.c. See double.h.
  */
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -16,9 +16,9 @@
 pthread_mutex_t dbl_lock;
 int dbl_driver_version = 13000;
 static int g_ndev = 1, g_arch = 90;
-static uint64_t g_mem_bytes = 16ull << 30; /* per device */
+uint64_t dbl_mem_bytes = 16ull << 30; /* per device */
 static bool g_no_peer;                     /* SCHEDRUN_CUDA_DOUBLE_PEER=none */
-static bool g_init;
+bool dbl_init_done; /* cuInit ran */
 static _Thread_local dctx *t_current;
 static dctx *g_ctx[16];
 
@@ -145,43 +145,24 @@ void dbl_free(void *h) {
   free(h);
 }
 
-/* ---- memory ---- */
-
-typedef struct alloc {
-  uint64_t addr, bytes;
-  const dctx *ctx;
-  void *base;
-} alloc;
-static alloc *g_allocs;
-static size_t g_nalloc, g_alloccap;
-
-bool dbl_range(uint64_t addr, uint64_t bytes, const dctx *ctx) {
-  for (size_t i = 0; i < g_nalloc; i++) {
-    const alloc *a = &g_allocs[i];
-    if (addr >= a->addr && addr - a->addr <= a->bytes && bytes <= a->bytes - (addr - a->addr))
-      return !ctx || a->ctx == ctx;
-  }
-  return false;
-}
-
 /* ---- the leak report ---- */
 
 static const char *const kind_names[K_NKINDS] = {"", "primary context", "module", "function", "stream", "graph",
                                                   "graph node", "graph exec", "link state"};
 
 __attribute__((destructor)) static void report_leaks(void) {
-  if (!g_init) return;
+  if (!dbl_init_done) return;
   size_t n = 0;
   uint64_t bytes = 0;
-  for (size_t i = 0; i < g_nalloc; i++) bytes += g_allocs[i].bytes;
+  size_t nalloc = dbl_allocations(&bytes);
   for (int d = 0; d < g_ndev && d < 16; d++)
     if (g_ctx[d] && g_ctx[d]->retains) {
       fprintf(stderr, "cuda-double: leak at exit: primary context of device %d retained %d time(s)\n", d,
               g_ctx[d]->retains);
       n++;
     }
-  if (g_nalloc) fprintf(stderr, "cuda-double: leak at exit: %zu allocation(s), %" PRIu64 " bytes\n", g_nalloc, bytes);
-  n += g_nalloc;
+  if (nalloc) fprintf(stderr, "cuda-double: leak at exit: %zu allocation(s), %" PRIu64 " bytes\n", nalloc, bytes);
+  n += nalloc;
   for (int k = K_MOD; k < K_NKINDS; k++) {
     if (k == K_FUNC || k == K_NODE) continue; /* owned by a module or graph, counted with it */
     if (g_live[k]) fprintf(stderr, "cuda-double: leak at exit: %zu %s(s)\n", g_live[k], kind_names[k]);
@@ -195,14 +176,14 @@ __attribute__((destructor)) static void report_leaks(void) {
 static CUresult d_cuInit(unsigned flags) {
   ENTER("cuInit");
   if (flags != 0) LEAVE(CUDA_ERROR_INVALID_VALUE);
-  if (!g_init) {
+  if (!dbl_init_done) {
     const char *e;
     if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_DEVICES")) && *e) g_ndev = atoi(e);
     if (g_ndev < 0 || g_ndev > 16) g_ndev = 1;
     if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_ARCH")) && *e) g_arch = atoi(e);
-    if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_MEM_MB")) && *e && atoll(e) > 0) g_mem_bytes = (uint64_t)atoll(e) << 20;
+    if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_MEM_MB")) && *e && atoll(e) > 0) dbl_mem_bytes = (uint64_t)atoll(e) << 20;
     g_no_peer = (e = getenv("SCHEDRUN_CUDA_DOUBLE_PEER")) && !strcmp(e, "none");
-    g_init = true;
+    dbl_init_done = true;
   }
   LEAVE(CUDA_SUCCESS);
 }
@@ -214,8 +195,6 @@ static CUresult d_cuDriverGetVersion(int *v) {
   LEAVE(CUDA_SUCCESS);
 }
 
-#define NEED_INIT() \
-  if (!g_init) LEAVE(CUDA_ERROR_NOT_INITIALIZED)
 
 static CUresult d_cuDeviceGetCount(int *n) {
   ENTER("cuDeviceGetCount");
@@ -340,126 +319,6 @@ static CUresult d_cuCtxSetCurrent(CUcontext c) {
   LEAVE(CUDA_SUCCESS);
 }
 
-#define NEED_CTX(x)                                   \
-  NEED_INIT();                                        \
-  dctx *x = dbl_current();                            \
-  if (!x) LEAVE(CUDA_ERROR_INVALID_CONTEXT)
-
-/* ---- memory ---- */
-
-/* Bytes allocated on device `ordinal` (each rounded to 256). Under dbl_lock. */
-static uint64_t dev_used(int ordinal) {
-  uint64_t used = 0;
-  for (size_t i = 0; i < g_nalloc; i++)
-    if (g_allocs[i].ctx->ordinal == ordinal) used += (g_allocs[i].bytes + 255) & ~(uint64_t)255;
-  return used;
-}
-
-/* Free and total memory of the current context's device: what cuMemAlloc
- * can still give. */
-static CUresult d_cuMemGetInfo(size_t *free_bytes, size_t *total) {
-  ENTER("cuMemGetInfo");
-  NEED_CTX(x);
-  if (!free_bytes || !total) LEAVE(CUDA_ERROR_INVALID_VALUE);
-  uint64_t used = dev_used(x->ordinal);
-  *free_bytes = (size_t)(used < g_mem_bytes ? g_mem_bytes - used : 0);
-  *total = (size_t)g_mem_bytes;
-  LEAVE(CUDA_SUCCESS);
-}
-
-static CUresult d_cuMemAlloc(CUdeviceptr *p, size_t bytes) {
-  ENTER("cuMemAlloc");
-  NEED_CTX(x);
-  if (!p || bytes == 0) LEAVE(CUDA_ERROR_INVALID_VALUE);
-  /* the device's memory, rounded as allocations are */
-  if (bytes > g_mem_bytes || dev_used(x->ordinal) > g_mem_bytes - ((bytes + 255) & ~(size_t)255))
-    LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
-  if (g_nalloc == g_alloccap) {
-    size_t cap = g_alloccap ? g_alloccap * 2 : 64;
-    alloc *a = realloc(g_allocs, cap * sizeof *a);
-    if (!a) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
-    g_allocs = a;
-    g_alloccap = cap;
-  }
-  /* 256-byte aligned like cudaMalloc; filled with a pattern, since device
-   * memory does not start zeroed */
-  size_t rounded = (bytes + 255) & ~(size_t)255;
-  void *m = aligned_alloc(256, rounded);
-  if (!m) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
-  memset(m, 0xa5, rounded);
-  g_allocs[g_nalloc++] = (alloc){(uint64_t)(uintptr_t)m, bytes, x, m};
-  *p = (CUdeviceptr)(uintptr_t)m;
-  LEAVE(CUDA_SUCCESS);
-}
-
-static CUresult d_cuMemFree(CUdeviceptr p) {
-  ENTER("cuMemFree");
-  NEED_CTX(x);
-  (void)x;
-  for (size_t i = 0; i < g_nalloc; i++)
-    if (g_allocs[i].addr == (uint64_t)p) {
-      free(g_allocs[i].base);
-      g_allocs[i] = g_allocs[--g_nalloc];
-      LEAVE(CUDA_SUCCESS);
-    }
-  LEAVE(CUDA_ERROR_INVALID_VALUE);
-}
-
-static CUresult d_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) {
-  ENTER("cuMemcpyHtoD");
-  NEED_CTX(x);
-  (void)x;
-  if (n == 0) LEAVE(CUDA_SUCCESS);
-  if (!src || !dbl_range(dst, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
-  memcpy((void *)(uintptr_t)dst, src, n);
-  LEAVE(CUDA_SUCCESS);
-}
-
-static CUresult d_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) {
-  ENTER("cuMemcpyDtoH");
-  NEED_CTX(x);
-  (void)x;
-  if (n == 0) LEAVE(CUDA_SUCCESS);
-  if (!dst || !dbl_range(src, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
-  memcpy(dst, (const void *)(uintptr_t)src, n);
-  LEAVE(CUDA_SUCCESS);
-}
-
-static CUresult d_cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  ENTER("cuMemcpyDtoD");
-  NEED_CTX(x);
-  (void)x;
-  if (n == 0) LEAVE(CUDA_SUCCESS);
-  if (!dbl_range(dst, n, NULL) || !dbl_range(src, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
-  memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
-  LEAVE(CUDA_SUCCESS);
-}
-
-/* A copy between two contexts' memory: each range inside an allocation of
- * its own context. With the destination's peer access to the source turned
- * on it goes straight across; without, the driver stages it (counted
- * apart, so that a test sees which path was taken). */
-static CUresult d_cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n) {
-  ENTER("cuMemcpyPeer");
-  NEED_INIT();
-  dctx *dx = dbl_ctx(dst_ctx), *sx = dbl_ctx(src_ctx);
-  if (!dx || !sx) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
-  if (n == 0) LEAVE(CUDA_SUCCESS);
-  if (!dbl_range(dst, n, dx) || !dbl_range(src, n, sx)) LEAVE(CUDA_ERROR_INVALID_VALUE);
-  memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
-  dbl_count(dx->peers & (1u << sx->ordinal) ? "memcpy-peer" : "memcpy-peer-staged");
-  LEAVE(CUDA_SUCCESS);
-}
-
-static CUresult d_cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n) {
-  ENTER("cuMemsetD8");
-  NEED_CTX(x);
-  (void)x;
-  if (n == 0) LEAVE(CUDA_SUCCESS);
-  if (!dbl_range(dst, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
-  memset((void *)(uintptr_t)dst, v, n);
-  LEAVE(CUDA_SUCCESS);
-}
 
 /* ---- streams ---- */
 
@@ -549,7 +408,6 @@ const dbl_entry dbl_core_entries[] = {
     E(cuInit, 2000), E(cuDriverGetVersion, 2020), E(cuGetErrorName, 6000), E(cuGetErrorString, 6000),
     E(cuDeviceGetCount, 2000), E(cuDeviceGet, 2000), E(cuDeviceGetName, 2000), E(cuDeviceGetAttribute, 2000),
     E(cuDevicePrimaryCtxRetain, 7000), E(cuDevicePrimaryCtxRelease, 11000), E(cuCtxSetCurrent, 4000), E(cuDeviceCanAccessPeer, 4000), E(cuCtxEnablePeerAccess, 4000),
-    E(cuMemAlloc, 3020), E(cuMemFree, 3020), E(cuMemGetInfo, 3020), E(cuMemcpyHtoD, 3020), E(cuMemcpyDtoH, 3020), E(cuMemcpyDtoD, 3020), E(cuMemcpyPeer, 4000), E(cuMemsetD8, 3020),
     E(cuStreamCreate, 2000), E(cuStreamDestroy, 4000), E(cuStreamSynchronize, 2000), E(cuStreamQuery, 2000),
     {NULL, NULL, 0}};
 #undef E
@@ -578,10 +436,10 @@ static void once(void) {
 __attribute__((constructor)) static void double_init(void) { once(); }
 
 static CUresult lookup(const char *symbol, void **pfn, int version, CUdriverProcAddressQueryResult *status) {
-  const dbl_entry *tables[] = {dbl_core_entries, dbl_module_entries, dbl_graph_entries};
+  const dbl_entry *tables[] = {dbl_core_entries, dbl_memory_entries, dbl_module_entries, dbl_graph_entries};
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
   *pfn = NULL;
-  for (size_t t = 0; t < 3; t++)
+  for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
     for (const dbl_entry *e = tables[t]; e->name; e++) {
       if (strcmp(e->name, symbol) != 0) continue;
       if (e->since > dbl_driver_version) break; /* this driver does not have it */
