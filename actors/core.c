@@ -14,13 +14,10 @@ const prog_program *core_program(schedrun_core *c, uint64_t id) {
   return p;
 }
 
-bool core_buffer_get(schedrun_core *c, uint64_t id, void **data, size_t *bytes) {
+bool core_buffer_get(schedrun_core *c, uint64_t id, core_buffer *out) {
   pthread_mutex_lock(&c->reg_lock);
   const core_buffer *b = hmap_get(&c->buffers, &id);
-  if (b) {
-    *data = b->data;
-    *bytes = b->bytes;
-  }
+  if (b) *out = *b;
   pthread_mutex_unlock(&c->reg_lock);
   return b != NULL;
 }

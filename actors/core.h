@@ -56,17 +56,23 @@ void core_name_devices(schedrun_core *c);
 
 const prog_program *core_program(schedrun_core *c, uint64_t id);
 
-/* Host memory registered by the caller (schedrun_buffer_register): a job
- * bound to it starts its buffer from these bytes and writes the buffer back
- * into them once it has run. Registered while a job is bound to it. */
+/* Memory registered by the caller. Host memory (schedrun_buffer_register;
+ * addr 0): a job bound to it starts its buffer from these bytes and writes
+ * the buffer back into them once it has run. Memory devices reach at `addr`
+ * (addr not 0): that of `device`, or of every device when device is -1
+ * (pinned host memory); a job bound to it runs in an execution context
+ * whose buffer is that memory, so nothing is copied. Registered while a job
+ * is bound to it. */
 typedef struct core_buffer {
   uint64_t id;
-  void *data;
+  void *data;    /* host memory, or NULL for a device's own */
   size_t bytes;
+  uint64_t addr; /* where devices reach it; 0: they do not */
+  int device;    /* the device whose memory it is; -1: every device's */
 } core_buffer;
-/* The registered memory `id` (data and bytes), or false when there is none.
- * Any thread. */
-bool core_buffer_get(schedrun_core *c, uint64_t id, void **data, size_t *bytes);
+/* A copy of the registered memory `id`, or false when there is none. Any
+ * thread. */
+bool core_buffer_get(schedrun_core *c, uint64_t id, core_buffer *out);
 
 /* Frees a parcel (device memory a job left for the one job that takes it,
  * actors/execute_handoff.c) on its device; one on no device of c is

@@ -25,23 +25,34 @@ bool execute_taken(const msg_u64s *takes, uint32_t b) {
 }
 
 /* Fills buffer b from registered memory `id` (in), or writes b back into
- * it: in place where the backend can make the buffer that memory for the
- * job (host memory from schedrun_host_alloc), so that nothing is copied
- * either way; else one copy each way, counted. A resident buffer is always
- * copied: the jobs after this one start from what it left in the buffer's
- * own memory. */
+ * it. Memory the device reaches (a device pointer, pinned host memory) is
+ * already the buffer: the scheduler sent the job to a context made with it
+ * (scheduler_bound_slot), so nothing is copied. Other host memory is bound
+ * in place where the backend can make the buffer that memory for the job
+ * (host memory from schedrun_host_alloc on host devices), so that nothing
+ * is copied either way; else one copy each way, counted. A resident buffer
+ * is always copied: the jobs after this one start from what it left in the
+ * buffer's own memory. */
 static int bound_memory(execute_state *s, const context_run *c, uint64_t id, uint32_t b, bool in, const job_run *jr,
                         schedrun_error_t *err) {
   gpu_backend *be = s->core->backend;
-  void *data;
-  size_t bytes;
+  core_buffer m = {0};
   if (b >= c->p->nbuffers) return err_set(err, SCHEDRUN_EPROTO, "EXECUTE binds buffer %u; the program has %u", b, c->p->nbuffers);
   uint64_t want = buffer_bytes(c->p, b);
   /* registered while a job bound to it has not completed: this one */
-  if (!core_buffer_get(s->core, id, &data, &bytes) || bytes != want)
+  bool there = core_buffer_get(s->core, id, &m);
+  if (!there || m.bytes != want)
     return err_set(err, SCHEDRUN_EPROTO, "EXECUTE binds buffer '%s' to registered memory %llu, which %s",
-                   c->p->buffers[b].name, (unsigned long long)id, bytes != want ? "has another size" : "is not there");
-  assert(jr->traffic);
+                   c->p->buffers[b].name, (unsigned long long)id, there ? "has another size" : "is not there");
+  if (m.addr) {
+    if (c->bindings->v[b] != m.addr)
+      return err_set(err, SCHEDRUN_EPROTO,
+                     "EXECUTE binds buffer '%s' to memory at 0x%llx, but its context's buffer is at 0x%llx",
+                     c->p->buffers[b].name, (unsigned long long)m.addr, (unsigned long long)c->bindings->v[b]);
+    return SCHEDRUN_OK; /* the buffer is that memory: nothing to move */
+  }
+  void *data = m.data;
+  assert(jr->traffic && data);
   if (b < 64 && (jr->traffic->inplace >> b & 1)) {
     assert(!in); /* bound in place: already the memory itself */
     return SCHEDRUN_OK;
@@ -82,11 +93,10 @@ const void *execute_bound_data(execute_state *s, const job_run *jr, uint32_t b) 
   if (!jr->traffic || b >= 64 || !((jr->traffic->inplace & ~jr->traffic->viewed) >> b & 1)) return NULL;
   for (size_t i = 0; i + 2 < jr->takes.n; i += 3)
     if ((jr->takes.v[i] & MSG_TAKE_BOUND) && MSG_TAKE_BUFFER(jr->takes.v[i]) == b) {
-      void *data;
-      size_t bytes;
-      bool there = core_buffer_get(s->core, jr->takes.v[i + 1], &data, &bytes);
+      core_buffer m = {0};
+      bool there = core_buffer_get(s->core, jr->takes.v[i + 1], &m);
       assert(there); /* it was when the buffer was bound, and stays while the job runs */
-      return there ? data : NULL;
+      return there ? m.data : NULL;
     }
   return NULL;
 }

@@ -45,8 +45,9 @@ static bool handoffs_fit(const scheduler_state *s, const prog_program *p, const 
   for (size_t i = 0; i < j->park.n; i++)
     if ((j->park.v[i] & ~MSG_PARK_LOCAL) >= p->nbuffers) return false;
   for (size_t i = 0; i + 2 < j->takes.n; i += 3) {
-    if (j->takes.v[i] & MSG_TAKE_BOUND) { /* registered memory: the execute actor finds it by id */
-      if ((j->takes.v[i] & ~MSG_TAKE_BOUND) >= p->nbuffers || j->takes.v[i + 1] == 0 || j->takes.v[i + 2]) return false;
+    if (j->takes.v[i] & MSG_TAKE_BOUND) { /* registered memory: the execute actor finds it by id; */
+      /* the third value is where devices reach it, or 0 */
+      if ((j->takes.v[i] & ~MSG_TAKE_BOUND) >= p->nbuffers || j->takes.v[i + 1] == 0) return false;
       continue;
     }
     bool kept = j->takes.v[i + 1] == MSG_TAKE_LOCAL;
@@ -134,6 +135,7 @@ static void handle_submit(actor_t *self, scheduler_state *s, msg *m, const char 
   else if ((!ps && !(ps = scheduler_prog_get(s, sb->program, true))) || idmap_put(&s->jobs, j->id, j) != 0)
     bad = "out of memory";
   else if (ps->releasing) bad = "the program is being released";
+  else bad = scheduler_bound_slot(ps, j);
   if (bad) {
     int code = s->closing ? SCHEDRUN_ECLOSED : !strcmp(bad, "out of memory") ? SCHEDRUN_ENOMEM : SCHEDRUN_EINVAL;
     if (idmap_get(&s->jobs, j->id) == j) idmap_remove(&s->jobs, j->id);

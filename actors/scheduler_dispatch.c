@@ -117,11 +117,13 @@ void scheduler_complete(actor_t *self, scheduler_state *s, job *j, int status, c
 
 /* Whether the device can hold p's buffers: SCHEDRUN_ENOMEM with both
  * numbers (and the largest buffer) when it cannot. */
-static int check_room(scheduler_state *s, const prog_program *p, int device, schedrun_error_t *err) {
+static int check_room(scheduler_state *s, const prog_program *p, int device, const uint64_t *borrowed,
+                      schedrun_error_t *err) {
   gpu_backend *be = s->core->backend;
   uint64_t need = 0, largest = 0, room = 0, total = 0;
   uint32_t big = 0;
   for (uint32_t b = 0; b < p->nbuffers; b++) {
+    if (borrowed && borrowed[b]) continue; /* the caller's memory, there already */
     uint64_t bytes = p->buffers[b].count * prog_type_size(p->buffers[b].type);
     need += bytes;
     if (bytes > largest) largest = bytes, big = b;
@@ -138,15 +140,20 @@ static int check_room(scheduler_state *s, const prog_program *p, int device, sch
 
 static int alloc_slot(scheduler_state *s, const prog_program *p, int device, slot_state *ss,
                       schedrun_error_t *err) {
-  int room = check_room(s, p, device, err);
+  int room = check_room(s, p, device, ss->borrowed, err);
   if (room) return room;
   ss->bindings = calloc(p->nbuffers ? p->nbuffers : 1, sizeof(uint64_t));
   if (!ss->bindings) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   for (uint32_t b = 0; b < p->nbuffers; b++) {
+    if (ss->borrowed && ss->borrowed[b]) {
+      ss->bindings[b] = ss->borrowed[b]; /* a bound context's buffer is the caller's memory */
+      continue;
+    }
     uint64_t bytes = p->buffers[b].count * prog_type_size(p->buffers[b].type);
     int rc = s->core->backend->ops->mem_alloc(s->core->backend, device, bytes, &ss->bindings[b], err);
     if (rc) {
-      for (uint32_t i = 0; i < b; i++) s->core->backend->ops->mem_free(s->core->backend, device, ss->bindings[i]);
+      for (uint32_t i = 0; i < b; i++)
+        if (!(ss->borrowed && ss->borrowed[i])) s->core->backend->ops->mem_free(s->core->backend, device, ss->bindings[i]);
       free(ss->bindings);
       ss->bindings = NULL;
       return rc;
@@ -508,6 +515,10 @@ void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) 
   if (!ss) {
     ss = calloc(1, sizeof *ss);
     if (ss) ss->key = sk;
+    if (ss && j->slot >= MAX_SLOTS) {
+      assert(j->slot - MAX_SLOTS < ps->nbound); /* made by scheduler_bound_slot */
+      ss->borrowed = ps->bound[j->slot - MAX_SLOTS].addr;
+    }
     if (!ss || hmap_put(&ps->slots, &sk, ss) != 0) {
       free(ss);
       scheduler_complete(self, s, j, SCHEDRUN_ENOMEM, "out of memory", NULL);

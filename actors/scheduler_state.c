@@ -77,7 +77,8 @@ void scheduler_free_slots(scheduler_state *s, prog_state *ps) {
     slot_state *ss = v;
     const slot_key *sk = k;
     for (uint32_t b = 0; ss->bindings && p && b < p->nbuffers; b++)
-      if (ss->bindings[b]) s->core->backend->ops->mem_free(s->core->backend, (int)sk->device, ss->bindings[b]);
+      if (ss->bindings[b] && !(ss->borrowed && ss->borrowed[b]))
+        s->core->backend->ops->mem_free(s->core->backend, (int)sk->device, ss->bindings[b]);
     free(ss->bindings);
     free(ss);
   }
@@ -87,6 +88,8 @@ void scheduler_free_slots(scheduler_state *s, prog_state *ps) {
 void scheduler_prog_state_free(scheduler_state *s, prog_state *ps) {
   if (s->last_prog == ps) s->last_prog = NULL;
   scheduler_free_slots(s, ps);
+  for (uint32_t i = 0; i < ps->nbound; i++) free(ps->bound[i].addr);
+  free(ps->bound);
   scheduler_free_modules(&ps->modules);
   free(ps);
 }
@@ -127,4 +130,47 @@ prog_state *scheduler_prog_get(scheduler_state *s, uint64_t id, bool create) {
   }
   s->last_prog = ps;
   return ps;
+}
+
+/* ---- bound contexts ---- */
+
+const char *scheduler_bound_slot(prog_state *ps, job *j) {
+  const prog_program *p = ps->p;
+  uint64_t *want = NULL;
+  for (size_t i = 0; i + 2 < j->takes.n; i += 3) {
+    if (!(j->takes.v[i] & MSG_TAKE_BOUND) || !j->takes.v[i + 2]) continue;
+    if (p->nresident) {
+      free(want);
+      return "memory devices reach is bound in a program with resident buffers";
+    }
+    if (!want && !(want = calloc(p->nbuffers, sizeof *want))) return "out of memory";
+    uint32_t b = MSG_TAKE_BUFFER(j->takes.v[i]);
+    assert(b < p->nbuffers); /* handoffs_fit checked it */
+    want[b] = j->takes.v[i + 2];
+  }
+  if (!want) return NULL;
+  assert(j->slot < MAX_SLOTS); /* the SUBMIT's buffer set */
+  for (uint32_t k = 0; k < ps->nbound; k++)
+    if (ps->bound[k].base == j->slot && !memcmp(ps->bound[k].addr, want, p->nbuffers * sizeof *want)) {
+      free(want);
+      j->slot = MAX_SLOTS + k;
+      return NULL;
+    }
+  if (ps->nbound == MAX_BOUND) {
+    free(want);
+    return "the program's jobs were bound to more than 1024 different sets of memory devices reach";
+  }
+  if (ps->nbound == ps->bound_cap) {
+    uint32_t cap = ps->bound_cap ? 2 * ps->bound_cap : 4;
+    bound_ctx *v = realloc(ps->bound, cap * sizeof *v);
+    if (!v) {
+      free(want);
+      return "out of memory";
+    }
+    ps->bound = v;
+    ps->bound_cap = cap;
+  }
+  ps->bound[ps->nbound] = (bound_ctx){j->slot, want};
+  j->slot = MAX_SLOTS + ps->nbound++;
+  return NULL;
 }

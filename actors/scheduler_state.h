@@ -66,6 +66,9 @@ typedef struct slot_key {
 typedef struct slot_state {
   slot_key key;       /* its key in its program's slots */
   uint64_t *bindings; /* one device address per buffer; NULL until allocated */
+  const uint64_t *borrowed; /* a bound context's (bound_ctx.addr): per buffer, the
+                               caller's memory it is, never allocated or freed
+                               here, or 0; NULL for a buffer set's context */
   bool recording;     /* a RECORD is out */
   uint32_t inflight;  /* EXECUTEs out */
   bool recorded;      /* the record actor holds a recording made for: */
@@ -80,6 +83,19 @@ typedef struct slot_state {
   uint32_t nbatches;
   job_queue queue;
 } slot_state;
+
+/* An execution context for jobs of buffer set `base` whose bound buffers
+ * are memory the caller registered and devices reach (a device pointer,
+ * pinned host memory): recorded with that memory as those buffers, so that
+ * jobs bound to it replay one recording and nothing is copied. Its slot is
+ * MAX_SLOTS + its index in prog_state.bound, the same on every device. */
+typedef struct bound_ctx {
+  uint32_t base;
+  uint64_t *addr; /* per buffer: the memory's device address, or 0 for the context's own */
+} bound_ctx;
+/* Bound contexts a program may have: each holds memory for the program's
+ * other buffers on every device it ran on, until the program is released. */
+#define MAX_BOUND 1024
 
 enum { COMPILE_NONE, COMPILE_PENDING, COMPILE_STOPPING, COMPILE_READY }; /* scheduler_compile.c */
 
@@ -101,6 +117,8 @@ typedef struct prog_state {
   job_queue moving;
   bool retrying; /* in scheduler_resident_retry */
   hmap slots;        /* {device, slot} -> slot_state* */
+  bound_ctx *bound;  /* slots MAX_SLOTS + i (scheduler_bound_slot) */
+  uint32_t nbound, bound_cap;
   uint32_t jobs;     /* not yet complete */
   char release_to[32];
   uint64_t release_job;
@@ -144,6 +162,10 @@ void scheduler_q_push(job_queue *q, job *j);
 job *scheduler_q_pop(job_queue *q);
 /* The program's state, created on first use when `create`. */
 prog_state *scheduler_prog_get(scheduler_state *s, uint64_t id, bool create);
+/* Sends j to the bound context of its buffer set and bound memory when it
+ * is bound to memory devices reach (j->slot changes; made on first use).
+ * NULL, or why j cannot be taken. */
+const char *scheduler_bound_slot(prog_state *ps, job *j);
 
 /* ---- scheduler_compile.c ---- */
 

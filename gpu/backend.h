@@ -137,6 +137,17 @@ typedef struct gpu_ops {
   /* Gives a bound buffer its own memory back, as it was before mem_bind
    * (`viewed` as it was then). */
   int (*mem_unbind)(gpu_backend *b, int dev, uint64_t addr, uint64_t bytes, bool viewed, schedrun_error_t *err);
+  /* The address at which every device's kernels reach the host memory
+   * [host, host + bytes) itself, when the backend maps such memory into the
+   * devices' address space (CUDA: host_alloc'd pinned memory, the same
+   * address on every device under unified addressing): true and *addr set;
+   * false when they do not reach it. NULL: never. */
+  bool (*host_address)(gpu_backend *b, const void *host, uint64_t bytes, uint64_t *addr);
+  /* Checks that [addr, addr + bytes) lies in one allocation of device dev's
+   * own memory, made by the caller (CUDA: cuMemAlloc in dev's context):
+   * SCHEDRUN_OK, or SCHEDRUN_EINVAL saying what it is instead. NULL: the
+   * backend has no memory a caller can allocate on a device. */
+  int (*mem_reach)(gpu_backend *b, int dev, uint64_t addr, uint64_t bytes, schedrun_error_t *err);
 
   /* Loads a compiled artifact's payload (a shared object, a cubin). */
   int (*module_load)(gpu_backend *b, int dev, const void *image, size_t len, gpu_module **out,

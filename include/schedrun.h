@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 #define SCHEDRUN_VERSION_MAJOR 0
-#define SCHEDRUN_VERSION_MINOR 4
+#define SCHEDRUN_VERSION_MINOR 5
 #define SCHEDRUN_VERSION_PATCH 0
 
 /* Public functions are the only symbols the shared library exports; the
@@ -338,6 +338,24 @@ typedef struct schedrun_buffer schedrun_buffer_t;
 /* Registers `bytes` (more than 0) of memory at `data`. */
 SCHEDRUN_EXTERN int schedrun_buffer_register(schedrun_t *s, void *data, size_t bytes, schedrun_buffer_t **out,
                                              schedrun_error_t *err);
+/*
+ * Registers `bytes` (more than 0) of device `device`'s own memory at device
+ * address `address`, allocated by the caller (on CUDA a CUdeviceptr from
+ * cuMemAlloc in that device's primary context; the range must lie in one
+ * allocation of that device, which is checked). A job bound to it runs on
+ * that device (a job pinned elsewhere is refused), and its buffer is that
+ * memory: nothing is copied in or out, and the job's bytes_in and bytes_out
+ * count nothing for it. The job runs in an execution context of its own,
+ * made for the memory it is bound to and recorded once for it, so jobs
+ * bound to the same memory replay one recording. Lifetimes as above: the
+ * memory stays the caller's, and must stay allocated and untouched by the
+ * caller's own work from the submit of a job bound to it until that job has
+ * completed. Refused (SCHEDRUN_EINVAL) on backends whose devices have no
+ * memory of their own for a caller to allocate (host devices: use
+ * schedrun_host_alloc), and for programs with resident buffers.
+ */
+SCHEDRUN_EXTERN int schedrun_buffer_register_device(schedrun_t *s, int device, uint64_t address, size_t bytes,
+                                                    schedrun_buffer_t **out, schedrun_error_t *err);
 /* Ends a registration and frees its handle (*b becomes NULL; NULL is fine). */
 SCHEDRUN_EXTERN int schedrun_buffer_unregister(schedrun_buffer_t **b, schedrun_error_t *err);
 
@@ -346,12 +364,15 @@ SCHEDRUN_EXTERN int schedrun_buffer_unregister(schedrun_buffer_t **b, schedrun_e
  * cuMemHostAlloc and StarPU's starpu_malloc are the models): `bytes` (more
  * than 0) of zeroed, page-aligned memory, the caller's to read and write.
  * Registered (schedrun_buffer_register) at a page boundary within it, it is
- * used in place: on host devices a job bound to it runs its kernels on this
- * very memory, and neither fills the buffer from it nor writes the buffer
- * back (the job's bytes_in and bytes_out count nothing for it); a resident
- * buffer bound to it, and any other registered memory, is copied in and out
- * as above. On backends without such memory (CUDA) it is plain memory,
- * copied. Lifetimes: it stays valid until schedrun_host_free or
+ * used in place: a job bound to it runs its kernels on this very memory,
+ * and neither fills the buffer from it nor writes the buffer back (the
+ * job's bytes_in and bytes_out count nothing for it). On host devices the
+ * registration must start at a page boundary within it, and a resident
+ * buffer bound to it is copied in and out as above; on CUDA it is pinned
+ * memory mapped for every device (cuMemHostAlloc), which kernels read and
+ * write across the bus, and a job bound to it runs in an execution context
+ * of its own as with schedrun_buffer_register_device (not for programs with
+ * resident buffers). Other registered memory is copied. Lifetimes: it stays valid until schedrun_host_free or
  * schedrun_close, whichever comes first; schedrun_host_free refuses
  * (SCHEDRUN_EBUSY, nothing freed) while a registration lies in it, and
  * SCHEDRUN_EINVAL for memory that is not an allocation of this scheduler.

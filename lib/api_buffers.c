@@ -1,12 +1,16 @@
 /*
- * Registered host memory (schedrun_buffer_register; include/schedrun.h says
- * who owns what and until when). A registration is a core_buffer in the
- * core's table, where an execute actor finds it by id: a job bound to it
- * carries {buffer | MSG_TAKE_BOUND, id, 0} among its takes, and its device's
- * execute actor copies the memory into the buffer before the job runs and
- * the buffer back into it after (actors/execute_handoff.c). The memory's
- * address never travels in a message. The library counts the jobs bound to
- * each registration, so that it stays registered while one may touch it.
+ * Registered memory (schedrun_buffer_register, _register_device;
+ * include/schedrun.h says who owns what and until when). A registration is
+ * a core_buffer in the core's table, where an execute actor finds it by id:
+ * a job bound to it carries {buffer | MSG_TAKE_BOUND, id, address} among its
+ * takes. Host memory (address 0) is copied into the buffer before the job
+ * runs and back after, or bound in place by the backend
+ * (actors/execute_handoff.c); its host address never travels in a message.
+ * Memory devices reach (a device pointer, pinned host memory) travels as
+ * the device address it is at, since it is the buffer itself: the scheduler
+ * runs the job in an execution context made with it (scheduler_bound_slot).
+ * The library counts the jobs bound to each registration, so that it stays
+ * registered while one may touch it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,20 +27,16 @@ struct schedrun_buffer {
   struct schedrun_buffer *next; /* in s->buffers */
 };
 
-int schedrun_buffer_register(schedrun_t *s, void *data, size_t bytes, schedrun_buffer_t **out, schedrun_error_t *err) {
-  if (out) *out = NULL;
-  if (!s || !data || !out)
-    return err_set(err, SCHEDRUN_EINVAL, "schedrun_buffer_register: %s is NULL",
-                   !s ? "the scheduler" : !data ? "data" : "out");
-  if (bytes == 0) return err_set(err, SCHEDRUN_EINVAL, "schedrun_buffer_register: bytes is 0");
+/* Adds registration m (its memory filled in) to s's table; frees it when it
+ * cannot. */
+static int register_memory(schedrun_t *s, const char *fn, core_buffer m, schedrun_buffer_t **out,
+                           schedrun_error_t *err) {
   schedrun_buffer_t *b = calloc(1, sizeof *b);
   if (!b) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   b->s = s;
-  b->core.data = data;
-  b->core.bytes = bytes;
+  b->core = m;
   pthread_mutex_lock(&s->lock);
-  int rc = s->closing ? err_set(err, SCHEDRUN_ECLOSED, "schedrun_buffer_register: the scheduler is shut down")
-                      : SCHEDRUN_OK;
+  int rc = s->closing ? err_set(err, SCHEDRUN_ECLOSED, "%s: the scheduler is shut down", fn) : SCHEDRUN_OK;
   if (rc == SCHEDRUN_OK) {
     b->core.id = ++s->next_buffer;
     pthread_mutex_lock(&s->core.reg_lock);
@@ -55,6 +55,46 @@ int schedrun_buffer_register(schedrun_t *s, void *data, size_t bytes, schedrun_b
   }
   *out = b;
   return SCHEDRUN_OK;
+}
+
+int schedrun_buffer_register(schedrun_t *s, void *data, size_t bytes, schedrun_buffer_t **out, schedrun_error_t *err) {
+  if (out) *out = NULL;
+  if (!s || !data || !out)
+    return err_set(err, SCHEDRUN_EINVAL, "schedrun_buffer_register: %s is NULL",
+                   !s ? "the scheduler" : !data ? "data" : "out");
+  if (bytes == 0) return err_set(err, SCHEDRUN_EINVAL, "schedrun_buffer_register: bytes is 0");
+  core_buffer m = {.data = data, .bytes = bytes, .device = -1};
+  /* memory every device reaches (CUDA's pinned host memory) is used in place */
+  gpu_backend *be = s->core.backend;
+  if (be->ops->host_address && !be->ops->host_address(be, data, bytes, &m.addr)) m.addr = 0;
+  return register_memory(s, "schedrun_buffer_register", m, out, err);
+}
+
+int schedrun_buffer_register_device(schedrun_t *s, int device, uint64_t address, size_t bytes,
+                                    schedrun_buffer_t **out, schedrun_error_t *err) {
+  static const char fn[] = "schedrun_buffer_register_device";
+  if (out) *out = NULL;
+  if (!s || !out) return err_set(err, SCHEDRUN_EINVAL, "%s: %s is NULL", fn, !s ? "the scheduler" : "out");
+  if (address == 0) return err_set(err, SCHEDRUN_EINVAL, "%s: address is 0", fn);
+  if (bytes == 0) return err_set(err, SCHEDRUN_EINVAL, "%s: bytes is 0", fn);
+  if (device < 0 || device >= s->core.ndevices)
+    return err_set(err, SCHEDRUN_EINVAL, "%s: no device %d (the scheduler has %d)", fn, device, s->core.ndevices);
+  gpu_backend *be = s->core.backend;
+  if (!be->ops->mem_reach)
+    return err_set(err, SCHEDRUN_EINVAL,
+                   "%s: %s devices have no memory of their own for a caller to allocate; register host memory "
+                   "from schedrun_host_alloc instead, which they use in place",
+                   fn, be->ops->name);
+  schedrun_error_t e = {0};
+  int rc = be->ops->mem_reach(be, device, address, bytes, &e);
+  if (rc) {
+    rc = err_set(err, rc, "%s: %llu bytes at 0x%llx on %s: %s", fn, (unsigned long long)bytes,
+                 (unsigned long long)address, be->ops->device_name(be, device), e.message ? e.message : "refused");
+    schedrun_error_clear(&e);
+    return rc;
+  }
+  core_buffer m = {.bytes = bytes, .addr = address, .device = device};
+  return register_memory(s, fn, m, out, err);
 }
 
 int schedrun_buffer_unregister(schedrun_buffer_t **pb, schedrun_error_t *err) {
@@ -205,9 +245,21 @@ int api_bind_check(schedrun_t *s, const prog_program *p, const char *fn, const s
                      "%s: binds[%zu]: the memory is bound to job %llu, not yet complete; run this job after it "
                      "(after), or wait for it",
                      fn, i, (unsigned long long)m->last);
+    if (m->core.addr && p->nresident)
+      return err_set(err, SCHEDRUN_EINVAL,
+                     "%s: binds[%zu]: program '%s' has resident buffers, whose buffer sets keep memory of their "
+                     "own; memory devices reach (device memory, pinned host memory) cannot be bound to its jobs",
+                     fn, i, p->name);
+    if (m->core.device >= 0 && sb->device != m->core.device) {
+      if (sb->device >= 0)
+        return err_set(err, SCHEDRUN_EINVAL,
+                       "%s: binds[%zu]: buffer '%s' is bound to memory of device %d, but the job runs on device %d",
+                       fn, i, bd->buffer, m->core.device, sb->device);
+      sb->device = m->core.device; /* it runs where its memory is */
+    }
     sb->takes.v[sb->takes.n++] = (uint64_t)b | MSG_TAKE_BOUND;
     sb->takes.v[sb->takes.n++] = m->core.id;
-    sb->takes.v[sb->takes.n++] = 0;
+    sb->takes.v[sb->takes.n++] = m->core.addr; /* the context's buffer address (scheduler_bound_slot) */
   }
   return SCHEDRUN_OK;
 }

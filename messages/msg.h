@@ -105,9 +105,11 @@ typedef struct msg_counts { uint32_t created, updated, reused; } msg_counts;
  * buffer from its copy on another device (the buffer set moves there):
  * copied, never freed (it is that context's buffer, not a parcel). */
 #define MSG_TAKE_RESIDENT (1ull << 62)
-/* A take {buffer | MSG_TAKE_BOUND, registration, 0} binds the buffer to
- * host memory the caller registered (core_buffer): the buffer starts from
- * it, and is written back into it once the job has run. */
+/* A take {buffer | MSG_TAKE_BOUND, registration, address} binds the buffer
+ * to memory the caller registered (core_buffer). Host memory (address 0):
+ * the buffer starts from it, and is written back into it once the job has
+ * run. Memory the devices reach at `address`: the buffer is that memory, in
+ * the job's bound execution context (scheduler_bound_slot). */
 #define MSG_TAKE_BOUND (1ull << 61)
 /* msg_execute.keep and EXECUTE_MANY's keeps: the job's outputs come back
  * (every buffer); its resident buffers stay as the last job on the device

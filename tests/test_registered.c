@@ -6,10 +6,14 @@
  * unregistered while a job bound to it has not completed; every bad
  * argument is refused naming what is wrong. Memory from schedrun_host_alloc
  * is used in place, with nothing copied, on host devices, in worker
- * processes and in process. SCHEDRUN_REGISTERED_DEVICES
+ * processes and in process, and on CUDA as pinned memory; memory the
+ * caller allocated on a CUDA device is the buffer itself
+ * (schedrun_buffer_register_device). SCHEDRUN_REGISTERED_DEVICES
  * picks the devices (default host:2; "cuda" on the driver double).
  */
+#include <dlfcn.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,12 +180,13 @@ static void run_bound(schedrun_t *s, schedrun_program_t *p, schedrun_buffer_t *m
 }
 
 /* Memory from schedrun_host_alloc, registered at its start, is the buffer
- * itself on host devices: 100 jobs in a row on each device update it with
- * nothing copied in or out (each checked, element by element), and a job
- * that keeps its outputs reads them from it; the buffer's own memory is
+ * itself (host devices: mapped over the buffer in the worker; CUDA: pinned
+ * memory every device reaches): 100 jobs in a row on each device update it
+ * with nothing copied in or out (each checked, element by element), and a
+ * job that keeps its outputs reads them from it; the buffer's own memory is
  * untouched (a job not bound to it starts from its init). Registered inside
- * the allocation off a page boundary, or on a backend without such memory,
- * it is copied, counted. */
+ * the allocation off a page boundary, it is copied, counted, on host
+ * devices, and still used in place on CUDA. */
 static void in_place_on(schedrun_t *s) {
   schedrun_program_t *p = tu_load(s, add_yaml, "add.yaml");
   bool host = on_host(s);
@@ -196,7 +201,7 @@ static void in_place_on(schedrun_t *s) {
   int runs = 0;
   for (int dev = 0; dev < schedrun_device_count(s); dev++)
     for (int k = 0; k < 100; k++) {
-      run_bound(s, p, m, mem, dev, host, k == 99);
+      run_bound(s, p, m, mem, dev, true, k == 99);
       runs++;
       for (int i = 0; i < N; i++)
         if (mem[i] != i + runs * (i + 1)) fail_msg("after job %d, mem[%d] is %d, wanted %d", runs, i, mem[i], i + runs * (i + 1));
@@ -218,11 +223,12 @@ static void in_place_on(schedrun_t *s) {
   }
   for (int i = 0; i < N; i++) assert_int_equal(mem[i], i + runs * (i + 1));
   assert_int_equal(schedrun_buffer_unregister(&m, &err), SCHEDRUN_OK);
-  /* off a page boundary: copied in and back, counted */
+  /* off a page boundary: copied in and back, counted, on host devices;
+   * pinned memory is reached at any address on CUDA */
   int *off = mem + 16;
   for (int i = 0; i < N; i++) off[i] = 2 * i;
   assert_int_equal(schedrun_buffer_register(s, off, N * sizeof(int), &m, &err), SCHEDRUN_OK);
-  run_bound(s, p, m, off, 0, false, 0);
+  run_bound(s, p, m, off, 0, !host, 0);
   for (int i = 0; i < N; i++) assert_int_equal(off[i], 2 * i + i + 1);
   for (int i = 0; i < 16; i++) assert_int_equal(mem[i], i + runs * (i + 1)); /* before it: untouched */
   /* the allocation cannot be freed while a registration lies in it */
@@ -363,6 +369,217 @@ static void test_mistakes(void **st) {
   assert_int_equal(schedrun_buffer_unregister(&ms, &err), SCHEDRUN_OK);
 }
 
+
+/* ---- the caller's device memory (schedrun_buffer_register_device) ---- */
+
+/* The CUDA driver the scheduler loaded (the double in the suite), reached
+ * through cuGetProcAddress as an application reaches it; types as cuda.h
+ * has them on 64-bit Linux, so that this file builds without it. */
+typedef int (*cu_gpa)(const char *, void **, int, unsigned long long);
+typedef struct cu_app {
+  void *dl;
+  int (*get)(int *, int);
+  int (*retain)(void **, int);
+  int (*release)(int);
+  int (*set)(void *);
+  int (*alloc)(unsigned long long *, size_t);
+  int (*free)(unsigned long long);
+  int (*htod)(unsigned long long, const void *, size_t);
+  int (*dtoh)(void *, unsigned long long, size_t);
+  int dev;
+  void *ctx;
+} cu_app;
+
+static void cu_app_open(cu_app *a) {
+  const char *lib = getenv("SCHEDRUN_CUDA_LIBRARY");
+  assert_non_null(lib);
+  a->dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(a->dl);
+  cu_gpa gpa = (cu_gpa)dlsym(a->dl, "cuGetProcAddress");
+  assert_non_null(gpa);
+  struct {
+    const char *name;
+    void **fn;
+  } want[] = {{"cuDeviceGet", (void **)&a->get},           {"cuDevicePrimaryCtxRetain", (void **)&a->retain},
+              {"cuDevicePrimaryCtxRelease", (void **)&a->release}, {"cuCtxSetCurrent", (void **)&a->set},
+              {"cuMemAlloc", (void **)&a->alloc},           {"cuMemFree", (void **)&a->free},
+              {"cuMemcpyHtoD", (void **)&a->htod},          {"cuMemcpyDtoH", (void **)&a->dtoh}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    if (gpa(want[i].name, want[i].fn, 12000, 0) != 0 || !*want[i].fn) fail_msg("the driver gives no %s", want[i].name);
+}
+
+/* Retains device 1's primary context (released by cu_app_close). */
+static void cu_app_retain(cu_app *a) {
+  assert_int_equal(a->get(&a->dev, 1), 0);
+  assert_int_equal(a->retain(&a->ctx, a->dev), 0);
+}
+
+/* Device 1's primary context, current on this thread (the scheduler's
+ * threads make theirs current on theirs). */
+static void cu_app_use(cu_app *a) { assert_int_equal(a->set(a->ctx), 0); }
+
+static void cu_app_close(cu_app *a) {
+  assert_int_equal(a->set(NULL), 0);
+  assert_int_equal(a->release(a->dev), 0);
+  dlclose(a->dl);
+}
+
+/* Device 1's memory at p: `n` ints, each what `runs` jobs of add leave. */
+static void check_device(cu_app *a, unsigned long long p, int n, int runs, const char *when) {
+  int *got = malloc((size_t)n * sizeof *got);
+  cu_app_use(a);
+  assert_int_equal(a->dtoh(got, p, (size_t)n * sizeof *got), 0);
+  for (int i = 0; i < n; i++)
+    if (got[i] != i + runs * (i + 1)) fail_msg("%s: element %d is %d, wanted %d", when, i, got[i], i + runs * (i + 1));
+  free(got);
+}
+
+/* One job of p bound to m: on device 1, nothing copied, and its recording
+ * made once for the memory (`first`) and replayed after. */
+static void run_on_device_memory(schedrun_t *s, schedrun_program_t *p, schedrun_buffer_t *m, bool first, int keep,
+                                 const char *when) {
+  schedrun_bind_t b = {"x", m};
+  schedrun_job_options_t o = bound(&b, NULL, 0);
+  o.keep_outputs = keep;
+  schedrun_job_result_t *r;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_submit_wait(s, p, &o, &r, &err), SCHEDRUN_OK);
+  const schedrun_job_info_t *in = schedrun_job_result_info(r);
+  if (in->status != SCHEDRUN_OK) fail_msg("%s: %s", when, schedrun_job_result_error(r));
+  if (in->device != 1) fail_msg("%s: ran on device %d, not on its memory's device 1", when, in->device);
+  if (in->bytes_in || in->bytes_out != (keep ? N * sizeof(int) : 0) || in->bytes_peer)
+    fail_msg("%s: %llu bytes in, %llu out, %llu across", when, (unsigned long long)in->bytes_in,
+             (unsigned long long)in->bytes_out, (unsigned long long)in->bytes_peer);
+  if (in->nodes_created != (first ? 1u : 0u) || in->nodes_updated != 0 || in->nodes_reused != (first ? 0u : 1u))
+    fail_msg("%s: nodes %llu created, %llu updated, %llu reused", when, (unsigned long long)in->nodes_created,
+             (unsigned long long)in->nodes_updated, (unsigned long long)in->nodes_reused);
+  schedrun_job_result_free(&r);
+}
+
+/* On CUDA: memory the caller allocated on device 1 is the buffer itself.
+ * 100 jobs in a row bound to it run on device 1, copy nothing, replay one
+ * recording, and leave the right values after every job; two allocations
+ * taken in turns each keep their own recording and values; a job bound to
+ * nothing still starts from the buffer's init; a job pinned to the other
+ * device, a pointer of the wrong device, past its allocation's end or not
+ * the driver's, and a program with resident buffers are refused, naming
+ * what. On host devices it is refused, saying what to use instead. */
+static void test_device_memory(void **st) {
+  (void)st;
+  schedrun_t *s = open_here();
+  schedrun_error_t err = {0};
+  schedrun_buffer_t *m = NULL, *m2 = NULL;
+  if (on_host(s)) {
+    assert_int_equal(schedrun_buffer_register_device(s, 0, 4096, 64, &m, &err), SCHEDRUN_EINVAL);
+    if (!strstr(err.message, "host devices have no memory of their own") || !strstr(err.message, "schedrun_host_alloc"))
+      fail_msg("%s", err.message);
+    schedrun_error_clear(&err);
+    assert_null(m);
+    assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+    return;
+  }
+  assert_true(schedrun_device_count(s) >= 2);
+  schedrun_program_t *p = tu_load(s, add_yaml, "add.yaml");
+  cu_app a;
+  cu_app_open(&a);
+  cu_app_retain(&a);
+  cu_app_use(&a);
+  unsigned long long x = 0, y = 0;
+  size_t bytes = N * sizeof(int);
+  assert_int_equal(a.alloc(&x, bytes), 0);
+  assert_int_equal(a.alloc(&y, bytes), 0);
+  int *init = malloc(bytes);
+  for (int i = 0; i < N; i++) init[i] = i;
+  assert_int_equal(a.htod(x, init, bytes), 0);
+  assert_int_equal(a.htod(y, init, bytes), 0);
+  assert_int_equal(schedrun_buffer_register_device(s, 1, x, bytes, &m, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_buffer_register_device(s, 1, y, bytes, &m2, &err), SCHEDRUN_OK);
+  char when[64];
+  for (int k = 1; k <= 100; k++) {
+    snprintf(when, sizeof when, "x, job %d", k);
+    run_on_device_memory(s, p, m, k == 1, k == 100, when);
+    check_device(&a, x, N, k, when);
+  }
+  for (int k = 1; k <= 4; k++) { /* y's context is made once, x's replayed */
+    snprintf(when, sizeof when, "y, job %d", k);
+    run_on_device_memory(s, p, m2, k == 1, 0, when);
+    check_device(&a, y, N, k, when);
+    snprintf(when, sizeof when, "x, job %d", 100 + k);
+    run_on_device_memory(s, p, m, false, 0, when);
+    check_device(&a, x, N, 100 + k, when);
+  }
+  for (int dev = 0; dev < 2; dev++) { /* the buffer set's own memory: from init */
+    schedrun_job_options_t o;
+    schedrun_job_options_init(&o);
+    o.device = dev;
+    o.keep_outputs = 1;
+    schedrun_job_result_t *r;
+    assert_int_equal(schedrun_submit_wait(s, p, &o, &r, &err), SCHEDRUN_OK);
+    assert_int_equal(schedrun_job_result_info(r)->status, SCHEDRUN_OK);
+    const int *got = schedrun_job_result_output(r, "x", NULL);
+    for (int i = 0; i < N; i++)
+      if (got[i] != -5 + i + 1) fail_msg("device %d, unbound job: x[%d] is %d, wanted %d", dev, i, got[i], -4 + i);
+    schedrun_job_result_free(&r);
+  }
+  check_device(&a, x, N, 104, "after the unbound jobs");
+  /* pinned to the other device */
+  schedrun_bind_t b = {"x", m};
+  schedrun_job_options_t o = bound(&b, NULL, 0);
+  o.device = 0;
+  schedrun_job_t id;
+  assert_int_equal(schedrun_submit(s, p, &o, &id, &err), SCHEDRUN_EINVAL);
+  if (!strstr(err.message, "bound to memory of device 1, but the job runs on device 0")) fail_msg("%s", err.message);
+  schedrun_error_clear(&err);
+  /* bad registrations */
+  static const struct {
+    int device;
+    int offset; /* bytes from x; -1: a host address */
+    size_t bytes;
+    const char *says;
+  } bad[] = {
+      {0, 0, N * sizeof(int), "is memory of CUDA device 1, not of cuda:0"},
+      {1, 8, N * sizeof(int), "the allocation holding it ends 4088 bytes after it, not 4096"},
+      {1, -1, 64, "is not memory the CUDA driver allocated"},
+      {2, 0, 64, "no device 2 (the scheduler has 2)"},
+      {1, 0, 0, "bytes is 0"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    schedrun_buffer_t *none = (schedrun_buffer_t *)&k;
+    unsigned long long at = bad[k].offset < 0 ? (unsigned long long)(uintptr_t)init : x + (unsigned)bad[k].offset;
+    assert_int_equal(schedrun_buffer_register_device(s, bad[k].device, at, bad[k].bytes, &none, &err), SCHEDRUN_EINVAL);
+    assert_null(none);
+    if (!strstr(err.message, bad[k].says)) fail_msg("case %zu: %s", k, err.message);
+    schedrun_error_clear(&err);
+  }
+  assert_int_equal(schedrun_buffer_register_device(s, 1, 0, 64, &m2, &err), SCHEDRUN_EINVAL);
+  schedrun_error_clear(&err);
+  /* resident buffers keep their sets' memory */
+  static const char resident_yaml[] = "version: 1\nname: res\n"
+                                      "kernels:\n  k:\n    params: [ptr, i32]\n    source: |\n"
+                                      "      extern \"C\" __global__ void k(int *x, int n) {\n"
+                                      "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                      "        if (i < n) x[i] += 1;\n"
+                                      "      }\n"
+                                      "buffers:\n  x: {type: i32, count: 1024}\n"
+                                      "  acc: {type: i32, count: 4, resident: true}\n"
+                                      "program:\n  - launch: {kernel: k, grid: 4, block: 256, args: [x, 1024]}\n";
+  schedrun_program_t *pr = tu_load(s, resident_yaml, "res.yaml");
+  o = bound(&b, NULL, 0);
+  assert_int_equal(schedrun_submit(s, pr, &o, &id, &err), SCHEDRUN_EINVAL);
+  if (!strstr(err.message, "program 'res' has resident buffers")) fail_msg("%s", err.message);
+  schedrun_error_clear(&err);
+  schedrun_program_free(&pr);
+  assert_int_equal(schedrun_buffer_unregister(&m, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_buffer_unregister(&m2, &err), SCHEDRUN_OK);
+  schedrun_program_free(&p);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+  cu_app_use(&a);
+  assert_int_equal(a.free(x), 0);
+  assert_int_equal(a.free(y), 0);
+  cu_app_close(&a);
+  free(init);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_updated_in_place),
@@ -370,6 +587,7 @@ int main(void) {
       cmocka_unit_test(test_mistakes),
       cmocka_unit_test(test_host_memory_in_place),
       cmocka_unit_test(test_host_memory_mistakes),
+      cmocka_unit_test(test_device_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

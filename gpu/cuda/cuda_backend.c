@@ -288,6 +288,85 @@ static int c_copy_peer(gpu_backend *g, int dst_dev, uint64_t dst, int src_dev, u
   return SCHEDRUN_OK;
 }
 
+/* ---- memory the caller holds ----
+ *
+ * schedrun_host_alloc's memory is pinned and mapped for every device
+ * (cuMemHostAlloc, PORTABLE | DEVICEMAP): under unified addressing its
+ * device address is its host address, so a job bound to it runs its
+ * kernels on it in place. A caller's own device memory is checked against
+ * what the driver says of the pointer before any job is bound to it. */
+
+static int c_host_alloc(gpu_backend *g, uint64_t bytes, void **data, schedrun_error_t *err) {
+  cuda_backend *b = cb(g);
+  int rc = cu_use(b, 0, err);
+  if (rc) return rc;
+  void *p = NULL;
+  CU_CHECK(&b->api, b->api.cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+           b->devs[0].name, err);
+  memset(p, 0, bytes); /* zeroed, as the interface promises */
+  *data = p;
+  return SCHEDRUN_OK;
+}
+
+static void c_host_free(gpu_backend *g, void *data) {
+  cuda_backend *b = cb(g);
+  if (cu_use(b, 0, NULL) == SCHEDRUN_OK) b->api.cuMemFreeHost(data);
+}
+
+/* The driver's allocation holding addr: its start, size and memory type. */
+static bool pointer_range(cuda_backend *b, uint64_t addr, CUdeviceptr *start, size_t *size, unsigned *type) {
+  return b->api.cuPointerGetAttribute(type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)addr) == CUDA_SUCCESS &&
+         b->api.cuPointerGetAttribute(start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)addr) ==
+             CUDA_SUCCESS &&
+         b->api.cuPointerGetAttribute(size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)addr) == CUDA_SUCCESS;
+}
+
+static bool c_host_address(gpu_backend *g, const void *host, uint64_t bytes, uint64_t *addr) {
+  cuda_backend *b = cb(g);
+  if (!host || bytes == 0 || b->ndevices == 0 || cu_use(b, 0, NULL) != SCHEDRUN_OK) return false;
+  CUdeviceptr start = 0, dev = 0;
+  size_t size = 0;
+  unsigned type = 0;
+  uint64_t at = (uint64_t)(uintptr_t)host;
+  if (!pointer_range(b, at, &start, &size, &type) || type != CU_MEMORYTYPE_HOST || at + bytes > start + size)
+    return false;
+  /* the same address on every device (unified addressing): checked, not assumed */
+  for (int d = 0; d < b->ndevices; d++) {
+    CUdeviceptr here = 0;
+    if (cu_use(b, d, NULL) != SCHEDRUN_OK ||
+        b->api.cuPointerGetAttribute(&here, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, (CUdeviceptr)at) != CUDA_SUCCESS ||
+        (d > 0 && here != dev))
+      return false;
+    dev = here;
+  }
+  *addr = (uint64_t)dev;
+  return true;
+}
+
+static int c_mem_reach(gpu_backend *g, int dev, uint64_t addr, uint64_t bytes, schedrun_error_t *err) {
+  cuda_backend *b = cb(g);
+  int rc = cu_use(b, dev, err);
+  if (rc) return rc;
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  unsigned type = 0;
+  int ordinal = -1;
+  if (!pointer_range(b, addr, &start, &size, &type) ||
+      b->api.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)addr) != CUDA_SUCCESS)
+    return err_set(err, SCHEDRUN_EINVAL, "0x%llx is not memory the CUDA driver allocated", (unsigned long long)addr);
+  if (type != CU_MEMORYTYPE_DEVICE)
+    return err_set(err, SCHEDRUN_EINVAL, "0x%llx is host memory, not %s's (register host memory with "
+                   "schedrun_buffer_register)", (unsigned long long)addr, b->devs[dev].name);
+  if (ordinal != (int)b->devs[dev].dev)
+    return err_set(err, SCHEDRUN_EINVAL, "0x%llx is memory of CUDA device %d, not of %s", (unsigned long long)addr,
+                   ordinal, b->devs[dev].name);
+  if (addr + bytes > (uint64_t)start + size)
+    return err_set(err, SCHEDRUN_EINVAL, "0x%llx: the allocation holding it ends %llu bytes after it, not %llu",
+                   (unsigned long long)addr, (unsigned long long)((uint64_t)start + size - addr),
+                   (unsigned long long)bytes);
+  return SCHEDRUN_OK;
+}
+
 static int c_module_load(gpu_backend *g, int dev, const void *image, size_t len, gpu_module **out,
                          schedrun_error_t *err) {
   (void)len;
@@ -429,6 +508,10 @@ static const gpu_ops cuda_ops = {
     .copy_dtoh = c_copy_dtoh,
     .copy_dtod = c_copy_dtod,
     .copy_peer = c_copy_peer,
+    .host_alloc = c_host_alloc,
+    .host_free = c_host_free,
+    .host_address = c_host_address,
+    .mem_reach = c_mem_reach,
     .module_load = c_module_load,
     .module_unload = c_module_unload,
     .module_function = c_module_function,
