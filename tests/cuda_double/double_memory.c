@@ -5,6 +5,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "double.h"
 
@@ -99,6 +100,9 @@ static CUresult d_cuMemHostAlloc(void **pp, size_t bytes, unsigned flags) {
     g_allocs = a;
     g_alloccap = cap;
   }
+  /* no more than the machine has can be pinned (a driver refuses it too) */
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0 && bytes > (uint64_t)pages * (uint64_t)page) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
   size_t rounded = (bytes + 4095) & ~(size_t)4095;
   void *m = aligned_alloc(4096, rounded);
   if (!m) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
