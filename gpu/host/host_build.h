@@ -14,6 +14,8 @@
 
 /* The C++ compiler: $SCHEDRUN_CXX, else "c++". */
 const char *host_cxx(void);
+/* The file host_cxx() resolves to (through PATH), or NULL (free it). */
+char *host_cxx_path(void);
 /* What a command wrote to its log, cut at 64 KiB; NULL when there is none. */
 char *host_read_log(const char *path);
 /* Runs argv with stdout and stderr into log_path; returns the exit status,
@@ -25,9 +27,6 @@ int host_run_logged(char *const argv[], const char *log_path, const _Atomic int 
  * naming the process in errors ("the C++ compiler"). */
 int host_run_bounded(char *const argv[], const char *log_path, const _Atomic int *cancel, uint64_t timeout_ns,
                      const char *what, schedrun_error_t *err);
-/* The loops that run `call` (a C++ statement) once per thread of the grid
- * __g by blocks __b, setting gridDim, blockDim, blockIdx and threadIdx. */
-void host_grid_loops(strbuf *sb, const char *call);
 /* The compiler options host_build_so uses, space-separated (part of a recipe). */
 void host_build_flags(strbuf *sb);
 /* Compiles the translation unit `tu` (C++17) into a shared object, in files

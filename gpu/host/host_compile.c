@@ -5,11 +5,11 @@
  * The generated translation unit is the prelude (CUDA built-ins), a #line
  * directive so that compiler messages point into the config file, the kernel
  * source, and a trampoline per kernel that unpacks the 8-byte argument slots
- * into the kernel's own parameter types and runs the grid as loops over blocks
- * and threads. static_asserts check the declared `params` against the kernel's
- * signature. Kernels that need __syncthreads or __shared__ are refused before
- * compiling: a block's threads run one after another here, so a barrier
- * cannot be honoured.
+ * into the kernel's own parameter types and runs the grid
+ * (gpu/host/host_kernel_tu.h): as plain loops over blocks and threads, or,
+ * when the source uses __shared__ memory, a barrier or a warp operation,
+ * with each block's threads as cooperating fibers (gpu/host/host_blocks.hpp).
+ * static_asserts check the declared `params` against the kernel's signature.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +21,7 @@
 
 #include "gpu/backend.h"
 #include "gpu/host/host_build.h"
-#include "gpu/host/host_prelude.h"
+#include "gpu/host/host_kernel_tu.h"
 #include "gpu/kernel_abi.h"
 
 static int host_open(void **ctx, schedrun_error_t *err) {
@@ -57,20 +57,7 @@ static int host_stamp(void *ctx, char **out, schedrun_error_t *err) {
   (void)ctx;
   *out = NULL;
   const char *cxx = host_cxx();
-  char *found = NULL;
-  if (strchr(cxx, '/')) {
-    found = realpath(cxx, NULL);
-  } else {
-    const char *path = getenv("PATH");
-    char *copy = xstrdup(path ? path : "/usr/bin:/bin");
-    for (char *save = NULL, *dir = copy ? strtok_r(copy, ":", &save) : NULL; dir && !found;
-         dir = strtok_r(NULL, ":", &save)) {
-      char cand[4096];
-      snprintf(cand, sizeof cand, "%s/%s", dir, cxx);
-      if (access(cand, X_OK) == 0) found = realpath(cand, NULL);
-    }
-    free(copy);
-  }
+  char *found = host_cxx_path();
   struct stat st;
   if (!found || stat(found, &st) != 0) {
     free(found);
@@ -85,61 +72,41 @@ static int host_stamp(void *ctx, char **out, schedrun_error_t *err) {
   return SCHEDRUN_OK;
 }
 
-/* Finds an identifier in C/C++ source, outside comments, strings and
- * characters. Returns its 1-based line, or 0. */
-static int find_ident(const char *src, const char *ident) {
-  size_t il = strlen(ident);
-  int line = 1;
-  for (const char *p = src; *p;) {
-    if (*p == '\n') {
-      line++;
-      p++;
-    } else if (p[0] == '/' && p[1] == '/') {
-      while (*p && *p != '\n') p++;
-    } else if (p[0] == '/' && p[1] == '*') {
-      p += 2;
-      while (*p && !(p[0] == '*' && p[1] == '/')) line += *p++ == '\n';
-      if (*p) p += 2;
-    } else if (*p == '"' || *p == '\'') {
-      char q = *p++;
-      while (*p && *p != q && *p != '\n') p += (p[0] == '\\' && p[1]) ? 2 : 1;
-      if (*p == q) p++;
-    } else if (*p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')) {
-      const char *s = p;
-      while (*p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-             (*p >= '0' && *p <= '9'))
-        p++;
-      if ((size_t)(p - s) == il && memcmp(s, ident, il) == 0) return line;
-    } else {
-      p++;
-    }
-  }
-  return 0;
-}
-
-static void gen_source(strbuf *sb, const gpu_compile_req *r) {
-  sb_adds(sb, host_prelude);
-  kernel_abi_source(sb, r);
-  sb_addf(sb,
-          "extern \"C\" __attribute__((visibility(\"default\"))) void __sched_launch_%s("
-          "const unsigned *__g, const unsigned *__b, const uint64_t *__a) {\n",
-          r->entry);
-  for (uint32_t i = 0; i < r->nparams; i++) {
-    sb_addf(sb, "  using T%u = ", i);
-    kernel_abi_param_type(sb, r, i);
-    sb_adds(sb, ";\n");
-    if (r->params[i] == PT_PTR) sb_addf(sb, "  T%u a%u = (T%u)(uintptr_t)__a[%u];\n", i, i, i, i);
-    else sb_addf(sb, "  T%u a%u; std::memcpy(&a%u, &__a[%u], sizeof a%u);\n", i, i, i, i, i);
-  }
-  strbuf call;
+/* The translation unit of kernel r (gpu/host/host_kernel_tu.h): the prelude,
+ * with the block runner when the source needs cooperating threads, the
+ * source with its `extern __shared__` arrays made the launch's dynamic
+ * shared memory, the signature checks, and the launcher that unpacks the
+ * 8-byte argument slots into the kernel's own parameter types. Returns 0,
+ * or the source line of an `extern __shared__` outside a function. */
+static int gen_source(strbuf *sb, const gpu_compile_req *r) {
+  bool blocks = host_tu_needs_blocks(r->source);
+  strbuf src;
+  sb_init(&src);
+  int bad = host_tu_source(&src, r->source);
+  if (src.failed) sb->failed = true;
+  gpu_compile_req rewritten = *r;
+  rewritten.source = src.failed ? "" : src.data;
+  host_tu_prelude(sb, blocks);
+  kernel_abi_source(sb, &rewritten);
+  sb_free(&src);
+  strbuf unpack, call;
+  sb_init(&unpack);
   sb_init(&call);
+  for (uint32_t i = 0; i < r->nparams; i++) {
+    sb_addf(&unpack, "  using T%u = ", i);
+    kernel_abi_param_type(&unpack, r, i);
+    sb_adds(&unpack, ";\n");
+    if (r->params[i] == PT_PTR) sb_addf(&unpack, "  T%u a%u = (T%u)(uintptr_t)__a[%u];\n", i, i, i, i);
+    else sb_addf(&unpack, "  T%u a%u; std::memcpy(&a%u, &__a[%u], sizeof a%u);\n", i, i, i, i, i);
+  }
   sb_addf(&call, "%s(", r->entry);
   for (uint32_t i = 0; i < r->nparams; i++) sb_addf(&call, "%sa%u", i ? ", " : "", i);
   sb_adds(&call, ");");
-  host_grid_loops(sb, call.failed ? "" : call.data);
-  if (call.failed) sb->failed = true;
+  if (unpack.failed || call.failed) sb->failed = true;
+  else host_tu_launcher(sb, r->entry, r->name, unpack.data ? unpack.data : "", call.data, blocks);
+  sb_free(&unpack);
   sb_free(&call);
-  sb_adds(sb, "}\n");
+  return bad;
 }
 
 static int host_recipe(void *ctx, char **out, schedrun_error_t *err) {
@@ -149,6 +116,9 @@ static int host_recipe(void *ctx, char **out, schedrun_error_t *err) {
   host_build_flags(&sb);
   sb_adds(&sb, "\n");
   gen_source(&sb, &gpu_recipe_sample);
+  /* the block runner too: the sample kernel needs none, and a kernel built
+   * with another one must not be found in the cache */
+  host_tu_prelude(&sb, true);
   if (sb.failed) {
     sb_free(&sb);
     return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
@@ -163,20 +133,18 @@ static int host_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir
   *log = NULL;
   *out = NULL;
   *out_len = 0;
-  static const char *const refused[] = {"__syncthreads", "__shared__", "__syncwarp"};
-  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(refused); i++) {
-    int line = find_ident(r->source, refused[i]);
-    if (line)
-      return err_set(err, SCHEDRUN_ECOMPILE,
-                     "%s:%u: kernel '%s' uses %s, which the host backend cannot run (it runs a "
-                     "block's threads one after another, so there is no shared memory or barrier)",
-                     r->source_file ? r->source_file : r->name, r->first_line + (uint32_t)line - 1,
-                     r->name, refused[i]);
-  }
   strbuf src, what;
   sb_init(&src);
   sb_init(&what);
-  gen_source(&src, r);
+  int line = gen_source(&src, r);
+  if (line) {
+    sb_free(&src);
+    sb_free(&what);
+    return err_set(err, SCHEDRUN_ECOMPILE,
+                   "%s:%u: kernel '%s' declares an extern __shared__ array outside a function, which the host "
+                   "backend cannot place in each block's shared memory (declare it inside the kernel)",
+                   r->source_file ? r->source_file : r->name, r->first_line + (uint32_t)line - 1, r->name);
+  }
   sb_addf(&what, "kernel '%s'", r->name);
   int rc = src.failed || what.failed ? err_set(err, SCHEDRUN_ENOMEM, "out of memory")
                                      : host_build_so(src.data, src.len, tmp_dir, r->entry, what.data, r->cancel,

@@ -104,12 +104,16 @@ static void fill(const hw_node *n) {
   }
 }
 
-static void run_node(hw_ctl *ctl, const hw_node *n, const uint64_t *args);
+/* The node runners answer 0, or -1 with ctl->text when a kernel's launch
+ * failed; what comes after it does not run, and running_tag still names it. */
+static int run_node(hw_ctl *ctl, const hw_node *n, const uint64_t *args);
 
-static void run_seq(hw_ctl *ctl, const hw_seq *s) {
+static int run_seq(hw_ctl *ctl, const hw_seq *s) {
   const hw_node *n = (const hw_node *)(uintptr_t)s->nodes, *end = n + s->n;
   const uint64_t *args = (const uint64_t *)(uintptr_t)s->args;
-  for (; n < end; n++) run_node(ctl, n, args + n->arg0);
+  for (; n < end; n++)
+    if (run_node(ctl, n, args + n->arg0)) return -1;
+  return 0;
 }
 
 static uint64_t clock_ns(void) {
@@ -120,7 +124,7 @@ static uint64_t clock_ns(void) {
 
 /* run_seq, writing {tag, start, end} of each of the first `max` nodes to
  * `times` (a while loop is one node: its trips inside its span). */
-static void run_seq_timed(hw_ctl *ctl, const hw_seq *s, uint64_t *times, uint64_t max) {
+static int run_seq_timed(hw_ctl *ctl, const hw_seq *s, uint64_t *times, uint64_t max) {
   const hw_node *n = (const hw_node *)(uintptr_t)s->nodes;
   const uint64_t *args = (const uint64_t *)(uintptr_t)s->args;
   for (uint32_t i = 0; i < s->n; i++) {
@@ -128,15 +132,17 @@ static void run_seq_timed(hw_ctl *ctl, const hw_seq *s, uint64_t *times, uint64_
       times[3 * i] = n[i].tag;
       times[3 * i + 1] = clock_ns();
     }
-    run_node(ctl, &n[i], args + n[i].arg0);
+    if (run_node(ctl, &n[i], args + n[i].arg0)) return -1;
     if (i < max) times[3 * i + 2] = clock_ns();
   }
+  return 0;
 }
 
-static void run_node(hw_ctl *ctl, const hw_node *n, const uint64_t *args) {
+static int run_node(hw_ctl *ctl, const hw_node *n, const uint64_t *args) {
   __atomic_store_n(&ctl->running_tag, n->tag, __ATOMIC_RELAXED);
   switch (n->kind) {
-  case HW_LAUNCH: ((hw_launcher)(uintptr_t)n->u.launch.fn)(n->u.launch.grid, n->u.launch.block, args); break;
+  case HW_LAUNCH: /* no launch of the program model asks for dynamic shared memory (0 bytes) */
+    return ((hw_launcher)(uintptr_t)n->u.launch.fn)(n->u.launch.grid, n->u.launch.block, args, 0, ctl->text, HW_TEXT);
   case HW_COPY:
     memmove((void *)(uintptr_t)n->u.copy.dst, (const void *)(uintptr_t)n->u.copy.src, n->u.copy.bytes);
     break;
@@ -144,27 +150,33 @@ static void run_node(hw_ctl *ctl, const hw_node *n, const uint64_t *args) {
   case HW_WHILE: {
     const volatile int32_t *flag = (const volatile int32_t *)(uintptr_t)n->u.loop.flag;
     const hw_seq *body = (const hw_seq *)(uintptr_t)n->u.loop.body;
-    for (uint32_t t = 0; t < n->u.loop.max_trips && *flag != 0; t++) run_seq(ctl, body);
+    for (uint32_t t = 0; t < n->u.loop.max_trips && *flag != 0; t++)
+      if (run_seq(ctl, body)) return -1;
     break;
   }
   default: break;
   }
+  return 0;
 }
 
-/* A batch of jobs' steps; a[2] tells which one runs, for a fault. */
-static void run_steps(hw_ctl *ctl, hw_step *steps, uint64_t n) {
+/* A batch of jobs' steps; a[2] tells which one runs, for a fault, and which
+ * one failed. */
+static int run_steps(hw_ctl *ctl, hw_step *steps, uint64_t n) {
   for (uint64_t i = 0; i < n; i++) {
     hw_step *st = &steps[i];
     __atomic_store_n(&ctl->a[2], i, __ATOMIC_RELAXED);
     switch (st->kind) {
     case HW_STEP_COPY: memmove((void *)(uintptr_t)st->dst, (const void *)(uintptr_t)st->src, st->bytes); break;
     case HW_STEP_ZERO: memset((void *)(uintptr_t)st->dst, 0, st->bytes); break;
-    case HW_STEP_SEQ: run_seq(ctl, (const hw_seq *)(uintptr_t)st->src); break;
+    case HW_STEP_SEQ:
+      if (run_seq(ctl, (const hw_seq *)(uintptr_t)st->src)) return -1;
+      break;
     default: break;
     }
     if (st->kind == HW_STEP_SEQ) st->t_end = clock_ns();
   }
   __atomic_store_n(&ctl->a[2], n, __ATOMIC_RELAXED);
+  return 0;
 }
 
 typedef struct module {
@@ -229,11 +241,16 @@ int hw_handle(hw_ctl *ctl, uint32_t op, uint64_t arena) {
     return 0;
   }
   case HW_OP_RUN_SEQ:
-    if (ctl->a[1]) run_seq_timed(ctl, (const hw_seq *)(uintptr_t)ctl->a[0], (uint64_t *)(uintptr_t)ctl->a[1], ctl->a[2]);
-    else run_seq(ctl, (const hw_seq *)(uintptr_t)ctl->a[0]);
+    if (ctl->a[1] ? run_seq_timed(ctl, (const hw_seq *)(uintptr_t)ctl->a[0], (uint64_t *)(uintptr_t)ctl->a[1], ctl->a[2])
+                  : run_seq(ctl, (const hw_seq *)(uintptr_t)ctl->a[0]))
+      return -1;
     break;
-  case HW_OP_RUN_NODE: run_node(ctl, (const hw_node *)(uintptr_t)ctl->a[0], (const uint64_t *)(uintptr_t)ctl->a[1]); break;
-  case HW_OP_RUN_STEPS: run_steps(ctl, (hw_step *)(uintptr_t)ctl->a[0], ctl->a[1]); break;
+  case HW_OP_RUN_NODE:
+    if (run_node(ctl, (const hw_node *)(uintptr_t)ctl->a[0], (const uint64_t *)(uintptr_t)ctl->a[1])) return -1;
+    break;
+  case HW_OP_RUN_STEPS:
+    if (run_steps(ctl, (hw_step *)(uintptr_t)ctl->a[0], ctl->a[1])) return -1;
+    break;
 #ifndef HW_IN_PROCESS
   case HW_OP_EXIT: _exit(0);
 #endif

@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#define HW_ABI_VERSION 6
+#define HW_ABI_VERSION 7
 #define HW_CTL_BYTES 4096 /* the control block's share of the arena's start */
 #define HW_TEXT 1024
 #define HW_PROT_MAX 80 /* protection changes carried by one request */
@@ -123,7 +123,10 @@ typedef struct hw_step {
   uint64_t t_end;           /* CLOCK_MONOTONIC ns, written by the worker */
 } hw_step;
 
-/* The launcher each kernel module exports per kernel ("__sched_launch_<entry>"). */
-typedef void (*hw_launcher)(const uint32_t *grid, const uint32_t *block, const uint64_t *args);
+/* The launcher each kernel module exports per kernel ("__sched_launch_<entry>"):
+ * 0, or -1 with a NUL-terminated text in text[cap] naming the kernel (a
+ * block whose threads cannot all reach a barrier, say). */
+typedef int (*hw_launcher)(const uint32_t *grid, const uint32_t *block, const uint64_t *args, uint32_t shared,
+                           char *text, uint32_t cap);
 
 #endif

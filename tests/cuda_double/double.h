@@ -20,8 +20,11 @@
  * the real library) and remembers the source of every cubin and PTX it
  * produced, by the SHA-256 of the image, in its state directory. Loading a
  * module builds that source for the CPU with the host backend's compiler
- * wrapper (gpu/host/host_build.h) and runs each launch as loops over blocks
- * and threads, like a host device does.
+ * wrapper (gpu/host/host_build.h) and runs each launch as a host device does
+ * (gpu/host/host_kernel_tu.h): loops over blocks and threads, or a block's
+ * threads as cooperating fibers when the source uses shared memory, barriers
+ * or warp operations. A block that deadlocks fails the launch
+ * (CUDA_ERROR_LAUNCH_FAILED), with the reason on standard error.
  *
  * Loaded as the driver, it sets SCHEDRUN_NVRTC_LIBRARY to itself when that
  * is unset, so that `SCHEDRUN_CUDA_LIBRARY=.../libcuda-double.so sched-run
@@ -99,7 +102,10 @@ typedef struct dmod {
   uint32_t nkernels;
 } dmod;
 
-typedef void (*dbl_launcher)(const uint32_t *grid, const uint32_t *block, const uint64_t *args);
+/* A kernel's CPU launcher (gpu/host/host_kernel_tu.h): 0, or -1 with a text
+ * naming the kernel (a block whose barrier not all its threads reach). */
+typedef int (*dbl_launcher)(const uint32_t *grid, const uint32_t *block, const uint64_t *args, uint32_t shared,
+                            char *text, uint32_t cap);
 
 struct dfunc {
   dobj o;
@@ -121,6 +127,7 @@ typedef struct dwork {
     struct {
       dfunc *f;
       uint32_t grid[3], block[3];
+      uint32_t shared; /* dynamic shared memory per block */
       uint64_t args[64];
     } k;
     struct {

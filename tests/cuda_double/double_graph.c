@@ -107,9 +107,10 @@ static CUresult kernel_work(const CUDA_KERNEL_NODE_PARAMS *p, dwork *w) {
   uint32_t g[3] = {p->gridDimX, p->gridDimY, p->gridDimZ}, b[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
   for (int i = 0; i < 3; i++)
     if (!g[i] || !b[i]) return CUDA_ERROR_INVALID_VALUE;
-  if ((uint64_t)b[0] * b[1] * b[2] > 1024) return CUDA_ERROR_INVALID_VALUE;
+  if ((uint64_t)b[0] * b[1] * b[2] > 1024 || p->sharedMemBytes > 48 * 1024) return CUDA_ERROR_INVALID_VALUE;
   memcpy(w->u.k.grid, g, sizeof g);
   memcpy(w->u.k.block, b, sizeof b);
+  w->u.k.shared = p->sharedMemBytes;
   return dbl_kernel_args(w->u.k.f, p->kernelParams, w->u.k.args);
 }
 

@@ -17,7 +17,7 @@
 #include "double.h"
 #include "gpu/backend.h"
 #include "gpu/host/host_build.h"
-#include "gpu/host/host_prelude.h"
+#include "gpu/host/host_kernel_tu.h"
 
 #define LINKED_MAGIC "SRDBLLNK" /* what cuLinkComplete gives: the magic, then the linked PTX */
 
@@ -74,7 +74,9 @@ static CUresult parse_cubin(dmod *m, const uint8_t *img, size_t len, int arch) {
   for (unsigned i = 0; i < eh.e_shnum; i++) {
     Elf64_Shdr sh;
     memcpy(&sh, img + eh.e_shoff + i * sizeof sh, sizeof sh);
-    if (sh.sh_name >= strs.sh_size || sh.sh_offset + sh.sh_size > len) return CUDA_ERROR_INVALID_IMAGE;
+    /* a NOBITS section (.nv.shared.<kernel>: a kernel's static shared memory) has no bytes in the file */
+    if (sh.sh_name >= strs.sh_size || (sh.sh_type != SHT_NOBITS && sh.sh_offset + sh.sh_size > len))
+      return CUDA_ERROR_INVALID_IMAGE;
     const char *name = (const char *)img + strs.sh_offset + sh.sh_name;
     if (strncmp(name, ".nv.info.", 9) != 0) continue;
     if (add_kernel(m, name + 9, strlen(name + 9))) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -196,20 +198,21 @@ static CUresult build(dmod *m) {
   }
   strbuf tu;
   sb_init(&tu);
-  sb_adds(&tu, host_prelude);
+  bool blocks = host_tu_needs_blocks(src);
+  host_tu_prelude(&tu, blocks);
   sb_adds(&tu, dbl_prelude);
-  sb_adds(&tu, src);
+  int bad = host_tu_source(&tu, src);
   sb_adds(&tu, "\n");
   free(src);
+  if (bad) {
+    fprintf(stderr, "cuda-double: module %.12s line %d: an extern __shared__ array outside a function\n", m->hash, bad);
+    sb_free(&tu);
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
   for (uint32_t i = 0; i < m->nkernels; i++) {
-    sb_addf(&tu,
-            "extern \"C\" __attribute__((visibility(\"default\"))) void __sched_launch_%s("
-            "const unsigned *__g, const unsigned *__b, const uint64_t *__a) {\n",
-            m->kernels[i].name);
     char call[400];
     snprintf(call, sizeof call, "__dbl_call(%s, __a);", m->kernels[i].name);
-    host_grid_loops(&tu, call);
-    sb_adds(&tu, "}\n");
+    host_tu_launcher(&tu, m->kernels[i].name, m->kernels[i].name, "", call, blocks);
   }
   if (tu.failed) {
     sb_free(&tu);
@@ -360,7 +363,12 @@ CUresult dbl_run_kernel(const dwork *w) {
   const dfunc *f = w->u.k.f;
   if (!dbl_live(f, K_FUNC)) return CUDA_ERROR_INVALID_HANDLE; /* its module was unloaded */
   if (!dims_ok(w->u.k.grid, w->u.k.block)) return CUDA_ERROR_INVALID_VALUE;
-  f->run(w->u.k.grid, w->u.k.block, w->u.k.args);
+  char text[512];
+  if (f->run(w->u.k.grid, w->u.k.block, w->u.k.args, w->u.k.shared, text, sizeof text) != 0) {
+    /* a GPU would hang or compute garbage; the double says which kernel, and fails the launch */
+    fprintf(stderr, "cuda-double: %s\n", text);
+    return CUDA_ERROR_LAUNCH_FAILED;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -378,6 +386,7 @@ static CUresult d_cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsign
   uint32_t g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
   memcpy(w.u.k.grid, g, sizeof g);
   memcpy(w.u.k.block, b, sizeof b);
+  w.u.k.shared = shmem;
   CUresult r = dbl_kernel_args(f, params, w.u.k.args);
   if (r == CUDA_SUCCESS) r = dbl_run_kernel(&w);
   if (r == CUDA_SUCCESS) dbl_count("launch");

@@ -1,0 +1,174 @@
+/* See host_kernel_tu.h. */
+#include <string.h>
+
+#include "gpu/host/host_kernel_tu.h"
+#include "gpu/host/host_prelude.h"
+
+/* gpu/host/host_blocks.hpp, as text (generated) */
+extern const char host_blocks_text[];
+
+static bool ident_char(char c) {
+  return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* Steps over a comment, string or character at p (counting its lines);
+ * returns p itself when there is none there. */
+static const char *skip_quoted(const char *p, int *line) {
+  if (p[0] == '/' && p[1] == '/') {
+    while (*p && *p != '\n') p++;
+  } else if (p[0] == '/' && p[1] == '*') {
+    p += 2;
+    while (*p && !(p[0] == '*' && p[1] == '/')) *line += *p++ == '\n';
+    if (*p) p += 2;
+  } else if (*p == '"' || *p == '\'') {
+    char q = *p++;
+    while (*p && *p != q && *p != '\n') p += (p[0] == '\\' && p[1]) ? 2 : 1;
+    if (*p == q) p++;
+  }
+  return p;
+}
+
+int host_find_ident(const char *src, const char *ident) {
+  size_t il = strlen(ident);
+  int line = 1;
+  for (const char *p = src; *p;) {
+    const char *q = skip_quoted(p, &line);
+    if (q != p) {
+      p = q;
+    } else if (*p == '\n') {
+      line++;
+      p++;
+    } else if (ident_char(*p) && !(*p >= '0' && *p <= '9')) {
+      const char *s = p;
+      while (ident_char(*p)) p++;
+      if ((size_t)(p - s) == il && memcmp(s, ident, il) == 0) return line;
+    } else {
+      p++;
+    }
+  }
+  return 0;
+}
+
+bool host_tu_needs_blocks(const char *src) {
+  static const char *const needs[] = {"__shared__",       "__syncthreads",   "__syncthreads_count", "__syncthreads_and",
+                                      "__syncthreads_or", "__syncwarp",      "__shfl_sync",         "__shfl_up_sync",
+                                      "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync",       "__any_sync",
+                                      "__all_sync",       "__activemask"};
+  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(needs); i++)
+    if (host_find_ident(src, needs[i])) return true;
+  return false;
+}
+
+void host_tu_prelude(strbuf *sb, bool blocks) {
+  sb_adds(sb, host_prelude);
+  if (blocks) {
+    sb_adds(sb, "#line 1 \"gpu/host/host_blocks.hpp\"\n");
+    sb_adds(sb, host_blocks_text);
+  }
+}
+
+/* `extern __shared__ DECL;` at p (p at "extern"), rewritten into sb; returns
+ * the end of the declaration, or NULL when it is not such a declaration. */
+static const char *dyn_shared(strbuf *sb, const char *p) {
+  const char *q = p + 6;
+  while (*q == ' ' || *q == '\t') q++;
+  if (strncmp(q, "__shared__", 10) != 0 || ident_char(q[10])) return NULL;
+  q += 10;
+  const char *semi = strchr(q, ';');
+  if (!semi) return NULL;
+  /* the declarator: TYPE NAME [ ] ; the name is the last identifier before '[' */
+  const char *br = semi;
+  while (br > q && br[-1] != '[') br--;
+  if (br == q) return NULL;
+  const char *name_end = br - 1;
+  while (name_end > q && (name_end[-1] == ' ' || name_end[-1] == '\t')) name_end--;
+  const char *name = name_end;
+  while (name > q && ident_char(name[-1])) name--;
+  if (name == name_end) return NULL;
+  strbuf type;
+  sb_init(&type);
+  for (const char *t = q; t < name; t++) {
+    if (strncmp(t, "__align__", 9) == 0) { /* an alignment the pointer need not repeat */
+      const char *c = strchr(t, ')');
+      if (c && c < name) {
+        t = c;
+        continue;
+      }
+    }
+    sb_add(&type, *t == '\n' ? " " : t, 1);
+  }
+  sb_addf(sb, "%s*%.*s = reinterpret_cast<%s*>(__sr::dyn_shared());", type.failed ? "char " : type.data,
+          (int)(name_end - name), name, type.failed ? "char " : type.data);
+  sb_free(&type);
+  for (const char *t = p; t < semi; t++) /* the lines it spanned */
+    if (*t == '\n') sb_adds(sb, "\n");
+  return semi + 1;
+}
+
+int host_tu_source(strbuf *sb, const char *src) {
+  int line = 1, depth = 0;
+  const char *p = src, *from = src;
+  while (*p) {
+    const char *q = skip_quoted(p, &line);
+    if (q != p) {
+      p = q;
+    } else if (*p == '\n' || *p == '{' || *p == '}') {
+      line += *p == '\n';
+      depth += *p == '{' ? 1 : *p == '}' ? -1 : 0;
+      p++;
+    } else if (ident_char(*p)) {
+      bool word_start = p == src || !ident_char(p[-1]);
+      if (word_start && strncmp(p, "extern", 6) == 0 && !ident_char(p[6])) {
+        size_t mark = sb->len;
+        sb_add(sb, from, (size_t)(p - from));
+        const char *end = dyn_shared(sb, p);
+        if (end && depth <= 0) {
+          sb->len = mark;
+          return line;
+        }
+        if (end) {
+          for (const char *t = p; t < end; t++) line += *t == '\n';
+          p = from = end;
+          continue;
+        }
+        sb->len = mark;
+      }
+      while (ident_char(*p)) p++;
+    } else {
+      p++;
+    }
+  }
+  sb_add(sb, from, (size_t)(p - from));
+  return 0;
+}
+
+void host_tu_launcher(strbuf *sb, const char *entry, const char *name, const char *unpack, const char *call,
+                      bool blocks) {
+  sb_addf(sb,
+          "extern \"C\" __attribute__((visibility(\"default\"))) int __sched_launch_%s("
+          "const unsigned *__g, const unsigned *__b, const uint64_t *__a, unsigned __shm, char *__text, "
+          "unsigned __cap) {\n%s",
+          entry, unpack);
+  if (blocks) {
+    sb_addf(sb,
+            "  auto __body = [&]() { %s };\n"
+            "  return __sr::run_grid(__g, __b, __shm, \"%s\", __text, __cap,\n"
+            "                        [](void *__c) { (*static_cast<decltype(__body) *>(__c))(); }, &__body);\n}\n",
+            call, name);
+    return;
+  }
+  sb_addf(sb,
+          "  (void)__shm; (void)__text; (void)__cap;\n"
+          "  gridDim = dim3(__g[0], __g[1], __g[2]);\n"
+          "  blockDim = dim3(__b[0], __b[1], __b[2]);\n"
+          "  for (unsigned bz = 0; bz < __g[2]; bz++)\n"
+          "  for (unsigned by = 0; by < __g[1]; by++)\n"
+          "  for (unsigned bx = 0; bx < __g[0]; bx++) {\n"
+          "    blockIdx = uint3{bx, by, bz};\n"
+          "    for (unsigned tz = 0; tz < __b[2]; tz++)\n"
+          "    for (unsigned ty = 0; ty < __b[1]; ty++)\n"
+          "    for (unsigned tx = 0; tx < __b[0]; tx++) {\n"
+          "      threadIdx = uint3{tx, ty, tz};\n"
+          "      %s\n    }\n  }\n  return 0;\n}\n",
+          call);
+}
