@@ -179,6 +179,25 @@ static void run_bound(schedrun_t *s, schedrun_program_t *p, schedrun_buffer_t *m
   schedrun_job_result_free(&r);
 }
 
+/* A job of add bound to nothing, on each device, starts from x's init
+ * (-5) and leaves x[i] = -5 + i + 1, every element checked. */
+static void unbound_from_init(schedrun_t *s, schedrun_program_t *p) {
+  schedrun_error_t err = {0};
+  for (int dev = 0; dev < schedrun_device_count(s); dev++) {
+    schedrun_job_options_t o;
+    schedrun_job_options_init(&o);
+    o.device = dev;
+    o.keep_outputs = 1;
+    schedrun_job_result_t *r;
+    assert_int_equal(schedrun_submit_wait(s, p, &o, &r, &err), SCHEDRUN_OK);
+    assert_int_equal(schedrun_job_result_info(r)->status, SCHEDRUN_OK);
+    const int *x = schedrun_job_result_output(r, "x", NULL);
+    for (int i = 0; i < N; i++)
+      if (x[i] != -5 + i + 1) fail_msg("device %d, unbound job: x[%d] is %d, wanted %d", dev, i, x[i], -4 + i);
+    schedrun_job_result_free(&r);
+  }
+}
+
 /* Memory from schedrun_host_alloc, registered at its start, is the buffer
  * itself (host devices: mapped over the buffer in the worker; CUDA: pinned
  * memory every device reaches): 100 jobs in a row on each device update it
@@ -208,19 +227,7 @@ static void in_place_on(schedrun_t *s) {
     }
   /* a job bound to nothing starts from the buffer's init, on every device;
    * the caller's memory stays as the last bound job left it */
-  for (int dev = 0; dev < schedrun_device_count(s); dev++) {
-    schedrun_job_options_t o;
-    schedrun_job_options_init(&o);
-    o.device = dev;
-    o.keep_outputs = 1;
-    schedrun_job_result_t *r;
-    assert_int_equal(schedrun_submit_wait(s, p, &o, &r, &err), SCHEDRUN_OK);
-    assert_int_equal(schedrun_job_result_info(r)->status, SCHEDRUN_OK);
-    const int *x = schedrun_job_result_output(r, "x", NULL);
-    for (int i = 0; i < N; i++)
-      if (x[i] != -5 + i + 1) fail_msg("device %d, unbound job: x[%d] is %d, wanted %d", dev, i, x[i], -4 + i);
-    schedrun_job_result_free(&r);
-  }
+  unbound_from_init(s, p);
   for (int i = 0; i < N; i++) assert_int_equal(mem[i], i + runs * (i + 1));
   assert_int_equal(schedrun_buffer_unregister(&m, &err), SCHEDRUN_OK);
   /* off a page boundary: copied in and back, counted, on host devices;
@@ -508,19 +515,7 @@ static void test_device_memory(void **st) {
     run_on_device_memory(s, p, m, false, 0, when);
     check_device(&a, x, N, 100 + k, when);
   }
-  for (int dev = 0; dev < 2; dev++) { /* the buffer set's own memory: from init */
-    schedrun_job_options_t o;
-    schedrun_job_options_init(&o);
-    o.device = dev;
-    o.keep_outputs = 1;
-    schedrun_job_result_t *r;
-    assert_int_equal(schedrun_submit_wait(s, p, &o, &r, &err), SCHEDRUN_OK);
-    assert_int_equal(schedrun_job_result_info(r)->status, SCHEDRUN_OK);
-    const int *got = schedrun_job_result_output(r, "x", NULL);
-    for (int i = 0; i < N; i++)
-      if (got[i] != -5 + i + 1) fail_msg("device %d, unbound job: x[%d] is %d, wanted %d", dev, i, got[i], -4 + i);
-    schedrun_job_result_free(&r);
-  }
+  unbound_from_init(s, p); /* the buffer set's own memory */
   check_device(&a, x, N, 104, "after the unbound jobs");
   /* pinned to the other device */
   schedrun_bind_t b = {"x", m};

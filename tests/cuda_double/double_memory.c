@@ -30,6 +30,17 @@ bool dbl_range(uint64_t addr, uint64_t bytes, const dctx *ctx) {
   return false;
 }
 
+/* Room in g_allocs for one more allocation. Under dbl_lock. */
+static bool alloc_room(void) {
+  if (g_nalloc < g_alloccap) return true;
+  size_t cap = g_alloccap ? g_alloccap * 2 : 64;
+  alloc *a = realloc(g_allocs, cap * sizeof *a);
+  if (!a) return false;
+  g_allocs = a;
+  g_alloccap = cap;
+  return true;
+}
+
 size_t dbl_allocations(uint64_t *bytes) {
   *bytes = 0;
   for (size_t i = 0; i < g_nalloc; i++) *bytes += g_allocs[i].bytes;
@@ -65,13 +76,7 @@ static CUresult d_cuMemAlloc(CUdeviceptr *p, size_t bytes) {
   /* the device's memory, rounded as allocations are */
   if (bytes > dbl_mem_bytes || dev_used(x->ordinal) > dbl_mem_bytes - ((bytes + 255) & ~(size_t)255))
     LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
-  if (g_nalloc == g_alloccap) {
-    size_t cap = g_alloccap ? g_alloccap * 2 : 64;
-    alloc *a = realloc(g_allocs, cap * sizeof *a);
-    if (!a) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
-    g_allocs = a;
-    g_alloccap = cap;
-  }
+  if (!alloc_room()) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
   /* 256-byte aligned like cudaMalloc; filled with a pattern, since device
    * memory does not start zeroed */
   size_t rounded = (bytes + 255) & ~(size_t)255;
@@ -93,13 +98,7 @@ static CUresult d_cuMemHostAlloc(void **pp, size_t bytes, unsigned flags) {
   if (!pp || bytes == 0 ||
       (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)))
     LEAVE(CUDA_ERROR_INVALID_VALUE);
-  if (g_nalloc == g_alloccap) {
-    size_t cap = g_alloccap ? g_alloccap * 2 : 64;
-    alloc *a = realloc(g_allocs, cap * sizeof *a);
-    if (!a) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
-    g_allocs = a;
-    g_alloccap = cap;
-  }
+  if (!alloc_room()) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
   /* no more than the machine has can be pinned (a driver refuses it too) */
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0 && bytes > (uint64_t)pages * (uint64_t)page) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
