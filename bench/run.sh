@@ -132,6 +132,8 @@ echo "replay: 1000 tiny launches; record create / update / reuse; memory" >&2
 "$build/replay_bench" > "$tmp/replay"
 echo "record: create / update one / update all / reuse, 100 to 100,000 launches" >&2
 "$build/record_bench" > "$tmp/record"
+echo "blocks: a tree reduction's barriers against a barrier-free kernel" >&2
+"$build/blocks_bench" > "$tmp/blocks"
 echo "compile: pool of 1 vs 2 workers, memory-cache hits" >&2
 "$build/compile_bench" 5 > "$tmp/compile"
 
@@ -446,6 +448,18 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo
   echo "Command: \`build/record_bench\` (one host device; medians of 5; RECORD -> RECORDED"
   echo "as the scheduler sees it, two message hops included)."
+  echo
+  echo "## Blocks of cooperating threads on a host device"
+  echo
+  echo "| kernel on 4,194,304 floats, blocks of 256 | execute time per element, median of 7 |"
+  echo "|---|---|"
+  echo "| a tree reduction in \`__shared__\` memory, nine \`__syncthreads()\` per thread (each block's threads as fibers) | $(get blocks_tree_ns_per_element "$tmp/blocks") ns |"
+  echo "| the same sums with no barrier (plain loops) | $(get blocks_plain_ns_per_element "$tmp/blocks") ns |"
+  echo
+  echo "Command: \`build/blocks_bench\` (one host device; each job also fills its input"
+  echo "first, under 1 ns per element). Every barrier switches each of a block's threads"
+  echo "out and in again, about 40 ns a switch: loop fission at barriers would remove"
+  echo "them where the compiler can prove it, and is not done."
   echo
   echo "## Compiles"
   echo
