@@ -1,7 +1,8 @@
 /*
  * The real workloads of examples/workloads: a tiled GEMM in shared memory, a
  * dot product of 16M floats reduced by warp shuffles and shared memory in
- * two passes, and a histogram with per-block bins in shared memory. For
+ * two passes, a histogram with per-block bins in shared memory, and the
+ * Jacobi stencil of examples/jacobi.c over two devices. For
  * each, NumPy writes the inputs and what it computes from them
  * (examples/workloads/data.py), and one job pinned to each device must
  * verify against it: every element of the output, within the tolerances
@@ -62,11 +63,38 @@ static void test_histogram(void **st) {
   run_example("histogram");
 }
 
+/* examples/jacobi.c: the grid split across two devices, 100 steps of two
+ * jobs, halo rows handed across every step (device to device: 198 of them),
+ * checked element by element against NumPy's. */
+static void test_jacobi(void **st) {
+  (void)st;
+  char dir[] = "/tmp/schedrun-workload-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char script[4096], expected[4200];
+  snprintf(script, sizeof script, "%s/workloads/data.py", tu_env("SCHEDRUN_EXAMPLES"));
+  char *py[] = {"/usr/bin/python3", script, "jacobi", dir, NULL};
+  char *out = NULL, *err = NULL;
+  if (tu_run(py, &out, &err) != 0) fail_msg("data.py jacobi: %s", err ? err : "");
+  free(out);
+  free(err);
+  snprintf(expected, sizeof expected, "%s/jacobi_expected.npy", dir);
+  const char *devices = getenv("SCHEDRUN_WORKLOADS_DEVICES");
+  char *run[] = {(char *)tu_env("SCHEDRUN_JACOBI"), (char *)(devices ? devices : "host:2"), expected, NULL};
+  out = err = NULL;
+  int rc = tu_run(run, &out, &err);
+  if (rc != 0 || !strstr(out, "every element matches") || !strstr(out, "on two devices, 198 hand-offs from device to device"))
+    fail_msg("jacobi exited %d:\n%s%s", rc, out ? out : "", err ? err : "");
+  free(out);
+  free(err);
+  fs_remove_tree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gemm),
       cmocka_unit_test(test_dot),
       cmocka_unit_test(test_histogram),
+      cmocka_unit_test(test_jacobi),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
