@@ -134,6 +134,7 @@ echo "record: create / update one / update all / reuse, 100 to 100,000 launches"
 "$build/record_bench" > "$tmp/record"
 echo "blocks: a tree reduction's barriers against a barrier-free kernel" >&2
 "$build/blocks_bench" > "$tmp/blocks"
+"$build/gemm_bench" >> "$tmp/blocks"
 echo "compile: pool of 1 vs 2 workers, memory-cache hits" >&2
 "$build/compile_bench" 5 > "$tmp/compile"
 
@@ -456,7 +457,12 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "| a tree reduction in \`__shared__\` memory, nine \`__syncthreads()\` per thread (each block's threads as fibers) | $(get blocks_tree_ns_per_element "$tmp/blocks") ns |"
   echo "| the same sums with no barrier (plain loops) | $(get blocks_plain_ns_per_element "$tmp/blocks") ns |"
   echo
-  echo "Command: \`build/blocks_bench\` (one host device; each job also fills its input"
+  echo "| GEMM, 512 x 512 x 512, single precision | GFLOP/s, median of 5 |"
+  echo "|---|---|"
+  echo "| schedrun, one host device: the tiled kernel of \`examples/workloads/gemm.yaml\` (16 x 16 tiles in shared memory) | $(get gemm_schedrun_gflops "$tmp/blocks") |"
+  echo "| the same tiling as plain C loops, \`-O3\`, one thread (the limit here) | $(get gemm_plain_c_gflops "$tmp/blocks") |"
+  echo
+  echo "Commands: \`build/blocks_bench\`, \`build/gemm_bench\` (one host device; each blocks job also fills its input"
   echo "first, under 1 ns per element). Every barrier switches each of a block's threads"
   echo "out and in again, about 40 ns a switch: loop fission at barriers would remove"
   echo "them where the compiler can prove it, and is not done."
