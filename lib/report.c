@@ -167,6 +167,38 @@ bool report_add(schedrun_report_t *r, size_t index, schedrun_job_result_t *res) 
   return true;
 }
 
+void report_not_started(schedrun_report_t *r, size_t first, size_t count, int status, const char *why) {
+  assert(status != SCHEDRUN_OK && first + count <= (size_t)r->repeat * (size_t)r->jobs);
+  size_t added = 0, last = first;
+  for (size_t i = first; i < first + count; i++) {
+    job_entry *e = &r->entries[i];
+    if (e->seen) continue;
+    e->seen = true;
+    e->info.status = status;
+    e->info.device = -1;
+    e->info.run = (int)(i / (size_t)r->jobs);
+    e->info.job = (int)(i % (size_t)r->jobs);
+    added++;
+    last = i;
+  }
+  if (!added) return;
+  r->sum.jobs += (uint32_t)added;
+  r->sum.failed += (uint32_t)added;
+  if (!r->first_error) {
+    r->first_error = status;
+    r->first_error_text = xstrdup(why);
+  }
+  strbuf sb;
+  sb_init(&sb);
+  int r0 = (int)(first / (size_t)r->jobs), j0 = (int)(first % (size_t)r->jobs);
+  int r1 = (int)(last / (size_t)r->jobs), j1 = (int)(last % (size_t)r->jobs);
+  if (added == 1) sb_addf(&sb, "run %d, job %d, device -: %s: %s", r0, j0, schedrun_strerror(status), why);
+  else
+    sb_addf(&sb, "%zu jobs, run %d, job %d to run %d, job %d, device -: %s: %s", added, r0, j0, r1, j1,
+            schedrun_strerror(status), why);
+  add_failure(r, sb_take(&sb));
+}
+
 void report_finish(schedrun_report_t *r, uint64_t wall_ns) {
   r->sum.wall_ns = wall_ns;
   for (int d = 0; d < r->nlocal; d++) {

@@ -534,10 +534,15 @@ int mpi_run_root(schedrun_mpi_t *m, schedrun_program_t *h, const schedrun_run_op
       break;
     }
   }
-  if (r.lost[0]) {
+  if (r.lost[0] && r.next < r.total) {
     char why[260];
     snprintf(why, sizeof why, "not started: %s", r.lost);
-    for (size_t i = r.next; i < r.total; i++) fail(&r, i, SCHEDRUN_ELOST, why);
+    for (size_t i = r.next; i < r.total; i++) {
+      assert(r.where[i] == OUT_NOWHERE); /* never placed: no rank holds a place for it */
+      r.where[i] = OUT_DONE;
+    }
+    r.done += r.total - r.next;
+    report_not_started(r.rep, r.next, r.total - r.next, SCHEDRUN_ELOST, why);
   }
   collect_stats(&r);
   uint64_t compiled = 0;
