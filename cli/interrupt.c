@@ -111,6 +111,7 @@ int interrupt_start(void) {
 void interrupt_watch(schedrun_t *s) {
   pthread_mutex_lock(&lock);
   watched = s;
+  if (s) atomic_store(&phase, "running the jobs"); /* the config is loaded and the devices are up */
   /* a signal that came before there was a scheduler to shut down */
   if (s && atomic_load(&first)) schedrun_shutdown(s, GRACE_MS, NULL);
   pthread_mutex_unlock(&lock);

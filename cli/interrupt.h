@@ -27,7 +27,8 @@ int interrupt_left_ms(void);
  * or not at all), or the process is an MPI rank serving rank 0. Then a first
  * signal ends the process at once. */
 void interrupt_phase(const char *what, int outputs);
-/* The scheduler a first signal shuts down (NULL: none yet). */
+/* The scheduler a first signal shuts down (NULL: none yet); watching one
+ * makes the phase "running the jobs". */
 void interrupt_watch(schedrun_t *s);
 /* The signal that arrived first, or 0. */
 int interrupt_signal(void);
