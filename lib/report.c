@@ -34,7 +34,17 @@ struct schedrun_report {
   uint32_t ncommands;
   gpu_counters at_start[SCHEDRUN_MAX_DEVICES]; /* counters are reported as growth over the run */
   int nlocal; /* devices of this process; those after them are other processes' */
+  /* jobs unstarted_from .. the last never started (unstarted_status, not 0):
+   * they have no entry written, so that millions of them cost nothing */
+  size_t unstarted_from;
+  int unstarted_status;
 };
+
+static size_t total_jobs(const schedrun_report_t *r) { return (size_t)r->repeat * (size_t)r->jobs; }
+
+static bool unstarted(const schedrun_report_t *r, size_t i) {
+  return r->unstarted_status != 0 && i >= r->unstarted_from;
+}
 
 schedrun_report_t *report_new(const schedrun_t *s, const prog_program *p, int repeat, int jobs, bool keep) {
   schedrun_report_t *r = calloc(1, sizeof *r);
@@ -101,6 +111,7 @@ static void add_failure(schedrun_report_t *r, char *text) {
 }
 
 bool report_add(schedrun_report_t *r, size_t index, schedrun_job_result_t *res) {
+  assert(index < total_jobs(r) && !unstarted(r, index)); /* a job that never started has no result */
   job_entry *e = &r->entries[index];
   if (e->seen) {
     schedrun_job_result_free(&res);
@@ -167,21 +178,11 @@ bool report_add(schedrun_report_t *r, size_t index, schedrun_job_result_t *res) 
   return true;
 }
 
-void report_not_started(schedrun_report_t *r, size_t first, size_t count, int status, const char *why) {
-  assert(status != SCHEDRUN_OK && first + count <= (size_t)r->repeat * (size_t)r->jobs);
-  size_t added = 0, last = first;
-  for (size_t i = first; i < first + count; i++) {
-    job_entry *e = &r->entries[i];
-    if (e->seen) continue;
-    e->seen = true;
-    e->info.status = status;
-    e->info.device = -1;
-    e->info.run = (int)(i / (size_t)r->jobs);
-    e->info.job = (int)(i % (size_t)r->jobs);
-    added++;
-    last = i;
-  }
-  if (!added) return;
+void report_not_started(schedrun_report_t *r, size_t first, int status, const char *why) {
+  assert(status != SCHEDRUN_OK && first < total_jobs(r) && r->unstarted_status == 0);
+  size_t added = total_jobs(r) - first;
+  r->unstarted_from = first;
+  r->unstarted_status = status;
   r->sum.jobs += (uint32_t)added;
   r->sum.failed += (uint32_t)added;
   if (!r->first_error) {
@@ -190,6 +191,7 @@ void report_not_started(schedrun_report_t *r, size_t first, size_t count, int st
   }
   strbuf sb;
   sb_init(&sb);
+  size_t last = total_jobs(r) - 1;
   int r0 = (int)(first / (size_t)r->jobs), j0 = (int)(first % (size_t)r->jobs);
   int r1 = (int)(last / (size_t)r->jobs), j1 = (int)(last % (size_t)r->jobs);
   if (added == 1) sb_addf(&sb, "run %d, job %d, device -: %s: %s", r0, j0, schedrun_strerror(status), why);
@@ -269,10 +271,18 @@ int schedrun_report_device(const schedrun_report_t *r, int run, int job) {
 }
 
 int schedrun_report_job(const schedrun_report_t *r, int run, int job, schedrun_job_info_t *out) {
+  if (!out) return SCHEDRUN_EINVAL;
   const job_entry *e = entry_at(r, run, job);
-  if (!e || !out) return SCHEDRUN_EINVAL;
-  *out = e->info;
-  return SCHEDRUN_OK;
+  if (e) {
+    *out = e->info;
+    return SCHEDRUN_OK;
+  }
+  if (r && run >= 0 && job >= 0 && run < r->repeat && job < r->jobs &&
+      unstarted(r, (size_t)run * (size_t)r->jobs + (size_t)job)) {
+    *out = (schedrun_job_info_t){.status = r->unstarted_status, .device = -1, .run = run, .job = job};
+    return SCHEDRUN_OK;
+  }
+  return SCHEDRUN_EINVAL;
 }
 
 /* ---- JSON ---- */

@@ -21,11 +21,12 @@ schedrun_report_t *report_new(const schedrun_t *s, const prog_program *p, int re
 /* Files the result of job `index` (run * jobs + job), taking it over (it is
  * freed here). Returns false for a duplicate. */
 bool report_add(schedrun_report_t *r, size_t index, schedrun_job_result_t *res);
-/* Jobs first .. first + count - 1 that never started (a rank was lost),
- * failed with `status` and `why`: filed in one sweep with no result each,
- * and named by one failure line for the range (a long run has millions of
- * them). Jobs already filed are left as they are. */
-void report_not_started(schedrun_report_t *r, size_t first, size_t count, int status, const char *why);
+/* Jobs `first` to the last, none of them filed, never started (a rank was
+ * lost): failed with `status` and `why`, named by one failure line for the
+ * range, and answered by schedrun_report_job (device -1, nothing else)
+ * without an entry written for each (a long run has millions of them).
+ * Once per report. */
+void report_not_started(schedrun_report_t *r, size_t first, int status, const char *why);
 /* A device of another process (an MPI rank), after this process's: its
  * index, or -1 past SCHEDRUN_MAX_DEVICES. Its counters come from
  * report_device_counters, not from this process's backend. */

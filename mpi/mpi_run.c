@@ -542,7 +542,7 @@ int mpi_run_root(schedrun_mpi_t *m, schedrun_program_t *h, const schedrun_run_op
       r.where[i] = OUT_DONE;
     }
     r.done += r.total - r.next;
-    report_not_started(r.rep, r.next, r.total - r.next, SCHEDRUN_ELOST, why);
+    report_not_started(r.rep, r.next, SCHEDRUN_ELOST, why);
   }
   collect_stats(&r);
   uint64_t compiled = 0;

@@ -254,7 +254,10 @@ static void rank_fails(int sig, bool rank0) {
   snprintf(path, sizeof path, "%s/multi_device_demo.yaml", tu_env("SCHEDRUN_CONFIGS"));
   int fd = mkstemp(outp);
   assert_true(fd >= 0);
-  const char *args[] = {"--no-cache", "--repeat", "100000", path, NULL};
+  /* a stopped rank 1 or 2: rank 0 reports the run, with the jobs never
+   * started in one failure line of the JSON report */
+  bool report = sig == SIGSTOP && !rank0;
+  const char *args[] = {"--no-cache", "--repeat", "100000", report ? "--json" : path, report ? path : NULL, NULL};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fd, 1);
@@ -310,6 +313,10 @@ static void rank_fails(int sig, bool rank0) {
   char named[16];
   snprintf(named, sizeof named, "rank %d", vr);
   if (!strstr(out, named)) fail_msg("the output does not name %s (it ended %.1f s after the signal):\n%s", named, took, out);
+  char range[160];
+  snprintf(range, sizeof range, "to run 99999, job 63, device -: %s: not started: rank %d (host ",
+           schedrun_strerror(SCHEDRUN_ELOST), vr);
+  if (report && !strstr(out, range)) fail_msg("no failure line for the jobs never started (%s):\n%s", range, out);
   /* rank 0 cannot say it was lost: a serving rank does, in its own words */
   if (rank0 && (!strstr(out, "rank 0 (host ") || !strstr(out, "lost: nothing heard from it")))
     fail_msg("no rank says that rank 0 was lost:\n%s", out);
