@@ -249,8 +249,8 @@ const char *schedrun_report_failure(const schedrun_report_t *r, size_t i) {
 
 static const job_entry *entry_at(const schedrun_report_t *r, int run, int job) {
   if (!r || run < 0 || job < 0 || run >= r->repeat || job >= r->jobs) return NULL;
-  const job_entry *e = &r->entries[(size_t)run * (size_t)r->jobs + (size_t)job];
-  return e->seen ? e : NULL;
+  size_t i = (size_t)run * (size_t)r->jobs + (size_t)job;
+  return !unstarted(r, i) && r->entries[i].seen ? &r->entries[i] : NULL;
 }
 
 const void *schedrun_report_output(const schedrun_report_t *r, int run, int job, const char *buffer, size_t *bytes) {
@@ -339,8 +339,10 @@ char *schedrun_report_json(const schedrun_report_t *r) {
 void schedrun_report_free(schedrun_report_t **pr) {
   if (!pr || !*pr) return;
   schedrun_report_t *r = *pr;
-  size_t total = (size_t)r->repeat * (size_t)r->jobs;
-  for (size_t i = 0; i < total; i++) {
+  /* the jobs that never started have no entry written: their pages of
+   * the array were never touched, and are not now */
+  size_t filed = r->unstarted_status ? r->unstarted_from : total_jobs(r);
+  for (size_t i = 0; i < filed; i++) {
     for (size_t k = 0; k < r->entries[i].outputs.n; k++) {
       msg_bytes_free(r->entries[i].outputs.v[k].data.data, r->entries[i].outputs.v[k].data.len);
       free(r->entries[i].names[k]);
@@ -374,7 +376,7 @@ void report_shape(const schedrun_report_t *r, int *repeat, int *jobs) {
 }
 
 bool report_timeline(const schedrun_report_t *r, size_t i, report_times *out) {
-  if (i >= (size_t)r->repeat * (size_t)r->jobs || !r->entries[i].seen) return false;
+  if (i >= total_jobs(r) || unstarted(r, i) || !r->entries[i].seen) return false;
   const job_entry *e = &r->entries[i];
   *out = (report_times){(int)(i / (size_t)r->jobs), (int)(i % (size_t)r->jobs), e->info.device,
                         e->t_submit, e->t_compile, e->info.compile_ns, e->t_record, e->info.record_ns,
@@ -390,7 +392,7 @@ const char *report_device_name(const schedrun_report_t *r, int d) {
 
 const uint64_t *report_launches(const schedrun_report_t *r, size_t i, size_t *n) {
   *n = 0;
-  if (i >= (size_t)r->repeat * (size_t)r->jobs || !r->entries[i].seen) return NULL;
+  if (i >= total_jobs(r) || unstarted(r, i) || !r->entries[i].seen) return NULL;
   *n = r->entries[i].launches.n / 3;
   return r->entries[i].launches.v;
 }
