@@ -11,7 +11,9 @@
 #include <assert.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "messages/msg.h"
 
@@ -153,6 +155,9 @@ typedef struct pool_size {
   void *v[POOL_PER_SIZE];
 } pool_size;
 
+#define HUGE_BLOCK_BYTES (32u << 20)
+#define HUGE_ALIGN (2u << 20)
+
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pool_size pool[POOL_SIZES];
 static uint64_t pool_bytes;
@@ -171,7 +176,18 @@ uint8_t *msg_bytes_alloc(size_t len) {
     pthread_mutex_unlock(&pool_lock);
     if (p) return p;
   }
-  return malloc(len ? len : 1);
+  uint8_t *p = malloc(len ? len : 1);
+#ifdef MADV_HUGEPAGE
+  /* a block this large is mapped for itself: huge pages where the system
+   * gives them on request, so that filling it faults once per 2 MiB rather
+   * than once per page (a 3 GiB output read back: 786,432 faults, or 1,536) */
+  if (p && len >= HUGE_BLOCK_BYTES) {
+    uintptr_t from = ((uintptr_t)p + HUGE_ALIGN - 1) & ~(uintptr_t)(HUGE_ALIGN - 1);
+    uintptr_t to = ((uintptr_t)p + len) & ~(uintptr_t)(HUGE_ALIGN - 1);
+    if (to > from) (void)madvise((void *)from, to - from, MADV_HUGEPAGE); /* advice: refused is fine */
+  }
+#endif
+  return p;
 }
 
 void msg_bytes_free(uint8_t *data, size_t len) {

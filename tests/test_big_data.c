@@ -42,6 +42,31 @@ static void test_three_gib_buffer(void **st) {
   free(err);
 }
 
+/* A buffer of 2 MiB without `init` starts every job zeroed, also when the
+ * job before it on the device left its pages written: each of 8 jobs adds 1
+ * to every element and must find all of them 1. (A large range is zeroed
+ * only where the memory file holds pages: host_dev_zero.) */
+static void test_large_buffer_zeroed_every_job(void **st) {
+  (void)st;
+  const char *cfg = tu_write_temp(0, "zeroed.yaml",
+                                  "version: 1\nname: zeroed\ndevices: host:1\njobs: 8\n"
+                                  "kernels:\n  bump:\n    params: [ptr]\n    source: |\n"
+                                  "      extern \"C\" __global__ void bump(unsigned *y) {\n"
+                                  "        y[blockIdx.x * blockDim.x + threadIdx.x] += 1u;\n"
+                                  "      }\n"
+                                  "buffers:\n  y: {type: u32, count: 524288}\n"
+                                  "program:\n  - launch: {kernel: bump, grid: 512, block: 1024, args: [y]}\n"
+                                  "expect:\n  y: {at: {0: 1, 262144: 1, 524287: 1}, sum: 524288}\n");
+  char *out, *err;
+  int rc = run_cli("--json", cfg, &out, &err);
+  json_object *j = out ? json_tokener_parse(out) : NULL, *v = NULL;
+  if (rc != 0 || !j || !json_object_object_get_ex(j, "jobs_verified", &v) || json_object_get_int(v) != 8)
+    fail_msg("exit %d:\n%s%s", rc, out, err);
+  json_object_put(j);
+  free(out);
+  free(err);
+}
+
 /* 512 GiB: more than any host device's buffer zone (48 GiB) and than this
  * machine's memory. Refused before anything is allocated, with what the
  * program needs and what the device can hold; exit 4 (memory). */
@@ -174,6 +199,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_three_gib_buffer),
       cmocka_unit_test(test_beyond_the_device_refused),
+      cmocka_unit_test(test_large_buffer_zeroed_every_job),
       cmocka_unit_test(test_lent_inputs_and_outputs),
       cmocka_unit_test(test_shutdown_returns_lent_bytes),
   };

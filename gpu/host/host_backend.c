@@ -122,19 +122,19 @@ static void h_mem_free(gpu_backend *b, int dev, uint64_t addr) { host_dev_free(d
 
 static int h_mem_zero(gpu_backend *b, int dev, uint64_t addr, uint64_t n, schedrun_error_t *err) {
   (void)err;
-  if (n) memset(host_dev_range(dev_of(b, dev), addr, n), 0, n);
+  if (n) host_dev_zero(dev_of(b, dev), addr, n);
   return SCHEDRUN_OK;
 }
 
 static int h_copy_htod(gpu_backend *b, int dev, uint64_t dst, const void *src, uint64_t n, schedrun_error_t *err) {
   (void)err;
-  if (n) memcpy(host_dev_range(dev_of(b, dev), dst, n), src, n);
+  if (n) host_dev_write(dev_of(b, dev), dst, src, n);
   return SCHEDRUN_OK;
 }
 
 static int h_copy_dtoh(gpu_backend *b, int dev, void *dst, uint64_t src, uint64_t n, schedrun_error_t *err) {
   (void)err;
-  if (n) memcpy(dst, host_dev_range(dev_of(b, dev), src, n), n);
+  if (n) host_dev_read(dev_of(b, dev), dst, src, n);
   return SCHEDRUN_OK;
 }
 

@@ -107,6 +107,12 @@ void host_dev_free(host_device *d, uint64_t addr);
 int host_dev_realloc(host_device *d, uint64_t *addr, uint64_t keep, uint64_t new_bytes);
 /* The library's pointer to [addr, addr + n) of d, which must lie in its arena. */
 void *host_dev_range(host_device *d, uint64_t addr, uint64_t n);
+/* Zeroes [addr, addr + n) of d's arena: a large range only where the memory
+ * file holds pages (the rest reads as zero without being touched). */
+void host_dev_zero(host_device *d, uint64_t addr, uint64_t n);
+/* Copies n bytes out of d's arena at addr, and into it. */
+void host_dev_read(host_device *d, void *dst, uint64_t addr, uint64_t n);
+void host_dev_write(host_device *d, uint64_t addr, const void *src, uint64_t n);
 /* A staging block of at least `bytes` for one batch (the kept one when it
  * is large enough), and its length; 0, or -1 without room. */
 int host_stage_take(host_device *d, uint64_t bytes, uint64_t *addr, uint64_t *len);
