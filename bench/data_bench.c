@@ -27,16 +27,19 @@
 
 enum { NX = 1024, WINDOW = 256 };
 
-static const char saxpy_program[] =
-    "version: 1\nname: saxpy_data\n"
-    "kernels:\n  saxpy:\n    params: [ptr, ptr, i32]\n    source: |\n"
-    "      extern \"C\" __global__ void saxpy(const float *x, float *y, int n) {\n"
-    "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-    "        if (i < n) y[i] = 2.0f * x[i] + y[i];\n"
-    "      }\n"
-    "buffers:\n  x: {type: f32, count: 1024}\n  y: {type: f32, count: 1024}\n"
-    "program:\n  - launch: {kernel: saxpy, grid: 4, block: 256, args: [x, y, 1024]}\n"
-    "expect:\n  y: {at: {0: \"$job\", 1023: \"2 * 1023 + $job\"}}\n";
+/* y = 2x + y over 1,024 floats: the kernel, buffers and launch both
+ * programs share after their name */
+#define SAXPY_BODY                                                                \
+  "kernels:\n  saxpy:\n    params: [ptr, ptr, i32]\n    source: |\n"               \
+  "      extern \"C\" __global__ void saxpy(const float *x, float *y, int n) {\n" \
+  "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"                     \
+  "        if (i < n) y[i] = 2.0f * x[i] + y[i];\n"                              \
+  "      }\n"                                                                    \
+  "buffers:\n  x: {type: f32, count: 1024}\n  y: {type: f32, count: 1024}\n"      \
+  "program:\n  - launch: {kernel: saxpy, grid: 4, block: 256, args: [x, y, 1024]}\n"
+
+static const char saxpy_program[] = "version: 1\nname: saxpy_data\n" SAXPY_BODY
+                                    "expect:\n  y: {at: {0: \"$job\", 1023: \"2 * 1023 + $job\"}}\n";
 
 /* CPU seconds and page faults of this process and of its children that
  * have ended (the host devices' workers, once the scheduler is closed). */
@@ -99,15 +102,7 @@ static void run(schedrun_t *s, schedrun_program_t *p, int n, float *xs, float *y
  * each after the one before (y = 2x + y, 256 times). xs and ys come from
  * malloc (copied in and back) or from schedrun_host_alloc (used in place on
  * host devices). The program has no expectations: nothing is read back. */
-static const char saxpy_bound_program[] =
-    "version: 1\nname: saxpy_bound\n"
-    "kernels:\n  saxpy:\n    params: [ptr, ptr, i32]\n    source: |\n"
-    "      extern \"C\" __global__ void saxpy(const float *x, float *y, int n) {\n"
-    "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-    "        if (i < n) y[i] = 2.0f * x[i] + y[i];\n"
-    "      }\n"
-    "buffers:\n  x: {type: f32, count: 1024}\n  y: {type: f32, count: 1024}\n"
-    "program:\n  - launch: {kernel: saxpy, grid: 4, block: 256, args: [x, y, 1024]}\n";
+static const char saxpy_bound_program[] = "version: 1\nname: saxpy_bound\n" SAXPY_BODY;
 
 static void run_bound(schedrun_t *s, schedrun_program_t *p, int n, float *xs, float *ys, int chain) {
   schedrun_job_options_t o[WINDOW];

@@ -19,21 +19,6 @@
 
 static schedrun_t *open_here(void) { return tu_open_devices("SCHEDRUN_BLOCKS_DEVICES", "host:2", 2, NULL); }
 
-/* Runs one job of p on device dev as run `run`, keeping its outputs. */
-static schedrun_job_result_t *run_on(schedrun_t *s, schedrun_program_t *p, int dev, int run) {
-  schedrun_job_options_t o;
-  schedrun_job_options_init(&o);
-  o.device = dev;
-  o.run = run;
-  o.keep_outputs = 1;
-  schedrun_job_result_t *r;
-  schedrun_error_t err = {0};
-  if (schedrun_submit_wait(s, p, &o, &r, &err) != SCHEDRUN_OK) fail_msg("submit: %s", err.message);
-  if (schedrun_job_result_info(r)->status != SCHEDRUN_OK)
-    fail_msg("device %d, run %d: %s", dev, run, schedrun_job_result_error(r));
-  return r;
-}
-
 static const void *output(const schedrun_job_result_t *r, const char *buffer, size_t want) {
   size_t bytes = 0;
   const void *v = schedrun_job_result_output(r, buffer, &bytes);
@@ -84,7 +69,7 @@ static void test_block_reductions(void **st) {
   schedrun_program_t *p = tu_load(s, reduce_yaml, "reduce.yaml");
   for (int dev = 0; dev < schedrun_device_count(s); dev++)
     for (int run = 0; run < 4; run++) {
-      schedrun_job_result_t *r = run_on(s, p, dev, run);
+      schedrun_job_result_t *r = tu_job_on(s, p, dev, run);
       const long long *sums = output(r, "sums", 4 * sizeof(long long));
       const int *c = output(r, "c", 12 * sizeof(int));
       for (int b = 0; b < 4; b++) {
@@ -143,7 +128,7 @@ static void test_warp_operations(void **st) {
   schedrun_t *s = open_here();
   schedrun_program_t *p = tu_load(s, warp_yaml, "warp.yaml");
   for (int dev = 0; dev < schedrun_device_count(s); dev++) {
-    schedrun_job_result_t *r = run_on(s, p, dev, 0);
+    schedrun_job_result_t *r = tu_job_on(s, p, dev, 0);
     const int *o = output(r, "o", 2304 * sizeof(int));
     for (int b = 0; b < 2; b++)
       for (int t = 0; t < 96; t++) {
@@ -232,7 +217,7 @@ static void test_shared_atomics_and_tiles(void **st) {
   schedrun_t *s = open_here();
   schedrun_program_t *p = tu_load(s, tiles_yaml, "tiles.yaml");
   for (int dev = 0; dev < schedrun_device_count(s); dev++) {
-    schedrun_job_result_t *r = run_on(s, p, dev, 0);
+    schedrun_job_result_t *r = tu_job_on(s, p, dev, 0);
     const unsigned *bins = output(r, "bins", 16 * sizeof(unsigned));
     unsigned want[16] = {0};
     for (int i = 0; i < 2048; i++) want[(7 * i) & 15]++;
@@ -292,7 +277,7 @@ static void expect_failure(schedrun_t *s, const char *kernel, const char *says) 
     const char *text = schedrun_job_result_error(r);
     if (in->status == SCHEDRUN_OK || !strstr(text, says)) fail_msg("device %d: status %d: %s", dev, in->status, text);
     schedrun_job_result_free(&r);
-    r = run_on(s, ok, dev, 0); /* the device goes on */
+    r = tu_job_on(s, ok, dev, 0); /* the device goes on */
     schedrun_job_result_free(&r);
   }
   schedrun_program_free(&ok);
@@ -330,7 +315,7 @@ static void test_modules_in_turn(void **st) {
     for (int k = 0; k < 3; k++) {
       schedrun_program_t *p = tu_load(s, yaml[k], name[k]);
       for (int dev = 0; dev < schedrun_device_count(s); dev++) {
-        schedrun_job_result_t *r = run_on(s, p, dev, round);
+        schedrun_job_result_t *r = tu_job_on(s, p, dev, round);
         schedrun_job_result_free(&r);
       }
       schedrun_program_free(&p);
@@ -351,7 +336,7 @@ static void test_in_process(void **st) {
   schedrun_t *s = tu_open_devices("SCHEDRUN_BLOCKS_DEVICES", "host:2", 2, &opt);
   schedrun_program_t *p = tu_load(s, reduce_yaml, "reduce.yaml");
   for (int dev = 0; dev < schedrun_device_count(s); dev++) {
-    schedrun_job_result_t *r = run_on(s, p, dev, 1);
+    schedrun_job_result_t *r = tu_job_on(s, p, dev, 1);
     const long long *sums = output(r, "sums", 4 * sizeof(long long));
     for (int b = 0; b < 4; b++) {
       long long want = 1024LL * (b * 1024) + 1023LL * 1024 / 2 + 1024; /* sum of i + 1 over the block */

@@ -72,14 +72,7 @@ static void test_math_functions(void **st) {
   schedrun_t *s = tu_open_devices("SCHEDRUN_MATH_DEVICES", "host:1", 0, NULL);
   schedrun_program_t *p = tu_load(s, math_yaml, "math.yaml");
   for (int dev = 0; dev < schedrun_device_count(s); dev++) {
-    schedrun_job_options_t o;
-    schedrun_job_options_init(&o);
-    o.device = dev;
-    o.keep_outputs = 1;
-    schedrun_job_result_t *r;
-    schedrun_error_t err = {0};
-    assert_int_equal(schedrun_submit_wait(s, p, &o, &r, &err), SCHEDRUN_OK);
-    if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) fail_msg("%s", schedrun_job_result_error(r));
+    schedrun_job_result_t *r = tu_job_on(s, p, dev, 0);
     const float *f = schedrun_job_result_output(r, "f", NULL);
     const double *d = schedrun_job_result_output(r, "d", NULL);
     assert_non_null(f);

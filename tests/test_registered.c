@@ -182,15 +182,8 @@ static void run_bound(schedrun_t *s, schedrun_program_t *p, schedrun_buffer_t *m
 /* A job of add bound to nothing, on each device, starts from x's init
  * (-5) and leaves x[i] = -5 + i + 1, every element checked. */
 static void unbound_from_init(schedrun_t *s, schedrun_program_t *p) {
-  schedrun_error_t err = {0};
   for (int dev = 0; dev < schedrun_device_count(s); dev++) {
-    schedrun_job_options_t o;
-    schedrun_job_options_init(&o);
-    o.device = dev;
-    o.keep_outputs = 1;
-    schedrun_job_result_t *r;
-    assert_int_equal(schedrun_submit_wait(s, p, &o, &r, &err), SCHEDRUN_OK);
-    assert_int_equal(schedrun_job_result_info(r)->status, SCHEDRUN_OK);
+    schedrun_job_result_t *r = tu_job_on(s, p, dev, 0);
     const int *x = schedrun_job_result_output(r, "x", NULL);
     for (int i = 0; i < N; i++)
       if (x[i] != -5 + i + 1) fail_msg("device %d, unbound job: x[%d] is %d, wanted %d", dev, i, x[i], -4 + i);

@@ -232,6 +232,20 @@ schedrun_program_t *tu_load(schedrun_t *s, const char *yaml, const char *origin)
   return p;
 }
 
+schedrun_job_result_t *tu_job_on(schedrun_t *s, schedrun_program_t *p, int dev, int run) {
+  schedrun_job_options_t o;
+  schedrun_job_options_init(&o);
+  o.device = dev;
+  o.run = run;
+  o.keep_outputs = 1;
+  schedrun_job_result_t *r;
+  schedrun_error_t err = {0};
+  if (schedrun_submit_wait(s, p, &o, &r, &err) != SCHEDRUN_OK) fail_msg("submit: %s", err.message);
+  if (schedrun_job_result_info(r)->status != SCHEDRUN_OK)
+    fail_msg("device %d, run %d: %s", dev, run, schedrun_job_result_error(r));
+  return r;
+}
+
 uint64_t tu_now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);

@@ -78,6 +78,9 @@ schedrun_t *tu_open_devices(const char *env, const char *fallback, int want, con
 /* A program loaded from yaml (named origin in errors) into s, or the test
  * fails with the error. */
 schedrun_program_t *tu_load(schedrun_t *s, const char *yaml, const char *origin);
+/* One job of p on device dev as run `run`, its outputs kept: its result,
+ * or the test fails naming the device and the error. */
+schedrun_job_result_t *tu_job_on(schedrun_t *s, schedrun_program_t *p, int dev, int run);
 /* Runs yaml (named origin) once on host:1, with cache_dir when not NULL;
  * when `verify`, the test fails unless its one job verified. */
 void tu_run_once(const char *cache_dir, const char *yaml, const char *origin, int verify);
