@@ -78,19 +78,25 @@ test-asan: deps
 	@$(STEP) build $(BUILD_ASAN)
 	cd $(BUILD_ASAN) && ctest --output-on-failure -j $(JOBS)
 
+# The threaded tests, less those whose weight is data volume (label data:
+# the example workloads on the double, the 3 GiB buffer), which take the
+# same thread paths as the others with hundreds of megabytes through the
+# sanitizer's memcpy; they run in the plain and ASan stages.
 test-tsan: deps
 	@$(STEP) configure $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=Debug -DSCHEDRUN_SANITIZE=thread $(OWN_FLAGS)
 	@$(STEP) build $(BUILD_TSAN)
-	cd $(BUILD_TSAN) && ctest --output-on-failure -j $(JOBS) -L 'actors|cuda-double|mpi|builder|dag'
+	cd $(BUILD_TSAN) && ctest --output-on-failure -j $(JOBS) -L 'actors|cuda-double|mpi|builder|dag' -LE '^data$$'
 
 # clang, Release, with cuda.h out of reach: the CUDA backend is left out and
-# the whole plain suite still passes (test_no_cuda exists only in such a build).
+# the plain suite still passes (test_no_cuda exists only in such a build),
+# less MPI across ranks and the data-volume tests (labels mpi and data),
+# which do not reach the backend's absence and run in the stages before.
 test-portable: deps
 	@env -u CUDA_HOME -u CUDA_PATH CC=clang $(STEP) configure $(BUILD_PORTABLE) -DCMAKE_BUILD_TYPE=Release \
 	  "-DCMAKE_IGNORE_PATH=$(subst $(eval) ,;,$(CUDA_INCLUDE_DIRS))" $(OWN_FLAGS)
 	@$(STEP) build $(BUILD_PORTABLE)
 	cd $(BUILD_PORTABLE) && ctest --output-on-failure --no-tests=error -R '^test_no_cuda$$' && \
-	  ctest --output-on-failure -j $(JOBS)
+	  ctest --output-on-failure -j $(JOBS) -LE '^(mpi|data)$$'
 
 # The other build types build too (the library and sched-run; GCC).
 test-build-types: deps

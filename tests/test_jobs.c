@@ -337,7 +337,7 @@ static void test_free_program_with_jobs_in_flight(void **st) {
  * schedrun_wait_many: every result exactly once, every element right. Then
  * the errors: a bad job anywhere refuses the whole call before submitting
  * any; wait_many on an unknown, a duplicate or a callback job. */
-#define NMANY 100000
+#define NMANY 50000
 static void test_submit_many(void **st) {
   (void)st;
   memset(&T, 0, sizeof T);
