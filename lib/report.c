@@ -247,10 +247,16 @@ const char *schedrun_report_failure(const schedrun_report_t *r, size_t i) {
   return r && i < r->nfailures ? r->failures[i] : NULL;
 }
 
+/* Job (run, job)'s index in the report, or false when there is no such job. */
+static bool index_of(const schedrun_report_t *r, int run, int job, size_t *i) {
+  if (!r || run < 0 || job < 0 || run >= r->repeat || job >= r->jobs) return false;
+  *i = (size_t)run * (size_t)r->jobs + (size_t)job;
+  return true;
+}
+
 static const job_entry *entry_at(const schedrun_report_t *r, int run, int job) {
-  if (!r || run < 0 || job < 0 || run >= r->repeat || job >= r->jobs) return NULL;
-  size_t i = (size_t)run * (size_t)r->jobs + (size_t)job;
-  return !unstarted(r, i) && r->entries[i].seen ? &r->entries[i] : NULL;
+  size_t i;
+  return index_of(r, run, job, &i) && !unstarted(r, i) && r->entries[i].seen ? &r->entries[i] : NULL;
 }
 
 const void *schedrun_report_output(const schedrun_report_t *r, int run, int job, const char *buffer, size_t *bytes) {
@@ -277,8 +283,8 @@ int schedrun_report_job(const schedrun_report_t *r, int run, int job, schedrun_j
     *out = e->info;
     return SCHEDRUN_OK;
   }
-  if (r && run >= 0 && job >= 0 && run < r->repeat && job < r->jobs &&
-      unstarted(r, (size_t)run * (size_t)r->jobs + (size_t)job)) {
+  size_t i;
+  if (index_of(r, run, job, &i) && unstarted(r, i)) {
     *out = (schedrun_job_info_t){.status = r->unstarted_status, .device = -1, .run = run, .job = job};
     return SCHEDRUN_OK;
   }

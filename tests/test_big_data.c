@@ -20,17 +20,26 @@ static int run_cli(const char *a1, const char *a2, char **out, char **err) {
   return tu_run(argv, out, err);
 }
 
+/* sched-run --json over cfg: its report, or the test fails unless it exited
+ * 0 with the run verified. */
+static json_object *verified_report(const char *cfg) {
+  char *out, *err;
+  int rc = run_cli("--json", cfg, &out, &err);
+  json_object *j = out ? json_tokener_parse(out) : NULL, *v = NULL;
+  if (rc != 0 || !j || !json_object_object_get_ex(j, "verified", &v) || !json_object_get_boolean(v))
+    fail_msg("exit %d:\n%s%s", rc, out, err);
+  free(out);
+  free(err);
+  return j;
+}
+
 /* tests/configs/three_gib.yaml: one u32 buffer of 3 GiB written by a kernel,
  * checked around the 2 GiB boundary and at its last element. */
 static void test_three_gib_buffer(void **st) {
   (void)st;
   char path[1024];
   snprintf(path, sizeof path, "%s/tests/configs/three_gib.yaml", tu_env("SCHEDRUN_SOURCE_DIR"));
-  char *out, *err;
-  int rc = run_cli("--json", path, &out, &err);
-  json_object *j = out ? json_tokener_parse(out) : NULL, *v = NULL, *devs = NULL;
-  if (rc != 0 || !j || !json_object_object_get_ex(j, "verified", &v) || !json_object_get_boolean(v))
-    fail_msg("exit %d:\n%s%s", rc, out, err);
+  json_object *j = verified_report(path), *devs = NULL;
   /* nothing copied in (it starts zeroed on the device), 3 GiB read back for its expectations */
   assert_true(json_object_object_get_ex(j, "devices", &devs));
   json_object *d0 = json_object_array_get_idx(devs, 0), *in = NULL, *outb = NULL;
@@ -38,8 +47,6 @@ static void test_three_gib_buffer(void **st) {
   assert_int_equal(json_object_get_int64(in), 0);
   assert_int_equal(json_object_get_int64(outb), 3221225472ll);
   json_object_put(j);
-  free(out);
-  free(err);
 }
 
 /* A buffer of 2 MiB without `init` starts every job zeroed, also when the
@@ -57,14 +64,10 @@ static void test_large_buffer_zeroed_every_job(void **st) {
                                   "buffers:\n  y: {type: u32, count: 524288}\n"
                                   "program:\n  - launch: {kernel: bump, grid: 512, block: 1024, args: [y]}\n"
                                   "expect:\n  y: {at: {0: 1, 262144: 1, 524287: 1}, sum: 524288}\n");
-  char *out, *err;
-  int rc = run_cli("--json", cfg, &out, &err);
-  json_object *j = out ? json_tokener_parse(out) : NULL, *v = NULL;
-  if (rc != 0 || !j || !json_object_object_get_ex(j, "jobs_verified", &v) || json_object_get_int(v) != 8)
-    fail_msg("exit %d:\n%s%s", rc, out, err);
+  json_object *j = verified_report(cfg), *v = NULL;
+  assert_true(json_object_object_get_ex(j, "jobs_verified", &v));
+  assert_int_equal(json_object_get_int(v), 8);
   json_object_put(j);
-  free(out);
-  free(err);
 }
 
 /* 512 GiB: more than any host device's buffer zone (48 GiB) and than this

@@ -314,8 +314,7 @@ static void cli_over_a_hung_compile(const char *opt, int want, const char *text)
     free(out);
     free(errs);
     rc = tu_run(argv, &out, &errs);
-    bool early = rc == 4 && strstr(errs, "ran out while loading the config") != NULL;
-    if (!early || secs >= 64) break;
+    if (!tu_timeout_ran_out_early(rc, errs) || secs >= 64) break;
     pid_t early_cc = rig_slow_pid(wdir);
     if (early_cc) assert_true(rig_process_gone(early_cc));
   }

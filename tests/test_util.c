@@ -246,6 +246,10 @@ schedrun_job_result_t *tu_job_on(schedrun_t *s, schedrun_program_t *p, int dev, 
   return r;
 }
 
+bool tu_timeout_ran_out_early(int rc, const char *err) {
+  return rc == 4 && err && strstr(err, "ran out while loading the config") != NULL;
+}
+
 uint64_t tu_now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);

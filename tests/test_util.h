@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
@@ -81,6 +82,10 @@ schedrun_program_t *tu_load(schedrun_t *s, const char *yaml, const char *origin)
 /* One job of p on device dev as run `run`, its outputs kept: its result,
  * or the test fails naming the device and the error. */
 schedrun_job_result_t *tu_job_on(schedrun_t *s, schedrun_program_t *p, int dev, int run);
+/* Whether sched-run's exit `rc` and stderr `err` say that --timeout ran out
+ * before the run began (while loading the config and starting the devices):
+ * on a busy machine a short bound can, and a test tries again with more. */
+bool tu_timeout_ran_out_early(int rc, const char *err);
 /* Runs yaml (named origin) once on host:1, with cache_dir when not NULL;
  * when `verify`, the test fails unless its one job verified. */
 void tu_run_once(const char *cache_dir, const char *yaml, const char *origin, int verify);
