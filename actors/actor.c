@@ -289,6 +289,7 @@ int mbox_send(void *sock, msg *m, schedrun_error_t *err) {
     }
     if (zmq_errno() == EINTR) continue;
     int e = zmq_errno();
+    msg_tally_unsent(m->type);
     mbox_unsent(&zm, m);
     if (e == EAGAIN)
       return err_set(err, SCHEDRUN_ECLOSED, "send %s: no one is receiving (the peer has stopped)",

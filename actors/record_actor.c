@@ -86,6 +86,7 @@ static void to_gpu_node(const node_list *l, const rec_node *r, gpu_node *g) {
     g->u.launch.fn = r->u.launch.fn;
     memcpy(g->u.launch.grid, r->u.launch.grid, sizeof g->u.launch.grid);
     memcpy(g->u.launch.block, r->u.launch.block, sizeof g->u.launch.block);
+    g->u.launch.shared = r->u.launch.shared;
     g->u.launch.args = l->args + r->arg0;
     g->u.launch.nargs = r->nargs;
     break;
@@ -126,6 +127,7 @@ static bool same_params(const node_list *la, const rec_node *x, const node_list 
     return x->u.launch.fn == y->u.launch.fn &&
            !memcmp(x->u.launch.grid, y->u.launch.grid, sizeof x->u.launch.grid) &&
            !memcmp(x->u.launch.block, y->u.launch.block, sizeof x->u.launch.block) &&
+           x->u.launch.shared == y->u.launch.shared &&
            (x->nargs == 0 || !memcmp(la->args + x->arg0, lb->args + y->arg0, x->nargs * sizeof(uint64_t)));
   case GN_COPY:
     return x->u.copy.dst == y->u.copy.dst && x->u.copy.src == y->u.copy.src &&

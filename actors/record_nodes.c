@@ -258,6 +258,7 @@ static int walk_step(walk *w, const prog_step *st, int depth, uint32_t rid, uint
     nd->u.launch.fn = w->fns[st->u.launch.kernel];
     memcpy(nd->u.launch.grid, st->u.launch.grid, sizeof nd->u.launch.grid);
     memcpy(nd->u.launch.block, st->u.launch.block, sizeof nd->u.launch.block);
+    nd->u.launch.shared = st->u.launch.shared;
     nd->nargs = st->u.launch.nargs;
     uint32_t arg0;
     if (!nl_args(l, nd->nargs, &arg0)) return wfail(w, st, "out of memory");

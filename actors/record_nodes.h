@@ -27,6 +27,7 @@ typedef struct rec_node {
     struct {
       gpu_function fn;
       uint32_t grid[3], block[3];
+      uint32_t shared; /* dynamic shared memory, bytes */
     } launch;
     struct {
       uint64_t dst, src, bytes;

@@ -22,6 +22,7 @@
  * already recording or executing finish, then the scheduler frees the buffers,
  * answers TERM, and stops. Every job completes exactly once.
  */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,6 +298,8 @@ static void handle_release(actor_t *self, scheduler_state *s, msg *m) {
   prog_state *ps = scheduler_prog_get(s, id, false);
   if (!strcmp(m->from, ACTOR_RECORD)) {
     /* the record actor has dropped its recordings: finish */
+    assert(s->releases_out > 0); /* it answers the scheduler's own RELEASEs only */
+    if (s->releases_out) s->releases_out--;
     if (!ps || !ps->releasing) return;
     char to[32];
     str_copy(to, sizeof to, ps->release_to);
@@ -408,7 +411,9 @@ static int scheduler_handle(actor_t *self, msg *m) {
   }
   s->defer = false;
   scheduler_flush(self, s);
-  if (s->closing && s->jobs.count == 0) {
+  /* a release in flight is answered first: the record actor's answer must
+   * find the scheduler's mailbox open */
+  if (s->closing && s->jobs.count == 0 && s->releases_out == 0) {
     scheduler_reply_simple(self, s->close_to, MSG_TERM, s->close_job, 0);
     return ACTOR_STOP;
   }

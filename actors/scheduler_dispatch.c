@@ -594,6 +594,6 @@ void scheduler_finish_release(actor_t *self, scheduler_state *s, prog_state *ps)
   msg f;
   msg_init(&f, MSG_RELEASE, ps->release_job, ACTOR_SCHEDULER);
   f.body.release.program = ps->id;
-  actor_send(self, ACTOR_RECORD, &f);
+  if (actor_send(self, ACTOR_RECORD, &f) == SCHEDRUN_OK) s->releases_out++;
   msg_free(&f);
 }

@@ -139,6 +139,7 @@ struct scheduler_state {
   uint32_t *load;
   size_t active; /* recording or executing */
   bool closing;
+  uint32_t releases_out; /* RELEASEs sent to the record actor, not answered yet */
   char close_to[32];
   uint64_t close_job;
   /* Dispatch waits until the message being handled is done with, so that

@@ -35,6 +35,7 @@ typedef struct gpu_node {
     struct {
       gpu_function fn;
       uint32_t grid[3], block[3];
+      uint32_t shared; /* dynamic shared memory per block, bytes (at most PROG_MAX_SHARED) */
       const uint64_t *args;
       uint32_t nargs;
     } launch;

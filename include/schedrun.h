@@ -245,6 +245,10 @@ SCHEDRUN_EXTERN void schedrun_builder_shape(schedrun_builder_t *b, const uint64_
  * optional one keeps its default. */
 SCHEDRUN_EXTERN void schedrun_builder_launch(schedrun_builder_t *b, const char *kernel, const unsigned grid[3],
                                              const unsigned block[3], const char *const *args, size_t nargs);
+/* Gives the launch added last `bytes` of dynamic shared memory per block
+ * (a config's `shared: BYTES`): what the kernel's `extern __shared__` array
+ * holds, at most 48 KiB. Called right after schedrun_builder_launch, once. */
+SCHEDRUN_EXTERN void schedrun_builder_shared(schedrun_builder_t *b, unsigned bytes);
 SCHEDRUN_EXTERN void schedrun_builder_copy(schedrun_builder_t *b, const char *from, const char *to, const char *count,
                                            const char *from_offset, const char *to_offset);
 SCHEDRUN_EXTERN void schedrun_builder_fill(schedrun_builder_t *b, const char *buffer, const char *value,

@@ -24,6 +24,7 @@ struct schedrun_builder {
   char *name;
   int root, kernels, buffers, steps, expect; /* node ids; 0: none yet */
   int last_buffer;                           /* the mapping of the buffer added last, 0: none */
+  int last_launch;                           /* the launch's mapping when the step added last is one, else 0 */
   int seq[PROG_MAX_DEPTH + 1];               /* the step list being added to, per depth */
   uint32_t count[PROG_MAX_DEPTH + 1];        /* steps added so far, per depth */
   int depth;
@@ -290,6 +291,7 @@ static int step(schedrun_builder_t *b, int *at, const char *part, const char *fm
   char what[256];
   snprintf(what, sizeof what, fmt, arg ? arg : "");
   *at = call(b, part, "step %s%s%u (%s)", b->path, b->path[0] ? "." : "", n, what);
+  b->last_launch = 0;
   int m = map(b, *at);
   item(b, b->seq[b->depth], m);
   return m;
@@ -335,6 +337,18 @@ void schedrun_builder_launch(schedrun_builder_t *b, const char *kernel_name, con
   }
   pair(b, l, "args", a, at);
   pair(b, st, "launch", l, at);
+  b->last_launch = l;
+}
+
+void schedrun_builder_shared(schedrun_builder_t *b, unsigned bytes) {
+  if (!b || b->failed) return;
+  if (!b->last_launch) {
+    misuse(b, "schedrun_builder_shared: the step added before it is not a launch");
+    return;
+  }
+  int at = call(b, NULL, "the dynamic shared memory of the launch before it%s", "");
+  pair(b, b->last_launch, "shared", number(b, bytes, true, at, 0), at);
+  b->last_launch = 0; /* once per launch */
 }
 
 void schedrun_builder_copy(schedrun_builder_t *b, const char *from, const char *to, const char *count,

@@ -149,3 +149,13 @@ void msg_tally_add(int type, uint64_t jobs) {
 uint64_t msg_tally_jobs(int type) {
   return type > 0 && type < MSG__END ? atomic_load_explicit(&tallies[type].jobs, memory_order_relaxed) : 0;
 }
+
+static _Atomic uint64_t unsent[MSG__END];
+
+void msg_tally_unsent(int type) {
+  if (type > 0 && type < MSG__END) atomic_fetch_add_explicit(&unsent[type], 1, memory_order_relaxed);
+}
+
+uint64_t msg_tally_unsent_count(int type) {
+  return type > 0 && type < MSG__END ? atomic_load_explicit(&unsent[type], memory_order_relaxed) : 0;
+}

@@ -424,5 +424,9 @@ void msg_tally_sent(const msg *m);
 /* The same for a message of `type` carrying `jobs` that was sent as bytes. */
 void msg_tally_add(int type, uint64_t jobs);
 uint64_t msg_tally_jobs(int type);
+/* Messages of `type` a socket could not deliver (no one receiving: the peer
+ * had stopped, or the send timed out). */
+void msg_tally_unsent(int type);
+uint64_t msg_tally_unsent_count(int type);
 
 #endif

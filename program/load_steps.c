@@ -37,8 +37,8 @@ static bool read_dims(ld *l, node *n, const char *what, uint32_t out[3]) {
 
 
 static uint64_t load_launch(ld *l, node *n, int depth, prog_step *st) {
-  static const char *const keys[] = {"kernel", "grid", "block", "args", NULL};
-  node *f[4];
+  static const char *const keys[] = {"kernel", "grid", "block", "args", "shared", NULL};
+  node *f[5];
   if (!ld_read_map(l, n, "launch", keys, f)) return 1;
   int kidx = -1;
   if (!f[0]) ld_problem(l, n, "launch needs a kernel");
@@ -65,6 +65,10 @@ static uint64_t load_launch(ld *l, node *n, int depth, prog_step *st) {
       ld_problem(l, f[2], "block [%u, %u, %u]: x and y are at most 1024 and z at most 64 (CUDA's limits)", b[0], b[1],
               b[2]);
   }
+  int64_t shared = 0;
+  if (f[4]) ld_read_int(l, f[4], "shared (bytes of dynamic shared memory per block, at most 48 KiB)", 0,
+                        PROG_MAX_SHARED, &shared);
+  st->u.launch.shared = (uint32_t)shared;
   if (!f[3]) {
     ld_problem(l, n, "launch needs args");
     return 1;

@@ -30,6 +30,9 @@
 #define PROG_MAX_SOURCE_BYTES (8u << 20)
 #define PROG_MAX_SOURCES_BYTES (256u << 20)
 #define PROG_MAX_PARAMS 64 /* a kernel's parameters */
+/* a launch's dynamic shared memory: 48 KiB, what every CUDA device gives a
+ * block without the kernel opting in to more */
+#define PROG_MAX_SHARED (48u * 1024)
 #define PROG_MAX_ENTRY 128 /* characters of a kernel's entry name */
 /* A config file: its inline sources, and room for the rest. */
 #define PROG_MAX_CONFIG_BYTES (PROG_MAX_SOURCES_BYTES + (64u << 20))
@@ -142,6 +145,7 @@ struct prog_step {
     struct {
       uint32_t kernel;
       uint32_t grid[3], block[3];
+      uint32_t shared; /* dynamic shared memory per block, bytes (`shared:`) */
       prog_arg *args;
       uint32_t nargs;
     } launch;

@@ -240,6 +240,64 @@ static void test_shared_atomics_and_tiles(void **st) {
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
 
+/* ---- dynamic shared memory ---- */
+
+/* `extern __shared__` holds what each launch's `shared:` gives it: two
+ * arrays of blockDim.x sums laid end to end, for blocks of 256 threads with
+ * 4 KiB and of 512 threads with 8 KiB, in one program. */
+static const char dyn_yaml[] =
+    "version: 1\nname: dyn\n"
+    "kernels:\n"
+    "  sums:\n    params: [ptr, ptr, i64]\n    source: |\n"
+    "      extern \"C\" __global__ void sums(const long long *x, long long *out, long long run) {\n"
+    "        extern __shared__ long long part[];\n"
+    "        long long *sq = part + blockDim.x;\n"
+    "        unsigned t = threadIdx.x;\n"
+    "        long long v = x[blockIdx.x * blockDim.x + t] + run;\n"
+    "        part[t] = v;\n"
+    "        sq[t] = v * v;\n"
+    "        __syncthreads();\n"
+    "        for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {\n"
+    "          if (t < s) { part[t] += part[t + s]; sq[t] += sq[t + s]; }\n"
+    "          __syncthreads();\n"
+    "        }\n"
+    "        if (t == 0) { out[2 * blockIdx.x] = part[0]; out[2 * blockIdx.x + 1] = sq[0]; }\n"
+    "      }\n"
+    "buffers:\n"
+    "  x: {type: i64, count: 1024, init: {iota: {start: 0, step: 1}}}\n"
+    "  small: {type: i64, count: 8}\n"
+    "  large: {type: i64, count: 4}\n"
+    "program:\n"
+    "  - launch: {kernel: sums, grid: 4, block: 256, shared: 4096, args: [x, small, $run]}\n"
+    "  - launch: {kernel: sums, grid: 2, block: 512, shared: 8192, args: [x, large, $run]}\n";
+
+static void test_dynamic_shared_memory(void **st) {
+  (void)st;
+  schedrun_t *s = open_here();
+  schedrun_program_t *p = tu_load(s, dyn_yaml, "dyn.yaml");
+  for (int dev = 0; dev < schedrun_device_count(s); dev++)
+    for (int run = 0; run < 3; run++) {
+      schedrun_job_result_t *r = tu_job_on(s, p, dev, run);
+      const long long *small = output(r, "small", 8 * sizeof(long long));
+      const long long *large = output(r, "large", 4 * sizeof(long long));
+      for (int width = 256; width <= 512; width *= 2)
+        for (int b = 0; b < 1024 / width; b++) {
+          long long sum = 0, sq = 0;
+          for (int i = b * width; i < (b + 1) * width; i++) {
+            sum += i + run;
+            sq += (long long)(i + run) * (i + run);
+          }
+          const long long *got = (width == 256 ? small : large) + 2 * b;
+          if (got[0] != sum || got[1] != sq)
+            fail_msg("device %d, run %d, blocks of %d, block %d: sums %lld, %lld (wanted %lld, %lld)", dev, run, width,
+                     b, got[0], got[1], sum, sq);
+        }
+      schedrun_job_result_free(&r);
+    }
+  schedrun_program_free(&p);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
 /* ---- threads that cannot all meet ---- */
 
 /* A job whose kernel deadlocks its block completes with an error naming the
@@ -289,15 +347,16 @@ static void test_threads_that_cannot_meet(void **st) {
   schedrun_t *s = open_here();
   bool host = !strncmp(schedrun_device_name(s, 0), "host:", 5);
   /* host devices name the kernel and the block; the driver double fails
-   * the launch, as a driver reports a kernel that could not run */
+   * the launch, as a driver reports a kernel that could not run, and the
+   * sequence's one kernel is named */
   expect_failure(s, "half",
                  host ? "kernel 'half', block (0,0,0): __syncthreads() was reached by 32 of its 64 threads; 32 had "
                         "returned"
-                      : "CUDA_ERROR_LAUNCH_FAILED");
+                      : "CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure), in kernel 'half' (diverge.yaml:");
   expect_failure(s, "lanes",
                  host ? "kernel 'lanes', block (0,0,0): a warp operation of thread 0 names lanes of warp 0 that have "
                         "returned"
-                      : "CUDA_ERROR_LAUNCH_FAILED");
+                      : "CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure), in kernel 'lanes' (diverge.yaml:");
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
 
@@ -354,6 +413,7 @@ int main(void) {
       cmocka_unit_test(test_block_reductions),
       cmocka_unit_test(test_warp_operations),
       cmocka_unit_test(test_shared_atomics_and_tiles),
+      cmocka_unit_test(test_dynamic_shared_memory),
       cmocka_unit_test(test_threads_that_cannot_meet),
       cmocka_unit_test(test_modules_in_turn),
       cmocka_unit_test(test_in_process),

@@ -446,6 +446,44 @@ static void test_shape_call(void **st) {
   free(e);
 }
 
+/* schedrun_builder_shared gives the launch before it its dynamic shared
+ * memory; anywhere else, or past 48 KiB, is refused naming the call. */
+static void test_shared_call(void **st) {
+  (void)st;
+  schedrun_error_t err = {0};
+  const unsigned one[3] = {1, 1, 1};
+  const char *args[] = {"m"};
+  for (int bad = 0; bad < 2; bad++) {
+    schedrun_builder_t *b = start("t");
+    schedrun_builder_kernel(b, "k", "ptr", "extern \"C\" __global__ void k(int *m) { extern __shared__ int s[]; *m = 1; }",
+                            NULL);
+    schedrun_builder_buffer(b, "m", "i32", 2, NULL, 0, 0);
+    schedrun_builder_launch(b, "k", one, one, args, 1);
+    schedrun_builder_shared(b, bad ? 49153 : 4096);
+    schedrun_program_t *p = NULL;
+    int rc = schedrun_builder_finish(b, &p, &err);
+    schedrun_builder_free(&b);
+    if (bad) {
+      assert_int_equal(rc, SCHEDRUN_ECONFIG);
+      if (!strstr(err.message, "the dynamic shared memory of the launch before it") ||
+          !strstr(err.message, "must be between 0 and 49152, not 49153"))
+        fail_msg("%s", err.message);
+      schedrun_error_clear(&err);
+      continue;
+    }
+    assert_int_equal(rc, SCHEDRUN_OK);
+    assert_int_equal(p->p->steps[0].u.launch.shared, 4096);
+    schedrun_program_free(&p);
+  }
+  schedrun_builder_t *b = start("t");
+  schedrun_builder_buffer(b, "m", "i32", 2, NULL, 0, 0);
+  schedrun_builder_fill(b, "m", "4", NULL, NULL);
+  schedrun_builder_shared(b, 16);
+  char *e = finish_fails(b, SCHEDRUN_EINVAL);
+  if (!strstr(e, "schedrun_builder_shared: the step added before it is not a launch")) fail_msg("%s", e);
+  free(e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_config_has_a_twin),
@@ -454,6 +492,7 @@ int main(void) {
       cmocka_unit_test(test_memory_init_is_not_yaml),
       cmocka_unit_test(test_saxpy_example),
       cmocka_unit_test(test_shape_call),
+      cmocka_unit_test(test_shared_call),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

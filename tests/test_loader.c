@@ -181,6 +181,16 @@ static void test_single_problems(void **st) {
                  "t.yaml:8:21", "tol must be >= 0");
   expect_problem(HEAD KER BUF "program:\n  - launch: {kernel: k, grid: 1, block: 2048, args: [a, 1, 1]}\n",
                  "t.yaml:10:41", "at most 1024");
+  /* dynamic shared memory: bytes, 0 to 48 KiB */
+  expect_problem(HEAD KER BUF "program:\n  - launch: {kernel: k, grid: 1, block: 1, shared: 49153, args: [a, 1, 1]}\n",
+                 "t.yaml:10:52",
+                 "shared (bytes of dynamic shared memory per block, at most 48 KiB) must be between 0 and 49152, not "
+                 "49153");
+  expect_problem(HEAD KER BUF "program:\n  - launch: {kernel: k, grid: 1, block: 1, shared: -4, args: [a, 1, 1]}\n",
+                 "t.yaml:10:52", "must be between 0 and 49152, not -4");
+  expect_problem(HEAD KER BUF "program:\n  - launch: {kernel: k, grid: 1, block: 1, shared: 1k, args: [a, 1, 1]}\n",
+                 "t.yaml:10:52", "must be an integer, not '1k'");
+  load_ok_free(HEAD KER BUF "program:\n  - launch: {kernel: k, grid: 1, block: 1, shared: 49152, args: [a, 1, 1]}\n");
   expect_problem(HEAD KER BUF
                  "program:\n  - loop:\n      while: {buffer: f, index: 0}\n      body:\n"
                  "        - launch: {kernel: k, grid: 1, block: 1, args: [a, \"$iter\", 1]}\n",

@@ -124,6 +124,29 @@ static void test_single_jobs(void **st) {
   schedrun_close(&s);
 }
 
+/* A program freed just before the close: the scheduler stops only once the
+ * record actor has answered its RELEASE, so no answer finds the
+ * scheduler's mailbox gone (a send that would wait out its timeout). Each
+ * round's close races the release afresh. */
+static void test_release_before_close(void **st) {
+  (void)st;
+  for (int round = 0; round < 20; round++) {
+    uint64_t unsent = 0;
+    for (int t = 1; t < MSG__END; t++) unsent += msg_tally_unsent_count(t);
+    schedrun_program_t *p;
+    schedrun_t *s = open_warm(&p);
+    schedrun_program_free(&p);
+    assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+    for (int t = 1; t < MSG__END; t++) unsent -= msg_tally_unsent_count(t);
+    if (unsent) {
+      for (int t = 1; t < MSG__END; t++)
+        if (msg_tally_unsent_count(t)) fprintf(stderr, "%s: %llu unsent\n", msg_type_name(t),
+                                               (unsigned long long)msg_tally_unsent_count(t));
+      fail_msg("round %d: %llu messages found no receiver", round, (unsigned long long)-unsent);
+    }
+  }
+}
+
 /* A graph of chains: each job after the one before it, 10 chains of 20. */
 static void test_graph(void **st) {
   (void)st;
@@ -188,6 +211,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_single_jobs),
       cmocka_unit_test(test_graph),
+      cmocka_unit_test(test_release_before_close),
       cmocka_unit_test(test_demo),
       cmocka_unit_test(test_links_msgpack_c),
   };

@@ -427,7 +427,7 @@ static int c_launch(gpu_backend *g, int dev, const gpu_node *n, bool wait, sched
   CU_CHECK(&b->api,
            b->api.cuLaunchKernel((CUfunction)n->u.launch.fn, n->u.launch.grid[0], n->u.launch.grid[1],
                                  n->u.launch.grid[2], n->u.launch.block[0], n->u.launch.block[1], n->u.launch.block[2],
-                                 0, d->stream, params, NULL),
+                                 n->u.launch.shared, d->stream, params, NULL),
            d->name, err);
   if (wait) CU_CHECK(&b->api, b->api.cuStreamSynchronize(d->stream), d->name, err);
   return SCHEDRUN_OK;

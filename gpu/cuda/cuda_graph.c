@@ -53,6 +53,7 @@ typedef struct cu_node {
   uint8_t kind, ncu;
   bool empty; /* a zero-length copy or fill: an empty node keeps its place */
   uint16_t seg;
+  uint32_t tag; /* the caller's (gpu_node.tag) */
   CUgraphNode cu[2];
   size_t set_height; /* a memset's rows */
   uint64_t *args;
@@ -253,6 +254,7 @@ static void kernel_params(const cu_node *cn, const gpu_node *n, CUDA_KERNEL_NODE
   kp->blockDimX = n->u.launch.block[0];
   kp->blockDimY = n->u.launch.block[1];
   kp->blockDimZ = n->u.launch.block[2];
+  kp->sharedMemBytes = n->u.launch.shared;
   kp->kernelParams = cn->params;
 }
 
@@ -370,6 +372,7 @@ int cu_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err) 
   cu_node *cn = &s->nodes[s->n];
   memset(cn, 0, sizeof *cn);
   cn->kind = (uint8_t)n->kind;
+  cn->tag = n->tag;
   if (n->kind == GN_WHILE) loops_setup(b, d);
   if (n->kind == GN_WHILE && atomic_load(&d->loops) != LOOPS_CONDITIONAL) {
     if ((rc = add_while_host(s, cn, n, err))) return rc;
@@ -560,6 +563,23 @@ static int run_segments(gpu_seq *s, schedrun_error_t *err) {
   return SCHEDRUN_OK;
 }
 
+/* Counts the kernel nodes of s and of its loops' bodies; *tag gets the last
+ * one's tag. */
+static uint32_t count_kernels(const gpu_seq *s, uint32_t *tag) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < s->n; i++) {
+    const cu_node *cn = &s->nodes[i];
+    if (cn->kind == GN_LAUNCH) {
+      n++;
+      *tag = cn->tag;
+    } else if (cn->kind == GN_WHILE) {
+      const gpu_seq *body = cn->body ? cn->body : s->segs[cn->seg].body; /* conditional, or host-driven */
+      if (body) n += count_kernels(body, tag);
+    }
+  }
+  return n;
+}
+
 int cu_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
   cuda_backend *b = s->b;
   cu_device *d = &b->devs[s->dev];
@@ -575,5 +595,9 @@ int cu_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_err
   int rc = cu_use(b, s->dev, err);
   if (rc == SCHEDRUN_OK) rc = run_segments(s, err);
   if (rc == SCHEDRUN_OK) rc = cu_wait_stream(b, d, deadline_ns, f, err);
+  /* A driver says that a graph's work failed, not which node: when the
+   * sequence holds one kernel, the failure is named after it. */
+  uint32_t tag = GPU_NO_TAG;
+  if (rc != SCHEDRUN_OK && f->tag == GPU_NO_TAG && count_kernels(s, &tag) == 1) f->tag = tag;
   return rc;
 }

@@ -281,13 +281,15 @@ static int set_node(gpu_seq *s, hw_node *hn, gpu_node *n, bool fresh, schedrun_e
           return err_set(err, SCHEDRUN_ENOMEM, "%s: out of device memory for a sequence", d->name);
         s->args_cap = cap;
       }
+      assert(n->u.launch.nargs <= PROG_MAX_PARAMS); /* hw_node's nargs is 16 bits */
       hn->arg0 = s->nargs;
-      hn->nargs = n->u.launch.nargs;
+      hn->nargs = (uint16_t)n->u.launch.nargs;
       s->nargs += n->u.launch.nargs;
     } else if (hn->nargs != n->u.launch.nargs) {
       return err_set(err, SCHEDRUN_EINTERNAL, "update changes a launch's argument count");
     }
     hn->u.launch.fn = (uint64_t)(uintptr_t)n->u.launch.fn;
+    hn->shared = n->u.launch.shared;
     memcpy(hn->u.launch.grid, n->u.launch.grid, sizeof hn->u.launch.grid);
     memcpy(hn->u.launch.block, n->u.launch.block, sizeof hn->u.launch.block);
     if (hn->nargs)

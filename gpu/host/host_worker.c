@@ -141,8 +141,9 @@ static int run_seq_timed(hw_ctl *ctl, const hw_seq *s, uint64_t *times, uint64_t
 static int run_node(hw_ctl *ctl, const hw_node *n, const uint64_t *args) {
   __atomic_store_n(&ctl->running_tag, n->tag, __ATOMIC_RELAXED);
   switch (n->kind) {
-  case HW_LAUNCH: /* no launch of the program model asks for dynamic shared memory (0 bytes) */
-    return ((hw_launcher)(uintptr_t)n->u.launch.fn)(n->u.launch.grid, n->u.launch.block, args, 0, ctl->text, HW_TEXT);
+  case HW_LAUNCH:
+    return ((hw_launcher)(uintptr_t)n->u.launch.fn)(n->u.launch.grid, n->u.launch.block, args, n->shared, ctl->text,
+                                                     HW_TEXT);
   case HW_COPY:
     memmove((void *)(uintptr_t)n->u.copy.dst, (const void *)(uintptr_t)n->u.copy.src, n->u.copy.bytes);
     break;

@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#define HW_ABI_VERSION 7
+#define HW_ABI_VERSION 8
 #define HW_CTL_BYTES 4096 /* the control block's share of the arena's start */
 #define HW_TEXT 1024
 #define HW_PROT_MAX 80 /* protection changes carried by one request */
@@ -83,9 +83,11 @@ typedef struct hw_ctl {
  * argument array from arg0. */
 typedef struct hw_node {
   uint8_t kind;
-  uint8_t pad[3];
-  uint32_t tag; /* the caller's: which command of its program this node is */
-  uint32_t nargs, arg0;
+  uint8_t pad;
+  uint16_t nargs; /* at most 64 (PROG_MAX_PARAMS) */
+  uint32_t tag;   /* the caller's: which command of its program this node is */
+  uint32_t arg0;
+  uint32_t shared; /* a launch's dynamic shared memory, bytes; 0 for other kinds */
   union {
     struct {
       uint64_t fn; /* the kernel's launcher in the worker */
