@@ -74,11 +74,11 @@ static void step(dot *d, const prog_step *st, int depth, uint32_t rid) {
     return;
   case ST_LAUNCH: {
     const prog_kernel *k = &p->kernels[st->u.launch.kernel];
-    size_t at = (size_t)snprintf(label, sizeof label, "launch %s\ngrid %u,%u,%u block %u,%u,%u\n(", k->name,
+    char shared[40] = "";
+    if (st->u.launch.shared) snprintf(shared, sizeof shared, "shared %u bytes\n", st->u.launch.shared);
+    size_t at = (size_t)snprintf(label, sizeof label, "launch %s\ngrid %u,%u,%u block %u,%u,%u\n%s(", k->name,
                                  st->u.launch.grid[0], st->u.launch.grid[1], st->u.launch.grid[2],
-                                 st->u.launch.block[0], st->u.launch.block[1], st->u.launch.block[2]);
-    if (st->u.launch.shared && at < sizeof label) /* before the arguments' parenthesis */
-      at = (size_t)snprintf(label + at - 1, sizeof label - (at - 1), "shared %u bytes\n(", st->u.launch.shared) + at - 1;
+                                 st->u.launch.block[0], st->u.launch.block[1], st->u.launch.block[2], shared);
     for (uint32_t a = 0; a < st->u.launch.nargs && at < sizeof label; a++) {
       const prog_arg *pa = &st->u.launch.args[a];
       value(d, &pa->expr, v1, sizeof v1);

@@ -463,6 +463,18 @@ static void test_dot(void **st) {
   assert_int_equal(stat(svg, &sb), 0);
   assert_true(sb.st_size > 1000);
   unlink(svg);
+  /* a launch's dynamic shared memory is in its label, before its arguments */
+  const char *shm = tu_write_temp(0, "shared.yaml",
+                                  "version: 1\nname: shm\nkernels:\n  k:\n    params: [ptr]\n    source: |\n"
+                                  "      extern \"C\" __global__ void k(int *x) { extern __shared__ int s[]; "
+                                  "s[threadIdx.x] = 1; x[threadIdx.x] = s[threadIdx.x]; }\n"
+                                  "buffers:\n  x: {type: i32, count: 64}\n"
+                                  "program:\n  - launch: {kernel: k, grid: 1, block: 64, shared: 256, args: [x]}\n");
+  char *shm_argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "-q", "--dot", "-", (char *)shm, NULL};
+  assert_int_equal(tu_run(shm_argv, &out, &err), 0);
+  if (!strstr(out, "launch k\\ngrid 1,1,1 block 64,1,1\\nshared 256 bytes\\n(x)")) fail_msg("%s", out);
+  free(out);
+  free(err);
   /* files that cannot be written: said with the option before anything
    * runs, exit 2 */
   static const char *const opts[] = {"--dot", "--output"};
