@@ -52,6 +52,7 @@ struct actor {
   char name[32];
   void *state;
   pthread_t thread;
+  bool joined; /* actor_wait has joined the thread (the caller's) */
   void *mailbox;
   peer peers[MAX_PEERS];
   int npeers;
@@ -495,8 +496,9 @@ static void *actor_main(void *arg) {
   if (rc == SCHEDRUN_OK && a->def->stop) a->def->stop(a);
   for (int i = 0; i < a->npeers; i++) mbox_close(a->peers[i].sock);
   a->npeers = 0;
-  mbox_close(a->mailbox);
-  a->mailbox = NULL;
+  /* the mailbox stays bound until actor_join: a peer's late message (a
+   * doorbell for a queue a guest already took) goes into an open pipe
+   * instead of waiting out its send timeout */
   pthread_mutex_unlock(&a->turn);
   schedrun_error_clear(&err);
   return NULL;
@@ -553,6 +555,7 @@ int actor_start_spin(void *zctx, const actor_def *def, const char *name, void *s
   pthread_mutex_unlock(&a->lock);
   if (started < 0) {
     pthread_join(a->thread, NULL);
+    mbox_close(a->mailbox); /* bound before a failed start hook, or NULL */
     pthread_mutex_destroy(&a->turn);
     rc = a->start_err.code ? a->start_err.code : SCHEDRUN_EINTERNAL;
     err_set(err, rc, "actor %s did not start: %s", name,
@@ -567,10 +570,21 @@ int actor_start_spin(void *zctx, const actor_def *def, const char *name, void *s
   return SCHEDRUN_OK;
 }
 
+void actor_wait(actor_t *a) {
+  if (!a || a->joined) return;
+  pthread_join(a->thread, NULL);
+  a->joined = true;
+}
+
 uint64_t actor_join(actor_t **pa) {
   if (!pa || !*pa) return 0;
   actor_t *a = *pa;
-  pthread_join(a->thread, NULL);
+  actor_wait(a);
+  /* the thread has ended (pthread_join is the full barrier ZeroMQ asks for
+   * before another thread closes a socket): what came after it stopped is
+   * dropped with the mailbox */
+  mbox_close(a->mailbox);
+  a->mailbox = NULL;
   uint64_t malformed = atomic_load(&a->malformed);
   pthread_mutex_destroy(&a->turn);
   pthread_mutex_destroy(&a->lock);

@@ -74,8 +74,14 @@ actor_turn actor_run_queue_here(actor_t *a);
 /* How many times guests have taken the actor's queue (any thread). */
 uint64_t actor_guest_rounds(const actor_t *a);
 
-/* Waits for the actor's thread and frees it; returns how many malformed
- * messages it dropped over its life. No guest may be running or enter. */
+/* Waits for the actor's thread to end (it has stopped, or been told to);
+ * its mailbox stays bound, so that a peer's late send does not wait on a
+ * closed name. Once is enough; a second call returns at once. */
+void actor_wait(actor_t *a);
+/* Waits for the actor's thread, closes its mailbox and frees it; returns
+ * how many malformed messages it dropped over its life. No guest may be
+ * running or enter. Stopping actors that send to one another: actor_wait
+ * each, then actor_join each. */
 uint64_t actor_join(actor_t **a);
 
 void *actor_state(const actor_t *a);

@@ -60,6 +60,7 @@ typedef struct pending_job {
 struct schedrun {
   schedrun_core core;
   actor_t *scheduler, *compile, *record;
+  actor_t *sched_stopped; /* the scheduler after schedrun_shutdown: its thread ended, its mailbox still bound */
   actor_t *execute[SCHEDRUN_MAX_DEVICES];
   scheduler_state *scheduler_st;
   compile_state *compile_st;

@@ -97,10 +97,13 @@ static void send_term(schedrun_t *s, const char *name) {
   mbox_close(sock);
 }
 
-static void stop_actor(schedrun_t *s, actor_t **a, const char *name) {
-  if (!*a) return;
+/* Tells an actor to stop and waits for its thread; its mailbox stays bound
+ * until every actor has stopped (free_actor), so that no actor's late send
+ * finds a peer's name closed. */
+static void stop_actor(schedrun_t *s, actor_t *a, const char *name) {
+  if (!a) return;
   send_term(s, name);
-  actor_join(a);
+  actor_wait(a);
 }
 
 /* ---- the completion thread (what it files: lib/api_complete.c) ---- */
@@ -163,10 +166,15 @@ static void stop_completer(schedrun_t *s) {
 
 static void teardown(schedrun_t *s) {
   api_guests_close(s);
-  stop_actor(s, &s->scheduler, ACTOR_SCHEDULER);
-  stop_actor(s, &s->compile, ACTOR_COMPILE);
-  stop_actor(s, &s->record, ACTOR_RECORD);
-  for (int d = 0; d < s->core.ndevices; d++) stop_actor(s, &s->execute[d], s->core.execute_names[d]);
+  stop_actor(s, s->scheduler, ACTOR_SCHEDULER);
+  stop_actor(s, s->compile, ACTOR_COMPILE);
+  stop_actor(s, s->record, ACTOR_RECORD);
+  for (int d = 0; d < s->core.ndevices; d++) stop_actor(s, s->execute[d], s->core.execute_names[d]);
+  actor_join(&s->sched_stopped);
+  actor_join(&s->scheduler);
+  actor_join(&s->compile);
+  actor_join(&s->record);
+  for (int d = 0; d < s->core.ndevices; d++) actor_join(&s->execute[d]);
   stop_completer(s);
   scheduler_state_free(s->scheduler_st);
   compile_state_free(s->compile_st);
@@ -438,8 +446,9 @@ int schedrun_shutdown(schedrun_t *s, int timeout_ms, schedrun_error_t *err) {
   actor_t *sched = s->scheduler;
   s->scheduler = NULL;
   s->dropped_by_joined += actor_malformed(sched);
+  s->sched_stopped = sched; /* freed once the other actors have stopped too */
   pthread_mutex_unlock(&s->lock);
-  actor_join(&sched);
+  actor_wait(sched);
   pthread_join(s->completer, NULL); /* it stopped at the TERM */
   s->completer_running = false;
   pthread_mutex_lock(&s->lock);

@@ -1,5 +1,6 @@
 /* The actor runtime: start handshake, messages in order, malformed bytes
  * dropped and counted, a failing start reported, clean stop and join. */
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -141,6 +142,53 @@ static void test_failing_start(void **st) {
   msg m;
   msg_init(&m, MSG_TERM, 0, "client");
   mbox_send(out, &m, &err);
+  msg_free(&m);
+  actor_join(&a);
+  mbox_close(out);
+  zmq_ctx_term(z);
+}
+
+/* A peer's message that comes after the actor stopped (a doorbell for a
+ * queue someone already took) finds the mailbox still bound until
+ * actor_join: it is sent at once, instead of waiting out the send timeout
+ * on a closed name and being counted as unsent. After actor_join the name
+ * is free again. */
+static void test_late_message_after_stop(void **st) {
+  (void)st;
+  void *z = zmq_ctx_new();
+  schedrun_error_t err = {0};
+  echo_state es = {0};
+  actor_t *a;
+  assert_int_equal(actor_start(z, &echo_def, "late", &es, &a, &err), SCHEDRUN_OK);
+  void *out = mbox_connect(z, "late", &err);
+  assert_non_null(out);
+  msg m;
+  msg_init(&m, MSG_TERM, 0, "client");
+  assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
+  msg_free(&m);
+  actor_wait(a); /* its thread has ended */
+  actor_wait(a); /* once is enough */
+  assert_int_equal(es.stopped, 1);
+  /* the name is still the actor's */
+  void *other = zmq_socket(z, ZMQ_PULL);
+  assert_int_equal(zmq_bind(other, "inproc://late"), -1);
+  assert_int_equal(zmq_errno(), EADDRINUSE);
+  zmq_close(other);
+  uint64_t unsent = msg_tally_unsent_count(MSG_QUEUED);
+  for (int i = 0; i < 3; i++) {
+    msg_init(&m, MSG_QUEUED, 5, "client");
+    assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
+    msg_free(&m);
+  }
+  assert_true(msg_tally_unsent_count(MSG_QUEUED) == unsent);
+  assert_int_equal(es.handled, 0); /* nobody handled them: they go with the mailbox */
+  assert_int_equal(actor_join(&a), 0);
+  mbox_close(out);
+  /* the name is bindable again */
+  assert_int_equal(actor_start(z, &echo_def, "late", &es, &a, &err), SCHEDRUN_OK);
+  out = mbox_connect(z, "late", &err);
+  msg_init(&m, MSG_TERM, 0, "client");
+  assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
   msg_free(&m);
   actor_join(&a);
   mbox_close(out);
@@ -593,6 +641,7 @@ int main(void) {
       cmocka_unit_test(test_round_trips_in_order),
       cmocka_unit_test(test_lent_over_mailboxes),
       cmocka_unit_test(test_malformed_counted),
+      cmocka_unit_test(test_late_message_after_stop),
       cmocka_unit_test(test_failing_start),
       cmocka_unit_test(test_queue),
       cmocka_unit_test(test_queue_gather),
