@@ -148,6 +148,15 @@ static void test_failing_start(void **st) {
   zmq_ctx_term(z);
 }
 
+/* Sends a message of `type` with no body to the socket `out`, as "client". */
+static void send_plain(void *out, int type, uint64_t job) {
+  schedrun_error_t err = {0};
+  msg m;
+  msg_init(&m, type, job, "client");
+  assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
+  msg_free(&m);
+}
+
 /* A peer's message that comes after the actor stopped (a doorbell for a
  * queue someone already took) finds the mailbox still bound until
  * actor_join: it is sent at once, instead of waiting out the send timeout
@@ -162,10 +171,7 @@ static void test_late_message_after_stop(void **st) {
   assert_int_equal(actor_start(z, &echo_def, "late", &es, &a, &err), SCHEDRUN_OK);
   void *out = mbox_connect(z, "late", &err);
   assert_non_null(out);
-  msg m;
-  msg_init(&m, MSG_TERM, 0, "client");
-  assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
-  msg_free(&m);
+  send_plain(out, MSG_TERM, 0);
   actor_wait(a); /* its thread has ended */
   actor_wait(a); /* once is enough */
   assert_int_equal(es.stopped, 1);
@@ -175,11 +181,7 @@ static void test_late_message_after_stop(void **st) {
   assert_int_equal(zmq_errno(), EADDRINUSE);
   zmq_close(other);
   uint64_t unsent = msg_tally_unsent_count(MSG_QUEUED);
-  for (int i = 0; i < 3; i++) {
-    msg_init(&m, MSG_QUEUED, 5, "client");
-    assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
-    msg_free(&m);
-  }
+  for (int i = 0; i < 3; i++) send_plain(out, MSG_QUEUED, 5);
   assert_true(msg_tally_unsent_count(MSG_QUEUED) == unsent);
   assert_int_equal(es.handled, 0); /* nobody handled them: they go with the mailbox */
   assert_int_equal(actor_join(&a), 0);
@@ -187,9 +189,7 @@ static void test_late_message_after_stop(void **st) {
   /* the name is bindable again */
   assert_int_equal(actor_start(z, &echo_def, "late", &es, &a, &err), SCHEDRUN_OK);
   out = mbox_connect(z, "late", &err);
-  msg_init(&m, MSG_TERM, 0, "client");
-  assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
-  msg_free(&m);
+  send_plain(out, MSG_TERM, 0);
   actor_join(&a);
   mbox_close(out);
   zmq_ctx_term(z);
