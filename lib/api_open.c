@@ -98,8 +98,8 @@ static void send_term(schedrun_t *s, const char *name) {
 }
 
 /* Tells an actor to stop and waits for its thread; its mailbox stays bound
- * until every actor has stopped (free_actor), so that no actor's late send
- * finds a peer's name closed. */
+ * until every actor has stopped (teardown's actor_join), so that no actor's
+ * late send finds a peer's name closed. */
 static void stop_actor(schedrun_t *s, actor_t *a, const char *name) {
   if (!a) return;
   send_term(s, name);

@@ -1,5 +1,6 @@
 /* The actor runtime: start handshake, messages in order, malformed bytes
- * dropped and counted, a failing start reported, clean stop and join. */
+ * dropped and counted, a failing start reported, clean stop and join, a
+ * late message to a stopped actor sent at once. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -49,6 +50,15 @@ static int failing_start(actor_t *self, schedrun_error_t *err) {
 
 static const actor_def failing_def = {failing_start, echo_handle, NULL};
 
+/* Sends a message of `type` with no body to the socket `out`, as "client". */
+static void send_plain(void *out, int type, uint64_t job) {
+  schedrun_error_t err = {0};
+  msg m;
+  msg_init(&m, type, job, "client");
+  assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
+  msg_free(&m);
+}
+
 static void test_round_trips_in_order(void **st) {
   (void)st;
   void *z = zmq_ctx_new();
@@ -94,9 +104,7 @@ static void test_round_trips_in_order(void **st) {
   assert_true(r.body.status.items.v[0].value == N + 1);
   msg_free(&r);
 
-  msg_init(&m, MSG_TERM, 0, "client");
-  assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
-  msg_free(&m);
+  send_plain(out, MSG_TERM, 0);
   assert_int_equal(actor_join(&a), 4);
   assert_null(a);
   assert_int_equal(es.stopped, 1);
@@ -115,10 +123,7 @@ static void test_malformed_counted(void **st) {
   assert_int_equal(actor_start(z, &echo_def, "echo2", &es, &a, &err), SCHEDRUN_OK);
   void *out = mbox_connect(z, "echo2", &err);
   for (int i = 0; i < 25; i++) assert_true(zmq_send(out, "\xc1\xc1", 2, 0) == 2);
-  msg m;
-  msg_init(&m, MSG_TERM, 0, "client");
-  assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
-  msg_free(&m);
+  send_plain(out, MSG_TERM, 0);
   /* TERM came after the junk, in order: all 25 were seen and dropped */
   assert_int_equal(actor_join(&a), 25);
   assert_int_equal(es.handled, 0);
@@ -139,22 +144,10 @@ static void test_failing_start(void **st) {
   echo_state es = {0};
   assert_int_equal(actor_start(z, &echo_def, "broken", &es, &a, &err), SCHEDRUN_OK);
   void *out = mbox_connect(z, "broken", &err);
-  msg m;
-  msg_init(&m, MSG_TERM, 0, "client");
-  mbox_send(out, &m, &err);
-  msg_free(&m);
+  send_plain(out, MSG_TERM, 0);
   actor_join(&a);
   mbox_close(out);
   zmq_ctx_term(z);
-}
-
-/* Sends a message of `type` with no body to the socket `out`, as "client". */
-static void send_plain(void *out, int type, uint64_t job) {
-  schedrun_error_t err = {0};
-  msg m;
-  msg_init(&m, type, job, "client");
-  assert_int_equal(mbox_send(out, &m, &err), SCHEDRUN_OK);
-  msg_free(&m);
 }
 
 /* A peer's message that comes after the actor stopped (a doorbell for a
