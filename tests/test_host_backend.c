@@ -1,6 +1,7 @@
 /* The host backend: kernels compiled from CUDA C by the C++ compiler, run as
  * grids of loops; sequences of launches, copies, fills and while loops;
  * in-place updates; refusals and compile errors. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +210,87 @@ static void test_launch_and_sequence(void **st) {
   assert_null(b);
 }
 
+static const char lanes_src[] =
+    "extern \"C\" __global__ void lanes(unsigned *out, float *f, int n) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) { out[i] = (unsigned)i * 3u + 1u + blockIdx.y; f[i] = (sqrtf((float)i) + 0.5f) + f[i]; }\n"
+    "}\n";
+
+/* One launch of `lanes` over n elements, checked element by element (and
+ * the elements past n untouched), rep times over the same buffers. */
+static void run_lanes(gpu_backend *b, gpu_function fn, uint32_t grid, uint32_t block, int32_t n, uint32_t gy) {
+  schedrun_error_t err = {0};
+  size_t cap = (size_t)n + 9;
+  uint64_t out, f;
+  assert_int_equal(b->ops->mem_alloc(b, 0, cap * 4, &out, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->mem_alloc(b, 0, cap * 4, &f, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->mem_zero(b, 0, out, cap * 4, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->mem_zero(b, 0, f, cap * 4, &err), SCHEDRUN_OK);
+  uint64_t args[3] = {out, f, 0};
+  memcpy(&args[2], &n, 4);
+  gpu_node node = {.kind = GN_LAUNCH};
+  node.u.launch.fn = fn;
+  node.u.launch.grid[0] = grid, node.u.launch.grid[1] = gy, node.u.launch.grid[2] = 1;
+  node.u.launch.block[0] = block, node.u.launch.block[1] = node.u.launch.block[2] = 1;
+  node.u.launch.args = args;
+  node.u.launch.nargs = 3;
+  gpu_seq *s;
+  uint32_t idx;
+  assert_int_equal(b->ops->seq_create(b, 0, &s, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->seq_add(s, &node, &idx, &err), SCHEDRUN_OK);
+  uint32_t *ho = malloc(cap * 4);
+  float *hf = malloc(cap * 4);
+  assert_non_null(ho);
+  assert_non_null(hf);
+  for (int rep = 1; rep <= 2; rep++) {
+    assert_int_equal(b->ops->seq_launch(s, 0, NULL, &err), SCHEDRUN_OK);
+    assert_int_equal(b->ops->copy_dtoh(b, 0, ho, out, cap * 4, &err), SCHEDRUN_OK);
+    assert_int_equal(b->ops->copy_dtoh(b, 0, hf, f, cap * 4, &err), SCHEDRUN_OK);
+    for (size_t i = 0; i < cap; i++) {
+      /* with gy rows of blocks, the last row's write wins: blockIdx.y = gy - 1 */
+      uint32_t want = i < (size_t)n ? (uint32_t)i * 3u + 1u + (gy - 1) : 0;
+      float fw = 0.0f;
+      if (i < (size_t)n) { /* each row of blocks added sqrt(i) + 0.5 once per launch */
+        for (int k = 0; k < rep * (int)gy; k++) fw = (sqrtf((float)i) + 0.5f) + fw;
+      }
+      if (ho[i] != want || hf[i] != fw)
+        fail_msg("grid %u x %u, block %u, n %d, launch %d: element %zu is %u / %g, want %u / %g", grid, gy, block, n,
+                 rep, i, ho[i], hf[i], want, fw);
+    }
+  }
+  free(ho);
+  free(hf);
+  b->ops->seq_destroy(s);
+  b->ops->mem_free(b, 0, out);
+  b->ops->mem_free(b, 0, f);
+}
+
+static void test_grid_paths(void **st) {
+  (void)st;
+  /* a grid runs as vector code when it is within CUDA's block limits and at
+   * most 2^20 blocks across, and as plain loops otherwise: both give every
+   * thread its own indices, guarded tails included */
+  gpu_backend *b;
+  schedrun_error_t err = {0};
+  assert_int_equal(gpu_host_open(1, tu_gpu_opts(), &b, &err), SCHEDRUN_OK);
+  image img = {0};
+  char *log = NULL;
+  prog_type lp[] = {PT_PTR, PT_PTR, PT_I32};
+  if (compile("lanes", lanes_src, lp, 3, &img, &log, &err)) fail_msg("%s\n%s", err.message, log);
+  free(log);
+  gpu_module *m;
+  gpu_function fn;
+  assert_int_equal(b->ops->module_load(b, 0, img.data, img.len, &m, &err), SCHEDRUN_OK);
+  assert_int_equal(b->ops->module_function(b, m, "lanes", &fn, &err), SCHEDRUN_OK);
+  run_lanes(b, fn, 43, 96, 4099, 1);                    /* a tail of 4099 - 42 * 96 = 67 lanes */
+  run_lanes(b, fn, 5, 1024, 5 * 1024 - 1, 2);           /* the widest block, two rows of blocks */
+  run_lanes(b, fn, 1, 7, 5, 1);                         /* fewer lanes than a vector */
+  run_lanes(b, fn, (1u << 20) + 5, 1, (1 << 20) + 3, 1); /* more than 2^20 blocks: the plain loops */
+  b->ops->module_unload(b, m);
+  free(img.data);
+  gpu_backend_close(&b);
+}
+
 static void test_refusals_and_errors(void **st) {
   (void)st;
   schedrun_error_t err = {0};
@@ -272,10 +354,17 @@ static void test_identity_and_params(void **st) {
   char *recipe = NULL;
   schedrun_error_t rerr = {0};
   assert_int_equal(gpu_host_target.recipe(NULL, &recipe, &rerr), SCHEDRUN_OK);
-  const char *parts[] = {"-std=c++17", "-O2", "-fvisibility=hidden", "-fno-rtti", "threadIdx", "__sched_launch_sample",
-                         "blockIdx = uint3{bx, by, bz}"};
+  const char *parts[] = {"-std=c++17", "-O3", "-fno-trapping-math", "-fvisibility=hidden", "-fno-rtti", "threadIdx",
+                         "__sched_launch_sample", "blockIdx = uint3{bx, by, bz}"};
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
     if (!strstr(recipe, parts[i])) fail_msg("the recipe lacks '%s'", parts[i]);
+#if defined(__x86_64__)
+  /* the vector instructions this CPU has are part of the recipe, so that a
+   * cache shared with another kind of machine keeps a build for each */
+  __builtin_cpu_init();
+  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  assert_int_equal(strstr(recipe, " -mavx2 ") != NULL, avx2);
+#endif
   free(recipe);
   char *id = NULL;
   schedrun_error_t err = {0};
@@ -305,6 +394,7 @@ static void test_identity_and_params(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_launch_and_sequence),
+      cmocka_unit_test(test_grid_paths),
       cmocka_unit_test(test_refusals_and_errors),
       cmocka_unit_test(test_identity_and_params),
   };

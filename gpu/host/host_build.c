@@ -1,4 +1,5 @@
 /* See host_build.h. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -115,19 +116,40 @@ int host_run_bounded(char *const argv[], const char *log_path, const _Atomic int
 #endif
 
 /* The options every kernel is compiled with (the compiler, -o and the files
- * around them). Under ThreadSanitizer a kernel's thread-local indices use
+ * around them). -O3 with -fno-trapping-math and -fno-math-errno lets the
+ * compiler turn a block's threads, a loop over threadIdx.x, into vector code:
+ * a kernel's `if (i < n)` guard becomes masked loads and stores only when
+ * the arithmetic under it may be executed for lanes that do not take it (a
+ * GPU raises no floating-point traps and sets no errno either). Under
+ * ThreadSanitizer a kernel's thread-local indices use
  * the initial-exec model: its interceptor of __tls_get_addr (GCC 12, LLVM
  * 14) guesses the size of a module's dynamic TLS block from the bytes before
  * it and, now and then, resets the shadow of a range of hundreds of
  * terabytes and dies. Initial-exec TLS needs no __tls_get_addr; it takes
  * glibc's static TLS surplus, which the sanitized tests enlarge
  * (GLIBC_TUNABLES in tests/CMakeLists.txt). */
-static const char *const host_flags[] = {"-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
-                                         "-fno-exceptions", "-fno-rtti"
+static const char *const host_flags[] = {"-std=c++17",        "-O3",         "-fno-trapping-math",
+                                         "-fno-math-errno",   "-fPIC",       "-shared",
+                                         "-fvisibility=hidden", "-fno-exceptions", "-fno-rtti"
 #ifdef SCHEDRUN_TSAN
                                          , "-ftls-model=initial-exec"
 #endif
 };
+
+/* The vector instructions kernels may use: AVX2 (with FMA for fmaf()) where
+ * this CPU and its operating system have them, so that guarded loads and
+ * stores become masked ones (SSE2 has none). Not AVX-512: valgrind cannot run
+ * it. The options are part of every kernel's recipe, so a cache directory
+ * shared by machines of different kinds keeps one build per kind. */
+static const char *const *isa_flags(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const char *const avx2[] = {"-mavx2", "-mfma", NULL};
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return avx2;
+#endif
+  static const char *const none[] = {NULL};
+  return none;
+}
 
 /* Kernels read threadIdx and friends, and the block runner its runtime,
  * from thread-local storage in a module loaded with dlopen: with GCC on
@@ -149,6 +171,7 @@ static const char *tls_flag(void) {
 
 void host_build_flags(strbuf *sb) {
   for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(host_flags); i++) sb_addf(sb, "%s ", host_flags[i]);
+  for (const char *const *f = isa_flags(); *f; f++) sb_addf(sb, "%s ", *f);
   const char *tls = tls_flag();
   if (tls) sb_addf(sb, "%s ", tls);
 }
@@ -177,10 +200,14 @@ int host_build_so(const char *tu, size_t tu_len, const char *tmp_dir, const char
     goto out;
   }
   if ((rc = fs_write_atomic(path_src.data, tu, tu_len, err))) goto out;
-  char *argv[SCHEDRUN__ARRAY_LEN(host_flags) + 6];
+  char *argv[SCHEDRUN__ARRAY_LEN(host_flags) + 8];
   size_t na = 0;
   argv[na++] = (char *)host_cxx();
   for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(host_flags); i++) argv[na++] = (char *)host_flags[i];
+  for (const char *const *f = isa_flags(); *f; f++) {
+    assert(na < SCHEDRUN__ARRAY_LEN(argv) - 5); /* room for the TLS flag, -o, two files, NULL */
+    argv[na++] = (char *)*f;
+  }
   const char *tls = tls_flag();
   if (tls) argv[na++] = (char *)tls;
   argv[na++] = "-o";

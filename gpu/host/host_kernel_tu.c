@@ -157,8 +157,28 @@ void host_tu_launcher(strbuf *sb, const char *entry, const char *name, const cha
             call, name);
     return;
   }
+  /* Two copies of the grid's loops. The first runs every grid within CUDA's
+   * block limits and with at most 2^20 blocks across: its bounds are masked
+   * to ranges the compiler can see, so that blockIdx.x * blockDim.x +
+   * threadIdx.x provably neither wraps nor turns negative, the index is
+   * affine in tx, and the loop over a block's threads (x fastest) becomes
+   * vector code. The second runs the rest (wider grids), as CUDA would. */
   sb_addf(sb,
           "  (void)__shm; (void)__text; (void)__cap;\n"
+          "  if (__b[0] <= 1024u && __b[1] <= 1024u && __b[2] <= 64u && __g[0] <= (1u << 20)) {\n"
+          "    const unsigned __g0 = __g[0] & ((2u << 20) - 1), __g1 = __g[1], __g2 = __g[2];\n"
+          "    const unsigned __b0 = __b[0] & 2047u, __b1 = __b[1] & 2047u, __b2 = __b[2] & 127u;\n"
+          "    gridDim = dim3(__g0, __g1, __g2);\n"
+          "    blockDim = dim3(__b0, __b1, __b2);\n"
+          "    for (unsigned bz = 0; bz < __g2; bz++)\n"
+          "    for (unsigned by = 0; by < __g1; by++)\n"
+          "    for (unsigned bx = 0; bx < __g0; bx++) {\n"
+          "      blockIdx = uint3{bx, by, bz};\n"
+          "      for (unsigned tz = 0; tz < __b2; tz++)\n"
+          "      for (unsigned ty = 0; ty < __b1; ty++)\n"
+          "      for (unsigned tx = 0; tx < __b0; tx++) {\n"
+          "        threadIdx = uint3{tx, ty, tz};\n"
+          "        %s\n      }\n    }\n    return 0;\n  }\n"
           "  gridDim = dim3(__g[0], __g[1], __g[2]);\n"
           "  blockDim = dim3(__b[0], __b[1], __b[2]);\n"
           "  for (unsigned bz = 0; bz < __g[2]; bz++)\n"
@@ -170,5 +190,5 @@ void host_tu_launcher(strbuf *sb, const char *entry, const char *name, const cha
           "    for (unsigned tx = 0; tx < __b[0]; tx++) {\n"
           "      threadIdx = uint3{tx, ty, tz};\n"
           "      %s\n    }\n  }\n  return 0;\n}\n",
-          call);
+          call, call);
 }
