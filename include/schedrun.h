@@ -21,7 +21,7 @@ extern "C" {
 
 #define SCHEDRUN_VERSION_MAJOR 0
 #define SCHEDRUN_VERSION_MINOR 5
-#define SCHEDRUN_VERSION_PATCH 0
+#define SCHEDRUN_VERSION_PATCH 1
 
 /* Public functions are the only symbols the shared library exports; the
  * library is built with hidden visibility and this marks what is public. */
