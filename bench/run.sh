@@ -521,7 +521,7 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "Kernels are compiled at \`-O3\` with AVX2 so that they become vector code (above):"
   echo "at the commit before (9939773), the same \`compile_bench 3\` taking turns gave"
   echo "61-66 ms per kernel of the 16 and 49-51 ms for saxpy, against 77-80 and 82 ms"
-  echo "after. The first issue's figure, with the C++ standard headers in the prelude,"
+  echo "after. Before the prelude stopped including the C++ standard headers, it"
   echo "was 350 ms per kernel."
 } > "$out"
 # across MPI ranks, and the cluster model calibrated with it (sched-run built with MPI)
