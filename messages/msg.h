@@ -26,7 +26,6 @@
 #define MSG_MAX_BYTES (1u << 30)     /* a whole message */
 #define MSG_MAX_STRING (16u << 20)   /* one string (kernel sources, logs) */
 #define MSG_MAX_ARRAY (1u << 22)     /* elements of one array */
-#define MSG_MAX_DEPTH 16
 
 typedef enum msg_type {
   MSG_SUBMIT = 1,

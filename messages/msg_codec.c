@@ -3,19 +3,14 @@
  * (msg_schema.h): the tables, the destructor and the decoder here, the
  * encoder in msg_encode.c.
  *
- * Decoding happens in two steps, each of which rejects bad bytes with
- * SCHEDRUN_EPROTO instead of crashing:
- *   1. msg_parse (msg_parse.h) checks that the bytes form exactly one
- *      object, no deeper than MSG_MAX_DEPTH, whose containers claim no more
- *      elements than there are bytes left (so an absurd length never
- *      allocates), then has msgpack-c's unpacker read them into a tree of
- *      msgpack objects;
- *   2. the schema walk copies each field out, checking its type, range and
- *      length. The envelope is the array [v, type, job, from, body] and a
- *      body the array of its schema's fields in order: no keys to write,
- *      look up or compare, and a wrong number of fields is refused.
+ * Decoding (msg_decode.c) is one pass of msgpack-c's unpacker that checks
+ * every value against the schema where it stands, then the checks across
+ * fields here (a batch's columns against its jobs); bad bytes give
+ * SCHEDRUN_EPROTO, naming the place, instead of a crash. The envelope is
+ * the array [v, type, job, from, body] and a body the array of its schema's
+ * fields in order: no keys to write, look up or compare, and a wrong number
+ * of fields is refused.
  */
-#include <msgpack.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +18,7 @@
 
 #include "common/common.h"
 #include "messages/msg.h"
-#include "messages/msg_parse.h"
+#include "messages/msg_decode.h"
 #include "messages/msg_schema.h"
 
 /* ---- schemas ------------------------------------------------------------ */
@@ -171,170 +166,15 @@ void msg_free(msg *m) {
   memset(m, 0, sizeof *m);
 }
 
-/* ---- decode: the schema walk ------------------------------------------------- */
+/* ---- decode: the checks across fields ------------------------------------ */
 
 typedef struct dctx {
   schedrun_error_t *err;
   const char *type;
-  bool local; /* lent blocks may be claimed (msg_decode_local) */
 } dctx;
 
 static int bad(dctx *d, const char *where, const char *what) {
   return err_set(d->err, SCHEDRUN_EPROTO, "malformed %s message: %s: %s", d->type, where, what);
-}
-
-/* A lent block where bytes go (msg.h, "Lent bytes"): claimed from the
- * table, owned by the message from now on. */
-static int claim_lent(dctx *d, const char *w, const msgpack_object *o, msg_bytes *b) {
-  if (!d->local) return bad(d, w, "lent bytes cannot come from another process");
-  if (o->via.ext.type != MSG_EXT_LENT || o->via.ext.size != 16) return bad(d, w, "expected bytes");
-  const uint8_t *e = (const uint8_t *)o->via.ext.ptr;
-  uint64_t t = 0, len = 0;
-  for (int i = 0; i < 8; i++) {
-    t |= (uint64_t)e[i] << (8 * i);
-    len |= (uint64_t)e[8 + i] << (8 * i);
-  }
-  if (len > SIZE_MAX || !(b->data = msg_claim(t, (size_t)len)))
-    return bad(d, w, "names lent bytes that are not lent (claimed already, or never lent)");
-  b->len = (size_t)len;
-  return SCHEDRUN_OK;
-}
-
-static int get_int(dctx *d, const char *where, const msgpack_object *o, int64_t lo, uint64_t hi,
-                   bool is_signed, uint64_t *u, int64_t *s) {
-  if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
-    if (o->via.u64 > hi) return bad(d, where, "integer out of range");
-    if (u) *u = o->via.u64;
-    if (s) *s = (int64_t)o->via.u64;
-    return SCHEDRUN_OK;
-  }
-  if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
-    if (!is_signed || o->via.i64 < lo) return bad(d, where, "integer out of range");
-    if (s) *s = o->via.i64;
-    return SCHEDRUN_OK;
-  }
-  return bad(d, where, "expected an integer");
-}
-
-static int get_str(dctx *d, const char *where, const msgpack_object *o, char **out) {
-  if (o->type != MSGPACK_OBJECT_STR) return bad(d, where, "expected a string");
-  if (o->via.str.size > MSG_MAX_STRING) return bad(d, where, "string too long");
-  *out = malloc(o->via.str.size + 1);
-  if (!*out) return err_set(d->err, SCHEDRUN_ENOMEM, "out of memory decoding %s", d->type);
-  if (o->via.str.size) memcpy(*out, o->via.str.ptr, o->via.str.size); /* an empty one may have no bytes */
-  (*out)[o->via.str.size] = '\0';
-  return SCHEDRUN_OK;
-}
-
-static int get_array(dctx *d, const char *where, const msgpack_object *o, size_t elem, void **v,
-                     size_t *n) {
-  if (o->type != MSGPACK_OBJECT_ARRAY) return bad(d, where, "expected an array");
-  if (o->via.array.size > MSG_MAX_ARRAY) return bad(d, where, "array too long");
-  *n = 0;
-  *v = NULL;
-  if (o->via.array.size == 0) return SCHEDRUN_OK;
-  *v = calloc(o->via.array.size, elem);
-  if (!*v) return err_set(d->err, SCHEDRUN_ENOMEM, "out of memory decoding %s", d->type);
-  return SCHEDRUN_OK;
-}
-
-static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void *base);
-
-static int decode_field(dctx *d, const field *f, const msgpack_object *o, void *p) {
-  const char *w = f->name;
-  uint64_t u = 0;
-  int64_t sv = 0;
-  int rc;
-  switch (f->kind) {
-  case FK_U32:
-    if ((rc = get_int(d, w, o, 0, UINT32_MAX, false, &u, NULL))) return rc;
-    *(uint32_t *)p = (uint32_t)u;
-    return SCHEDRUN_OK;
-  case FK_I32:
-    if ((rc = get_int(d, w, o, INT32_MIN, INT32_MAX, true, NULL, &sv))) return rc;
-    *(int32_t *)p = (int32_t)sv;
-    return SCHEDRUN_OK;
-  case FK_U64:
-    if ((rc = get_int(d, w, o, 0, UINT64_MAX, false, &u, NULL))) return rc;
-    *(uint64_t *)p = u;
-    return SCHEDRUN_OK;
-  case FK_I64:
-    if ((rc = get_int(d, w, o, INT64_MIN, INT64_MAX, true, NULL, &sv))) return rc;
-    *(int64_t *)p = sv;
-    return SCHEDRUN_OK;
-  case FK_STR:
-    return get_str(d, w, o, (char **)p);
-  case FK_BIN: {
-    if (o->type == MSGPACK_OBJECT_EXT) return claim_lent(d, w, o, p);
-    if (o->type != MSGPACK_OBJECT_BIN) return bad(d, w, "expected bytes");
-    msg_bytes *b = p;
-    b->len = o->via.bin.size;
-    b->data = msg_bytes_alloc(b->len);
-    if (!b->data) return err_set(d->err, SCHEDRUN_ENOMEM, "out of memory decoding %s", d->type);
-    if (b->len) memcpy(b->data, o->via.bin.ptr, b->len);
-    return SCHEDRUN_OK;
-  }
-  case FK_U64S: {
-    /* a column: bytes, 8 per element, little-endian (msg.h) */
-    msg_u64s *a = p;
-    if (o->type != MSGPACK_OBJECT_BIN) return bad(d, w, "expected a column (bytes)");
-    if (o->via.bin.size % 8) return bad(d, w, "a column's length is not a multiple of 8 bytes");
-    if (o->via.bin.size / 8 > MSG_MAX_ARRAY) return bad(d, w, "array too long");
-    a->n = 0;
-    a->v = NULL;
-    size_t n = o->via.bin.size / 8;
-    if (n == 0) return SCHEDRUN_OK;
-    if (!(a->v = malloc(n * sizeof *a->v))) return err_set(d->err, SCHEDRUN_ENOMEM, "out of memory decoding %s", d->type);
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(a->v, o->via.bin.ptr, n * 8);
-#else
-    const uint8_t *b = (const uint8_t *)o->via.bin.ptr;
-    for (size_t k = 0; k < n; k++) {
-      uint64_t v = 0;
-      for (int i = 7; i >= 0; i--) v = v << 8 | b[8 * k + (size_t)i];
-      a->v[k] = v;
-    }
-#endif
-    a->n = n;
-    return SCHEDRUN_OK;
-  }
-  case FK_STRS: {
-    msg_strs *a = p;
-    if ((rc = get_array(d, w, o, sizeof(char *), (void **)&a->v, &a->n))) return rc;
-    for (uint32_t k = 0; k < o->via.array.size; k++) {
-      if ((rc = get_str(d, w, &o->via.array.ptr[k], &a->v[k]))) return rc;
-      a->n++;
-    }
-    return SCHEDRUN_OK;
-  }
-  case FK_ARR: {
-    any_arr *a = p;
-    if ((rc = get_array(d, w, o, f->sub->size, &a->v, &a->n))) return rc;
-    for (uint32_t k = 0; k < o->via.array.size; k++) {
-      /* count first, so a failure half-way frees what was filled */
-      a->n++;
-      if ((rc = decode_struct(d, f->sub, &o->via.array.ptr[k], (char *)a->v + k * f->sub->size)))
-        return rc;
-    }
-    return SCHEDRUN_OK;
-  }
-  }
-  return bad(d, w, "unknown field kind");
-}
-
-static int decode_struct(dctx *d, const schema *s, const msgpack_object *o, void *base) {
-  if (o->type != MSGPACK_OBJECT_ARRAY) return bad(d, s->name, "expected an array of its fields");
-  if (o->via.array.size != s->nfields) {
-    char what[80];
-    snprintf(what, sizeof what, "expected %zu field%s, got %u", s->nfields, s->nfields == 1 ? "" : "s",
-             (unsigned)o->via.array.size);
-    return bad(d, s->name, what);
-  }
-  for (size_t i = 0; i < s->nfields; i++) {
-    int rc = decode_field(d, &s->fields[i], &o->via.array.ptr[i], (char *)base + s->fields[i].off);
-    if (rc) return rc;
-  }
-  return SCHEDRUN_OK;
 }
 
 /* Batch messages: every column has as many elements as the first, `jobs`
@@ -419,35 +259,14 @@ static int check_batch(dctx *d, const msg *m) {
 
 static int decode(const void *data, size_t len, msg *m, bool local, schedrun_error_t *err) {
   memset(m, 0, sizeof *m);
-  dctx d = {err, "?", local};
+  dctx d = {err, "?"};
   if (!data || len == 0) return bad(&d, "envelope", "empty message");
   if (len > MSG_MAX_BYTES) return bad(&d, "envelope", "message too large");
-  msgpack_object obj;
-  const char *why = msg_parse(data, len, &obj);
-  if (why) return bad(&d, "envelope", why);
-  const msgpack_object *o = &obj;
-  int rc = SCHEDRUN_OK;
-  if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 5) {
-    rc = bad(&d, "envelope", "expected an array of v, type, job, from, body");
-    goto out;
-  }
-  const msgpack_object *e = o->via.array.ptr;
-  uint64_t u = 0;
-  if (!(rc = get_int(&d, "v", &e[0], 0, UINT32_MAX, false, &u, NULL)) && u != MSG_VERSION)
-    rc = bad(&d, "v", "unsupported version");
-  m->v = (uint32_t)u;
-  if (rc == SCHEDRUN_OK && !(rc = get_int(&d, "type", &e[1], 0, UINT32_MAX, false, &u, NULL)) &&
-      (u == 0 || u >= MSG__END))
-    rc = bad(&d, "type", "unknown message type");
-  if (rc == SCHEDRUN_OK) m->type = (int)u;
-  if (rc == SCHEDRUN_OK) rc = get_int(&d, "job", &e[2], 0, UINT64_MAX, false, &m->job, NULL);
-  if (rc == SCHEDRUN_OK) rc = get_str(&d, "from", &e[3], &m->from);
+  int rc = msg_visit(data, len, m, local, err);
   if (rc == SCHEDRUN_OK) {
     d.type = msg_type_name(m->type);
-    rc = decode_struct(&d, msg_body_schema[m->type], &e[4], &m->body);
-    if (rc == SCHEDRUN_OK) rc = check_batch(&d, m);
+    rc = check_batch(&d, m);
   }
-out:
   if (rc != SCHEDRUN_OK) {
     int type = m->type;
     if (type <= 0 || type >= MSG__END) m->type = 0;
