@@ -294,10 +294,20 @@ static int walk_step(walk *w, const prog_step *st, int depth, uint32_t rid, uint
         buf_range(w, st, st->u.copy.from, fo, count, "copy", &src) ||
         buf_range(w, st, st->u.copy.to, to, count, "copy", &dst))
       return -1;
+    uint64_t bytes = (uint64_t)count * prog_type_size(w->p->buffers[st->u.copy.from].type);
+    /* A device copies between ranges that do not overlap (cuMemcpy and a
+     * graph's copy node leave the result of an overlap undefined): refused
+     * on every backend alike. By address, so that two buffers bound to the
+     * same memory are caught too. */
+    if (bytes && src < dst + bytes && dst < src + bytes)
+      return wfail(w, st, "copy: elements [%lld, %lld) of '%s' and [%lld, %lld) of '%s' overlap (a device copies "
+                   "only between ranges that do not)", (long long)fo, (long long)(fo + count),
+                   w->p->buffers[st->u.copy.from].name, (long long)to, (long long)(to + count),
+                   w->p->buffers[st->u.copy.to].name);
     nd = &l->v[l->n - 1];
     nd->u.copy.src = src;
     nd->u.copy.dst = dst;
-    nd->u.copy.bytes = (uint64_t)count * prog_type_size(w->p->buffers[st->u.copy.from].type);
+    nd->u.copy.bytes = bytes;
     return 0;
   }
   case ST_FILL: {

@@ -186,6 +186,15 @@ static uint64_t load_copy(ld *l, node *n, int depth, prog_step *st) {
   if (ok) {
     check_range(l, n, &st->u.copy.from_offset, &st->u.copy.count, (uint32_t)from, "copy");
     check_range(l, n, &st->u.copy.to_offset, &st->u.copy.count, (uint32_t)to, "copy");
+    /* within one buffer, ranges known now must not overlap: a device copies
+     * only between ranges that do not (the rest is checked when recorded) */
+    int64_t fo = 0, tof = 0, c = 0;
+    if (from == to && (!st->u.copy.from_offset.n || ld_const_int(&st->u.copy.from_offset, &fo)) &&
+        (!st->u.copy.to_offset.n || ld_const_int(&st->u.copy.to_offset, &tof)) && ld_const_int(&st->u.copy.count, &c) &&
+        c > 0 && fo < tof + c && tof < fo + c)
+      ld_problem(l, n, "copy within buffer '%s': elements [%lld, %lld) and [%lld, %lld) overlap (a device copies "
+                 "only between ranges that do not)", l->p->buffers[from].name, (long long)fo, (long long)(fo + c),
+                 (long long)tof, (long long)(tof + c));
   }
   return 1;
 }

@@ -255,6 +255,16 @@ static void test_check(void **st) {
   assert_non_null(strstr(out, "2 verified, 2 failed"));
   free(out);
   free(err);
+  /* a copy whose ranges overlap for one job only (job 2: [0, 2) to [1, 3)):
+   * refused when that job is recorded, naming the elements */
+  const char *overlap = tu_write_temp(2, "check-overlap.yaml",
+                                      "version: 1\njobs: 3\nbuffers:\n  a: {type: i32, count: 8}\n"
+                                      "program:\n  - copy: {from: a, to: a, count: 2, to_offset: \"5 - $job * 2\"}\n");
+  assert_int_equal(run_cli("--check", overlap, NULL, &out, &err), 2);
+  assert_non_null(strstr(err, "check-overlap.yaml:6:5: copy: elements [0, 2) of 'a' and [1, 3) of 'a' overlap"));
+  assert_non_null(strstr(out, "2 verified, 1 failed"));
+  free(out);
+  free(err);
   const char *broken = tu_write_temp(1, "check-broken.yaml",
                                      "version: 1\nkernels:\n  k:\n    params: [ptr]\n    source: |\n"
                                      "      extern \"C\" __global__ void k(float *p) { p[0] = nope; }\n"

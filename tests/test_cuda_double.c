@@ -6,8 +6,10 @@
  * backend makes, failing once, gives a clear error naming the call, no leak
  * (the double makes the process exit 86 on one), no crash, and the next job
  * works; NVRTC compiles run in a process of their own that a shutdown, a
- * deadline and the compile timeout stop. The environment (set by ctest)
+ * deadline and the compile timeout stop; the double refuses copies between
+ * overlapping ranges, as a driver may. The environment (set by ctest)
  * selects the double as the driver and as NVRTC. */
+#include <dlfcn.h>
 #include <json-c/json.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -349,6 +351,56 @@ static void test_deadline_and_timeout_stop_nvrtc(void **st) {
   unsetenv("SCHEDRUN_CUDA_DOUBLE_COMPILE_MS");
 }
 
+/* The double's driver calls, straight: a copy between overlapping ranges of
+ * one allocation is refused (a driver leaves its result undefined), one
+ * between ranges that do not overlap copies. Types as the driver API has
+ * them, without its header. */
+typedef int (*gpa_fn)(const char *, void **, int, unsigned long long);
+static void *driver_fn(gpa_fn gpa, const char *name) {
+  void *f = NULL;
+  if (gpa(name, &f, 13000, 0) != 0 || !f) fail_msg("the double has no %s", name);
+  return f;
+}
+
+static void test_double_refuses_overlapping_copies(void **st) {
+  (void)st;
+  void *h = dlopen(tu_env("SCHEDRUN_CUDA_LIBRARY"), RTLD_NOW | RTLD_LOCAL);
+  if (!h) fail_msg("%s", dlerror());
+  gpa_fn gpa = (gpa_fn)dlsym(h, "cuGetProcAddress");
+  assert_non_null(gpa);
+  int (*init)(unsigned) = driver_fn(gpa, "cuInit");
+  int (*device_get)(int *, int) = driver_fn(gpa, "cuDeviceGet");
+  int (*retain)(void **, int) = driver_fn(gpa, "cuDevicePrimaryCtxRetain");
+  int (*release)(int) = driver_fn(gpa, "cuDevicePrimaryCtxRelease");
+  int (*set_current)(void *) = driver_fn(gpa, "cuCtxSetCurrent");
+  int (*mem_alloc)(unsigned long long *, size_t) = driver_fn(gpa, "cuMemAlloc");
+  int (*mem_free)(unsigned long long) = driver_fn(gpa, "cuMemFree");
+  int (*memset_d8)(unsigned long long, unsigned char, size_t) = driver_fn(gpa, "cuMemsetD8");
+  int (*dtod)(unsigned long long, unsigned long long, size_t) = driver_fn(gpa, "cuMemcpyDtoD");
+  int (*dtoh)(void *, unsigned long long, size_t) = driver_fn(gpa, "cuMemcpyDtoH");
+  enum { OK = 0, INVALID_VALUE = 1 };
+  int dev;
+  void *ctx;
+  unsigned long long p;
+  assert_int_equal(init(0), OK);
+  assert_int_equal(device_get(&dev, 0), OK);
+  assert_int_equal(retain(&ctx, dev), OK);
+  assert_int_equal(set_current(ctx), OK);
+  assert_int_equal(mem_alloc(&p, 64), OK);
+  assert_int_equal(memset_d8(p, 7, 16), OK);
+  assert_int_equal(memset_d8(p + 16, 0, 48), OK);
+  assert_int_equal(dtod(p + 8, p, 16), INVALID_VALUE); /* forwards over itself */
+  assert_int_equal(dtod(p, p + 8, 16), INVALID_VALUE); /* backwards */
+  assert_int_equal(dtod(p, p, 16), INVALID_VALUE);     /* onto itself */
+  assert_int_equal(dtod(p + 16, p, 16), OK);           /* adjacent: no overlap */
+  unsigned char back[64];
+  assert_int_equal(dtoh(back, p, sizeof back), OK);
+  for (int i = 0; i < 64; i++) assert_int_equal(back[i], i < 32 ? 7 : 0);
+  assert_int_equal(mem_free(p), OK);
+  assert_int_equal(set_current(NULL), OK);
+  assert_int_equal(release(dev), OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_configs_verify_on_cuda),
@@ -357,6 +409,7 @@ int main(void) {
       cmocka_unit_test(test_architectures),
       cmocka_unit_test(test_shutdown_stops_an_nvrtc_compile),
       cmocka_unit_test(test_deadline_and_timeout_stop_nvrtc),
+      cmocka_unit_test(test_double_refuses_overlapping_copies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

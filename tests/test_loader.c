@@ -213,6 +213,13 @@ static void test_single_problems(void **st) {
                  "needs one of values, at, sum, file");
   expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1, count: 20}\n", "t.yaml:6:11",
                  "runs outside buffer 'a'");
+  /* a device copies only between ranges that do not overlap */
+  expect_problem(HEAD BUF "program:\n  - copy: {from: a, to: a, count: 4, from_offset: 2, to_offset: 5}\n",
+                 "t.yaml:6:11", "copy within buffer 'a': elements [2, 6) and [5, 9) overlap");
+  expect_problem(HEAD BUF "program:\n  - copy: {from: a, to: a, count: 1}\n", "t.yaml:6:11",
+                 "elements [0, 1) and [0, 1) overlap");
+  load_ok_free(HEAD BUF "program:\n  - copy: {from: a, to: a, count: 4, from_offset: 2, to_offset: 6}\n");
+  load_ok_free(HEAD BUF "program:\n  - copy: {from: a, to: a, count: 0, to_offset: 6}\n");
   expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1, count: -1}\n", "t.yaml:6:11",
                  "fill count must be >= 0, not -1");
   expect_problem(HEAD BUF "program:\n  - fill: {buffer: a, value: 1, count: 2, offset: -3}\n", "t.yaml:6:11",

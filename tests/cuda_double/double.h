@@ -5,7 +5,8 @@
  *
  * What it models: devices (count, name, compute capability), primary
  * contexts and the current context per thread, device memory (every copy,
- * fill and kernel argument range-checked against live allocations), pinned
+ * fill and kernel argument range-checked against live allocations; a copy
+ * between overlapping ranges, undefined on a driver, refused), pinned
  * host memory (cuMemHostAlloc: reached from every context when portable),
  * what cuPointerGetAttribute says of an address, modules
  * from NVRTC's cubins and PTX (kernel parameter sizes read from the cubin's

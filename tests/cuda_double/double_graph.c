@@ -126,6 +126,9 @@ static CUresult copy_work(const CUDA_MEMCPY3D *c, CUcontext hctx, dwork *w) {
   if (c->Height != 1 || c->Depth != 1) return CUDA_ERROR_NOT_SUPPORTED;
   if (!dbl_range(c->srcDevice, c->WidthInBytes, NULL) || !dbl_range(c->dstDevice, c->WidthInBytes, NULL))
     return CUDA_ERROR_INVALID_VALUE;
+  /* overlapping ranges: undefined on a driver, refused here */
+  if (c->dstDevice < c->srcDevice + c->WidthInBytes && c->srcDevice < c->dstDevice + c->WidthInBytes)
+    return CUDA_ERROR_INVALID_VALUE;
   memset(w, 0, sizeof *w);
   w->type = CU_GRAPH_NODE_TYPE_MEMCPY;
   w->ctx = x;
@@ -398,7 +401,7 @@ static CUresult run_exec(const dexec *e) {
       /* the buffers may have been freed since the node was set */
       if (!dbl_range(w->u.copy.src, w->u.copy.bytes, NULL) || !dbl_range(w->u.copy.dst, w->u.copy.bytes, NULL))
         return CUDA_ERROR_ILLEGAL_ADDRESS;
-      memmove((void *)(uintptr_t)w->u.copy.dst, (const void *)(uintptr_t)w->u.copy.src, w->u.copy.bytes);
+      memcpy((void *)(uintptr_t)w->u.copy.dst, (const void *)(uintptr_t)w->u.copy.src, w->u.copy.bytes);
       break;
     case CU_GRAPH_NODE_TYPE_MEMSET: {
       const CUDA_MEMSET_NODE_PARAMS *p = &w->u.set;

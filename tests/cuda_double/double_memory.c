@@ -209,7 +209,11 @@ static CUresult d_cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   (void)x;
   if (n == 0) LEAVE(CUDA_SUCCESS);
   if (!dbl_range(dst, n, NULL) || !dbl_range(src, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
-  memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+  /* a driver copies between ranges that do not overlap (what it does with
+   * ranges that do is undefined): refused here, so that a caller relying on
+   * it is caught */
+  if (dst < src + n && src < dst + n) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
   LEAVE(CUDA_SUCCESS);
 }
 
