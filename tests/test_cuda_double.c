@@ -144,6 +144,7 @@ static const struct {
     {"cuDeviceGet", 1, "saxpy.yaml", AT_OPEN},
     {"cuDeviceGetAttribute", 1, "saxpy.yaml", AT_OPEN},
     {"cuDevicePrimaryCtxRetain", 1, "saxpy.yaml", AT_OPEN},
+    {"cuCtxGetCurrent", 1, "saxpy.yaml", AT_OPEN},
     {"cuCtxSetCurrent", 1, "saxpy.yaml", AT_OPEN},
     {"cuStreamCreate", 1, "saxpy.yaml", AT_OPEN},
     {"cuMemAlloc", 1, "saxpy.yaml", ONE_JOB},

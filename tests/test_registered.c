@@ -382,6 +382,7 @@ typedef struct cu_app {
   int (*retain)(void **, int);
   int (*release)(int);
   int (*set)(void *);
+  int (*current)(void **);
   int (*alloc)(unsigned long long *, size_t);
   int (*free)(unsigned long long);
   int (*htod)(unsigned long long, const void *, size_t);
@@ -402,6 +403,7 @@ static void cu_app_open(cu_app *a) {
     void **fn;
   } want[] = {{"cuDeviceGet", (void **)&a->get},           {"cuDevicePrimaryCtxRetain", (void **)&a->retain},
               {"cuDevicePrimaryCtxRelease", (void **)&a->release}, {"cuCtxSetCurrent", (void **)&a->set},
+              {"cuCtxGetCurrent", (void **)&a->current},
               {"cuMemAlloc", (void **)&a->alloc},           {"cuMemFree", (void **)&a->free},
               {"cuMemcpyHtoD", (void **)&a->htod},          {"cuMemcpyDtoH", (void **)&a->dtoh}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
@@ -571,6 +573,56 @@ static void test_device_memory(void **st) {
   free(init);
 }
 
+/* The context current on the caller's thread. */
+static void *current_ctx(cu_app *a) {
+  void *c = (void *)1;
+  assert_int_equal(a->current(&c), 0);
+  return c;
+}
+
+/* On CUDA: what the library does on the caller's thread (open, host
+ * memory, the checks of the caller's memory, close) leaves the context the
+ * caller had current there, none included; the devices' contexts are made
+ * current on the scheduler's threads only. */
+static void test_callers_context_kept(void **st) {
+  (void)st;
+  const char *which = getenv("SCHEDRUN_REGISTERED_DEVICES");
+  if (!which || strncmp(which, "cuda", 4) != 0) return; /* host devices have no contexts */
+  cu_app a;
+  cu_app_open(&a);
+  cu_app_retain(&a); /* device 1's */
+  int dev0;
+  void *ctx0;
+  assert_int_equal(a.get(&dev0, 0), 0);
+  assert_int_equal(a.retain(&ctx0, dev0), 0);
+  assert_int_equal(a.set(NULL), 0);
+  schedrun_t *s = open_here(); /* retains both devices' contexts, ending on device 1's */
+  assert_null(current_ctx(&a));
+  assert_int_equal(a.set(a.ctx), 0);
+  schedrun_error_t err = {0};
+  void *host = NULL;
+  assert_int_equal(schedrun_host_alloc(s, 4096, &host, &err), SCHEDRUN_OK); /* on device 0 */
+  assert_ptr_equal(current_ctx(&a), a.ctx);
+  schedrun_buffer_t *m = NULL;
+  assert_int_equal(schedrun_buffer_register(s, host, 4096, &m, &err), SCHEDRUN_OK);
+  assert_ptr_equal(current_ctx(&a), a.ctx);
+  assert_int_equal(schedrun_buffer_unregister(&m, &err), SCHEDRUN_OK);
+  unsigned long long mem;
+  assert_int_equal(a.alloc(&mem, 64), 0); /* device 1's, with its context current */
+  assert_int_equal(a.set(ctx0), 0);
+  assert_int_equal(schedrun_buffer_register_device(s, 1, mem, 64, &m, &err), SCHEDRUN_OK);
+  assert_ptr_equal(current_ctx(&a), ctx0);
+  assert_int_equal(schedrun_buffer_unregister(&m, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_host_free(s, host, &err), SCHEDRUN_OK);
+  assert_ptr_equal(current_ctx(&a), ctx0);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK); /* releases both, device 1's last */
+  assert_ptr_equal(current_ctx(&a), ctx0);
+  cu_app_use(&a);
+  assert_int_equal(a.free(mem), 0);
+  assert_int_equal(a.release(dev0), 0);
+  cu_app_close(&a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_updated_in_place),
@@ -579,6 +631,7 @@ int main(void) {
       cmocka_unit_test(test_host_memory_in_place),
       cmocka_unit_test(test_host_memory_mistakes),
       cmocka_unit_test(test_device_memory),
+      cmocka_unit_test(test_callers_context_kept),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -148,8 +148,23 @@ int cu_use(cuda_backend *b, int dev, schedrun_error_t *err) {
   return SCHEDRUN_OK;
 }
 
+/* Calls that run on the caller's thread (open, close, host memory, the
+ * checks of the caller's own memory) make a device's context current there
+ * as they go, and put back the one they found: an application's context is
+ * its own, current or not. The execute actors' threads are the backend's,
+ * and keep theirs. */
+static int cu_found(cuda_backend *b, CUcontext *found, schedrun_error_t *err) {
+  *found = NULL;
+  CU_CHECK(&b->api, b->api.cuCtxGetCurrent(found), NULL, err);
+  return SCHEDRUN_OK;
+}
+
+static void cu_put_back(cuda_backend *b, CUcontext found) { b->api.cuCtxSetCurrent(found); }
+
 static void c_destroy(gpu_backend *g) {
   cuda_backend *b = cb(g);
+  CUcontext found = NULL;
+  bool keep = cu_found(b, &found, NULL) == SCHEDRUN_OK;
   for (int i = 0; i < b->ndevices; i++) {
     if (b->devs[i].ctx && b->api.cuCtxSetCurrent(b->devs[i].ctx) == CUDA_SUCCESS) cu_loops_release(b, &b->devs[i]);
     if (b->devs[i].stream) {
@@ -158,6 +173,7 @@ static void c_destroy(gpu_backend *g) {
     }
     if (b->devs[i].ctx) b->api.cuDevicePrimaryCtxRelease(b->devs[i].dev);
   }
+  if (keep) cu_put_back(b, found);
   free(b->devs);
   free(b->peer);
   pthread_mutex_destroy(&b->peer_lock);
@@ -298,11 +314,16 @@ static int c_copy_peer(gpu_backend *g, int dst_dev, uint64_t dst, int src_dev, u
 
 static int c_host_alloc(gpu_backend *g, uint64_t bytes, void **data, schedrun_error_t *err) {
   cuda_backend *b = cb(g);
-  int rc = cu_use(b, 0, err);
+  CUcontext found;
+  int rc = cu_found(b, &found, err);
   if (rc) return rc;
   void *p = NULL;
-  CU_CHECK(&b->api, b->api.cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
-           b->devs[0].name, err);
+  CUresult r = CUDA_SUCCESS;
+  if ((rc = cu_use(b, 0, err)) == SCHEDRUN_OK &&
+      (r = b->api.cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)) != CUDA_SUCCESS)
+    rc = cu_fail(&b->api, err, r, "cuMemHostAlloc", b->devs[0].name);
+  cu_put_back(b, found);
+  if (rc) return rc;
   memset(p, 0, bytes); /* zeroed, as the interface promises */
   *data = p;
   return SCHEDRUN_OK;
@@ -310,7 +331,10 @@ static int c_host_alloc(gpu_backend *g, uint64_t bytes, void **data, schedrun_er
 
 static void c_host_free(gpu_backend *g, void *data) {
   cuda_backend *b = cb(g);
+  CUcontext found;
+  if (cu_found(b, &found, NULL) != SCHEDRUN_OK) return;
   if (cu_use(b, 0, NULL) == SCHEDRUN_OK) b->api.cuMemFreeHost(data);
+  cu_put_back(b, found);
 }
 
 /* The driver's allocation holding addr: its start, size and memory type. */
@@ -321,8 +345,7 @@ static bool pointer_range(cuda_backend *b, uint64_t addr, CUdeviceptr *start, si
          b->api.cuPointerGetAttribute(size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)addr) == CUDA_SUCCESS;
 }
 
-static bool c_host_address(gpu_backend *g, const void *host, uint64_t bytes, uint64_t *addr) {
-  cuda_backend *b = cb(g);
+static bool host_address_here(cuda_backend *b, const void *host, uint64_t bytes, uint64_t *addr) {
   if (!host || bytes == 0 || b->ndevices == 0 || cu_use(b, 0, NULL) != SCHEDRUN_OK) return false;
   CUdeviceptr start = 0, dev = 0;
   size_t size = 0;
@@ -343,8 +366,16 @@ static bool c_host_address(gpu_backend *g, const void *host, uint64_t bytes, uin
   return true;
 }
 
-static int c_mem_reach(gpu_backend *g, int dev, uint64_t addr, uint64_t bytes, schedrun_error_t *err) {
+static bool c_host_address(gpu_backend *g, const void *host, uint64_t bytes, uint64_t *addr) {
   cuda_backend *b = cb(g);
+  CUcontext found;
+  if (cu_found(b, &found, NULL) != SCHEDRUN_OK) return false;
+  bool ok = host_address_here(b, host, bytes, addr);
+  cu_put_back(b, found);
+  return ok;
+}
+
+static int mem_reach_here(cuda_backend *b, int dev, uint64_t addr, uint64_t bytes, schedrun_error_t *err) {
   int rc = cu_use(b, dev, err);
   if (rc) return rc;
   CUdeviceptr start = 0;
@@ -365,6 +396,16 @@ static int c_mem_reach(gpu_backend *g, int dev, uint64_t addr, uint64_t bytes, s
                    (unsigned long long)addr, (unsigned long long)((uint64_t)start + size - addr),
                    (unsigned long long)bytes);
   return SCHEDRUN_OK;
+}
+
+static int c_mem_reach(gpu_backend *g, int dev, uint64_t addr, uint64_t bytes, schedrun_error_t *err) {
+  cuda_backend *b = cb(g);
+  CUcontext found;
+  int rc = cu_found(b, &found, err);
+  if (rc) return rc;
+  rc = mem_reach_here(b, dev, addr, bytes, err);
+  cu_put_back(b, found);
+  return rc;
 }
 
 static int c_module_load(gpu_backend *g, int dev, const void *image, size_t len, gpu_module **out,
@@ -548,6 +589,8 @@ int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_erro
   free(h); /* the table is copied; the library handle now belongs to b */
   CUresult vr = b->api.cuDriverGetVersion(&b->driver_version);
   if (vr != CUDA_SUCCESS) rc = cu_fail(&b->api, err, vr, "cuDriverGetVersion", NULL);
+  CUcontext found = NULL; /* the caller's, put back at the end */
+  bool keep = rc == SCHEDRUN_OK && (rc = cu_found(b, &found, err)) == SCHEDRUN_OK;
   for (int i = 0; rc == SCHEDRUN_OK && i < n; i++) {
     int ord = nwhich > 0 ? which[i] : i;
     cu_device *d = &b->devs[i];
@@ -580,6 +623,7 @@ int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_erro
     d->sm = major * 10 + minor;
     b->ndevices = i + 1;
   }
+  if (keep) cu_put_back(b, found);
   if (rc) {
     c_destroy(&b->base);
     return rc;

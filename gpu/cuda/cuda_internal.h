@@ -19,7 +19,7 @@
 #define CU_FUNCS(X)                                                                                    \
   X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount)           \
   X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                \
-  X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD)           \
+  X(cuDevicePrimaryCtxRelease) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD)           \
   X(cuMemHostAlloc) X(cuMemFreeHost) X(cuPointerGetAttribute) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyPeer) X(cuMemsetD8) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
   X(cuStreamQuery)                                                                                     \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuGraphCreate)      \

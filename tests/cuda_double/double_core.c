@@ -306,6 +306,16 @@ int dbl_device_arch(int ordinal) {
 
 dctx *dbl_current(void) { return t_current && t_current->retains ? t_current : NULL; }
 
+/* The context bound to the calling thread, or NULL: what cuCtxSetCurrent
+ * (or nothing) left on it. */
+static CUresult d_cuCtxGetCurrent(CUcontext *pctx) {
+  ENTER("cuCtxGetCurrent");
+  NEED_INIT();
+  if (!pctx) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  *pctx = (CUcontext)t_current;
+  LEAVE(CUDA_SUCCESS);
+}
+
 static CUresult d_cuCtxSetCurrent(CUcontext c) {
   ENTER("cuCtxSetCurrent");
   NEED_INIT();
@@ -407,7 +417,7 @@ static CUresult d_cuGetErrorString(CUresult r, const char **s) {
 const dbl_entry dbl_core_entries[] = {
     E(cuInit, 2000), E(cuDriverGetVersion, 2020), E(cuGetErrorName, 6000), E(cuGetErrorString, 6000),
     E(cuDeviceGetCount, 2000), E(cuDeviceGet, 2000), E(cuDeviceGetName, 2000), E(cuDeviceGetAttribute, 2000),
-    E(cuDevicePrimaryCtxRetain, 7000), E(cuDevicePrimaryCtxRelease, 11000), E(cuCtxSetCurrent, 4000), E(cuDeviceCanAccessPeer, 4000), E(cuCtxEnablePeerAccess, 4000),
+    E(cuDevicePrimaryCtxRetain, 7000), E(cuDevicePrimaryCtxRelease, 11000), E(cuCtxSetCurrent, 4000), E(cuCtxGetCurrent, 4000), E(cuDeviceCanAccessPeer, 4000), E(cuCtxEnablePeerAccess, 4000),
     E(cuStreamCreate, 2000), E(cuStreamDestroy, 4000), E(cuStreamSynchronize, 2000), E(cuStreamQuery, 2000),
     {NULL, NULL, 0}};
 #undef E
