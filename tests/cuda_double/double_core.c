@@ -19,7 +19,12 @@ static int g_ndev = 1, g_arch = 90;
 uint64_t dbl_mem_bytes = 16ull << 30; /* per device */
 static bool g_no_peer;                     /* SCHEDRUN_CUDA_DOUBLE_PEER=none */
 bool dbl_init_done; /* cuInit ran */
-static _Thread_local dctx *t_current;
+/* initial-exec: a load from the thread pointer, no __tls_get_addr, whose
+ * interceptor under ThreadSanitizer now and then resets the shadow of a
+ * range of hundreds of terabytes and dies (as for kernels, see
+ * gpu/host/host_build.c); one pointer of the static TLS glibc keeps for
+ * modules opened later */
+static _Thread_local dctx *t_current __attribute__((tls_model("initial-exec")));
 static dctx *g_ctx[16];
 
 /* ---- settings and failure injection ---- */
