@@ -85,12 +85,12 @@ static int out_of_memory(visitor *v) {
 static void next_slot(visitor *v, slot *s) {
   vframe *t = &v->f[v->depth - 1];
   uint32_t i = t->next++;
+  s->kind = S_ROOT;
   s->f = NULL;
   s->s = NULL;
   s->p = s->arr = NULL;
   switch (t->kind) {
   case VF_ROOT:
-    s->kind = S_ROOT;
     return;
   case VF_ENVELOPE: {
     static const slot_kind env[] = {S_V, S_TYPE, S_JOB, S_FROM, S_BODY};
