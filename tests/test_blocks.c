@@ -301,8 +301,9 @@ static void test_dynamic_shared_memory(void **st) {
 /* ---- threads that cannot all meet ---- */
 
 /* A job whose kernel deadlocks its block completes with an error naming the
- * kernel and the block; the device runs the next job. */
-static void expect_failure(schedrun_t *s, const char *kernel, const char *says) {
+ * kernel and the block; a host device runs the next job, and a CUDA device
+ * is lost (`lost`): a driver leaves a context whose kernel failed unusable. */
+static void expect_failure(schedrun_t *s, const char *kernel, const char *says, bool lost) {
   char yaml[2048];
   snprintf(yaml, sizeof yaml,
            "version: 1\nname: %s\nkernels:\n  half:\n    params: [ptr]\n    source: |\n"
@@ -335,6 +336,11 @@ static void expect_failure(schedrun_t *s, const char *kernel, const char *says) 
     const char *text = schedrun_job_result_error(r);
     if (in->status == SCHEDRUN_OK || !strstr(text, says)) fail_msg("device %d: status %d: %s", dev, in->status, text);
     schedrun_job_result_free(&r);
+    if (lost) {
+      const char *why = schedrun_device_lost(s, dev);
+      if (!why || !strstr(why, "the context is unusable")) fail_msg("device %d is not lost: %s", dev, why ? why : "");
+      continue;
+    }
     r = tu_job_on(s, ok, dev, 0); /* the device goes on */
     schedrun_job_result_free(&r);
   }
@@ -347,16 +353,24 @@ static void test_threads_that_cannot_meet(void **st) {
   schedrun_t *s = open_here();
   bool host = !strncmp(schedrun_device_name(s, 0), "host:", 5);
   /* host devices name the kernel and the block; the driver double fails
-   * the launch, as a driver reports a kernel that could not run, and the
-   * sequence's one kernel is named */
+   * the launch, as a driver reports a kernel that could not run, the
+   * sequence's one kernel is named, and the device is lost */
   expect_failure(s, "half",
                  host ? "kernel 'half', block (0,0,0): __syncthreads() was reached by 32 of its 64 threads; 32 had "
                         "returned"
-                      : "CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure), in kernel 'half' (diverge.yaml:");
+                      : "CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure): a kernel failed; the context is "
+                        "unusable, in kernel 'half' (diverge.yaml:",
+                 !host);
+  if (!host) { /* its devices are lost: new ones */
+    assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+    s = open_here();
+  }
   expect_failure(s, "lanes",
                  host ? "kernel 'lanes', block (0,0,0): a warp operation of thread 0 names lanes of warp 0 that have "
                         "returned"
-                      : "CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure), in kernel 'lanes' (diverge.yaml:");
+                      : "CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure): a kernel failed; the context is "
+                        "unusable, in kernel 'lanes' (diverge.yaml:",
+                 !host);
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
 
@@ -404,7 +418,7 @@ static void test_in_process(void **st) {
     schedrun_job_result_free(&r);
   }
   schedrun_program_free(&p);
-  expect_failure(s, "half", "kernel 'half', block (0,0,0): __syncthreads() was reached by 32 of its 64 threads");
+  expect_failure(s, "half", "kernel 'half', block (0,0,0): __syncthreads() was reached by 32 of its 64 threads", false);
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
 

@@ -27,6 +27,22 @@ struct gpu_module {
   int dev;
 };
 
+/* The errors a kernel leaves on its context (an illegal address, a launch
+ * timeout, a device-side assert, a hardware stack error, an illegal or
+ * misaligned instruction or address, an invalid program counter, a failed
+ * launch): the driver documents the context as unusable from then on, every
+ * later call on it returning the same error, until the process ends. They
+ * surface at whatever call comes next on the context: a launch, a copy, a
+ * synchronize. */
+static bool cu_sticky(CUresult r) {
+  switch (r) {
+  case CUDA_ERROR_ILLEGAL_ADDRESS: case CUDA_ERROR_LAUNCH_TIMEOUT: case CUDA_ERROR_ASSERT:
+  case CUDA_ERROR_HARDWARE_STACK_ERROR: case CUDA_ERROR_ILLEGAL_INSTRUCTION: case CUDA_ERROR_MISALIGNED_ADDRESS:
+  case CUDA_ERROR_INVALID_ADDRESS_SPACE: case CUDA_ERROR_INVALID_PC: case CUDA_ERROR_LAUNCH_FAILED: return true;
+  default: return false;
+  }
+}
+
 int cu_fail(const cu_api *a, schedrun_error_t *err, CUresult r, const char *call, const char *dev) {
   const char *name = NULL, *text = NULL;
   if (a->cuGetErrorName) a->cuGetErrorName(r, &name);
@@ -39,6 +55,16 @@ int cu_fail(const cu_api *a, schedrun_error_t *err, CUresult r, const char *call
       len -= (size_t)(p + 1 - call);
       call = p + 1;
     }
+  if (dev && cu_sticky(r)) {
+    /* the device is lost: it takes no more jobs, and its queued ones are
+     * placed again (dev is a cu_device's name, see cuda_internal.h) */
+    cu_device *d = (cu_device *)(uintptr_t)(dev - offsetof(cu_device, name));
+    char why[200];
+    snprintf(why, sizeof why, "%.*s: %s (%s): a kernel failed; the context is unusable", (int)len, call,
+             name ? name : "CUDA_ERROR", text ? text : "unknown error");
+    cu_set_lost(d, why);
+    return err_set(err, SCHEDRUN_EFAULT, "%s", d->lost_why);
+  }
   return err_set(err, r == CUDA_ERROR_OUT_OF_MEMORY ? SCHEDRUN_ENOMEM : SCHEDRUN_EBACKEND, "%s%s%.*s: %s (%s)",
                  dev ? dev : "", dev ? ": " : "", (int)len, call, name ? name : "CUDA_ERROR",
                  text ? text : "unknown error");

@@ -82,7 +82,9 @@ typedef struct cuda_backend {
 
 static inline cuda_backend *cb(const gpu_backend *b) { return (cuda_backend *)b; }
 
-/* "cuda:0: cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)" */
+/* "cuda:0: cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)". dev, when
+ * not NULL, is a cu_device's `name`: an error a kernel leaves on its context
+ * (an illegal address, a trap, ...) marks that device lost (SCHEDRUN_EFAULT). */
 int cu_fail(const cu_api *a, schedrun_error_t *err, CUresult r, const char *call, const char *dev);
 /* Makes device dev's context current on this thread. */
 int cu_use(cuda_backend *b, int dev, schedrun_error_t *err);
