@@ -6,7 +6,8 @@
  * backend makes, failing once, gives a clear error naming the call, no leak
  * (the double makes the process exit 86 on one), no crash, and the next job
  * works; NVRTC compiles run in a process of their own that a shutdown, a
- * deadline and the compile timeout stop; the double refuses copies between
+ * deadline and the compile timeout stop; a while loop run from the host
+ * stops at the job's deadline; the double refuses copies between
  * overlapping ranges, as a driver may. The environment (set by ctest)
  * selects the double as the driver and as NVRTC. */
 #include <dlfcn.h>
@@ -362,6 +363,48 @@ static void test_deadline_and_timeout_stop_nvrtc(void **st) {
   unsetenv("SCHEDRUN_CUDA_DOUBLE_COMPILE_MS");
 }
 
+/* A while loop run from the host (a 12.0 driver has no conditional nodes)
+ * that would run for hours stops at the job's deadline, between trips: the
+ * job fails with SCHEDRUN_ETIMEOUT naming the loop, and the device, idle
+ * there, is not lost and runs the next job. */
+static const char spin_yaml[] =
+    "version: 1\nname: spin\nkernels:\n  keep:\n    params: [ptr]\n    source: |\n"
+    "      extern \"C\" __global__ void keep(int *flag) { if (threadIdx.x == 0) flag[0] = 1; }\n"
+    "buffers:\n  flag: {type: i32, count: 1, init: {fill: 1}}\n"
+    "program:\n  - loop:\n      while: {buffer: flag, index: 0}\n      max_trips: 2000000000\n      body:\n"
+    "        - launch: {kernel: keep, grid: 1, block: 1, args: [flag]}\n";
+
+static const char fill_yaml[] = "version: 1\nname: fill\nbuffers:\n  a: {type: i32, count: 4}\n"
+                                "program:\n  - fill: {buffer: a, value: 7}\nexpect:\n  a: {values: [7, 7, 7, 7]}\n";
+
+static void test_deadline_in_a_host_driven_loop(void **st) {
+  (void)st;
+  set_double("12000", "1");
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "cuda";
+  schedrun_t *s = tu_open(&o);
+  schedrun_program_t *p = tu_load(s, spin_yaml, "spin.yaml"), *fill = tu_load(s, fill_yaml, "fill.yaml");
+  schedrun_job_options_t jo;
+  schedrun_job_options_init(&jo);
+  jo.timeout_ms = 200;
+  schedrun_job_result_t *r;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_submit_wait(s, p, &jo, &r, &err), SCHEDRUN_OK);
+  const char *text = schedrun_job_result_error(r);
+  if (schedrun_job_result_info(r)->status != SCHEDRUN_ETIMEOUT ||
+      !strstr(text, "the job ran past its deadline in a while loop run from the host"))
+    fail_msg("status %d: %s", schedrun_job_result_info(r)->status, text);
+  schedrun_job_result_free(&r);
+  assert_null(schedrun_device_lost(s, 0));
+  assert_int_equal(schedrun_submit_wait(s, fill, NULL, &r, &err), SCHEDRUN_OK);
+  if (schedrun_job_result_info(r)->status != SCHEDRUN_OK) fail_msg("after the deadline: %s", schedrun_job_result_error(r));
+  schedrun_job_result_free(&r);
+  schedrun_program_free(&fill);
+  schedrun_program_free(&p);
+  assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
+}
+
 /* The double's driver calls, straight: a copy between overlapping ranges of
  * one allocation is refused (a driver leaves its result undefined), one
  * between ranges that do not overlap copies. Types as the driver API has
@@ -414,6 +457,9 @@ static void test_double_refuses_overlapping_copies(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      /* first: the double it loads into this process has no conditional
+       * nodes (the others here run sched-run, or do not mind) */
+      cmocka_unit_test(test_deadline_in_a_host_driven_loop),
       cmocka_unit_test(test_configs_verify_on_cuda),
       cmocka_unit_test(test_while_loop_is_one_launch_per_job),
       cmocka_unit_test(test_each_driver_call_failing_once),

@@ -539,7 +539,11 @@ int cu_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_
 
 /* ---- launching ---- */
 
-static int run_segments(gpu_seq *s, schedrun_error_t *err) {
+/* Runs s's segments: graphs, and while loops driven from the host, whose
+ * every trip waits for the stream through cu_wait_stream (the job's
+ * deadline, a close that abandons the device, a kernel's fault) and stops
+ * once the deadline has passed, the device idle between trips and not lost. */
+static int run_segments(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
   cuda_backend *b = s->b;
   cu_api *a = &b->api;
   cu_device *d = &b->devs[s->dev];
@@ -553,11 +557,17 @@ static int run_segments(gpu_seq *s, schedrun_error_t *err) {
     for (uint32_t t = 0; t < sg->max_trips; t++) {
       int32_t flag = 0;
       atomic_fetch_add(&d->host_trips, 1);
-      CU_CHECK(a, a->cuStreamSynchronize(d->stream), d->name, err);
+      int rc = cu_wait_stream(b, d, deadline_ns, f, err);
+      if (rc) return rc;
+      if (atomic_load(&b->abandoned))
+        return err_set(err, SCHEDRUN_ELOST, "%s: abandoned in a while loop run from the host (trip %u)", d->name,
+                       t + 1);
+      if (deadline_ns && now_ns() >= deadline_ns)
+        return err_set(err, SCHEDRUN_ETIMEOUT, "%s: the job ran past its deadline in a while loop run from the "
+                       "host (trip %u of at most %u)", d->name, t + 1, sg->max_trips);
       CU_CHECK(a, a->cuMemcpyDtoH(&flag, (CUdeviceptr)sg->flag, sizeof flag), d->name, err);
       if (flag == 0) break;
-      int rc = run_segments(sg->body, err);
-      if (rc) return rc;
+      if ((rc = run_segments(sg->body, deadline_ns, f, err))) return rc;
     }
   }
   return SCHEDRUN_OK;
@@ -593,7 +603,7 @@ int cu_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_err
   }
   if (!s->finalized || s->parent) return err_set(err, SCHEDRUN_EINTERNAL, "%s: launch before finalize", d->name);
   int rc = cu_use(b, s->dev, err);
-  if (rc == SCHEDRUN_OK) rc = run_segments(s, err);
+  if (rc == SCHEDRUN_OK) rc = run_segments(s, deadline_ns, f, err);
   if (rc == SCHEDRUN_OK) rc = cu_wait_stream(b, d, deadline_ns, f, err);
   /* A driver says that a graph's work failed, not which node: when the
    * sequence holds one kernel, the failure is named after it. */
