@@ -169,11 +169,24 @@ static const char *tls_flag(void) {
 #endif
 }
 
-void host_build_flags(strbuf *sb) {
-  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(host_flags); i++) sb_addf(sb, "%s ", host_flags[i]);
-  for (const char *const *f = isa_flags(); *f; f++) sb_addf(sb, "%s ", *f);
+/* Every option, in order, into opt (room for HOST_OPTIONS_MAX); returns how
+ * many: what the recipe records and what the compiler is given, from one
+ * list. */
+enum { HOST_OPTIONS_MAX = SCHEDRUN__ARRAY_LEN(host_flags) + 3 };
+static size_t host_options(const char **opt) {
+  size_t n = 0;
+  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(host_flags); i++) opt[n++] = host_flags[i];
+  for (const char *const *f = isa_flags(); *f; f++) opt[n++] = *f;
   const char *tls = tls_flag();
-  if (tls) sb_addf(sb, "%s ", tls);
+  if (tls) opt[n++] = tls;
+  assert(n <= HOST_OPTIONS_MAX);
+  return n;
+}
+
+void host_build_flags(strbuf *sb) {
+  const char *opt[HOST_OPTIONS_MAX];
+  size_t n = host_options(opt);
+  for (size_t i = 0; i < n; i++) sb_addf(sb, "%s ", opt[i]);
 }
 
 bool host_disk_full(const char *dir) {
@@ -200,16 +213,12 @@ int host_build_so(const char *tu, size_t tu_len, const char *tmp_dir, const char
     goto out;
   }
   if ((rc = fs_write_atomic(path_src.data, tu, tu_len, err))) goto out;
-  char *argv[SCHEDRUN__ARRAY_LEN(host_flags) + 8];
+  const char *opt[HOST_OPTIONS_MAX];
+  size_t nopt = host_options(opt);
+  char *argv[1 + HOST_OPTIONS_MAX + 4];
   size_t na = 0;
   argv[na++] = (char *)host_cxx();
-  for (size_t i = 0; i < SCHEDRUN__ARRAY_LEN(host_flags); i++) argv[na++] = (char *)host_flags[i];
-  for (const char *const *f = isa_flags(); *f; f++) {
-    assert(na < SCHEDRUN__ARRAY_LEN(argv) - 5); /* room for the TLS flag, -o, two files, NULL */
-    argv[na++] = (char *)*f;
-  }
-  const char *tls = tls_flag();
-  if (tls) argv[na++] = (char *)tls;
+  for (size_t i = 0; i < nopt; i++) argv[na++] = (char *)opt[i];
   argv[na++] = "-o";
   argv[na++] = path_so.data;
   argv[na++] = path_src.data;

@@ -142,6 +142,27 @@ int host_tu_source(strbuf *sb, const char *src) {
   return 0;
 }
 
+/* The loops over a grid's blocks and each block's threads around `call`,
+ * indented by `in`, with the grid's and the block's sizes the expressions
+ * g and b (x, y, z), ending in `return 0;`. */
+static void grid_loops(strbuf *sb, const char *in, const char *const g[3], const char *const b[3],
+                       const char *call) {
+  sb_addf(sb,
+          "%sgridDim = dim3(%s, %s, %s);\n"
+          "%sblockDim = dim3(%s, %s, %s);\n"
+          "%sfor (unsigned bz = 0; bz < %s; bz++)\n"
+          "%sfor (unsigned by = 0; by < %s; by++)\n"
+          "%sfor (unsigned bx = 0; bx < %s; bx++) {\n"
+          "%s  blockIdx = uint3{bx, by, bz};\n"
+          "%s  for (unsigned tz = 0; tz < %s; tz++)\n"
+          "%s  for (unsigned ty = 0; ty < %s; ty++)\n"
+          "%s  for (unsigned tx = 0; tx < %s; tx++) {\n"
+          "%s    threadIdx = uint3{tx, ty, tz};\n"
+          "%s    %s\n%s  }\n%s}\n%sreturn 0;\n",
+          in, g[0], g[1], g[2], in, b[0], b[1], b[2], in, g[2], in, g[1], in, g[0], in, in, b[2], in, b[1], in, b[0],
+          in, in, call, in, in, in);
+}
+
 void host_tu_launcher(strbuf *sb, const char *entry, const char *name, const char *unpack, const char *call,
                       bool blocks) {
   sb_addf(sb,
@@ -163,32 +184,15 @@ void host_tu_launcher(strbuf *sb, const char *entry, const char *name, const cha
    * threadIdx.x provably neither wraps nor turns negative, the index is
    * affine in tx, and the loop over a block's threads (x fastest) becomes
    * vector code. The second runs the rest (wider grids), as CUDA would. */
-  sb_addf(sb,
+  static const char *const g_masked[3] = {"__g0", "__g1", "__g2"}, *const b_masked[3] = {"__b0", "__b1", "__b2"};
+  static const char *const g_plain[3] = {"__g[0]", "__g[1]", "__g[2]"}, *const b_plain[3] = {"__b[0]", "__b[1]", "__b[2]"};
+  sb_adds(sb,
           "  (void)__shm; (void)__text; (void)__cap;\n"
           "  if (__b[0] <= 1024u && __b[1] <= 1024u && __b[2] <= 64u && __g[0] <= (1u << 20)) {\n"
           "    const unsigned __g0 = __g[0] & ((2u << 20) - 1), __g1 = __g[1], __g2 = __g[2];\n"
-          "    const unsigned __b0 = __b[0] & 2047u, __b1 = __b[1] & 2047u, __b2 = __b[2] & 127u;\n"
-          "    gridDim = dim3(__g0, __g1, __g2);\n"
-          "    blockDim = dim3(__b0, __b1, __b2);\n"
-          "    for (unsigned bz = 0; bz < __g2; bz++)\n"
-          "    for (unsigned by = 0; by < __g1; by++)\n"
-          "    for (unsigned bx = 0; bx < __g0; bx++) {\n"
-          "      blockIdx = uint3{bx, by, bz};\n"
-          "      for (unsigned tz = 0; tz < __b2; tz++)\n"
-          "      for (unsigned ty = 0; ty < __b1; ty++)\n"
-          "      for (unsigned tx = 0; tx < __b0; tx++) {\n"
-          "        threadIdx = uint3{tx, ty, tz};\n"
-          "        %s\n      }\n    }\n    return 0;\n  }\n"
-          "  gridDim = dim3(__g[0], __g[1], __g[2]);\n"
-          "  blockDim = dim3(__b[0], __b[1], __b[2]);\n"
-          "  for (unsigned bz = 0; bz < __g[2]; bz++)\n"
-          "  for (unsigned by = 0; by < __g[1]; by++)\n"
-          "  for (unsigned bx = 0; bx < __g[0]; bx++) {\n"
-          "    blockIdx = uint3{bx, by, bz};\n"
-          "    for (unsigned tz = 0; tz < __b[2]; tz++)\n"
-          "    for (unsigned ty = 0; ty < __b[1]; ty++)\n"
-          "    for (unsigned tx = 0; tx < __b[0]; tx++) {\n"
-          "      threadIdx = uint3{tx, ty, tz};\n"
-          "      %s\n    }\n  }\n  return 0;\n}\n",
-          call, call);
+          "    const unsigned __b0 = __b[0] & 2047u, __b1 = __b[1] & 2047u, __b2 = __b[2] & 127u;\n");
+  grid_loops(sb, "    ", g_masked, b_masked, call);
+  sb_adds(sb, "  }\n");
+  grid_loops(sb, "  ", g_plain, b_plain, call);
+  sb_adds(sb, "}\n");
 }
