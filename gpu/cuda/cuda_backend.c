@@ -338,21 +338,25 @@ static int c_copy_peer(gpu_backend *g, int dst_dev, uint64_t dst, int src_dev, u
  * kernels on it in place. A caller's own device memory is checked against
  * what the driver says of the pointer before any job is bound to it. */
 
+static int host_alloc_here(cuda_backend *b, uint64_t bytes, void **data, schedrun_error_t *err) {
+  int rc = cu_use(b, 0, err);
+  if (rc) return rc;
+  void *p = NULL;
+  CU_CHECK(&b->api, b->api.cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+           b->devs[0].name, err);
+  memset(p, 0, bytes); /* zeroed, as the interface promises */
+  *data = p;
+  return SCHEDRUN_OK;
+}
+
 static int c_host_alloc(gpu_backend *g, uint64_t bytes, void **data, schedrun_error_t *err) {
   cuda_backend *b = cb(g);
   CUcontext found;
   int rc = cu_found(b, &found, err);
   if (rc) return rc;
-  void *p = NULL;
-  CUresult r = CUDA_SUCCESS;
-  if ((rc = cu_use(b, 0, err)) == SCHEDRUN_OK &&
-      (r = b->api.cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)) != CUDA_SUCCESS)
-    rc = cu_fail(&b->api, err, r, "cuMemHostAlloc", b->devs[0].name);
+  rc = host_alloc_here(b, bytes, data, err);
   cu_put_back(b, found);
-  if (rc) return rc;
-  memset(p, 0, bytes); /* zeroed, as the interface promises */
-  *data = p;
-  return SCHEDRUN_OK;
+  return rc;
 }
 
 static void c_host_free(gpu_backend *g, void *data) {
