@@ -10,13 +10,13 @@
  * stops at the job's deadline; the double refuses copies between
  * overlapping ranges, as a driver may. The environment (set by ctest)
  * selects the double as the driver and as NVRTC. */
-#include <dlfcn.h>
 #include <json-c/json.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cu_app.h"
 #include "test_util.h"
 
 #define LEAK_STATUS 86
@@ -291,8 +291,9 @@ static int is_slow_compile(int argc, char *const *argv, void *ctx) {
   return argc >= 8 && strstr(argv[0], "/proc/self/fd/") && !strcmp(argv[4], "slow_nvrtc_k");
 }
 
-static schedrun_t *open_cuda(int compile_timeout_ms) {
-  set_double("13000", "1");
+/* One device of the double with the rules of `driver` ("13000", "12000"). */
+static schedrun_t *open_cuda(const char *driver, int compile_timeout_ms) {
+  set_double(driver, "1");
   schedrun_options_t o;
   schedrun_options_init(&o);
   o.devices = "cuda";
@@ -330,7 +331,7 @@ static void test_shutdown_stops_an_nvrtc_compile(void **st) {
   (void)st;
   setenv("SCHEDRUN_CUDA_DOUBLE_COMPILE_MS", "600000", 1);
   make_slow_yaml("shutdown");
-  schedrun_t *s = open_cuda(0);
+  schedrun_t *s = open_cuda("13000", 0);
   char text[2048];
   assert_int_equal(run_slow(s, 0, true, text, sizeof text), SCHEDRUN_ECLOSED);
   if (!strstr(text, "teardown: reset the active compile mode; stop 1 running compiles"))
@@ -346,7 +347,7 @@ static void test_deadline_and_timeout_stop_nvrtc(void **st) {
   (void)st;
   setenv("SCHEDRUN_CUDA_DOUBLE_COMPILE_MS", "600000", 1);
   make_slow_yaml("deadline");
-  schedrun_t *s = open_cuda(0);
+  schedrun_t *s = open_cuda("13000", 0);
   char text[2048];
   assert_int_equal(run_slow(s, 500, false, text, sizeof text), SCHEDRUN_ETIMEOUT);
   if (!strstr(text, "still compiling kernel 'slow_nvrtc_k' (slow.yaml:3:3) after "))
@@ -354,7 +355,7 @@ static void test_deadline_and_timeout_stop_nvrtc(void **st) {
   TU_WAIT_FOR(tu_count_processes(is_slow_compile, NULL) == 0, "the stopped compile process to be killed");
   schedrun_close(&s);
   make_slow_yaml("timeout");
-  s = open_cuda(300);
+  s = open_cuda("13000", 300);
   assert_int_equal(run_slow(s, 0, false, text, sizeof text), SCHEDRUN_ECOMPILE);
   if (!strstr(text, "the NVRTC compile process ran for more than the compile timeout (0.3 s) and was killed"))
     fail_msg("the compile past its timeout: %s", text);
@@ -379,11 +380,7 @@ static const char fill_yaml[] = "version: 1\nname: fill\nbuffers:\n  a: {type: i
 
 static void test_deadline_in_a_host_driven_loop(void **st) {
   (void)st;
-  set_double("12000", "1");
-  schedrun_options_t o;
-  schedrun_options_init(&o);
-  o.devices = "cuda";
-  schedrun_t *s = tu_open(&o);
+  schedrun_t *s = open_cuda("12000", 0);
   schedrun_program_t *p = tu_load(s, spin_yaml, "spin.yaml"), *fill = tu_load(s, fill_yaml, "fill.yaml");
   schedrun_job_options_t jo;
   schedrun_job_options_init(&jo);
@@ -414,52 +411,32 @@ static void test_deadline_in_a_host_driven_loop(void **st) {
 
 /* The double's driver calls, straight: a copy between overlapping ranges of
  * one allocation is refused (a driver leaves its result undefined), one
- * between ranges that do not overlap copies. Types as the driver API has
- * them, without its header. */
-typedef int (*gpa_fn)(const char *, void **, int, unsigned long long);
-static void *driver_fn(gpa_fn gpa, const char *name) {
-  void *f = NULL;
-  if (gpa(name, &f, 13000, 0) != 0 || !f) fail_msg("the double has no %s", name);
-  return f;
-}
-
+ * between ranges that do not overlap copies. */
 static void test_double_refuses_overlapping_copies(void **st) {
   (void)st;
-  void *h = dlopen(tu_env("SCHEDRUN_CUDA_LIBRARY"), RTLD_NOW | RTLD_LOCAL);
-  if (!h) fail_msg("%s", dlerror());
-  gpa_fn gpa = (gpa_fn)dlsym(h, "cuGetProcAddress");
-  assert_non_null(gpa);
-  int (*init)(unsigned) = driver_fn(gpa, "cuInit");
-  int (*device_get)(int *, int) = driver_fn(gpa, "cuDeviceGet");
-  int (*retain)(void **, int) = driver_fn(gpa, "cuDevicePrimaryCtxRetain");
-  int (*release)(int) = driver_fn(gpa, "cuDevicePrimaryCtxRelease");
-  int (*set_current)(void *) = driver_fn(gpa, "cuCtxSetCurrent");
-  int (*mem_alloc)(unsigned long long *, size_t) = driver_fn(gpa, "cuMemAlloc");
-  int (*mem_free)(unsigned long long) = driver_fn(gpa, "cuMemFree");
-  int (*memset_d8)(unsigned long long, unsigned char, size_t) = driver_fn(gpa, "cuMemsetD8");
-  int (*dtod)(unsigned long long, unsigned long long, size_t) = driver_fn(gpa, "cuMemcpyDtoD");
-  int (*dtoh)(void *, unsigned long long, size_t) = driver_fn(gpa, "cuMemcpyDtoH");
+  cu_app a;
+  cu_app_open(&a);
   enum { OK = 0, INVALID_VALUE = 1 };
   int dev;
   void *ctx;
   unsigned long long p;
-  assert_int_equal(init(0), OK);
-  assert_int_equal(device_get(&dev, 0), OK);
-  assert_int_equal(retain(&ctx, dev), OK);
-  assert_int_equal(set_current(ctx), OK);
-  assert_int_equal(mem_alloc(&p, 64), OK);
-  assert_int_equal(memset_d8(p, 7, 16), OK);
-  assert_int_equal(memset_d8(p + 16, 0, 48), OK);
-  assert_int_equal(dtod(p + 8, p, 16), INVALID_VALUE); /* forwards over itself */
-  assert_int_equal(dtod(p, p + 8, 16), INVALID_VALUE); /* backwards */
-  assert_int_equal(dtod(p, p, 16), INVALID_VALUE);     /* onto itself */
-  assert_int_equal(dtod(p + 16, p, 16), OK);           /* adjacent: no overlap */
+  assert_int_equal(a.init(0), OK);
+  assert_int_equal(a.get(&dev, 0), OK);
+  assert_int_equal(a.retain(&ctx, dev), OK);
+  assert_int_equal(a.set(ctx), OK);
+  assert_int_equal(a.alloc(&p, 64), OK);
+  assert_int_equal(a.memset_d8(p, 7, 16), OK);
+  assert_int_equal(a.memset_d8(p + 16, 0, 48), OK);
+  assert_int_equal(a.dtod(p + 8, p, 16), INVALID_VALUE); /* forwards over itself */
+  assert_int_equal(a.dtod(p, p + 8, 16), INVALID_VALUE); /* backwards */
+  assert_int_equal(a.dtod(p, p, 16), INVALID_VALUE);     /* onto itself */
+  assert_int_equal(a.dtod(p + 16, p, 16), OK);           /* adjacent: no overlap */
   unsigned char back[64];
-  assert_int_equal(dtoh(back, p, sizeof back), OK);
+  assert_int_equal(a.dtoh(back, p, sizeof back), OK);
   for (int i = 0; i < 64; i++) assert_int_equal(back[i], i < 32 ? 7 : 0);
-  assert_int_equal(mem_free(p), OK);
-  assert_int_equal(set_current(NULL), OK);
-  assert_int_equal(release(dev), OK);
+  assert_int_equal(a.free(p), OK);
+  assert_int_equal(a.set(NULL), OK);
+  assert_int_equal(a.release(dev), OK);
 }
 
 int main(void) {

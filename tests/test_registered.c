@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cu_app.h"
 #include "test_util.h"
 
 enum { N = 1024 };
@@ -371,44 +372,6 @@ static void test_mistakes(void **st) {
 
 
 /* ---- the caller's device memory (schedrun_buffer_register_device) ---- */
-
-/* The CUDA driver the scheduler loaded (the double in the suite), reached
- * through cuGetProcAddress as an application reaches it; types as cuda.h
- * has them on 64-bit Linux, so that this file builds without it. */
-typedef int (*cu_gpa)(const char *, void **, int, unsigned long long);
-typedef struct cu_app {
-  void *dl;
-  int (*get)(int *, int);
-  int (*retain)(void **, int);
-  int (*release)(int);
-  int (*set)(void *);
-  int (*current)(void **);
-  int (*alloc)(unsigned long long *, size_t);
-  int (*free)(unsigned long long);
-  int (*htod)(unsigned long long, const void *, size_t);
-  int (*dtoh)(void *, unsigned long long, size_t);
-  int dev;
-  void *ctx;
-} cu_app;
-
-static void cu_app_open(cu_app *a) {
-  const char *lib = getenv("SCHEDRUN_CUDA_LIBRARY");
-  assert_non_null(lib);
-  a->dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(a->dl);
-  cu_gpa gpa = (cu_gpa)dlsym(a->dl, "cuGetProcAddress");
-  assert_non_null(gpa);
-  struct {
-    const char *name;
-    void **fn;
-  } want[] = {{"cuDeviceGet", (void **)&a->get},           {"cuDevicePrimaryCtxRetain", (void **)&a->retain},
-              {"cuDevicePrimaryCtxRelease", (void **)&a->release}, {"cuCtxSetCurrent", (void **)&a->set},
-              {"cuCtxGetCurrent", (void **)&a->current},
-              {"cuMemAlloc", (void **)&a->alloc},           {"cuMemFree", (void **)&a->free},
-              {"cuMemcpyHtoD", (void **)&a->htod},          {"cuMemcpyDtoH", (void **)&a->dtoh}};
-  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-    if (gpa(want[i].name, want[i].fn, 12000, 0) != 0 || !*want[i].fn) fail_msg("the driver gives no %s", want[i].name);
-}
 
 /* Retains device 1's primary context (released by cu_app_close). */
 static void cu_app_retain(cu_app *a) {
