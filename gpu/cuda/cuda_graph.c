@@ -21,11 +21,22 @@
  * costs no synchronisation, and a job is one graph launch. Changing the
  * loop's flag or bound rewrites the parameter block, not the graph.
  *
+ * A node is updated in place by the cuGraphExec*NodeSetParams call of its
+ * kind, which the documentation promises for the nodes of the graph that was
+ * instantiated only. A segment holding a conditional node (and so a body,
+ * whose nodes are another graph's) is updated as a whole instead: its nodes
+ * and its bodies' nodes take the new parameters in the graph
+ * (cuGraph*NodeSetParams), the segment is marked stale, and its next launch
+ * carries them into the instantiated graph with one cuGraphExecUpdate, which
+ * documents body nodes under the same rules (or instantiates it afresh, if
+ * the driver refuses).
+ *
  * What a driver refuses to update in place is refused here before the call
  * where the rule is known (a 2-D memset on a 12.x driver, a changed 2-D
  * shape, a copy or fill that becomes or stops being empty); the record actor
  * then builds the recording afresh.
  */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +48,8 @@ enum { SEG_GRAPH, SEG_WHILE };
 typedef struct cu_segment {
   int kind;
   bool owned; /* the graph is this segment's (not a conditional node's body) */
+  bool has_cond; /* holds a conditional node: updated through the graph (above) */
+  bool stale;    /* the graph's nodes changed since it was instantiated or updated */
   CUgraph graph;
   CUgraphExec exec;
   CUgraphNode last; /* the chain's tail */
@@ -91,6 +104,17 @@ static const char cond_source[] =
     "  cudaGraphSetConditional(h, *flag != 0 && trips < max ? 1u : 0u);\n"
     "}\n";
 
+/* The newest PTX ISA a driver reads, as 84 for 8.4 (the CUDA release notes'
+ * table); 0 for a driver newer than this table. The condition kernel uses
+ * nothing newer than ISA 8.3, the first with conditional nodes, so it is
+ * labelled for the driver in hand. */
+static int driver_ptx_isa(int driver_version) {
+  int major = driver_version / 1000, minor = driver_version % 1000 / 10;
+  if (major == 12) return minor <= 5 ? 80 + minor : minor == 6 ? 85 : 79 + minor; /* 12.8: 8.7, 12.9: 8.8 */
+  if (major == 13) return 90 + minor;
+  return 0;
+}
+
 static void loops_on_host(cu_device *d, const char *why) {
   snprintf(d->loops_why, sizeof d->loops_why, "on the host, a synchronisation per trip (%s)", why);
   atomic_store(&d->loops, LOOPS_HOST);
@@ -107,7 +131,8 @@ static void loops_setup(cuda_backend *b, cu_device *d) {
     return loops_on_host(d, "the driver has no JIT linker");
   schedrun_error_t e = {0};
   char *ptx = NULL, devrt[4096];
-  if (nvrtc_rdc_ptx(cond_source, "schedrun_while_cond", d->sm, &ptx, devrt, sizeof devrt, &e)) {
+  if (nvrtc_rdc_ptx(cond_source, "schedrun_while_cond", d->sm, driver_ptx_isa(b->driver_version), &ptx, devrt,
+                    sizeof devrt, &e)) {
     loops_on_host(d, e.message ? e.message : "the condition kernel does not compile");
     schedrun_error_clear(&e);
     return;
@@ -121,7 +146,8 @@ static void loops_setup(cuda_backend *b, cu_device *d) {
     call = "cuLinkAddData";
     r = a->cuLinkAddData(link, CU_JIT_INPUT_PTX, ptx, strlen(ptx) + 1, "schedrun_while_cond", 0, NULL, NULL);
   }
-  if (r == CUDA_SUCCESS) {
+  if (r == CUDA_SUCCESS && devrt[0]) {
+    /* cudaGraphSetConditional's stub; without it the driver resolves the call when the module loads */
     call = "cuLinkAddFile";
     r = a->cuLinkAddFile(link, CU_JIT_INPUT_LIBRARY, devrt, 0, NULL, NULL);
   }
@@ -339,6 +365,7 @@ static int add_while_cond(gpu_seq *s, cu_segment *sg, cu_node *cn, gpu_node *n, 
   np.conditional.ctx = d->ctx;
   CU_CHECK(a, a->cuGraphAddNode(&cn->cu[1], sg->graph, &cn->cu[0], NULL, 1, &np), d->name, err);
   sg->last = cn->cu[1];
+  sg->has_cond = true;
   cn->ncu = 2;
   gpu_seq *body = seq_new(b, s->dev);
   if (!body) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
@@ -476,14 +503,15 @@ int cu_seq_finalize(gpu_seq *s, schedrun_error_t *err) {
   return SCHEDRUN_OK;
 }
 
-/* The instantiated graph a node of segment seg lives in: a conditional
- * body's nodes are in the graph of the sequence that holds the loop. */
-static CUgraphExec exec_of(const gpu_seq *s, uint16_t seg) {
+/* The segment whose instantiated graph holds the nodes of segment seg: a
+ * conditional body's nodes are in the graph of the sequence that holds the
+ * loop. */
+static cu_segment *top_segment(gpu_seq *s, uint16_t seg) {
   while (s->parent) {
     seg = s->parent_seg;
     s = s->parent;
   }
-  return s->segs[seg].exec;
+  return &s->segs[seg];
 }
 
 static int refuse(const cu_device *d, const char *what, schedrun_error_t *err) {
@@ -506,20 +534,26 @@ int cu_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_
     sg->max_trips = n->u.loop.max_trips;
     return SCHEDRUN_OK;
   }
-  CUgraphExec exec = exec_of(s, cn->seg);
+  cu_segment *top = top_segment(s, cn->seg);
+  CUgraphExec exec = top->exec;
   if (!exec) return err_set(err, SCHEDRUN_EINTERNAL, "%s: update before finalize", d->name);
+  /* in the graph, for cuGraphExecUpdate at the next launch (above) */
+  bool whole = top->has_cond;
+  assert(whole || !s->parent); /* a body is always in a segment with its conditional node */
   if (n->kind == GN_LAUNCH) {
     if (n->u.launch.nargs != cn->nargs) return err_set(err, SCHEDRUN_EINTERNAL, "update changes a launch's arguments");
     if (cn->nargs) memcpy(cn->args, n->u.launch.args, cn->nargs * sizeof(uint64_t));
     CUDA_KERNEL_NODE_PARAMS kp;
     kernel_params(cn, n, &kp);
-    CU_CHECK(a, a->cuGraphExecKernelNodeSetParams(exec, cn->cu[0], &kp), d->name, err);
+    if (whole) CU_CHECK(a, a->cuGraphKernelNodeSetParams(cn->cu[0], &kp), d->name, err);
+    else CU_CHECK(a, a->cuGraphExecKernelNodeSetParams(exec, cn->cu[0], &kp), d->name, err);
   } else if (n->kind == GN_COPY) {
     if ((n->u.copy.bytes == 0) != cn->empty) return refuse(d, "a copy to or from zero bytes", err);
     if (cn->empty) return SCHEDRUN_OK;
     CUDA_MEMCPY3D cp;
     copy_params(n, &cp);
-    CU_CHECK(a, a->cuGraphExecMemcpyNodeSetParams(exec, cn->cu[0], &cp, d->ctx), d->name, err);
+    if (whole) CU_CHECK(a, a->cuGraphMemcpyNodeSetParams(cn->cu[0], &cp), d->name, err);
+    else CU_CHECK(a, a->cuGraphExecMemcpyNodeSetParams(exec, cn->cu[0], &cp, d->ctx), d->name, err);
   } else {
     CUDA_MEMSET_NODE_PARAMS mp[2];
     int k = fill_params(n, mp);
@@ -531,9 +565,32 @@ int cu_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_
       if (b->driver_version < 13000) return refuse(d, "a 2-D memset (drivers before CUDA 13)", err);
       if (mp[0].height != cn->set_height) return refuse(d, "the shape of a 2-D memset", err);
     }
-    for (int i = 0; i < k; i++)
-      CU_CHECK(a, a->cuGraphExecMemsetNodeSetParams(exec, cn->cu[i], &mp[i], d->ctx), d->name, err);
+    for (int i = 0; i < k; i++) {
+      if (whole) CU_CHECK(a, a->cuGraphMemsetNodeSetParams(cn->cu[i], &mp[i]), d->name, err);
+      else CU_CHECK(a, a->cuGraphExecMemsetNodeSetParams(exec, cn->cu[i], &mp[i], d->ctx), d->name, err);
+    }
   }
+  if (whole) top->stale = true;
+  return SCHEDRUN_OK;
+}
+
+/* Carries a stale segment's graph into its instantiated graph: one
+ * cuGraphExecUpdate, or, where the driver refuses the update, the graph
+ * instantiated afresh (the refusal is not an error: the graph holds the
+ * parameters wanted). */
+static int refresh(cuda_backend *b, cu_device *d, cu_segment *sg, schedrun_error_t *err) {
+  cu_api *a = &b->api;
+  CUgraphExecUpdateResultInfo info;
+  memset(&info, 0, sizeof info);
+  CUresult r = a->cuGraphExecUpdate(sg->exec, sg->graph, &info);
+  if (r != CUDA_SUCCESS) {
+    if (r != CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) return cu_fail(a, err, r, "cuGraphExecUpdate", d->name);
+    CUgraphExec fresh = NULL; /* the old one stays until this one exists */
+    CU_CHECK(a, a->cuGraphInstantiateWithFlags(&fresh, sg->graph, 0), d->name, err);
+    a->cuGraphExecDestroy(sg->exec);
+    sg->exec = fresh;
+  }
+  sg->stale = false;
   return SCHEDRUN_OK;
 }
 
@@ -550,6 +607,8 @@ static int run_segments(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedr
   for (uint32_t i = 0; i < s->nsegs; i++) {
     cu_segment *sg = &s->segs[i];
     if (sg->kind == SEG_GRAPH) {
+      int rc = sg->stale ? refresh(b, d, sg, err) : SCHEDRUN_OK;
+      if (rc) return rc;
       CU_CHECK(a, a->cuGraphLaunch(sg->exec, d->stream), d->name, err);
       atomic_fetch_add(&d->launches, 1);
       continue;

@@ -25,7 +25,9 @@
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuGraphCreate)      \
   X(cuGraphDestroy) X(cuGraphAddKernelNode) X(cuGraphAddMemcpyNode) X(cuGraphAddMemsetNode)           \
   X(cuGraphAddEmptyNode) X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphLaunch)         \
-  X(cuGraphExecKernelNodeSetParams) X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams)
+  X(cuGraphExecKernelNodeSetParams) X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams)     \
+  X(cuGraphKernelNodeSetParams) X(cuGraphMemcpyNodeSetParams) X(cuGraphMemsetNodeSetParams)              \
+  X(cuGraphExecUpdate)
 
 /* Entry points a driver may lack; NULL then. The JIT linker and conditional
  * nodes together run a while loop inside one graph launch. */

@@ -8,6 +8,7 @@
  * to make sure the entry exists under its C name: a kernel without
  * extern "C" is reported with the C++ name it got instead.
  */
+#include <ctype.h>
 #include <dlfcn.h>
 #include <elf.h>
 #include <pthread.h>
@@ -386,8 +387,21 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
 
 /* ---- device-linked PTX, for the backend's own kernels ---- */
 
-int nvrtc_rdc_ptx(const char *source, const char *name, int arch, char **ptx, char *devrt, size_t devrt_len,
-                  schedrun_error_t *err) {
+/* Relabels the PTX's ".version M.m" as max_isa's when it is newer (in
+ * place: both have one digit each side of the point). */
+static void ptx_relabel(char *ptx, int max_isa) {
+  char *v = strstr(ptx, ".version ");
+  if (!v || max_isa <= 0 || max_isa > 99) return;
+  v += 9;
+  if (!isdigit((unsigned char)v[0]) || v[1] != '.' || !isdigit((unsigned char)v[2]) || isdigit((unsigned char)v[3]))
+    return;
+  if ((v[0] - '0') * 10 + (v[2] - '0') <= max_isa) return;
+  v[0] = (char)('0' + max_isa / 10);
+  v[2] = (char)('0' + max_isa % 10);
+}
+
+int nvrtc_rdc_ptx(const char *source, const char *name, int arch, int max_isa, char **ptx, char *devrt,
+                  size_t devrt_len, schedrun_error_t *err) {
   *ptx = NULL;
   void *ctx = NULL;
   int rc = nv_open(&ctx, err);
@@ -416,10 +430,6 @@ int nvrtc_rdc_ptx(const char *source, const char *name, int arch, char **ptx, ch
     snprintf(cand, sizeof cand, "%s/libcudadevrt.a", dirs[i]);
     if (dirs[i][0] && access(cand, R_OK) == 0) snprintf(devrt, devrt_len, "%s", cand);
   }
-  if (!devrt[0]) {
-    nv_close(ctx);
-    return err_set(err, SCHEDRUN_EBACKEND, "libcudadevrt.a is not found (set SCHEDRUN_CUDADEVRT)");
-  }
   char arch_opt[64];
   snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=compute_%d", how == 2 ? ptx_arch : arch);
   const char *opts[] = {arch_opt, "-rdc=true", NVRTC_STD};
@@ -432,6 +442,7 @@ int nvrtc_rdc_ptx(const char *source, const char *name, int arch, char **ptx, ch
     *ptx = NULL;
   }
   if (!*ptx) rc = err_set(err, SCHEDRUN_EBACKEND, "NVRTC cannot compile %s: %s", name, nr ? a->GetErrorString(nr) : "no PTX");
+  else ptx_relabel(*ptx, max_isa);
   if (prog) a->DestroyProgram(&prog);
   nv_close(ctx);
   return rc;

@@ -13,7 +13,7 @@
  * .nv.info KPARAM_INFO records or the PTX .param list), eager launches and
  * copies, streams, graphs with kernel, memcpy, memset, empty and conditional
  * WHILE nodes, instantiation, in-place updates under the rules of a 12.x or a
- * 13.x driver, the JIT linker, and failure injection into any call. Handles
+ * 13.x driver (per node, and whole graphs by cuGraphExecUpdate), the JIT linker, and failure injection into any call. Handles
  * are checked on every use; what is still alive at exit is reported as a leak
  * and makes the process exit with status 86.
  *
@@ -56,8 +56,17 @@
  *   SCHEDRUN_CUDA_DOUBLE_NVRTC    the real NVRTC to forward to
  *   SCHEDRUN_CUDA_DOUBLE_COMPILE_MS  every nvrtcCompileProgram takes this
  *                                 many milliseconds more (a big kernel)
+ *   SCHEDRUN_CUDA_DOUBLE_STRICT  refusals a driver may make where the
+ *                                 documentation promises nothing:
+ *                                 "body-setparams": the per-node setters of
+ *                                 an instantiated graph (cuGraphExec*Node-
+ *                                 SetParams) refuse the nodes of a
+ *                                 conditional node's body, which are not
+ *                                 nodes of the graph that was instantiated
+ *                                 (cuGraphExecUpdate documents them)
  *   SCHEDRUN_CUDA_DOUBLE_LOG      a file that gets one line per counted event
  *                                 ("graph-launch", "launch", "update-rejected",
+ *                                 "graph-update" for a cuGraphExecUpdate,
  *                                 "memcpy-peer" over enabled peer access,
  *                                 "memcpy-peer-staged" without it)
  */
@@ -190,6 +199,8 @@ extern pthread_mutex_t dbl_lock; /* recursive: held by every entry point */
 extern int dbl_driver_version;
 extern bool dbl_init_done;       /* cuInit ran */
 extern uint64_t dbl_mem_bytes;   /* each device's memory (SCHEDRUN_CUDA_DOUBLE_MEM_MB) */
+#define DBL_STRICT_BODY_SETPARAMS 1u /* cuGraphExec*NodeSetParams refuse a conditional body's nodes */
+extern unsigned dbl_strict;      /* DBL_STRICT_* (SCHEDRUN_CUDA_DOUBLE_STRICT) */
 CUresult dbl_fail_point(const char *name); /* CUDA_SUCCESS unless this call must fail */
 void dbl_count(const char *event);          /* SCHEDRUN_CUDA_DOUBLE_LOG */
 void *dbl_new(uint32_t kind, size_t size);  /* a zeroed, registered handle; NULL when out of memory */

@@ -81,6 +81,19 @@ DBL_EXPORT void schedrun_cuda_double_fail(const char *name, unsigned nth, CUresu
   pthread_mutex_unlock(&dbl_lock);
 }
 
+unsigned dbl_strict;
+
+/* SCHEDRUN_CUDA_DOUBLE_STRICT: refusals a driver may make where the
+ * documentation promises nothing, comma-separated. */
+static void read_strict(void) {
+  const char *spec = getenv("SCHEDRUN_CUDA_DOUBLE_STRICT");
+  if (!spec) return;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec);
+  for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save))
+    if (!strcmp(item, "body-setparams")) dbl_strict |= DBL_STRICT_BODY_SETPARAMS;
+}
+
 void dbl_count(const char *event) {
   const char *path = getenv("SCHEDRUN_CUDA_DOUBLE_LOG");
   if (!path || !*path) return;
@@ -438,6 +451,7 @@ static void once(void) {
   const char *v = getenv("SCHEDRUN_CUDA_DOUBLE_DRIVER");
   if (v && *v) dbl_driver_version = atoi(v);
   read_fail_spec();
+  read_strict();
   /* the double needs to see every compile: it is NVRTC too, unless told otherwise */
   Dl_info self;
   if (!getenv("SCHEDRUN_NVRTC_LIBRARY") && dladdr((void *)once, &self) && self.dli_fname)

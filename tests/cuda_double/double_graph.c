@@ -8,7 +8,9 @@
  * also updates 2-D ones, but then only their address and value, and a 1-D
  * one may not grow. Memcpy nodes: 1-D only, same contexts. Zero-sized copies
  * and memsets are refused when added and when set. Kernel nodes: the
- * function's context may not change.
+ * function's context may not change. cuGraphExecUpdate carries a graph's
+ * nodes (a conditional body's included) into what was instantiated from it
+ * under the same rules, all or nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -321,26 +323,55 @@ static CUresult d_cuGraphExecDestroy(CUgraphExec e) {
 
 /* ---- updates ---- */
 
-static struct dstep *find_step(dexec *e, const void *node) {
+/* Where node is in e; *in_body says whether it is in a conditional node's
+ * body (a node of another graph than the one instantiated). */
+static struct dstep *find_step(dexec *e, const void *node, bool *in_body) {
   for (uint32_t i = 0; i < e->n; i++) {
     if (e->steps[i].node == node) return &e->steps[i];
-    struct dstep *s = e->steps[i].body ? find_step(e->steps[i].body, node) : NULL;
-    if (s) return s;
+    struct dstep *s = e->steps[i].body ? find_step(e->steps[i].body, node, in_body) : NULL;
+    if (s) {
+      *in_body = true;
+      return s;
+    }
   }
   return NULL;
-}
-
-static CUresult step_for(CUgraphExec he, CUgraphNode hn, CUgraphNodeType type, struct dstep **out) {
-  if (!dbl_live(he, K_EXEC) || !dbl_live(hn, K_NODE)) return CUDA_ERROR_INVALID_HANDLE;
-  struct dstep *s = find_step((dexec *)he, hn);
-  if (!s || s->w.type != type) return CUDA_ERROR_INVALID_VALUE;
-  *out = s;
-  return CUDA_SUCCESS;
 }
 
 static CUresult rejected(void) {
   dbl_count("update-rejected");
   return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult step_for(CUgraphExec he, CUgraphNode hn, CUgraphNodeType type, struct dstep **out) {
+  if (!dbl_live(he, K_EXEC) || !dbl_live(hn, K_NODE)) return CUDA_ERROR_INVALID_HANDLE;
+  bool in_body = false;
+  struct dstep *s = find_step((dexec *)he, hn, &in_body);
+  if (!s || s->w.type != type) return CUDA_ERROR_INVALID_VALUE;
+  /* the setters document nodes of the graph that was instantiated only */
+  if (in_body && (dbl_strict & DBL_STRICT_BODY_SETPARAMS)) return rejected();
+  *out = s;
+  return CUDA_SUCCESS;
+}
+
+/* Whether an instantiated node's work `was` may become `now` (of the same
+ * type) in place: the rules cuGraphExec*NodeSetParams and cuGraphExecUpdate
+ * share. */
+static bool update_allowed(const dwork *was, const dwork *now) {
+  switch (now->type) {
+  case CU_GRAPH_NODE_TYPE_KERNEL: return now->u.k.f->mod->ctx == was->u.k.f->mod->ctx;
+  case CU_GRAPH_NODE_TYPE_MEMCPY: return now->ctx == was->ctx;
+  case CU_GRAPH_NODE_TYPE_MEMSET: {
+    const CUDA_MEMSET_NODE_PARAMS *a = &was->u.set, *b = &now->u.set;
+    if (now->ctx != was->ctx || b->elementSize != a->elementSize) return false;
+    /* 12.x: both the instantiated and the new memset must be 1-D */
+    if (dbl_driver_version < 13000) return a->height == 1 && b->height == 1;
+    /* 13.x: a 2-D memset keeps its shape; only address and value change */
+    if (a->height != 1) return b->height == a->height && b->width == a->width && b->pitch == a->pitch;
+    /* a 1-D memset may not change height, nor outgrow the work it was given */
+    return b->height == 1 && b->width <= a->width;
+  }
+  default: return true;
+  }
 }
 
 static CUresult d_cuGraphExecKernelNodeSetParams(CUgraphExec he, CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS *p) {
@@ -349,7 +380,7 @@ static CUresult d_cuGraphExecKernelNodeSetParams(CUgraphExec he, CUgraphNode hn,
   CUresult r = step_for(he, hn, CU_GRAPH_NODE_TYPE_KERNEL, &s);
   dwork w;
   if (r == CUDA_SUCCESS) r = kernel_work(p, &w);
-  if (r == CUDA_SUCCESS && w.u.k.f->mod->ctx != s->w.u.k.f->mod->ctx) r = rejected();
+  if (r == CUDA_SUCCESS && !update_allowed(&s->w, &w)) r = rejected();
   if (r == CUDA_SUCCESS) s->w = w;
   LEAVE(r);
 }
@@ -360,7 +391,7 @@ static CUresult d_cuGraphExecMemcpyNodeSetParams(CUgraphExec he, CUgraphNode hn,
   CUresult r = step_for(he, hn, CU_GRAPH_NODE_TYPE_MEMCPY, &s);
   dwork w;
   if (r == CUDA_SUCCESS) r = copy_work(c, ctx, &w);
-  if (r == CUDA_SUCCESS && w.ctx != s->w.ctx) r = rejected();
+  if (r == CUDA_SUCCESS && !update_allowed(&s->w, &w)) r = rejected();
   if (r == CUDA_SUCCESS) s->w = w;
   LEAVE(r);
 }
@@ -372,20 +403,98 @@ static CUresult d_cuGraphExecMemsetNodeSetParams(CUgraphExec he, CUgraphNode hn,
   CUresult r = step_for(he, hn, CU_GRAPH_NODE_TYPE_MEMSET, &s);
   dwork w;
   if (r == CUDA_SUCCESS) r = set_work(p, ctx, &w);
-  if (r != CUDA_SUCCESS) LEAVE(r);
-  const CUDA_MEMSET_NODE_PARAMS *was = &s->w.u.set, *now = &w.u.set;
-  if (w.ctx != s->w.ctx || now->elementSize != was->elementSize) LEAVE(rejected());
-  if (dbl_driver_version < 13000) {
-    /* 12.x: both the instantiated and the new memset must be 1-D */
-    if (was->height != 1 || now->height != 1) LEAVE(rejected());
-  } else if (was->height != 1) {
-    /* 13.x: a 2-D memset keeps its shape; only address and value change */
-    if (now->height != was->height || now->width != was->width || now->pitch != was->pitch) LEAVE(rejected());
-  } else if (now->height != 1 || now->width > was->width) {
-    /* a 1-D memset may not change height, nor outgrow the work it was given */
-    LEAVE(rejected());
+  if (r == CUDA_SUCCESS && !update_allowed(&s->w, &w)) r = rejected();
+  if (r == CUDA_SUCCESS) s->w = w;
+  LEAVE(r);
+}
+
+/* A graph's node, before instantiation or after: its work changes in the
+ * graph, not in what was instantiated from it (cuGraphExecUpdate carries it
+ * there). A memcpy or memset keeps its context. */
+static CUresult graph_node(CUgraphNode hn, CUgraphNodeType type, dnode **out) {
+  if (!dbl_live(hn, K_NODE)) return CUDA_ERROR_INVALID_HANDLE;
+  if (((dnode *)hn)->w.type != type) return CUDA_ERROR_INVALID_VALUE;
+  *out = (dnode *)hn;
+  return CUDA_SUCCESS;
+}
+
+static CUresult d_cuGraphKernelNodeSetParams(CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS *p) {
+  ENTER("cuGraphKernelNodeSetParams");
+  dnode *n;
+  dwork w;
+  CUresult r = graph_node(hn, CU_GRAPH_NODE_TYPE_KERNEL, &n);
+  if (r == CUDA_SUCCESS) r = kernel_work(p, &w);
+  if (r == CUDA_SUCCESS) n->w = w;
+  LEAVE(r);
+}
+
+static CUresult d_cuGraphMemcpyNodeSetParams(CUgraphNode hn, const CUDA_MEMCPY3D *c) {
+  ENTER("cuGraphMemcpyNodeSetParams");
+  dnode *n;
+  dwork w;
+  CUresult r = graph_node(hn, CU_GRAPH_NODE_TYPE_MEMCPY, &n);
+  if (r == CUDA_SUCCESS) r = copy_work(c, (CUcontext)n->w.ctx, &w);
+  if (r == CUDA_SUCCESS) n->w = w;
+  LEAVE(r);
+}
+
+static CUresult d_cuGraphMemsetNodeSetParams(CUgraphNode hn, const CUDA_MEMSET_NODE_PARAMS *p) {
+  ENTER("cuGraphMemsetNodeSetParams");
+  dnode *n;
+  dwork w;
+  CUresult r = graph_node(hn, CU_GRAPH_NODE_TYPE_MEMSET, &n);
+  if (r == CUDA_SUCCESS) r = set_work(p, (CUcontext)n->w.ctx, &w);
+  if (r == CUDA_SUCCESS) n->w = w;
+  LEAVE(r);
+}
+
+/* Whether e, instantiated from a graph topologically identical to g, can
+ * take g's nodes' work as it is now: as many nodes, each of its type, each
+ * change allowed, conditional bodies alike. Else the result and the node. */
+static CUgraphExecUpdateResult update_check(const dexec *e, const dgraph *g, const dnode **bad) {
+  *bad = NULL;
+  if (e->n != g->n) return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+  for (uint32_t i = 0; i < e->n; i++) {
+    const struct dstep *s = &e->steps[i];
+    const dnode *n = s->node;
+    *bad = n;
+    if (n->g != g) return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    if (n->w.type != s->w.type) return CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+    if (n->w.type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+      if (n->w.u.cond.handle != s->w.u.cond.handle) return CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
+      CUgraphExecUpdateResult r = update_check(s->body, n->w.u.cond.body, bad);
+      if (r != CU_GRAPH_EXEC_UPDATE_SUCCESS) return r;
+    } else if (!update_allowed(&s->w, &n->w)) {
+      return CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
+    }
   }
-  s->w = w;
+  *bad = NULL;
+  return CU_GRAPH_EXEC_UPDATE_SUCCESS;
+}
+
+static void update_apply(dexec *e) {
+  for (uint32_t i = 0; i < e->n; i++) {
+    struct dstep *s = &e->steps[i];
+    if (s->body) update_apply(s->body);
+    else s->w = s->node->w;
+  }
+}
+
+static CUresult d_cuGraphExecUpdate(CUgraphExec he, CUgraph hg, CUgraphExecUpdateResultInfo *info) {
+  ENTER("cuGraphExecUpdate");
+  if (!info) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  memset(info, 0, sizeof *info);
+  info->result = CU_GRAPH_EXEC_UPDATE_ERROR;
+  if (!dbl_live(he, K_EXEC) || !dbl_live(hg, K_GRAPH) || ((dgraph *)hg)->owner) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  const dnode *bad;
+  info->result = update_check((const dexec *)he, (const dgraph *)hg, &bad);
+  info->errorNode = (CUgraphNode)bad;
+  if (info->result != CU_GRAPH_EXEC_UPDATE_SUCCESS) {
+    dbl_count("update-rejected");
+    LEAVE(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE); /* nothing was changed */
+  }
+  update_apply((dexec *)he);
+  dbl_count("graph-update");
   LEAVE(CUDA_SUCCESS);
 }
 
@@ -453,5 +562,7 @@ const dbl_entry dbl_graph_entries[] = {
     E(cuGraphInstantiateWithFlags, 11040), E(cuGraphExecDestroy, 10000), E(cuGraphLaunch, 10000),
     E(cuGraphExecKernelNodeSetParams, 12000), E(cuGraphExecMemcpyNodeSetParams, 10020),
     E(cuGraphExecMemsetNodeSetParams, 10020), E(cuGraphConditionalHandleCreate, 12030), E(cuGraphAddNode, 12030),
+    E(cuGraphKernelNodeSetParams, 12000), E(cuGraphMemcpyNodeSetParams, 10000), E(cuGraphMemsetNodeSetParams, 10000),
+    E(cuGraphExecUpdate, 12000),
     {NULL, NULL, 0}};
 #undef E

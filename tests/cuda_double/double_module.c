@@ -43,9 +43,19 @@ static size_t image_size(const uint8_t *img) {
   return strlen((const char *)img);
 }
 
+/* The key an image's source is kept under. PTX is hashed without its
+ * ".version" line, so that PTX relabelled for an older driver (the
+ * backend's condition kernel) still finds the source it was compiled from. */
 static void image_hash(const void *p, size_t n, char out[65]) {
   hash_ctx *h = hash_new();
-  hash_add(h, p, n);
+  const char *t = p, *v = n > SELFMAG && memcmp(p, ELFMAG, SELFMAG) != 0 ? memmem(t, n, ".version ", 9) : NULL;
+  const char *eol = v ? memchr(v, '\n', n - (size_t)(v - t)) : NULL;
+  if (eol) {
+    hash_add(h, t, (size_t)(v - t));
+    hash_add(h, eol, n - (size_t)(eol - t));
+  } else {
+    hash_add(h, p, n);
+  }
   hash_final_hex(h, out);
 }
 
@@ -123,9 +133,12 @@ static CUresult parse_ptx(dmod *m, const char *ptx, int arch, bool linked) {
   const char *v = strstr(ptx, ".version ");
   const char *t = strstr(ptx, ".target sm_");
   if (!v || !t) return CUDA_ERROR_INVALID_PTX;
-  int major = atoi(v + 9), target = atoi(t + 11);
-  /* a 13.x driver reads PTX ISA 9.x; a 12.x driver stops at 8.x */
-  if (major > (dbl_driver_version >= 13000 ? 9 : 8)) return CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
+  int isa = atoi(v + 9) * 10 + (strchr(v, '.') && v[9] && v[10] == '.' ? atoi(v + 11) % 10 : 0), target = atoi(t + 11);
+  /* the newest ISA each driver reads: CUDA 12.0-12.5 read 8.0-8.5, 12.6
+   * 8.5, 12.8 8.7, 12.9 8.8, 13.m 9.m (release notes) */
+  int dmajor = dbl_driver_version / 1000, dminor = dbl_driver_version % 1000 / 10;
+  int newest = dmajor >= 13 ? 90 + dminor : dminor <= 5 ? 80 + dminor : dminor == 6 ? 85 : 79 + dminor;
+  if (isa > newest) return CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
   if (target > arch) return CUDA_ERROR_NO_BINARY_FOR_GPU;
   if (!linked && strstr(ptx, ".extern .func")) return CUDA_ERROR_INVALID_PTX; /* unresolved: needs cuLink* */
   for (const char *p = ptx; (p = strstr(p, ".entry ")) != NULL;) {
