@@ -9,7 +9,8 @@
  * works; NVRTC compiles run in a process of their own that a shutdown, a
  * deadline and the compile timeout stop; a while loop run from the host
  * stops at the job's deadline; the double refuses copies between
- * overlapping ranges, as a driver may. The environment (set by ctest)
+ * overlapping ranges, as a driver may; a kernel that never returns costs
+ * its device and its job, and the run still ends. The environment (set by ctest)
  * selects the double as the driver and as NVRTC. */
 #include <json-c/json.h>
 #include <stdbool.h>
@@ -464,6 +465,62 @@ static void test_deadline_in_a_host_driven_loop(void **st) {
   assert_int_equal(schedrun_close(&s), SCHEDRUN_OK);
 }
 
+/* ---- a kernel that never returns ---- */
+
+static const char hang_yaml[] =
+    "version: 1\nname: hang\nkernels:\n  spin_forever:\n    params: [ptr]\n    source: |\n"
+    "      extern \"C\" __global__ void spin_forever(int *x) { x[threadIdx.x] += 1; }\n"
+    "buffers:\n  x: {type: i32, count: 32}\n  flag: {type: i32, count: 1, init: {values: [1]}}\n"
+    "program:\n%s";
+static const char hang_launch[] = "  - launch: {kernel: spin_forever, grid: 1, block: 32, args: [x]}\n";
+static const char hang_loop[] = "  - loop:\n      while: {buffer: flag, index: 0}\n      max_trips: 8\n"
+                                "      body:\n        - launch: {kernel: spin_forever, grid: 1, block: 32, args: [x]}\n";
+
+/* A job whose kernel never returns (the double's SCHEDRUN_CUDA_DOUBLE_HANG:
+ * its stream stops there for good) runs past its deadline; the device is
+ * lost, and the run ends: no call that could wait for that context is made
+ * again (the double ends the process with status 87 on one, naming it), and
+ * nothing leaks but what that context holds. As one launch, as a while
+ * loop in a conditional node, and as a loop run from the host. */
+static void hang_once(const char *driver, const char *program, const char *what) {
+  set_double(driver, "1");
+  char yaml[2048];
+  snprintf(yaml, sizeof yaml, hang_yaml, program);
+  const char *path = tu_write_temp(5, "hang.yaml", yaml);
+  char *check[] = {(char *)tu_env("SCHEDRUN_RUN"), "--devices", "cuda", "--check", (char *)path, NULL};
+  char *out = NULL, *errs = NULL;
+  if (tu_run(check, &out, &errs) != 0) fail_msg("%s: --check: %s%s", what, out ? out : "", errs ? errs : "");
+  free(out);
+  free(errs);
+  const char *log = tu_write_temp(4, "double.log", "");
+  setenv("SCHEDRUN_CUDA_DOUBLE_LOG", log, 1);
+  setenv("SCHEDRUN_CUDA_DOUBLE_HANG", "spin_forever", 1);
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--devices", "cuda", "--json", "--timeout", "1", (char *)path, NULL};
+  result r = {0};
+  r.status = tu_run(argv, &r.out, &r.err);
+  r.json = r.out ? json_tokener_parse(r.out) : NULL;
+  unsetenv("SCHEDRUN_CUDA_DOUBLE_HANG");
+  unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
+  if (r.status == 87 || r.status == LEAK_STATUS || r.status != 4 || !r.json)
+    fail_msg("%s (driver %s): exit %d\n%s%s", what, driver, r.status, r.out ? r.out : "", r.err ? r.err : "");
+  json_object *fl = get(r.json, "failures");
+  const char *first = json_object_array_length(fl) ? json_object_get_string(json_object_array_get_idx(fl, 0)) : "";
+  if (!strstr(first, "deadline")) fail_msg("%s (driver %s): the failure: %s", what, driver, first);
+  char *text = tu_slurp(log, NULL);
+  assert_non_null(text);
+  if (tu_count(text, "hang\n") != 1) fail_msg("%s (driver %s): the kernel never ran: %s", what, driver, text);
+  free(text);
+  printf("  %s: %s\n", what, first);
+  result_free(&r);
+}
+
+static void test_close_after_a_kernel_that_never_returns(void **st) {
+  (void)st;
+  hang_once("13000", hang_launch, "one launch");
+  hang_once("13000", hang_loop, "a while loop as a conditional node");
+  hang_once("12020", hang_loop, "a while loop run from the host");
+}
+
 /* The double's driver calls, straight: a copy between overlapping ranges of
  * one allocation is refused (a driver leaves its result undefined), one
  * between ranges that do not overlap copies. */
@@ -507,6 +564,7 @@ int main(void) {
       cmocka_unit_test(test_shutdown_stops_an_nvrtc_compile),
       cmocka_unit_test(test_deadline_and_timeout_stop_nvrtc),
       cmocka_unit_test(test_double_refuses_overlapping_copies),
+      cmocka_unit_test(test_close_after_a_kernel_that_never_returns),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -170,6 +170,7 @@ void cuda_marshal_args(const uint64_t *slots, uint32_t n, void **params) {
 
 int cu_use(cuda_backend *b, int dev, schedrun_error_t *err) {
   if (dev < 0 || dev >= b->ndevices) return err_set(err, SCHEDRUN_EINVAL, "no cuda device %d", dev);
+  if (atomic_load(&b->devs[dev].stuck)) return err_set(err, SCHEDRUN_ELOST, "%s", b->devs[dev].lost_why);
   CU_CHECK(&b->api, b->api.cuCtxSetCurrent(b->devs[dev].ctx), b->devs[dev].name, err);
   return SCHEDRUN_OK;
 }
@@ -187,11 +188,20 @@ static int cu_found(cuda_backend *b, CUcontext *found, schedrun_error_t *err) {
 
 static void cu_put_back(cuda_backend *b, CUcontext found) { b->api.cuCtxSetCurrent(found); }
 
+/* A device whose context may be used for what any context can do (host
+ * memory): the first not stuck, or -1. */
+static int cu_any(const cuda_backend *b) {
+  for (int i = 0; i < b->ndevices; i++)
+    if (!atomic_load(&b->devs[i].stuck)) return i;
+  return -1;
+}
+
 static void c_destroy(gpu_backend *g) {
   cuda_backend *b = cb(g);
   CUcontext found = NULL;
   bool keep = cu_found(b, &found, NULL) == SCHEDRUN_OK;
   for (int i = 0; i < b->ndevices; i++) {
+    if (atomic_load(&b->devs[i].stuck)) continue; /* left to the process's end (cuda_internal.h) */
     if (b->devs[i].ctx && b->api.cuCtxSetCurrent(b->devs[i].ctx) == CUDA_SUCCESS) cu_loops_release(b, &b->devs[i]);
     if (b->devs[i].stream) {
       b->api.cuCtxSetCurrent(b->devs[i].ctx);
@@ -339,11 +349,13 @@ static int c_copy_peer(gpu_backend *g, int dst_dev, uint64_t dst, int src_dev, u
  * what the driver says of the pointer before any job is bound to it. */
 
 static int host_alloc_here(cuda_backend *b, uint64_t bytes, void **data, schedrun_error_t *err) {
-  int rc = cu_use(b, 0, err);
+  int dev = cu_any(b);
+  if (dev < 0) return err_set(err, SCHEDRUN_ELOST, "every cuda device is lost");
+  int rc = cu_use(b, dev, err);
   if (rc) return rc;
   void *p = NULL;
   CU_CHECK(&b->api, b->api.cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
-           b->devs[0].name, err);
+           b->devs[dev].name, err);
   memset(p, 0, bytes); /* zeroed, as the interface promises */
   *data = p;
   return SCHEDRUN_OK;
@@ -363,7 +375,8 @@ static void c_host_free(gpu_backend *g, void *data) {
   cuda_backend *b = cb(g);
   CUcontext found;
   if (cu_found(b, &found, NULL) != SCHEDRUN_OK) return;
-  if (cu_use(b, 0, NULL) == SCHEDRUN_OK) b->api.cuMemFreeHost(data);
+  /* with every device stuck, the pages stay (a kernel that never ends may use them) */
+  if (cu_use(b, cu_any(b), NULL) == SCHEDRUN_OK) b->api.cuMemFreeHost(data);
   cu_put_back(b, found);
 }
 
@@ -376,7 +389,7 @@ static bool pointer_range(cuda_backend *b, uint64_t addr, CUdeviceptr *start, si
 }
 
 static bool host_address_here(cuda_backend *b, const void *host, uint64_t bytes, uint64_t *addr) {
-  if (!host || bytes == 0 || b->ndevices == 0 || cu_use(b, 0, NULL) != SCHEDRUN_OK) return false;
+  if (!host || bytes == 0 || b->ndevices == 0 || cu_use(b, cu_any(b), NULL) != SCHEDRUN_OK) return false;
   CUdeviceptr start = 0, dev = 0;
   size_t size = 0;
   unsigned type = 0;
@@ -386,6 +399,7 @@ static bool host_address_here(cuda_backend *b, const void *host, uint64_t bytes,
   /* the same address on every device (unified addressing): checked, not assumed */
   for (int d = 0; d < b->ndevices; d++) {
     CUdeviceptr here = 0;
+    if (atomic_load(&b->devs[d].stuck)) continue; /* runs no job */
     if (cu_use(b, d, NULL) != SCHEDRUN_OK ||
         b->api.cuPointerGetAttribute(&here, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, (CUdeviceptr)at) != CUDA_SUCCESS ||
         (d > 0 && here != dev))
@@ -524,16 +538,18 @@ int cu_wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_fail
     if (r != CUDA_ERROR_NOT_READY) {
       /* errors from a kernel (an illegal address, a trap) are sticky: the
        * context is unusable from now on */
-      const char *name = NULL;
+      const char *name = NULL, *text = NULL;
       a->cuGetErrorName(r, &name);
-      char why[160];
-      snprintf(why, sizeof why, "cuStreamQuery: %s: a kernel failed; the context is unusable",
-               name ? name : "an error");
+      a->cuGetErrorString(r, &text);
+      char why[200];
+      snprintf(why, sizeof why, "cuStreamQuery: %s (%s): a kernel failed; the context is unusable",
+               name ? name : "CUDA_ERROR", text ? text : "unknown error");
       cu_set_lost(d, why);
       f->lost = true;
       return err_set(err, SCHEDRUN_EFAULT, "%s", d->lost_why);
     }
     if (atomic_load(&b->abandoned) || (deadline_ns && now_ns() >= deadline_ns)) {
+      atomic_store(&d->stuck, true); /* its work may never end: its context is left alone */
       cu_set_lost(d, atomic_load(&b->abandoned) ? "abandoned while busy when the scheduler closed"
                                              : "a job ran past its deadline");
       f->lost = true;

@@ -223,11 +223,13 @@ int cu_seq_create(gpu_backend *g, int dev, gpu_seq **out, schedrun_error_t *err)
 void cu_seq_destroy(gpu_seq *s) {
   if (!s) return;
   cu_api *a = &s->b->api;
-  cu_use(s->b, s->dev, NULL);
+  /* a stuck device's context is left alone (cuda_internal.h) */
+  bool here = !atomic_load(&s->b->devs[s->dev].stuck);
+  if (here) cu_use(s->b, s->dev, NULL);
   for (uint32_t i = 0; i < s->nsegs; i++) {
     cu_segment *sg = &s->segs[i];
-    if (sg->exec) a->cuGraphExecDestroy(sg->exec);
-    if (sg->graph && sg->owned) a->cuGraphDestroy(sg->graph); /* with it, its conditional bodies */
+    if (here && sg->exec) a->cuGraphExecDestroy(sg->exec);
+    if (here && sg->graph && sg->owned) a->cuGraphDestroy(sg->graph); /* with it, its conditional bodies */
     cu_seq_destroy(sg->body);
   }
   for (uint32_t i = 0; i < s->n; i++) {
@@ -235,7 +237,7 @@ void cu_seq_destroy(gpu_seq *s) {
     free(cn->args);
     free(cn->params);
     cu_seq_destroy(cn->body);
-    if (cn->cond_params) a->cuMemFree((CUdeviceptr)cn->cond_params);
+    if (here && cn->cond_params) a->cuMemFree((CUdeviceptr)cn->cond_params);
   }
   free(s->segs);
   free(s->nodes);

@@ -56,6 +56,13 @@ typedef struct cu_device {
   char arch[16];
   int sm; /* 90 for sm_90 */
   _Atomic bool lost;
+  /* lost while its work may still run (a deadline passed, or a close
+   * abandoned it): no driver call is made on its context again. Each of
+   * cuMemFree, cuModuleUnload, a synchronous copy, a synchronize and the
+   * context's release may wait for that work, which may never end; what
+   * the context holds is left to the process's end. A device lost to a
+   * kernel's fault is not stuck: calls there fail at once. */
+  _Atomic bool stuck;
   pthread_mutex_t lost_lock;
   char lost_why[256]; /* written once, under lost_lock, before `lost` is set */
   /* how while loops run: conditional nodes with the condition kernel, or

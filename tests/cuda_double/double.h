@@ -33,8 +33,12 @@
  * another NVRTC did not fill: the double cannot run images it did not see
  * compiled).
  *
- * Work runs when it is submitted: a stream is always idle after a call
- * returns. Asynchrony is not modelled.
+ * Work queued on a stream runs on the stream's own thread after the call
+ * returns (double_stream.c): cuStreamQuery, cuStreamSynchronize and the
+ * calls documented to wait for the device observe it; a kernel's fault
+ * surfaces at the next call on its context and stays there. Not modelled:
+ * events, the asynchronous copies (the backend uses none), and a device's
+ * own timing (kernels take what they take on the CPU).
  *
  * Settings (environment):
  *   SCHEDRUN_CUDA_DOUBLE_DEVICES  devices (1)
@@ -64,9 +68,16 @@
  *                                 conditional node's body, which are not
  *                                 nodes of the graph that was instantiated
  *                                 (cuGraphExecUpdate documents them)
+ *   SCHEDRUN_CUDA_DOUBLE_HANG     entry names, comma-separated: such a
+ *                                 kernel never returns (its stream stops);
+ *                                 a later call that would wait for that
+ *                                 context ends the process with status 87
  *   SCHEDRUN_CUDA_DOUBLE_LOG      a file that gets one line per counted event
  *                                 ("graph-launch", "launch", "update-rejected",
  *                                 "graph-update" for a cuGraphExecUpdate,
+ *                                 "fault" when a kernel faults a context,
+ *                                 "hang" when a stream reaches a kernel
+ *                                 that never returns,
  *                                 "memcpy-peer" over enabled peer access,
  *                                 "memcpy-peer-staged" without it)
  */
@@ -88,12 +99,30 @@ typedef struct dobj {
   uint32_t kind;
 } dobj;
 
-typedef struct dctx {
+typedef struct dctx dctx;
+
+/* A stream: its queue of work, run by its own thread (double_stream.c).
+ * Under dbl_qlock. */
+typedef struct dstream {
+  dobj o;
+  dctx *ctx;
+  struct ditem *head, *tail; /* the head runs while it is at the head */
+  uint32_t pending;          /* queued or running */
+  bool started, destroyed;   /* its thread; cuStreamDestroy (the thread frees it once idle) */
+  pthread_cond_t more;       /* work queued, or the stream destroyed */
+} dstream;
+
+struct dctx {
   dobj o;
   int ordinal;
   int retains; /* primary context references; 0: inactive */
   uint32_t peers; /* ordinals whose memory this context may access (cuCtxEnablePeerAccess) */
-} dctx;
+  dstream null_stream; /* the legacy default stream: a NULL CUstream */
+  /* under dbl_qlock */
+  uint32_t pending;   /* work queued or running on all its streams */
+  CUresult sticky;    /* a kernel's fault, returned by every later call here */
+  const char *hung;   /* the kernel that never returns (SCHEDRUN_CUDA_DOUBLE_HANG) */
+};
 
 typedef struct dfunc dfunc;
 typedef struct dmod {
@@ -124,10 +153,6 @@ struct dfunc {
   dbl_launcher run;
 };
 
-typedef struct dstream {
-  dobj o;
-  dctx *ctx;
-} dstream;
 
 /* A node's work, as the driver copied it when the node was added or set. */
 typedef struct dwork {
@@ -205,6 +230,7 @@ CUresult dbl_fail_point(const char *name); /* CUDA_SUCCESS unless this call must
 void dbl_count(const char *event);          /* SCHEDRUN_CUDA_DOUBLE_LOG */
 void *dbl_new(uint32_t kind, size_t size);  /* a zeroed, registered handle; NULL when out of memory */
 void dbl_free(void *h);                     /* unregisters and frees */
+void dbl_forget(void *h);                   /* unregisters (the caller frees it later) */
 bool dbl_live(const void *h, uint32_t kind);
 dctx *dbl_current(void);
 dctx *dbl_ctx(CUcontext c);            /* a retained context, or NULL */
@@ -217,9 +243,38 @@ const char *dbl_state_dir(void);
 size_t dbl_allocations(uint64_t *bytes);
 
 /* ---- modules and kernels (double_module.c) ---- */
-CUresult dbl_run_kernel(const dwork *w);
 CUresult dbl_kernel_args(const dfunc *f, void **params, uint64_t *slots);
 void dbl_set_conditional(uint64_t handle, unsigned value);
+
+/* ---- graphs (double_graph.c) ---- */
+/* A copy of what e holds now, for one launch (later updates and
+ * cuGraphExecDestroy leave it alone): not a handle. */
+dexec *dbl_exec_snapshot(const dexec *e);
+void dbl_exec_snapshot_free(dexec *e);
+/* Runs a snapshot on a stream's thread (conditional handles reset first). */
+CUresult dbl_exec_run(const dexec *e);
+/* The name of e's first kernel, into *name when it has one. */
+void dbl_exec_first_kernel(const dexec *e, const char **name);
+
+/* ---- streams (double_stream.c) ---- */
+#define DBL_HUNG ((CUresult)-1) /* dbl_run_kernel: a kernel that never returns */
+#define DBL_HANG_STATUS 87      /* the exit status of a wait that could never end */
+extern pthread_mutex_t dbl_qlock; /* queues and what contexts keep under it; taken after dbl_lock, never before */
+void dbl_stream_init(dstream *st, dctx *x);
+void dbl_stream_destroy(dstream *st); /* its handle already unregistered; freed once its work is done */
+dstream *dbl_stream(CUstream s, dctx *x); /* s, or x's legacy default stream */
+/* Runs one kernel (on a stream's thread): CUDA_SUCCESS, a fault, or DBL_HUNG. */
+CUresult dbl_run_kernel(const dwork *w);
+CUresult dbl_enqueue_kernel(dstream *st, const dwork *w);
+CUresult dbl_enqueue_graph(dstream *st, dexec *snapshot); /* takes the snapshot */
+CUresult dbl_sticky(const dctx *x);
+CUresult dbl_query(const dstream *st); /* the context's fault, CUDA_ERROR_NOT_READY, or CUDA_SUCCESS */
+/* Waits until st (NULL: every stream of x) has no work, dbl_lock (held once,
+ * by the entry point) let go meanwhile; then x's fault, or CUDA_SUCCESS.
+ * Ends the process (DBL_HANG_STATUS) when the work can never end. */
+CUresult dbl_wait(dctx *x, const dstream *st, const char *call);
+void dbl_ctx_reset(dctx *x); /* the context is destroyed: no fault kept */
+bool dbl_any_hung(const dctx *const *ctxs, int n);
 
 #define ENTER(name)                              \
   pthread_mutex_lock(&dbl_lock);                 \

@@ -155,11 +155,16 @@ static size_t find(const void *p) {
 
 bool dbl_live(const void *h, uint32_t kind) { return find(h) != SIZE_MAX && ((const dobj *)h)->kind == kind; }
 
-void dbl_free(void *h) {
+void dbl_forget(void *h) {
   size_t k = find(h);
   if (k == SIZE_MAX) return;
   g_set[k] = (void *)1; /* a tombstone keeps later probes going */
   g_live[((dobj *)h)->kind]--;
+}
+
+void dbl_free(void *h) {
+  if (find(h) == SIZE_MAX) return;
+  dbl_forget(h);
   free(h);
 }
 
@@ -170,6 +175,9 @@ static const char *const kind_names[K_NKINDS] = {"", "primary context", "module"
 
 __attribute__((destructor)) static void report_leaks(void) {
   if (!dbl_init_done) return;
+  /* a context whose kernel never returns cannot be given back (every call
+   * that would wait for it is refused): the process's end reclaims it */
+  if (dbl_any_hung((const dctx *const *)g_ctx, g_ndev < 16 ? g_ndev : 16)) return;
   size_t n = 0;
   uint64_t bytes = 0;
   size_t nalloc = dbl_allocations(&bytes);
@@ -279,6 +287,7 @@ static CUresult d_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d) {
     if (!g_ctx[d]) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
     g_ctx[d]->o.kind = K_CTX;
     g_ctx[d]->ordinal = d;
+    dbl_stream_init(&g_ctx[d]->null_stream, g_ctx[d]);
   }
   g_ctx[d]->retains++;
   *pctx = (CUcontext)g_ctx[d];
@@ -290,7 +299,13 @@ static CUresult d_cuDevicePrimaryCtxRelease(CUdevice d) {
   NEED_INIT();
   if (d < 0 || d >= g_ndev) LEAVE(CUDA_ERROR_INVALID_DEVICE);
   if (!g_ctx[d] || g_ctx[d]->retains == 0) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
-  if (--g_ctx[d]->retains == 0) g_ctx[d]->peers = 0; /* the context is gone, and its peer access with it */
+  if (g_ctx[d]->retains == 1) {
+    /* the last release destroys the context: once its work is done */
+    dbl_wait(g_ctx[d], NULL, "cuDevicePrimaryCtxRelease");
+    g_ctx[d]->peers = 0; /* its peer access goes with it, and its fault */
+    dbl_ctx_reset(g_ctx[d]);
+  }
+  g_ctx[d]->retains--;
   LEAVE(CUDA_SUCCESS);
 }
 
@@ -356,7 +371,7 @@ static CUresult d_cuStreamCreate(CUstream *s, unsigned flags) {
   if (!s || (flags & ~1u)) LEAVE(CUDA_ERROR_INVALID_VALUE);
   dstream *st = dbl_new(K_STREAM, sizeof *st);
   if (!st) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
-  st->ctx = x;
+  dbl_stream_init(st, x);
   *s = (CUstream)st;
   LEAVE(CUDA_SUCCESS);
 }
@@ -365,21 +380,39 @@ static CUresult d_cuStreamDestroy(CUstream s) {
   ENTER("cuStreamDestroy");
   NEED_INIT();
   if (!dbl_live(s, K_STREAM)) LEAVE(CUDA_ERROR_INVALID_HANDLE);
-  dbl_free(s);
+  /* returns at once: the stream's work still runs, and then it is freed */
+  dbl_forget(s);
+  dbl_stream_destroy((dstream *)s);
   LEAVE(CUDA_SUCCESS);
 }
 
-static CUresult stream_check(const char *name, CUstream s) {
-  ENTER(name);
-  NEED_INIT();
-  /* NULL is the legacy default stream */
-  if (s && !dbl_live(s, K_STREAM)) LEAVE(CUDA_ERROR_INVALID_HANDLE);
-  if (s && ((dstream *)s)->ctx != dbl_current()) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
-  LEAVE(CUDA_SUCCESS);
+/* The stream a call names, checked: s, or (NULL) the current context's
+ * legacy default stream. */
+static CUresult stream_of(CUstream s, dstream **out) {
+  if (!dbl_init_done) return CUDA_ERROR_NOT_INITIALIZED;
+  dctx *x = dbl_current();
+  if (!x) return CUDA_ERROR_INVALID_CONTEXT;
+  if (s && !dbl_live(s, K_STREAM)) return CUDA_ERROR_INVALID_HANDLE;
+  if (s && ((dstream *)s)->ctx != x) return CUDA_ERROR_INVALID_CONTEXT;
+  *out = dbl_stream(s, x);
+  return CUDA_SUCCESS;
 }
 
-static CUresult d_cuStreamSynchronize(CUstream s) { return stream_check("cuStreamSynchronize", s); }
-static CUresult d_cuStreamQuery(CUstream s) { return stream_check("cuStreamQuery", s); }
+static CUresult d_cuStreamSynchronize(CUstream s) {
+  ENTER("cuStreamSynchronize");
+  dstream *st;
+  CUresult r = stream_of(s, &st);
+  /* the legacy default stream waits for every blocking stream of its context */
+  if (r == CUDA_SUCCESS) r = dbl_wait(st->ctx, s ? st : NULL, "cuStreamSynchronize");
+  LEAVE(r);
+}
+
+static CUresult d_cuStreamQuery(CUstream s) {
+  ENTER("cuStreamQuery");
+  dstream *st;
+  CUresult r = stream_of(s, &st);
+  LEAVE(r == CUDA_SUCCESS ? dbl_query(st) : r);
+}
 
 /* ---- errors ---- */
 

@@ -31,9 +31,27 @@ static uint32_t g_nconds;
 static cond *cond_of(uint64_t h) { return h && h <= g_nconds && g_conds[h - 1].g ? &g_conds[h - 1] : NULL; }
 
 void dbl_set_conditional(uint64_t h, unsigned value) {
-  /* called by a condition kernel, inside a launch: dbl_lock is held */
+  /* called by a condition kernel, on a stream's thread */
+  pthread_mutex_lock(&dbl_lock);
   cond *c = cond_of(h);
   if (c) c->value = value;
+  pthread_mutex_unlock(&dbl_lock);
+}
+
+/* A handle's value now, 0 for a handle no longer there. */
+static unsigned cond_value(uint64_t h) {
+  pthread_mutex_lock(&dbl_lock);
+  cond *c = cond_of(h);
+  unsigned v = c ? c->value : 0;
+  pthread_mutex_unlock(&dbl_lock);
+  return v;
+}
+
+static bool range_now(uint64_t addr, uint64_t bytes) {
+  pthread_mutex_lock(&dbl_lock);
+  bool ok = dbl_range(addr, bytes, NULL);
+  pthread_mutex_unlock(&dbl_lock);
+  return ok;
 }
 
 /* ---- graphs and nodes ---- */
@@ -500,6 +518,8 @@ static CUresult d_cuGraphExecUpdate(CUgraphExec he, CUgraph hg, CUgraphExecUpdat
 
 /* ---- launches ---- */
 
+/* On a stream's thread, without dbl_lock but for the moments it reads
+ * what other threads change (allocations, conditional handles). */
 static CUresult run_exec(const dexec *e) {
   for (uint32_t i = 0; i < e->n; i++) {
     const dwork *w = &e->steps[i].w;
@@ -508,13 +528,13 @@ static CUresult run_exec(const dexec *e) {
     case CU_GRAPH_NODE_TYPE_KERNEL: r = dbl_run_kernel(w); break;
     case CU_GRAPH_NODE_TYPE_MEMCPY:
       /* the buffers may have been freed since the node was set */
-      if (!dbl_range(w->u.copy.src, w->u.copy.bytes, NULL) || !dbl_range(w->u.copy.dst, w->u.copy.bytes, NULL))
+      if (!range_now(w->u.copy.src, w->u.copy.bytes) || !range_now(w->u.copy.dst, w->u.copy.bytes))
         return CUDA_ERROR_ILLEGAL_ADDRESS;
       memcpy((void *)(uintptr_t)w->u.copy.dst, (const void *)(uintptr_t)w->u.copy.src, w->u.copy.bytes);
       break;
     case CU_GRAPH_NODE_TYPE_MEMSET: {
       const CUDA_MEMSET_NODE_PARAMS *p = &w->u.set;
-      if (!dbl_range(p->dst, memset_extent(p), NULL)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+      if (!range_now(p->dst, memset_extent(p))) return CUDA_ERROR_ILLEGAL_ADDRESS;
       for (size_t row = 0; row < p->height; row++) {
         uint8_t *d = (uint8_t *)(uintptr_t)(p->dst + row * p->pitch);
         for (size_t k = 0; k < p->width; k++)
@@ -523,16 +543,13 @@ static CUresult run_exec(const dexec *e) {
       break;
     }
     case CU_GRAPH_NODE_TYPE_EMPTY: break;
-    case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
-      cond *c = cond_of(w->u.cond.handle);
-      if (!c) return CUDA_ERROR_INVALID_HANDLE;
-      for (unsigned long trips = 0; c->value; trips++) {
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      for (unsigned long trips = 0; cond_value(w->u.cond.handle); trips++) {
         r = run_exec(e->steps[i].body);
         if (r != CUDA_SUCCESS) break;
         if (trips >= (1ul << 31)) return CUDA_ERROR_LAUNCH_TIMEOUT;
       }
       break;
-    }
     default: return CUDA_ERROR_NOT_SUPPORTED;
     }
     if (r != CUDA_SUCCESS) return r;
@@ -540,18 +557,70 @@ static CUresult run_exec(const dexec *e) {
   return CUDA_SUCCESS;
 }
 
+CUresult dbl_exec_run(const dexec *e) {
+  pthread_mutex_lock(&dbl_lock);
+  for (uint32_t i = 0; i < e->nhandles; i++) {
+    cond *c = cond_of(e->handles[i]);
+    if (c && c->assign_default) c->value = c->dflt;
+  }
+  pthread_mutex_unlock(&dbl_lock);
+  return run_exec(e);
+}
+
+void dbl_exec_snapshot_free(dexec *e) {
+  if (!e) return;
+  for (uint32_t i = 0; i < e->n; i++) dbl_exec_snapshot_free(e->steps[i].body);
+  free(e->steps);
+  free(e->handles);
+  free(e);
+}
+
+dexec *dbl_exec_snapshot(const dexec *e) {
+  dexec *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->from = e->from;
+  c->steps = calloc(e->n ? e->n : 1, sizeof *c->steps);
+  c->handles = calloc(e->nhandles ? e->nhandles : 1, sizeof *c->handles);
+  if (!c->steps || !c->handles) {
+    dbl_exec_snapshot_free(c);
+    return NULL;
+  }
+  if (e->nhandles) memcpy(c->handles, e->handles, e->nhandles * sizeof *c->handles);
+  c->nhandles = e->nhandles;
+  for (uint32_t i = 0; i < e->n; i++) {
+    c->steps[i] = e->steps[i];
+    c->steps[i].body = NULL;
+    c->n = i + 1;
+    if (e->steps[i].body && !(c->steps[i].body = dbl_exec_snapshot(e->steps[i].body))) {
+      dbl_exec_snapshot_free(c);
+      return NULL;
+    }
+  }
+  return c;
+}
+
+void dbl_exec_first_kernel(const dexec *e, const char **name) {
+  for (uint32_t i = 0; i < e->n; i++) {
+    if (e->steps[i].w.type == CU_GRAPH_NODE_TYPE_KERNEL) {
+      *name = e->steps[i].w.u.k.f->k->name;
+      return;
+    }
+    if (e->steps[i].body) dbl_exec_first_kernel(e->steps[i].body, name);
+  }
+}
+
 static CUresult d_cuGraphLaunch(CUgraphExec he, CUstream s) {
   ENTER("cuGraphLaunch");
   if (!dbl_live(he, K_EXEC) || (s && !dbl_live(s, K_STREAM))) LEAVE(CUDA_ERROR_INVALID_HANDLE);
   dctx *x = dbl_current();
   if (!x || (s && ((dstream *)s)->ctx != x)) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
-  const dexec *e = (const dexec *)he;
-  for (uint32_t i = 0; i < e->nhandles; i++) {
-    cond *c = cond_of(e->handles[i]);
-    if (c && c->assign_default) c->value = c->dflt;
-  }
-  CUresult r = run_exec(e);
-  dbl_count("graph-launch");
+  CUresult r = dbl_sticky(x); /* a fault before it: the context takes no more work */
+  if (r != CUDA_SUCCESS) LEAVE(r);
+  /* what runs is the graph as instantiated and updated now */
+  dexec *snap = dbl_exec_snapshot((const dexec *)he);
+  if (!snap) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+  r = dbl_enqueue_graph(dbl_stream(s, x), snap);
+  if (r == CUDA_SUCCESS) dbl_count("graph-launch");
   LEAVE(r);
 }
 

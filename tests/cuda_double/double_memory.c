@@ -114,6 +114,8 @@ static CUresult d_cuMemHostAlloc(void **pp, size_t bytes, unsigned flags) {
 static CUresult d_cuMemFreeHost(void *p) {
   ENTER("cuMemFreeHost");
   NEED_INIT();
+  dctx *x = dbl_current();
+  if (x) dbl_wait(x, NULL, "cuMemFreeHost"); /* its pages may be in the context's queued work */
   for (size_t i = 0; i < g_nalloc; i++)
     if (g_allocs[i].addr == (uint64_t)(uintptr_t)p && g_allocs[i].host) {
       free(g_allocs[i].base);
@@ -173,7 +175,7 @@ static CUresult d_cuPointerGetAttribute(void *data, CUpointer_attribute attr, CU
 static CUresult d_cuMemFree(CUdeviceptr p) {
   ENTER("cuMemFree");
   NEED_CTX(x);
-  (void)x;
+  dbl_wait(x, NULL, "cuMemFree"); /* "may perform implicit synchronization" */
   for (size_t i = 0; i < g_nalloc; i++)
     if (g_allocs[i].addr == (uint64_t)p && !g_allocs[i].host) {
       free(g_allocs[i].base);
@@ -186,7 +188,9 @@ static CUresult d_cuMemFree(CUdeviceptr p) {
 static CUresult d_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) {
   ENTER("cuMemcpyHtoD");
   NEED_CTX(x);
-  (void)x;
+  /* on the legacy default stream: after the context's work */
+  CUresult st = dbl_wait(x, NULL, "cuMemcpyHtoD");
+  if (st != CUDA_SUCCESS) LEAVE(st);
   if (n == 0) LEAVE(CUDA_SUCCESS);
   if (!src || !dbl_range(dst, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
   memcpy((void *)(uintptr_t)dst, src, n);
@@ -196,7 +200,9 @@ static CUresult d_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) {
 static CUresult d_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) {
   ENTER("cuMemcpyDtoH");
   NEED_CTX(x);
-  (void)x;
+  /* on the legacy default stream: after the context's work */
+  CUresult st = dbl_wait(x, NULL, "cuMemcpyDtoH");
+  if (st != CUDA_SUCCESS) LEAVE(st);
   if (n == 0) LEAVE(CUDA_SUCCESS);
   if (!dst || !dbl_range(src, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
   memcpy(dst, (const void *)(uintptr_t)src, n);
@@ -206,7 +212,9 @@ static CUresult d_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) {
 static CUresult d_cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   ENTER("cuMemcpyDtoD");
   NEED_CTX(x);
-  (void)x;
+  /* on the legacy default stream: after the context's work */
+  CUresult st = dbl_wait(x, NULL, "cuMemcpyDtoD");
+  if (st != CUDA_SUCCESS) LEAVE(st);
   if (n == 0) LEAVE(CUDA_SUCCESS);
   if (!dbl_range(dst, n, NULL) || !dbl_range(src, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
   /* a driver copies between ranges that do not overlap (what it does with
@@ -226,6 +234,9 @@ static CUresult d_cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr s
   NEED_INIT();
   dctx *dx = dbl_ctx(dst_ctx), *sx = dbl_ctx(src_ctx);
   if (!dx || !sx) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+  CUresult st = dbl_wait(sx, NULL, "cuMemcpyPeer");
+  if (st == CUDA_SUCCESS) st = dbl_wait(dx, NULL, "cuMemcpyPeer");
+  if (st != CUDA_SUCCESS) LEAVE(st);
   if (n == 0) LEAVE(CUDA_SUCCESS);
   if (!dbl_range(dst, n, dx) || !dbl_range(src, n, sx)) LEAVE(CUDA_ERROR_INVALID_VALUE);
   memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
@@ -236,7 +247,9 @@ static CUresult d_cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr s
 static CUresult d_cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n) {
   ENTER("cuMemsetD8");
   NEED_CTX(x);
-  (void)x;
+  /* on the legacy default stream: after the context's work */
+  CUresult st = dbl_wait(x, NULL, "cuMemsetD8");
+  if (st != CUDA_SUCCESS) LEAVE(st);
   if (n == 0) LEAVE(CUDA_SUCCESS);
   if (!dbl_range(dst, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
   memset((void *)(uintptr_t)dst, v, n);

@@ -318,6 +318,9 @@ static CUresult d_cuModuleLoadData(CUmodule *out, const void *image) {
 static CUresult d_cuModuleUnload(CUmodule mod) {
   ENTER("cuModuleUnload");
   if (!dbl_live(mod, K_MOD)) LEAVE(CUDA_ERROR_INVALID_HANDLE);
+  /* its kernels may still be queued: unloading waits for the context's work */
+  dbl_wait(((dmod *)mod)->ctx, NULL, "cuModuleUnload");
+  if (!dbl_live(mod, K_MOD)) LEAVE(CUDA_ERROR_INVALID_HANDLE); /* unloaded meanwhile */
   mod_free((dmod *)mod);
   LEAVE(CUDA_SUCCESS);
 }
@@ -372,18 +375,6 @@ static bool dims_ok(const uint32_t g[3], const uint32_t b[3]) {
   return (uint64_t)b[0] * b[1] * b[2] <= 1024 && b[2] <= 64 && g[1] <= 65535 && g[2] <= 65535;
 }
 
-CUresult dbl_run_kernel(const dwork *w) {
-  const dfunc *f = w->u.k.f;
-  if (!dbl_live(f, K_FUNC)) return CUDA_ERROR_INVALID_HANDLE; /* its module was unloaded */
-  if (!dims_ok(w->u.k.grid, w->u.k.block)) return CUDA_ERROR_INVALID_VALUE;
-  char text[512];
-  if (f->run(w->u.k.grid, w->u.k.block, w->u.k.args, w->u.k.shared, text, sizeof text) != 0) {
-    /* a GPU would hang or compute garbage; the double says which kernel, and fails the launch */
-    fprintf(stderr, "cuda-double: %s\n", text);
-    return CUDA_ERROR_LAUNCH_FAILED;
-  }
-  return CUDA_SUCCESS;
-}
 
 static CUresult d_cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                  unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
@@ -400,8 +391,10 @@ static CUresult d_cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsign
   memcpy(w.u.k.grid, g, sizeof g);
   memcpy(w.u.k.block, b, sizeof b);
   w.u.k.shared = shmem;
-  CUresult r = dbl_kernel_args(f, params, w.u.k.args);
-  if (r == CUDA_SUCCESS) r = dbl_run_kernel(&w);
+  if (!dims_ok(w.u.k.grid, w.u.k.block)) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  CUresult r = dbl_sticky(x); /* a fault before it: the context takes no more work */
+  if (r == CUDA_SUCCESS) r = dbl_kernel_args(f, params, w.u.k.args);
+  if (r == CUDA_SUCCESS) r = dbl_enqueue_kernel(dbl_stream(s, x), &w);
   if (r == CUDA_SUCCESS) dbl_count("launch");
   LEAVE(r);
 }

@@ -1,0 +1,221 @@
+/*
+ * The double's streams: work queued by a launch runs on the stream's own
+ * thread after the call that queued it has returned, in order per stream and
+ * concurrently across streams, as on a device.
+ *
+ * Every stream (and each context's legacy default stream, a NULL CUstream)
+ * has a queue and a thread, started at its first work. A call that the
+ * documentation says may wait for the device (a synchronous copy or memset,
+ * cuStreamSynchronize, cuMemFree, cuModuleUnload, the last release of a
+ * primary context) waits here, with dbl_lock let go meanwhile so that the
+ * stream's thread and other callers go on. cuStreamQuery says
+ * CUDA_ERROR_NOT_READY while its stream has work.
+ *
+ * A kernel's fault (a block whose barrier not all its threads reach, a copy
+ * node over freed memory) does not fail the launch that queued it: it is
+ * kept on the context (sticky) and returned by every later launch, query,
+ * synchronize and copy there, and the context's queued work is dropped, as
+ * a driver does until the context is destroyed.
+ *
+ * A kernel named in SCHEDRUN_CUDA_DOUBLE_HANG never returns: its stream
+ * stops there for good (without running anything, so no core is spent). A
+ * later call that would wait for that context cannot return: the double
+ * says which call and which kernel on standard error and ends the process
+ * with status 87, so that a test sees at once what on a GPU would hang.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "double.h"
+
+pthread_mutex_t dbl_qlock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_done = PTHREAD_COND_INITIALIZER; /* some work finished, or a stream hung */
+
+struct ditem {
+  struct ditem *next;
+  dwork w;      /* a kernel, when graph is NULL */
+  dexec *graph; /* a graph launch: what was instantiated, as it was at launch */
+};
+
+static bool hang_named(const char *entry) {
+  const char *list = getenv("SCHEDRUN_CUDA_DOUBLE_HANG");
+  size_t n = strlen(entry);
+  for (const char *p = list; p && *p;) {
+    size_t k = strcspn(p, ",");
+    if (k == n && strncmp(p, entry, n) == 0) return true;
+    p += k + (p[k] == ',');
+  }
+  return false;
+}
+
+CUresult dbl_run_kernel(const dwork *w) {
+  const dfunc *f = w->u.k.f; /* alive: its module's unload waits for the context's work */
+  if (hang_named(f->k->name)) return DBL_HUNG;
+  char text[512];
+  if (f->run(w->u.k.grid, w->u.k.block, w->u.k.args, w->u.k.shared, text, sizeof text) != 0) {
+    /* a GPU would hang or compute garbage; the double says which kernel, and the context has faulted */
+    fprintf(stderr, "cuda-double: %s\n", text);
+    return CUDA_ERROR_LAUNCH_FAILED;
+  }
+  return CUDA_SUCCESS;
+}
+
+dstream *dbl_stream(CUstream s, dctx *x) { return s ? (dstream *)s : &x->null_stream; }
+
+static void item_free(struct ditem *it) {
+  if (it->graph) dbl_exec_snapshot_free(it->graph);
+  free(it);
+}
+
+/* What hung the context, for the message: the first kernel of the item. */
+static const char *hung_name(const struct ditem *it) {
+  if (!it->graph) return it->w.u.k.f->k->name;
+  const char *name = "a kernel";
+  dbl_exec_first_kernel(it->graph, &name);
+  return name;
+}
+
+static void *stream_main(void *arg) {
+  dstream *st = arg;
+  dctx *x = st->ctx;
+  pthread_mutex_lock(&dbl_qlock);
+  for (;;) {
+    while (!st->head && !st->destroyed) pthread_cond_wait(&st->more, &dbl_qlock);
+    if (!st->head) break; /* destroyed, and its work done */
+    struct ditem *it = st->head; /* stays queued (counted pending) while it runs */
+    bool run = x->sticky == CUDA_SUCCESS;
+    pthread_mutex_unlock(&dbl_qlock);
+    CUresult r = run ? (it->graph ? dbl_exec_run(it->graph) : dbl_run_kernel(&it->w)) : CUDA_SUCCESS;
+    pthread_mutex_lock(&dbl_qlock);
+    if (r == DBL_HUNG) {
+      x->hung = hung_name(it);
+      dbl_count("hang");
+      pthread_cond_broadcast(&g_done);
+      for (;;) pthread_cond_wait(&st->more, &dbl_qlock); /* never returns, as the kernel */
+    }
+    if (r != CUDA_SUCCESS && x->sticky == CUDA_SUCCESS) {
+      x->sticky = r;
+      dbl_count("fault");
+    }
+    st->head = it->next;
+    if (!st->head) st->tail = NULL;
+    st->pending--;
+    x->pending--;
+    pthread_cond_broadcast(&g_done);
+    item_free(it);
+  }
+  bool own = st != &x->null_stream;
+  pthread_mutex_unlock(&dbl_qlock);
+  if (own) {
+    pthread_cond_destroy(&st->more);
+    free(st);
+  }
+  return NULL;
+}
+
+static CUresult enqueue(dstream *st, struct ditem *it) {
+  pthread_mutex_lock(&dbl_qlock);
+  if (!st->started) {
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    int e = pthread_create(&t, &a, stream_main, st);
+    pthread_attr_destroy(&a);
+    if (e) {
+      pthread_mutex_unlock(&dbl_qlock);
+      item_free(it);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    st->started = true;
+  }
+  if (st->tail) st->tail->next = it;
+  else st->head = it;
+  st->tail = it;
+  st->pending++;
+  st->ctx->pending++;
+  pthread_cond_signal(&st->more);
+  pthread_mutex_unlock(&dbl_qlock);
+  return CUDA_SUCCESS;
+}
+
+CUresult dbl_enqueue_kernel(dstream *st, const dwork *w) {
+  struct ditem *it = calloc(1, sizeof *it);
+  if (!it) return CUDA_ERROR_OUT_OF_MEMORY;
+  it->w = *w;
+  return enqueue(st, it);
+}
+
+CUresult dbl_enqueue_graph(dstream *st, dexec *snapshot) {
+  struct ditem *it = calloc(1, sizeof *it);
+  if (!it) {
+    dbl_exec_snapshot_free(snapshot);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  it->graph = snapshot;
+  return enqueue(st, it);
+}
+
+void dbl_stream_init(dstream *st, dctx *x) {
+  st->ctx = x;
+  pthread_cond_init(&st->more, NULL);
+}
+
+void dbl_stream_destroy(dstream *st) {
+  pthread_mutex_lock(&dbl_qlock);
+  st->destroyed = true;
+  bool now = !st->started; /* else its thread frees it once its work is done */
+  pthread_cond_signal(&st->more);
+  pthread_mutex_unlock(&dbl_qlock);
+  if (now) {
+    pthread_cond_destroy(&st->more);
+    free(st);
+  }
+}
+
+CUresult dbl_sticky(const dctx *x) {
+  pthread_mutex_lock(&dbl_qlock);
+  CUresult r = x->sticky;
+  pthread_mutex_unlock(&dbl_qlock);
+  return r;
+}
+
+CUresult dbl_query(const dstream *st) {
+  pthread_mutex_lock(&dbl_qlock);
+  CUresult r = st->ctx->sticky != CUDA_SUCCESS ? st->ctx->sticky : st->pending ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+  pthread_mutex_unlock(&dbl_qlock);
+  return r;
+}
+
+CUresult dbl_wait(dctx *x, const dstream *st, const char *call) {
+  pthread_mutex_unlock(&dbl_lock); /* held once, by the entry point */
+  pthread_mutex_lock(&dbl_qlock);
+  while ((st ? st->pending : x->pending) && !x->hung) pthread_cond_wait(&g_done, &dbl_qlock);
+  if (st ? st->pending : x->pending) {
+    fprintf(stderr,
+            "cuda-double: %s waits forever: kernel %s on device %d never returns (SCHEDRUN_CUDA_DOUBLE_HANG); "
+            "a call that may wait for the device, made on a context whose work cannot end\n",
+            call, x->hung, x->ordinal);
+    _exit(DBL_HANG_STATUS);
+  }
+  CUresult r = x->sticky;
+  pthread_mutex_unlock(&dbl_qlock);
+  pthread_mutex_lock(&dbl_lock);
+  return r;
+}
+
+void dbl_ctx_reset(dctx *x) {
+  pthread_mutex_lock(&dbl_qlock);
+  x->sticky = CUDA_SUCCESS;
+  pthread_mutex_unlock(&dbl_qlock);
+}
+
+bool dbl_any_hung(const dctx *const *ctxs, int n) {
+  bool any = false;
+  pthread_mutex_lock(&dbl_qlock);
+  for (int i = 0; i < n; i++) any |= ctxs[i] && ctxs[i]->hung;
+  pthread_mutex_unlock(&dbl_qlock);
+  return any;
+}
