@@ -46,7 +46,7 @@ static gpu_seq *build(gpu_backend *b, gpu_function fn, schedrun_error_t *err) {
 int main(void) {
   gpu_backend *b;
   schedrun_error_t err = {0};
-  if (gpu_cuda_open(NULL, 0, &b, &err)) {
+  if (gpu_cuda_open(NULL, 0, 30000, &b, &err)) {
     printf("skipped: %s\n", err.message);
     return 77;
   }

@@ -64,6 +64,7 @@ int gpu_backend_open(const char *devices, const gpu_open_opts *o, gpu_backend **
   *out = NULL;
   if (why_fallback) *why_fallback = NULL;
   const char *spec = devices ? devices : "auto";
+  uint64_t spin = o ? o->spin_ns : 0;
   if (!strcmp(spec, "host")) return gpu_host_open(1, o, out, err);
   if (!strncmp(spec, "host:", 5)) {
     int n = host_count(spec, err);
@@ -71,16 +72,16 @@ int gpu_backend_open(const char *devices, const gpu_open_opts *o, gpu_backend **
   }
   if (!strcmp(spec, "auto") || !strcmp(spec, "all")) {
     schedrun_error_t why = {0};
-    if (gpu_cuda_open(NULL, 0, out, &why) == SCHEDRUN_OK) return SCHEDRUN_OK;
+    if (gpu_cuda_open(NULL, 0, spin, out, &why) == SCHEDRUN_OK) return SCHEDRUN_OK;
     if (why_fallback) *why_fallback = xstrdup(why.message);
     schedrun_error_clear(&why);
     return gpu_host_open(!strcmp(spec, "all") ? host_all_count() : 1, o, out, err);
   }
-  if (!strcmp(spec, "cuda")) return gpu_cuda_open(NULL, 0, out, err);
+  if (!strcmp(spec, "cuda")) return gpu_cuda_open(NULL, 0, spin, out, err);
   if (!strncmp(spec, "cuda:", 5)) {
     int which[SCHEDRUN_MAX_DEVICES], n = cuda_list(spec, which);
     if (n < 0) return err_set(err, SCHEDRUN_EINVAL, "devices '%s': cuda:I,J needs device numbers", spec);
-    return gpu_cuda_open(which, n, out, err);
+    return gpu_cuda_open(which, n, spin, out, err);
   }
   return err_set(err, SCHEDRUN_EINVAL, "devices '%s' is not one of auto, host, host:N, cuda, cuda:I,J, all", spec);
 }

@@ -227,8 +227,9 @@ int gpu_host_open(int ndevices, const gpu_open_opts *o, gpu_backend **out, sched
  * and a descriptor (close-on-exec) of the file checked to be the user's own,
  * which is what runs. */
 int host_worker_program(const char *cache_dir, char **path, int *fd, schedrun_error_t *err);
-/* The CUDA devices listed in which[0..nwhich) (all when nwhich is 0). */
-int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_error_t *err);
+/* The CUDA devices listed in which[0..nwhich) (all when nwhich is 0);
+ * waits for a device poll it spin_ns before they sleep. */
+int gpu_cuda_open(const int *which, int nwhich, uint64_t spin_ns, gpu_backend **out, schedrun_error_t *err);
 
 /* ---- compile targets ---- */
 

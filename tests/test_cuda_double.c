@@ -204,7 +204,6 @@ static const struct {
     {"cuMemcpyHtoD", 2, "saxpy.yaml", ONE_JOB},
     {"cuMemcpyDtoH", 2, "saxpy.yaml", ONE_JOB},
     {"cuMemsetD8", 1, "while_countdown.yaml", ONE_JOB},
-    {"cuStreamSynchronize", 2, "saxpy.yaml", ONE_JOB},
     {"cuModuleLoadData", 1, "saxpy.yaml", ONE_JOB},
     {"cuModuleGetFunction", 1, "saxpy.yaml", ONE_JOB},
     {"cuGraphCreate", 1, "saxpy.yaml", ONE_JOB},
@@ -233,7 +232,7 @@ static const struct {
      * CUDA_ERROR_ILLEGAL_ADDRESS (700) from the next launch, the next
      * synchronize, the next copy back; CUDA_ERROR_LAUNCH_FAILED (719) */
     {"cuGraphLaunch", 2, "saxpy.yaml", LOST, 700},
-    {"cuStreamSynchronize", 2, "saxpy.yaml", LOST, 719},
+    {"cuStreamQuery", 2, "saxpy.yaml", LOST, 719},
     {"cuMemcpyDtoH", 2, "saxpy.yaml", LOST, 700},
 };
 
@@ -501,11 +500,16 @@ static void hang_once(const char *driver, const char *program, const char *what)
   r.json = r.out ? json_tokener_parse(r.out) : NULL;
   unsetenv("SCHEDRUN_CUDA_DOUBLE_HANG");
   unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
-  if (r.status == 87 || r.status == LEAK_STATUS || r.status != 4 || !r.json)
+  if (r.status != 4)
     fail_msg("%s (driver %s): exit %d\n%s%s", what, driver, r.status, r.out ? r.out : "", r.err ? r.err : "");
-  json_object *fl = get(r.json, "failures");
-  const char *first = json_object_array_length(fl) ? json_object_get_string(json_object_array_get_idx(fl, 0)) : "";
-  if (!strstr(first, "deadline")) fail_msg("%s (driver %s): the failure: %s", what, driver, first);
+  /* the job's deadline, or the run's (--timeout bounds both; the device's
+   * work is given a grace to end after the first) */
+  json_object *fl = r.json ? get(r.json, "failures") : NULL;
+  const char *first = fl && json_object_array_length(fl) ? json_object_get_string(json_object_array_get_idx(fl, 0))
+                      : r.err                               ? r.err
+                                                            : "";
+  if (!strstr(first, "deadline") && !strstr(first, "timed out"))
+    fail_msg("%s (driver %s): the failure: %s", what, driver, first);
   char *text = tu_slurp(log, NULL);
   assert_non_null(text);
   if (tu_count(text, "hang\n") != 1) fail_msg("%s (driver %s): the kernel never ran: %s", what, driver, text);

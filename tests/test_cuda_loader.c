@@ -1,6 +1,7 @@
 /* The CUDA backend where no GPU is: the driver loader fails with one clear
  * sentence and "auto" falls back to the host; device specs are checked; and
- * kernel arguments are marshalled right for every parameter type. */
+ * kernel arguments are marshalled right for every parameter type; waits
+ * for a device spin, then sleep a share of the wait. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,23 @@
 #include "gpu/backend.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "test_util.h"
+
+/* A wait for a device spins (looks again at once) for the spin time while
+ * spinning pays, then sleeps an eighth of the wait so far, 2 us to 1 ms. */
+static void test_wait_policy(void **st) {
+  (void)st;
+  const uint64_t spin = 30000;
+  for (uint64_t w = 0; w < spin; w += 1000) {
+    assert_int_equal(cuda_wait_nap(spin, true, w), 0);       /* spins */
+    uint64_t nap = w / 8 < 2000 ? 2000 : w / 8;
+    assert_int_equal(cuda_wait_nap(spin, false, w), nap); /* the gauge says no: sleeps */
+    assert_int_equal(cuda_wait_nap(0, true, w), nap);     /* spinning off */
+  }
+  assert_int_equal(cuda_wait_nap(spin, true, spin), spin / 8);
+  assert_int_equal(cuda_wait_nap(spin, true, 1700000), 212500); /* a 1.7 ms wait: noticed within 0.22 ms */
+  assert_int_equal(cuda_wait_nap(spin, true, 8000000), 1000000);
+  assert_int_equal(cuda_wait_nap(spin, true, 60000000000ull), 1000000);
+}
 
 static void expect_open_fails(const char *lib, const char *spec, const char *needle) {
   if (lib) setenv("SCHEDRUN_CUDA_LIBRARY", lib, 1);
@@ -138,6 +156,7 @@ static void test_nvrtc_builtins_beside_it(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_wait_policy),
       cmocka_unit_test(test_loader_failures),
       cmocka_unit_test(test_auto_falls_back),
       cmocka_unit_test(test_marshal_every_type),

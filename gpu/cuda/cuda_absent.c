@@ -5,9 +5,10 @@
  */
 #include "gpu/backend.h"
 
-int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_error_t *err) {
+int gpu_cuda_open(const int *which, int nwhich, uint64_t spin_ns, gpu_backend **out, schedrun_error_t *err) {
   (void)which;
   (void)nwhich;
+  (void)spin_ns;
   *out = NULL;
   return err_set(err, SCHEDRUN_EBACKEND,
                  "this libschedrun was built without the CUDA backend (cuda.h was not found when it was "

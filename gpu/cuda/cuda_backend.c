@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/spin_gauge.h"
 #include "gpu/cuda/cuda_internal.h"
 
 struct gpu_module {
@@ -279,7 +280,7 @@ static int c_copy_dtoh(gpu_backend *g, int dev, void *dst, uint64_t src, uint64_
   if (n == 0) return SCHEDRUN_OK;
   int rc = cu_use(b, dev, err);
   if (rc) return rc;
-  CU_CHECK(&b->api, b->api.cuStreamSynchronize(b->devs[dev].stream), b->devs[dev].name, err);
+  if ((rc = cu_wait_stream(b, &b->devs[dev], 0, NULL, err))) return rc;
   CU_CHECK(&b->api, b->api.cuMemcpyDtoH(dst, (CUdeviceptr)src, n), b->devs[dev].name, err);
   return SCHEDRUN_OK;
 }
@@ -289,7 +290,7 @@ static int c_copy_dtod(gpu_backend *g, int dev, uint64_t dst, uint64_t src, uint
   if (n == 0) return SCHEDRUN_OK;
   int rc = cu_use(b, dev, err);
   if (rc) return rc;
-  CU_CHECK(&b->api, b->api.cuStreamSynchronize(b->devs[dev].stream), b->devs[dev].name, err);
+  if ((rc = cu_wait_stream(b, &b->devs[dev], 0, NULL, err))) return rc;
   CU_CHECK(&b->api, b->api.cuMemcpyDtoD((CUdeviceptr)dst, (CUdeviceptr)src, n), b->devs[dev].name, err);
   return SCHEDRUN_OK;
 }
@@ -329,9 +330,9 @@ static int c_copy_peer(gpu_backend *g, int dst_dev, uint64_t dst, int src_dev, u
   int rc = cu_use(b, src_dev, err);
   if (rc) return rc;
   /* the source's last work is done before it is read */
-  CU_CHECK(&b->api, b->api.cuStreamSynchronize(b->devs[src_dev].stream), b->devs[src_dev].name, err);
+  if ((rc = cu_wait_stream(b, &b->devs[src_dev], 0, NULL, err))) return rc;
   if ((rc = cu_use(b, dst_dev, err))) return rc;
-  CU_CHECK(&b->api, b->api.cuStreamSynchronize(b->devs[dst_dev].stream), b->devs[dst_dev].name, err);
+  if ((rc = cu_wait_stream(b, &b->devs[dst_dev], 0, NULL, err))) return rc;
   if (n)
     CU_CHECK(&b->api,
              b->api.cuMemcpyPeer((CUdeviceptr)dst, b->devs[dst_dev].ctx, (CUdeviceptr)src, b->devs[src_dev].ctx, n),
@@ -514,8 +515,7 @@ static int c_launch(gpu_backend *g, int dev, const gpu_node *n, bool wait, sched
                                  n->u.launch.grid[2], n->u.launch.block[0], n->u.launch.block[1], n->u.launch.block[2],
                                  n->u.launch.shared, d->stream, params, NULL),
            d->name, err);
-  if (wait) CU_CHECK(&b->api, b->api.cuStreamSynchronize(d->stream), d->name, err);
-  return SCHEDRUN_OK;
+  return wait ? cu_wait_stream(b, d, 0, NULL, err) : SCHEDRUN_OK;
 }
 
 /* ---- waiting and losing devices ---- */
@@ -531,9 +531,18 @@ void cu_set_lost(cu_device *d, const char *why) {
 
 int cu_wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
   cu_api *a = &b->api;
-  long nap = 2000;
+  gpu_failure ignored;
+  if (!f) f = &ignored;
+  uint64_t start = now_ns(), look = start, grace_until = 0;
+  bool spin = b->spin_ns && spin_gauge_may_spin(&spin_gauge_process, start);
   for (;;) {
     CUresult r = a->cuStreamQuery(d->stream);
+    if (r == CUDA_SUCCESS && grace_until) {
+      /* past the deadline, but the work ended within the grace: the device goes on */
+      f->lost = false;
+      return atomic_load(&b->abandoned) ? err_set(err, SCHEDRUN_ELOST, "%s: abandoned when the scheduler closed", d->name)
+                                        : err_set(err, SCHEDRUN_ETIMEOUT, "%s: the job ran past its deadline", d->name);
+    }
     if (r == CUDA_SUCCESS) return SCHEDRUN_OK;
     if (r != CUDA_ERROR_NOT_READY) {
       /* errors from a kernel (an illegal address, a trap) are sticky: the
@@ -548,7 +557,10 @@ int cu_wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_fail
       f->lost = true;
       return err_set(err, SCHEDRUN_EFAULT, "%s", d->lost_why);
     }
-    if (atomic_load(&b->abandoned) || (deadline_ns && now_ns() >= deadline_ns)) {
+    uint64_t now = now_ns();
+    bool over = atomic_load(&b->abandoned) || (deadline_ns && now >= deadline_ns);
+    if (over && !grace_until) grace_until = now + CU_GRACE_NS;
+    if (over && now >= grace_until) {
       atomic_store(&d->stuck, true); /* its work may never end: its context is left alone */
       cu_set_lost(d, atomic_load(&b->abandoned) ? "abandoned while busy when the scheduler closed"
                                              : "a job ran past its deadline");
@@ -556,10 +568,23 @@ int cu_wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_fail
       return err_set(err, atomic_load(&b->abandoned) ? SCHEDRUN_ELOST : SCHEDRUN_ETIMEOUT,
                      "%s: the job ran past its deadline (the device is lost)", d->name);
     }
-    struct timespec ts = {0, nap};
+    uint64_t nap = cuda_wait_nap(b->spin_ns, spin, now - start);
+    if (nap == 0) {
+      /* a short kernel: noticed within a look, at the cost of a core while it lasts */
+      look = now;
+      spin = spin_gauge_yield(&spin_gauge_process, &look, now_ns);
+      continue;
+    }
+    struct timespec ts = {0, (long)nap};
     nanosleep(&ts, NULL);
-    if (nap < 1000000) nap *= 2;
   }
+}
+
+uint64_t cuda_wait_nap(uint64_t spin_ns, bool may_spin, uint64_t waited_ns) {
+  if (may_spin && waited_ns < spin_ns) return 0;
+  /* a long kernel: a few wake-ups per millisecond at most */
+  uint64_t nap = waited_ns / 8;
+  return nap < 2000 ? 2000 : nap > 1000000 ? 1000000 : nap;
 }
 
 static const char *c_device_lost(const gpu_backend *g, int dev) {
@@ -614,7 +639,7 @@ static const gpu_ops cuda_ops = {
     .counters = c_counters,
 };
 
-int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_error_t *err) {
+int gpu_cuda_open(const int *which, int nwhich, uint64_t spin_ns, gpu_backend **out, schedrun_error_t *err) {
   *out = NULL;
   cu_api_handle h;
   int count;
@@ -630,6 +655,7 @@ int gpu_cuda_open(const int *which, int nwhich, gpu_backend **out, schedrun_erro
     return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
   b->base.ops = &cuda_ops;
+  b->spin_ns = spin_ns;
   pthread_mutex_init(&b->peer_lock, NULL);
   b->api = *(cu_api *)h;
   free(h); /* the table is copied; the library handle now belongs to b */

@@ -14,13 +14,16 @@
 #include "gpu/cuda/cuda_backend.h"
 
 #define CUDA_ABI 12000      /* the API version the required entry points are resolved for */
-#define CUDA_ABI_COND 12030 /* conditional nodes: cuGraphConditionalHandleCreate, cuGraphAddNode */
+#define CUDA_ABI_COND 12030
+/* After a deadline (or a close's abandon), how long a wait still gives the
+ * device's work to end before the device is lost and stuck. */
+#define CU_GRACE_NS 500000000ull /* conditional nodes: cuGraphConditionalHandleCreate, cuGraphAddNode */
 
 #define CU_FUNCS(X)                                                                                    \
   X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount)           \
   X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                \
   X(cuDevicePrimaryCtxRelease) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD)           \
-  X(cuMemHostAlloc) X(cuMemFreeHost) X(cuPointerGetAttribute) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyPeer) X(cuMemsetD8) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
+  X(cuMemHostAlloc) X(cuMemFreeHost) X(cuPointerGetAttribute) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyPeer) X(cuMemsetD8) X(cuStreamCreate) X(cuStreamDestroy)            \
   X(cuStreamQuery)                                                                                     \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuGraphCreate)      \
   X(cuGraphDestroy) X(cuGraphAddKernelNode) X(cuGraphAddMemcpyNode) X(cuGraphAddMemsetNode)           \
@@ -87,6 +90,7 @@ typedef struct cuda_backend {
   uint8_t *peer;
   pthread_mutex_t peer_lock;
   _Atomic bool abandoned;
+  uint64_t spin_ns; /* how long cu_wait_stream polls before it sleeps */
 } cuda_backend;
 
 static inline cuda_backend *cb(const gpu_backend *b) { return (cuda_backend *)b; }
@@ -98,8 +102,12 @@ int cu_fail(const cu_api *a, schedrun_error_t *err, CUresult r, const char *call
 /* Makes device dev's context current on this thread. */
 int cu_use(cuda_backend *b, int dev, schedrun_error_t *err);
 void cu_set_lost(cu_device *d, const char *why);
-/* Waits for the device's stream by polling, so that a deadline or a close can
- * end the wait (the device is then lost). */
+/* Every wait for a device's stream: polls cuStreamQuery, spinning for the
+ * backend's spin_ns while the process's spin gauge allows (yielding between
+ * looks), then sleeping between looks, so that a deadline (0: none) or a
+ * close can end the wait: SCHEDRUN_ETIMEOUT (SCHEDRUN_ELOST), the device
+ * going on if its work ends within CU_GRACE_NS, else lost and stuck. A
+ * kernel's fault is named (the device lost). f may be NULL. */
 int cu_wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err);
 
 #define CU_CHECK(a, call, dev, err)                               \

@@ -126,7 +126,7 @@ static void test_graph_updates_every_iteration(void **st) {
 int main(void) {
   gpu_backend *b = NULL;
   schedrun_error_t err = {0};
-  if (gpu_cuda_open(NULL, 0, &b, &err) != SCHEDRUN_OK) {
+  if (gpu_cuda_open(NULL, 0, 30000, &b, &err) != SCHEDRUN_OK) {
     printf("skipped: %s\n", err.message);
     schedrun_error_clear(&err);
     return 77;
