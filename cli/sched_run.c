@@ -55,6 +55,10 @@ static void usage(FILE *f) {
           "  --timeout SECS   bound on the whole run and every job's deadline, from its\n"
           "                   submission (default 600); jobs still running then fail\n"
           "                   naming what they ran, and their devices are lost\n"
+          "  --job-timeout MS each job's own deadline, in milliseconds from its\n"
+          "                   submission (default: --timeout's); a job running then\n"
+          "                   fails, and its device is lost unless its work ends\n"
+          "                   within half a second\n"
           "  --compile-timeout SECS\n"
           "                   a kernel compile running longer is killed and fails (exit\n"
           "                   3; default 300)\n"
@@ -187,14 +191,14 @@ int main(int argc, char **argv) {
       {"timeout", required_argument, NULL, 't'}, {"check", no_argument, NULL, 'c'},
       {"output", required_argument, NULL, 'o'}, {"output-all", required_argument, NULL, 'O'},
       {"dot", required_argument, NULL, 'D'},    {"rank-batch", required_argument, NULL, 'B'},
-      {"compile-timeout", required_argument, NULL, 'C'},
+      {"compile-timeout", required_argument, NULL, 'C'}, {"job-timeout", required_argument, NULL, 'M'},
       {NULL, 0, NULL, 0}};
   const char *devices = NULL;
   const char *trace = NULL, *output = NULL, *dotfile = NULL;
   int output_all = 0;
   int rank_batch = 0;
   int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, json = 0, timeout_s = 600, check = 0, c;
-  int compile_timeout_s = 0;
+  int compile_timeout_s = 0, job_timeout_ms = 0;
   opterr = 0;
   int handed = ranks_handover(argv); /* started by an MPI launcher: sched-run-mpi takes over */
   if (handed) return handed;
@@ -234,6 +238,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "sched-run: --compile-timeout is at most %d seconds\n", INT_MAX / 1000);
         return EXIT_USAGE;
       }
+      break;
+    case 'M':
+      if (positive("--job-timeout", optarg, &job_timeout_ms)) return EXIT_USAGE;
       break;
     case 't':
       if (positive("--timeout", optarg, &timeout_s)) return EXIT_USAGE;
@@ -295,7 +302,7 @@ int main(int argc, char **argv) {
   if (strcmp(path, "-") != 0 && schedrun_config_is_graph(path, NULL) == 1) {
     /* a stages config: a job graph, run in this process */
     const char *refused = jobs ? "--jobs" : check ? "--check" : output ? (output_all ? "--output-all" : "--output")
-                        : trace ? "--trace" : rank_batch ? "--rank-batch" : NULL;
+                        : trace ? "--trace" : rank_batch ? "--rank-batch" : job_timeout_ms ? "--job-timeout" : NULL;
     if (refused) {
       fprintf(stderr, "sched-run: %s is for program configs, not for a stages config (%s)\n", refused, path);
       return EXIT_USAGE;
@@ -368,6 +375,7 @@ int main(int argc, char **argv) {
   ro.repeat = repeat;
   ro.jobs = jobs;
   ro.timeout_ms = interrupt_left_ms(); /* --timeout counts from the start: loading took some */
+  ro.job_timeout_ms = job_timeout_ms;
   ro.check_only = check;
   ro.keep_outputs = output != NULL;
   progress pg = {{0, 0}, {0, 0}, 0, 0};

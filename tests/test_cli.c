@@ -965,14 +965,19 @@ static void test_kill_9_leaves_no_worker(void **st) {
 
 /* tests/gpu/run.sh cannot pass by skipping: without a GPU it says SKIP and
  * exits 77; when nvidia-smi sees a GPU that schedrun cannot use (here: a fake
- * nvidia-smi, no driver) it says FAIL and exits 1. */
+ * nvidia-smi, no driver) its preflight says FAIL, every other section runs
+ * and fails, and it exits 1. */
 static void test_gpu_script_never_passes_by_skipping(void **st) {
   (void)st;
   char *build = fs_dirname(tu_env("SCHEDRUN_RUN"));
   char script[1024];
   snprintf(script, sizeof script, "%s/../tests/gpu/run.sh", tu_env("SCHEDRUN_CONFIGS"));
   /* no nvidia-smi on the PATH */
-  char *argv[] = {"/usr/bin/env", "PATH=/usr/bin:/bin", script, "--no-build", build, NULL};
+  /* its summary and logs in a directory of the test's own */
+  char outdir[1100], *tmp = fs_dirname(tu_write_temp(3, "gpu-run", ""));
+  snprintf(outdir, sizeof outdir, "OUT=%s", tmp);
+  free(tmp);
+  char *argv[] = {"/usr/bin/env", "PATH=/usr/bin:/bin", outdir, script, "--no-build", build, NULL};
   char *out, *err;
   int rc = tu_run(argv, &out, &err);
   if (rc != 77 || strncmp(out, "SKIP: ", 6) != 0) fail_msg("no GPU: exit %d\n%s%s", rc, out, err);
@@ -984,11 +989,11 @@ static void test_gpu_script_never_passes_by_skipping(void **st) {
   chmod(fake, 0755);
   char *dir = fs_dirname(fake), path[1200];
   snprintf(path, sizeof path, "PATH=%s:/usr/bin:/bin", dir);
-  char *argv2[] = {"/usr/bin/env", path, "SCHEDRUN_CUDA_LIBRARY=/nonexistent/libcuda.so.1", script, "--no-build", build,
-                   NULL};
+  char *argv2[] = {"/usr/bin/env", path, outdir, "SCHEDRUN_CUDA_LIBRARY=/nonexistent/libcuda.so.1", script, "--no-build",
+                   build, NULL};
   rc = tu_run(argv2, &out, &err);
-  const char *want = "FAIL: nvidia-smi sees 1 GPU(s) but schedrun cannot run on them: ";
-  if (rc != 1 || strncmp(out, want, strlen(want)) != 0 ||
+  if (rc != 1 || !strstr(out, "\nFAIL preflight: nvidia-smi sees 1 GPU(s)") || !strstr(out, "\nFAIL loops: ") ||
+      !strstr(out, "\ngpu: FAILED: preflight configs loops updates devices fault deadline context ") ||
       (!strstr(out, "no CUDA driver") && !strstr(out, "built without the CUDA backend")))
     fail_msg("a GPU schedrun cannot use: exit %d\n%s%s", rc, out, err);
   free(out);

@@ -481,7 +481,7 @@ static const char hang_loop[] = "  - loop:\n      while: {buffer: flag, index: 0
  * again (the double ends the process with status 87 on one, naming it), and
  * nothing leaks but what that context holds. As one launch, as a while
  * loop in a conditional node, and as a loop run from the host. */
-static void hang_once(const char *driver, const char *program, const char *what) {
+static void hang_once(const char *driver, const char *program, const char *what, bool job_deadline) {
   set_double(driver, "1");
   char yaml[2048];
   snprintf(yaml, sizeof yaml, hang_yaml, program);
@@ -494,7 +494,9 @@ static void hang_once(const char *driver, const char *program, const char *what)
   const char *log = tu_write_temp(4, "double.log", "");
   setenv("SCHEDRUN_CUDA_DOUBLE_LOG", log, 1);
   setenv("SCHEDRUN_CUDA_DOUBLE_HANG", "spin_forever", 1);
-  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--devices", "cuda", "--json", "--timeout", "1", (char *)path, NULL};
+  /* the job's own deadline, or the run's (a close abandoning the device) */
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--devices", "cuda", "--json", "--timeout", job_deadline ? "60" : "1",
+                  job_deadline ? "--job-timeout" : (char *)path, job_deadline ? "200" : NULL, (char *)path, NULL};
   result r = {0};
   r.status = tu_run(argv, &r.out, &r.err);
   r.json = r.out ? json_tokener_parse(r.out) : NULL;
@@ -502,13 +504,11 @@ static void hang_once(const char *driver, const char *program, const char *what)
   unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
   if (r.status != 4)
     fail_msg("%s (driver %s): exit %d\n%s%s", what, driver, r.status, r.out ? r.out : "", r.err ? r.err : "");
-  /* the job's deadline, or the run's (--timeout bounds both; the device's
-   * work is given a grace to end after the first) */
   json_object *fl = r.json ? get(r.json, "failures") : NULL;
   const char *first = fl && json_object_array_length(fl) ? json_object_get_string(json_object_array_get_idx(fl, 0))
                       : r.err                               ? r.err
                                                             : "";
-  if (!strstr(first, "deadline") && !strstr(first, "timed out"))
+  if (!strstr(first, job_deadline ? "ran past its deadline (the device is lost)" : "timed out"))
     fail_msg("%s (driver %s): the failure: %s", what, driver, first);
   char *text = tu_slurp(log, NULL);
   assert_non_null(text);
@@ -520,9 +520,10 @@ static void hang_once(const char *driver, const char *program, const char *what)
 
 static void test_close_after_a_kernel_that_never_returns(void **st) {
   (void)st;
-  hang_once("13000", hang_launch, "one launch");
-  hang_once("13000", hang_loop, "a while loop as a conditional node");
-  hang_once("12020", hang_loop, "a while loop run from the host");
+  hang_once("13000", hang_launch, "one launch, past its deadline", true);
+  hang_once("13000", hang_launch, "one launch, the run past --timeout", false);
+  hang_once("13000", hang_loop, "a while loop as a conditional node", true);
+  hang_once("12020", hang_loop, "a while loop run from the host", true);
 }
 
 /* The double's driver calls, straight: a copy between overlapping ranges of

@@ -67,7 +67,13 @@
  *                                 SetParams) refuse the nodes of a
  *                                 conditional node's body, which are not
  *                                 nodes of the graph that was instantiated
- *                                 (cuGraphExecUpdate documents them)
+ *                                 (cuGraphExecUpdate documents them);
+ *                                 "no-updates": every update of an
+ *                                 instantiated graph is refused (a driver
+ *                                 that updates nothing in place)
+ *   SCHEDRUN_CUDA_DOUBLE_FAULT    ENTRY[=CODE],...: such a kernel faults
+ *                                 its context with CODE (700, an illegal
+ *                                 address), reported by the next call there
  *   SCHEDRUN_CUDA_DOUBLE_HANG     entry names, comma-separated: such a
  *                                 kernel never returns (its stream stops);
  *                                 a later call that would wait for that
@@ -225,7 +231,9 @@ extern int dbl_driver_version;
 extern bool dbl_init_done;       /* cuInit ran */
 extern uint64_t dbl_mem_bytes;   /* each device's memory (SCHEDRUN_CUDA_DOUBLE_MEM_MB) */
 #define DBL_STRICT_BODY_SETPARAMS 1u /* cuGraphExec*NodeSetParams refuse a conditional body's nodes */
+#define DBL_STRICT_NO_UPDATES 2u     /* every update of an instantiated graph is refused */
 extern unsigned dbl_strict;      /* DBL_STRICT_* (SCHEDRUN_CUDA_DOUBLE_STRICT) */
+extern const char *dbl_hang_list, *dbl_fault_list; /* SCHEDRUN_CUDA_DOUBLE_HANG, _FAULT, read at load */
 CUresult dbl_fail_point(const char *name); /* CUDA_SUCCESS unless this call must fail */
 void dbl_count(const char *event);          /* SCHEDRUN_CUDA_DOUBLE_LOG */
 void *dbl_new(uint32_t kind, size_t size);  /* a zeroed, registered handle; NULL when out of memory */

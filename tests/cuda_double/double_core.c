@@ -82,6 +82,7 @@ DBL_EXPORT void schedrun_cuda_double_fail(const char *name, unsigned nth, CUresu
 }
 
 unsigned dbl_strict;
+const char *dbl_hang_list, *dbl_fault_list;
 
 /* SCHEDRUN_CUDA_DOUBLE_STRICT: refusals a driver may make where the
  * documentation promises nothing, comma-separated. */
@@ -92,6 +93,7 @@ static void read_strict(void) {
   snprintf(buf, sizeof buf, "%s", spec);
   for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save))
     if (!strcmp(item, "body-setparams")) dbl_strict |= DBL_STRICT_BODY_SETPARAMS;
+    else if (!strcmp(item, "no-updates")) dbl_strict |= DBL_STRICT_NO_UPDATES;
 }
 
 void dbl_count(const char *event) {
@@ -485,6 +487,9 @@ static void once(void) {
   if (v && *v) dbl_driver_version = atoi(v);
   read_fail_spec();
   read_strict();
+  const char *h = getenv("SCHEDRUN_CUDA_DOUBLE_HANG"), *f = getenv("SCHEDRUN_CUDA_DOUBLE_FAULT");
+  dbl_hang_list = h ? strdup(h) : NULL; /* kept for the process's life */
+  dbl_fault_list = f ? strdup(f) : NULL;
   /* the double needs to see every compile: it is NVRTC too, unless told otherwise */
   Dl_info self;
   if (!getenv("SCHEDRUN_NVRTC_LIBRARY") && dladdr((void *)once, &self) && self.dli_fname)

@@ -375,6 +375,7 @@ static CUresult step_for(CUgraphExec he, CUgraphNode hn, CUgraphNodeType type, s
  * type) in place: the rules cuGraphExec*NodeSetParams and cuGraphExecUpdate
  * share. */
 static bool update_allowed(const dwork *was, const dwork *now) {
+  if (dbl_strict & DBL_STRICT_NO_UPDATES) return false;
   switch (now->type) {
   case CU_GRAPH_NODE_TYPE_KERNEL: return now->u.k.f->mod->ctx == was->u.k.f->mod->ctx;
   case CU_GRAPH_NODE_TYPE_MEMCPY: return now->ctx == was->ctx;

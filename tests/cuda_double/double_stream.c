@@ -17,6 +17,10 @@
  * synchronize and copy there, and the context's queued work is dropped, as
  * a driver does until the context is destroyed.
  *
+ * A kernel named in SCHEDRUN_CUDA_DOUBLE_FAULT faults (without running) as
+ * a wild address would on a device (the double's kernels run in the
+ * process: a real wild pointer would end it).
+ *
  * A kernel named in SCHEDRUN_CUDA_DOUBLE_HANG never returns: its stream
  * stops there for good (without running anything, so no core is spent). A
  * later call that would wait for that context cannot return: the double
@@ -39,20 +43,22 @@ struct ditem {
   dexec *graph; /* a graph launch: what was instantiated, as it was at launch */
 };
 
-static bool hang_named(const char *entry) {
-  const char *list = getenv("SCHEDRUN_CUDA_DOUBLE_HANG");
+/* Whether `list` (NAME[=V],...) names entry: its V (or "") then, else NULL. */
+static const char *named(const char *list, const char *entry) {
   size_t n = strlen(entry);
   for (const char *p = list; p && *p;) {
     size_t k = strcspn(p, ",");
-    if (k == n && strncmp(p, entry, n) == 0) return true;
+    if (k >= n && strncmp(p, entry, n) == 0 && (k == n || p[n] == '=')) return k == n ? "" : p + n + 1;
     p += k + (p[k] == ',');
   }
-  return false;
+  return NULL;
 }
 
 CUresult dbl_run_kernel(const dwork *w) {
   const dfunc *f = w->u.k.f; /* alive: its module's unload waits for the context's work */
-  if (hang_named(f->k->name)) return DBL_HUNG;
+  if (named(dbl_hang_list, f->k->name)) return DBL_HUNG;
+  const char *code = named(dbl_fault_list, f->k->name);
+  if (code) return *code ? (CUresult)atoi(code) : CUDA_ERROR_ILLEGAL_ADDRESS; /* as an illegal address would */
   char text[512];
   if (f->run(w->u.k.grid, w->u.k.block, w->u.k.args, w->u.k.shared, text, sizeof text) != 0) {
     /* a GPU would hang or compute garbage; the double says which kernel, and the context has faulted */
