@@ -100,6 +100,7 @@ static void to_gpu_node(const node_list *l, const rec_node *r, gpu_node *g) {
     g->u.fill.count = r->u.fill.count;
     g->u.fill.pattern = r->u.fill.pattern;
     g->u.fill.elem_size = r->u.fill.elem_size;
+    g->u.fill.resizes = r->u.fill.resizes != 0;
     break;
   case GN_WHILE:
     g->u.loop.flag = r->u.loop.flag;

@@ -335,6 +335,7 @@ static int walk_step(walk *w, const prog_step *st, int depth, uint32_t rid, uint
     nd->u.fill.count = (uint64_t)count;
     nd->u.fill.pattern = pattern;
     nd->u.fill.elem_size = (uint32_t)prog_type_size(b->type);
+    nd->u.fill.resizes = (prog_expr_uses(&st->u.fill.count) | prog_expr_uses(&st->u.fill.offset)) != 0;
     return 0;
   }
   case ST_WHILE: {

@@ -35,6 +35,7 @@ typedef struct rec_node {
     struct {
       uint64_t dst, count, pattern;
       uint32_t elem_size;
+      uint8_t resizes; /* its count or offset depends on the job */
     } fill;
     struct {
       uint64_t flag;

@@ -45,6 +45,8 @@ typedef struct gpu_node {
     struct {
       uint64_t dst, count, pattern;
       uint32_t elem_size; /* 1, 4 or 8 */
+      bool resizes; /* its element count may change from job to job (a backend
+                       may then make it a node whose size updates in place) */
     } fill;
     struct {
       uint64_t flag; /* address of an i32; the body repeats while it is non-zero */

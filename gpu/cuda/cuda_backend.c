@@ -203,7 +203,7 @@ static void c_destroy(gpu_backend *g) {
   bool keep = cu_found(b, &found, NULL) == SCHEDRUN_OK;
   for (int i = 0; i < b->ndevices; i++) {
     if (atomic_load(&b->devs[i].stuck)) continue; /* left to the process's end (cuda_internal.h) */
-    if (b->devs[i].ctx && b->api.cuCtxSetCurrent(b->devs[i].ctx) == CUDA_SUCCESS) cu_loops_release(b, &b->devs[i]);
+    if (b->devs[i].ctx && b->api.cuCtxSetCurrent(b->devs[i].ctx) == CUDA_SUCCESS) cu_own_release(b, &b->devs[i]);
     if (b->devs[i].stream) {
       b->api.cuCtxSetCurrent(b->devs[i].ctx);
       b->api.cuStreamDestroy(b->devs[i].stream);

@@ -25,15 +25,16 @@ uint64_t cuda_wait_nap(uint64_t spin_ns, bool may_spin, uint64_t waited_ns);
  * per 8-byte argument slot (the value is in the slot's low bytes). */
 void cuda_marshal_args(const uint64_t *slots, uint32_t n, void **params);
 
-/* Compiles `source` with NVRTC into relocatable PTX for compute_<arch> (or
- * the newest architecture NVRTC knows, when arch is newer), to be linked
- * with the device runtime library, whose path goes to devrt ("" when it is
- * not found: the driver may resolve what the code calls by itself). The
- * PTX says ISA version max_isa (84 for 8.4) when NVRTC's is newer, for a
- * driver that reads no newer PTX; 0: NVRTC's own. Only for code that uses
- * nothing newer than max_isa (it is not rewritten, only relabelled). *ptx is
+/* Compiles one of the backend's own kernels with NVRTC into PTX for
+ * compute_<arch> (or the newest architecture NVRTC knows, when arch is
+ * newer). With devrt (not NULL): relocatable PTX, to be linked with the
+ * device runtime library, whose path goes to devrt ("" when it is not
+ * found: the driver may resolve what the code calls by itself). The PTX
+ * says ISA version max_isa (84 for 8.4) when NVRTC's is newer, for a driver
+ * that reads no newer PTX; 0: NVRTC's own. Only for code that uses nothing
+ * newer than max_isa (it is not rewritten, only relabelled). *ptx is
  * NUL-terminated, malloc'ed. */
-int nvrtc_rdc_ptx(const char *source, const char *name, int arch, int max_isa, char **ptx, char *devrt,
+int nvrtc_own_ptx(const char *source, const char *name, int arch, int max_isa, char **ptx, char *devrt,
                   size_t devrt_len, schedrun_error_t *err);
 
 #endif

@@ -31,6 +31,9 @@
  * documents body nodes under the same rules (or instantiates it afresh, if
  * the driver refuses).
  *
+ * A fill whose size changes from job to job is a kernel node of the fill
+ * kernel (below), whose arguments always update in place.
+ *
  * What a driver refuses to update in place is refused here before the call
  * where the rule is known (a 2-D memset on a 12.x driver, a changed 2-D
  * shape, a copy or fill that becomes or stops being empty); the record actor
@@ -72,6 +75,7 @@ typedef struct cu_node {
   uint64_t *args;
   void **params;
   uint32_t nargs;
+  bool fill_kernel;     /* a fill as a kernel node of the fill kernel */
   gpu_seq *body;        /* a conditional while loop's */
   uint64_t cond_params; /* its parameter block: {flag address, max_trips | trips << 32} */
 } cu_node;
@@ -131,7 +135,7 @@ static void loops_setup(cuda_backend *b, cu_device *d) {
     return loops_on_host(d, "the driver has no JIT linker");
   schedrun_error_t e = {0};
   char *ptx = NULL, devrt[4096];
-  if (nvrtc_rdc_ptx(cond_source, "schedrun_while_cond", d->sm, driver_ptx_isa(b->driver_version), &ptx, devrt,
+  if (nvrtc_own_ptx(cond_source, "schedrun_while_cond", d->sm, driver_ptx_isa(b->driver_version), &ptx, devrt,
                     sizeof devrt, &e)) {
     loops_on_host(d, e.message ? e.message : "the condition kernel does not compile");
     schedrun_error_clear(&e);
@@ -178,10 +182,54 @@ static void loops_setup(cuda_backend *b, cu_device *d) {
   }
 }
 
-void cu_loops_release(cuda_backend *b, cu_device *d) {
+/* ---- the fill kernel ---- */
+
+/* A fill whose element count changes from job to job cannot stay a memset
+ * node: a 13.x driver may refuse to grow a 1-D memset in place, a 12.x one
+ * any 2-D one (8-byte patterns), and an empty fill is another kind of node.
+ * Such a fill is a kernel node of this kernel instead, whose arguments
+ * always update in place. */
+static const char fill_source[] =
+    "extern \"C\" __global__ void schedrun_fill(unsigned char *dst, unsigned long long count,\n"
+    "                                           unsigned long long pattern, unsigned size) {\n"
+    "  unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;\n"
+    "  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += step) {\n"
+    "    if (size == 8) ((unsigned long long *)dst)[i] = pattern;\n"
+    "    else if (size == 4) ((unsigned *)dst)[i] = (unsigned)pattern;\n"
+    "    else dst[i] = (unsigned char)pattern;\n"
+    "  }\n"
+    "}\n";
+enum { FILL_BLOCK = 256, FILL_MAX_BLOCKS = 4096 };
+
+/* Settles how d runs fills that change size, at the first one (d's
+ * context current): the fill kernel, or memsets where it cannot be built
+ * (updates then refused now and then, and the recording rebuilt). */
+static bool fills_by_kernel(cuda_backend *b, cu_device *d) {
+  if (d->fills != FILLS_UNKNOWN) return d->fills == FILLS_KERNEL;
+  d->fills = FILLS_MEMSET;
+  schedrun_error_t e = {0};
+  char *ptx = NULL;
+  if (nvrtc_own_ptx(fill_source, "schedrun_fill", d->sm, driver_ptx_isa(b->driver_version), &ptx, NULL, 0, &e)) {
+    schedrun_error_clear(&e);
+    return false;
+  }
+  CUresult r = b->api.cuModuleLoadData(&d->fill_mod, ptx);
+  free(ptx);
+  if (r != CUDA_SUCCESS) return false;
+  if (b->api.cuModuleGetFunction(&d->fill_fn, d->fill_mod, "schedrun_fill") != CUDA_SUCCESS) {
+    b->api.cuModuleUnload(d->fill_mod);
+    d->fill_mod = NULL;
+    return false;
+  }
+  d->fills = FILLS_KERNEL;
+  return true;
+}
+
+void cu_own_release(cuda_backend *b, cu_device *d) {
   if (d->cond_mod) b->api.cuModuleUnload(d->cond_mod);
-  d->cond_mod = NULL;
-  d->cond_fn = NULL;
+  if (d->fill_mod) b->api.cuModuleUnload(d->fill_mod);
+  d->cond_mod = d->fill_mod = NULL;
+  d->cond_fn = d->fill_fn = NULL;
 }
 
 static CUresult add_cond_kernel(gpu_seq *s, cu_segment *sg, CUgraphConditionalHandle h, uint64_t params, int first,
@@ -283,6 +331,27 @@ static void kernel_params(const cu_node *cn, const gpu_node *n, CUDA_KERNEL_NODE
   kp->blockDimY = n->u.launch.block[1];
   kp->blockDimZ = n->u.launch.block[2];
   kp->sharedMemBytes = n->u.launch.shared;
+  kp->kernelParams = cn->params;
+}
+
+/* A fill as the fill kernel's launch: cn->args and cn->params (4 each) hold
+ * its arguments; as many blocks as the count needs, up to FILL_MAX_BLOCKS
+ * (then each thread fills several elements), at least one. */
+static void fill_kernel_params(const cu_device *d, cu_node *cn, const gpu_node *n, CUDA_KERNEL_NODE_PARAMS *kp) {
+  assert(cn->nargs == 4);
+  uint64_t count = n->u.fill.count, blocks = (count + FILL_BLOCK - 1) / FILL_BLOCK;
+  cn->args[0] = n->u.fill.dst;
+  cn->args[1] = count;
+  cn->args[2] = n->u.fill.elem_size == 8 ? n->u.fill.pattern
+                : n->u.fill.elem_size == 4 ? (uint32_t)n->u.fill.pattern : (uint8_t)n->u.fill.pattern;
+  cn->args[3] = n->u.fill.elem_size;
+  cuda_marshal_args(cn->args, 4, cn->params);
+  memset(kp, 0, sizeof *kp);
+  kp->func = d->fill_fn;
+  kp->gridDimX = (unsigned)(blocks == 0 ? 1 : blocks > FILL_MAX_BLOCKS ? FILL_MAX_BLOCKS : blocks);
+  kp->gridDimY = kp->gridDimZ = 1;
+  kp->blockDimX = FILL_BLOCK;
+  kp->blockDimY = kp->blockDimZ = 1;
   kp->kernelParams = cn->params;
 }
 
@@ -427,7 +496,22 @@ int cu_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err) 
   const char *call = "";
   CUDA_MEMSET_NODE_PARAMS mp[2];
   int k = n->kind == GN_FILL ? fill_params(n, mp) : 0;
-  if ((n->kind == GN_COPY && n->u.copy.bytes == 0) || (n->kind == GN_FILL && k == 0)) {
+  cn->fill_kernel = n->kind == GN_FILL && n->u.fill.resizes && fills_by_kernel(b, d);
+  if (cn->fill_kernel) {
+    cn->nargs = 4;
+    cn->args = malloc(4 * sizeof(uint64_t));
+    cn->params = malloc(4 * sizeof(void *));
+    if (!cn->args || !cn->params) {
+      free(cn->args);
+      free(cn->params);
+      return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    }
+    CUDA_KERNEL_NODE_PARAMS kp;
+    fill_kernel_params(d, cn, n, &kp);
+    call = "cuGraphAddKernelNode";
+    r = a->cuGraphAddKernelNode(&cn->cu[0], sg->graph, ndep ? &dep : NULL, ndep, &kp);
+    cn->ncu = 1;
+  } else if ((n->kind == GN_COPY && n->u.copy.bytes == 0) || (n->kind == GN_FILL && k == 0)) {
     /* the driver refuses zero-sized copies and memsets */
     cn->empty = true;
     call = "cuGraphAddEmptyNode";
@@ -542,7 +626,12 @@ int cu_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_
   /* in the graph, for cuGraphExecUpdate at the next launch (above) */
   bool whole = top->has_cond;
   assert(whole || !s->parent); /* a body is always in a segment with its conditional node */
-  if (n->kind == GN_LAUNCH) {
+  if (cn->fill_kernel) {
+    CUDA_KERNEL_NODE_PARAMS kp;
+    fill_kernel_params(d, cn, n, &kp);
+    if (whole) CU_CHECK(a, a->cuGraphKernelNodeSetParams(cn->cu[0], &kp), d->name, err);
+    else CU_CHECK(a, a->cuGraphExecKernelNodeSetParams(exec, cn->cu[0], &kp), d->name, err);
+  } else if (n->kind == GN_LAUNCH) {
     if (n->u.launch.nargs != cn->nargs) return err_set(err, SCHEDRUN_EINTERNAL, "update changes a launch's arguments");
     if (cn->nargs) memcpy(cn->args, n->u.launch.args, cn->nargs * sizeof(uint64_t));
     CUDA_KERNEL_NODE_PARAMS kp;

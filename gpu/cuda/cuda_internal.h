@@ -50,6 +50,7 @@ typedef struct cu_api {
 } cu_api;
 
 enum { LOOPS_UNKNOWN, LOOPS_CONDITIONAL, LOOPS_HOST };
+enum { FILLS_UNKNOWN, FILLS_KERNEL, FILLS_MEMSET };
 
 typedef struct cu_device {
   CUdevice dev;
@@ -74,6 +75,12 @@ typedef struct cu_device {
   char loops_why[200];
   CUmodule cond_mod;
   CUfunction cond_fn;
+  /* fills whose size changes from job to job: kernel nodes of the fill
+   * kernel (FILLS_KERNEL), or memsets where it cannot be built; settled at
+   * the first such fill */
+  int fills;
+  CUmodule fill_mod;
+  CUfunction fill_fn;
   _Atomic uint64_t launches, host_trips;
 } cu_device;
 
@@ -123,7 +130,7 @@ int cu_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_
 int cu_seq_finalize(gpu_seq *s, schedrun_error_t *err);
 int cu_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err);
 void cu_seq_destroy(gpu_seq *s);
-/* Unloads what the device's while loops needed (the condition kernel). */
-void cu_loops_release(cuda_backend *b, cu_device *d);
+/* Unloads the backend's own kernels on d (the condition kernel, the fill kernel). */
+void cu_own_release(cuda_backend *b, cu_device *d);
 
 #endif

@@ -400,7 +400,7 @@ static void ptx_relabel(char *ptx, int max_isa) {
   v[2] = (char)('0' + max_isa % 10);
 }
 
-int nvrtc_rdc_ptx(const char *source, const char *name, int arch, int max_isa, char **ptx, char *devrt,
+int nvrtc_own_ptx(const char *source, const char *name, int arch, int max_isa, char **ptx, char *devrt,
                   size_t devrt_len, schedrun_error_t *err) {
   *ptx = NULL;
   void *ctx = NULL;
@@ -415,6 +415,7 @@ int nvrtc_rdc_ptx(const char *source, const char *name, int arch, int max_isa, c
     return err_set(err, SCHEDRUN_EBACKEND, "this NVRTC cannot compile for sm_%d", arch);
   }
   /* libcudadevrt.a sits beside libnvrtc in a toolkit; else the usual place */
+  bool rdc = devrt != NULL;
   Dl_info info;
   char dir[4096] = "";
   if (dladdr((void *)a->GetErrorString, &info) && info.dli_fname && strrchr(info.dli_fname, '/')) {
@@ -423,19 +424,19 @@ int nvrtc_rdc_ptx(const char *source, const char *name, int arch, int max_isa, c
   }
   const char *env = getenv("SCHEDRUN_CUDADEVRT");
   const char *dirs[] = {dir, "/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"};
-  devrt[0] = '\0';
-  if (env && *env && access(env, R_OK) == 0) snprintf(devrt, devrt_len, "%s", env);
-  for (size_t i = 0; !devrt[0] && i < SCHEDRUN__ARRAY_LEN(dirs); i++) {
+  if (rdc) devrt[0] = '\0';
+  if (rdc && env && *env && access(env, R_OK) == 0) snprintf(devrt, devrt_len, "%s", env);
+  for (size_t i = 0; rdc && !devrt[0] && i < SCHEDRUN__ARRAY_LEN(dirs); i++) {
     char cand[4200];
     snprintf(cand, sizeof cand, "%s/libcudadevrt.a", dirs[i]);
     if (dirs[i][0] && access(cand, R_OK) == 0) snprintf(devrt, devrt_len, "%s", cand);
   }
   char arch_opt[64];
   snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=compute_%d", how == 2 ? ptx_arch : arch);
-  const char *opts[] = {arch_opt, "-rdc=true", NVRTC_STD};
+  const char *opts[] = {arch_opt, NVRTC_STD, "-rdc=true"};
   nvrtcProgram prog = NULL;
   nvrtcResult nr = a->CreateProgram(&prog, source, name, 0, NULL, NULL);
-  if (nr == 0) nr = a->CompileProgram(prog, 3, opts);
+  if (nr == 0) nr = a->CompileProgram(prog, rdc ? 3 : 2, opts);
   size_t n = 0;
   if (nr == 0 && a->GetPTXSize(prog, &n) == 0 && n > 1 && (*ptx = malloc(n)) != NULL && a->GetPTX(prog, *ptx) != 0) {
     free(*ptx);

@@ -483,7 +483,8 @@ static CUgraphExecUpdateResult update_check(const dexec *e, const dgraph *g, con
       if (n->w.u.cond.handle != s->w.u.cond.handle) return CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
       CUgraphExecUpdateResult r = update_check(s->body, n->w.u.cond.body, bad);
       if (r != CU_GRAPH_EXEC_UPDATE_SUCCESS) return r;
-    } else if (!update_allowed(&s->w, &n->w)) {
+    } else if (memcmp(&s->w, &n->w, sizeof s->w) != 0 && !update_allowed(&s->w, &n->w)) {
+      /* the rules bind what changes: a node as it was is carried over as it is */
       return CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
     }
   }
