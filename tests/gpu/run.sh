@@ -281,7 +281,8 @@ do_deadline() {
       ms=$(((end - start) / 1000000))
       first=$(jget "$logs/deadline-$how.json" 'j["failures"][0] if j["failures"] else j["errors"][0]["message"]')
       [ -z "$first" ] && first=$(head -c 200 "$logs/deadline-$how.err")
-      [[ "$first" == *"before it started"* || "$first" == *"still compiling"* ]] && [ $jt -lt 6400 ] || break
+      # (a deadline named, but not one the job ran past: it had not reached its kernel)
+      [[ "$first" == *deadline* && "$first" != *"past its deadline"* ]] && [ $jt -lt 6400 ] || break
       jt=$((jt * 2))
     done
     out="$out $how: exit $rc in $ms ms (deadline $jt ms);"
