@@ -30,7 +30,7 @@ static int send_compile(actor_t *self, scheduler_state *s, prog_state *ps, job *
   msg_compile *c = &m.body.compile;
   c->program = j->program;
   c->target = xstrdup(be->ops->target(be, 0));
-  c->arch = xstrdup(be->ops->arch(be, 0));
+  c->arch = xstrdup(gpu_compile_arch(be));
   c->kernels.v = calloc(p && p->nkernels ? p->nkernels : 1, sizeof(msg_kernel));
   int rc = p && c->kernels.v ? SCHEDRUN_OK : SCHEDRUN_ENOMEM;
   for (uint32_t i = 0; rc == SCHEDRUN_OK && i < p->nkernels; i++) {

@@ -86,6 +86,10 @@ int gpu_backend_open(const char *devices, const gpu_open_opts *o, gpu_backend **
   return err_set(err, SCHEDRUN_EINVAL, "devices '%s' is not one of auto, host, host:N, cuda, cuda:I,J, all", spec);
 }
 
+const char *gpu_compile_arch(const gpu_backend *b) {
+  return b->ops->compile_arch ? b->ops->compile_arch(b) : b->ops->arch(b, 0);
+}
+
 void gpu_backend_close(gpu_backend **b) {
   if (!b || !*b) return;
   (*b)->ops->destroy(*b);

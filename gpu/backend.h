@@ -97,6 +97,9 @@ typedef struct gpu_ops {
   /* the compile target and architecture its kernels need ("host", "") */
   const char *(*target)(const gpu_backend *b, int dev);
   const char *(*arch)(const gpu_backend *b, int dev);
+  /* the architecture kernels are compiled for, one artifact for every
+   * device (NULL: device 0's arch) */
+  const char *(*compile_arch)(const gpu_backend *b);
 
   int (*mem_alloc)(gpu_backend *b, int dev, uint64_t bytes, uint64_t *addr, schedrun_error_t *err);
   void (*mem_free)(gpu_backend *b, int dev, uint64_t addr);
@@ -210,6 +213,9 @@ typedef struct gpu_open_opts {
   uint64_t spin_ns;      /* how long a waiting side polls before it sleeps */
   bool host_in_process;  /* host devices run kernels in this process (no containment) */
 } gpu_open_opts;
+
+/* The architecture kernels are compiled for on b (gpu_ops.compile_arch). */
+const char *gpu_compile_arch(const gpu_backend *b);
 
 /* Opens the backend a device spec asks for ("auto", "host", "host:N", ...).
  * `why_fallback` (may be NULL) receives the reason when "auto" fell back to

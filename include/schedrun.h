@@ -20,8 +20,8 @@ extern "C" {
 #endif
 
 #define SCHEDRUN_VERSION_MAJOR 0
-#define SCHEDRUN_VERSION_MINOR 5
-#define SCHEDRUN_VERSION_PATCH 1
+#define SCHEDRUN_VERSION_MINOR 6
+#define SCHEDRUN_VERSION_PATCH 0
 
 /* Public functions are the only symbols the shared library exports; the
  * library is built with hidden visibility and this marks what is public. */

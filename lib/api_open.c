@@ -296,7 +296,7 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   core_name_devices(&s->core);
   {
     const gpu_backend *be = s->core.backend;
-    const char *arch = be->ops->arch(be, 0);
+    const char *arch = gpu_compile_arch(be);
     snprintf(s->target, sizeof s->target, "%s%s%s", be->ops->target(be, 0), arch && *arch ? " " : "",
              arch ? arch : "");
   }

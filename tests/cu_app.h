@@ -21,6 +21,8 @@ typedef struct cu_app {
   int (*release)(int);
   int (*set)(void *);
   int (*current)(void **);
+  int (*push)(void *);
+  int (*pop)(void **);
   int (*alloc)(unsigned long long *, size_t);
   int (*free)(unsigned long long);
   int (*memset_d8)(unsigned long long, unsigned char, size_t);
@@ -47,6 +49,8 @@ static inline bool cu_app_try(cu_app *a) {
               {"cuDevicePrimaryCtxRelease", (void **)&a->release},
               {"cuCtxSetCurrent", (void **)&a->set},
               {"cuCtxGetCurrent", (void **)&a->current},
+              {"cuCtxPushCurrent", (void **)&a->push},
+              {"cuCtxPopCurrent", (void **)&a->pop},
               {"cuMemAlloc", (void **)&a->alloc},
               {"cuMemFree", (void **)&a->free},
               {"cuMemsetD8", (void **)&a->memset_d8},

@@ -129,6 +129,22 @@ static void test_while_loop_is_one_launch_per_job(void **st) {
 
 /* ---- updates inside a while loop's body ---- */
 
+/* Runs tests/configs/<name> on the double (as set) into *r, with the
+ * double's log of counted events: its text (heap). */
+static char *run_logged(const char *name, result *r) {
+  const char *log = tu_write_temp(4, "double.log", "");
+  setenv("SCHEDRUN_CUDA_DOUBLE_LOG", log, 1);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tests/configs/%s", tu_env("SCHEDRUN_SOURCE_DIR"), name);
+  run_cuda(path, r);
+  unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
+  char *text = tu_slurp(log, NULL);
+  assert_non_null(text);
+  if (r->status != 0 || !r->json || !json_object_get_boolean(get(r->json, "verified")))
+    fail_msg("%s on the double: exit %d\n%s%s", name, r->status, r->out ? r->out : "", r->err ? r->err : "");
+  return text;
+}
+
 /* Every job after the first changes a kernel's argument and a fill's value
  * inside the loop's body. The body's nodes belong to the conditional node's
  * graph, not to the graph instantiated: they are updated through the graph
@@ -140,17 +156,9 @@ static void test_while_loop_is_one_launch_per_job(void **st) {
 static void body_updates_on(const char *driver, const char *strict) {
   set_double(driver, "1");
   if (strict) setenv("SCHEDRUN_CUDA_DOUBLE_STRICT", strict, 1);
-  const char *log = tu_write_temp(4, "double.log", "");
-  setenv("SCHEDRUN_CUDA_DOUBLE_LOG", log, 1);
-  char path[4096];
-  snprintf(path, sizeof path, "%s/tests/configs/while_body_updates.yaml", tu_env("SCHEDRUN_SOURCE_DIR"));
   result r;
-  run_cuda(path, &r);
+  char *text = run_logged("while_body_updates.yaml", &r);
   unsetenv("SCHEDRUN_CUDA_DOUBLE_STRICT");
-  unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
-  if (r.status != 0 || !r.json || !json_object_get_boolean(get(r.json, "verified")))
-    fail_msg("driver %s, strict %s: exit %d\n%s%s", driver, strict ? strict : "-", r.status, r.out ? r.out : "",
-             r.err ? r.err : "");
   int64_t jobs = json_object_get_int64(get(r.json, "jobs"));
   assert_int_equal(jobs, 6);
   json_object *dv = json_object_array_get_idx(get(r.json, "devices"), 0);
@@ -158,8 +166,6 @@ static void body_updates_on(const char *driver, const char *strict) {
     fail_msg("driver %s: loops ran %s", driver, json_object_get_string(get(dv, "loops")));
   /* three nodes change per job: the body's kernel and fill, the fill after */
   assert_int_equal(json_object_get_int64(get(r.json, "nodes_updated")), 3 * (jobs - 1));
-  char *text = tu_slurp(log, NULL);
-  assert_non_null(text);
   int rejected = tu_count(text, "update-rejected"), updates = tu_count(text, "graph-update"),
       launches = tu_count(text, "graph-launch");
   if (rejected != 0 || updates != jobs - 1 || launches != jobs)
@@ -186,19 +192,10 @@ static void test_while_body_updates_in_place(void **st) {
  * 12.x driver any 2-D one, and no driver turns an empty node into one. */
 static void fills_on(const char *driver) {
   set_double(driver, "1");
-  const char *log = tu_write_temp(4, "double.log", "");
-  setenv("SCHEDRUN_CUDA_DOUBLE_LOG", log, 1);
-  char path[4096];
-  snprintf(path, sizeof path, "%s/tests/configs/fill_resizes.yaml", tu_env("SCHEDRUN_SOURCE_DIR"));
   result r;
-  run_cuda(path, &r);
-  unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
-  if (r.status != 0 || !r.json || !json_object_get_boolean(get(r.json, "verified")))
-    fail_msg("driver %s: exit %d\n%s%s", driver, r.status, r.out ? r.out : "", r.err ? r.err : "");
+  char *text = run_logged("fill_resizes.yaml", &r);
   int64_t jobs = json_object_get_int64(get(r.json, "jobs")), created = json_object_get_int64(get(r.json, "nodes_created")),
           updated = json_object_get_int64(get(r.json, "nodes_updated"));
-  char *text = tu_slurp(log, NULL);
-  assert_non_null(text);
   /* 10 nodes recorded once; the 4 resizing fills updated in 5 jobs */
   if (jobs != 6 || created != 10 || updated != 20 || tu_count(text, "update-rejected") != 0)
     fail_msg("driver %s: %lld jobs, %lld nodes created, %lld updated; the double's log:\n%s", driver, (long long)jobs,
@@ -212,6 +209,35 @@ static void test_fills_that_resize_update_in_place(void **st) {
   fills_on("13000");
   fills_on("12040");
   fills_on("12020"); /* loops driven from the host */
+}
+
+/* ---- devices of two architectures ---- */
+
+/* Devices of different compute capabilities (sm_90 and sm_80) share one
+ * artifact per kernel: PTX for the oldest, which the driver compiles for
+ * each. Every job verifies on both (a cubin for device 0's sm_90 does not
+ * load on the sm_80 one). */
+static void test_devices_of_two_architectures(void **st) {
+  (void)st;
+  set_double("13000", "2");
+  setenv("SCHEDRUN_CUDA_DOUBLE_ARCH", "90,80", 1);
+  static const char *const configs[] = {"saxpy.yaml", "multi_device_demo.yaml"};
+  for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", tu_env("SCHEDRUN_CONFIGS"), configs[c]);
+    result r;
+    run_cuda(path, &r);
+    if (r.status != 0 || !r.json || !json_object_get_boolean(get(r.json, "verified")))
+      fail_msg("%s on sm_90 and sm_80: exit %d\n%s%s", configs[c], r.status, r.out ? r.out : "", r.err ? r.err : "");
+    json_object *devs = get(r.json, "devices");
+    assert_int_equal(json_object_array_length(devs), 2);
+    for (size_t d = 0; d < 2; d++)
+      if (json_object_get_int64(get(json_object_array_get_idx(devs, d), "jobs")) == 0)
+        fail_msg("%s: device %zu ran no job", configs[c], d);
+    printf("  %s: verified on sm_90 and sm_80\n", configs[c]);
+    result_free(&r);
+  }
+  unsetenv("SCHEDRUN_CUDA_DOUBLE_ARCH");
 }
 
 /* ---- failures of each driver call ---- */
@@ -620,6 +646,7 @@ int main(void) {
       cmocka_unit_test(test_fills_that_resize_update_in_place),
       cmocka_unit_test(test_each_driver_call_failing_once),
       cmocka_unit_test(test_architectures),
+      cmocka_unit_test(test_devices_of_two_architectures),
       cmocka_unit_test(test_shutdown_stops_an_nvrtc_compile),
       cmocka_unit_test(test_deadline_and_timeout_stop_nvrtc),
       cmocka_unit_test(test_double_refuses_overlapping_copies),

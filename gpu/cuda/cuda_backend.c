@@ -230,6 +230,7 @@ static const char *c_target(const gpu_backend *g, int d) {
 static const char *c_arch(const gpu_backend *g, int d) {
   return d >= 0 && d < cb(g)->ndevices ? cb(g)->devs[d].arch : "";
 }
+static const char *c_compile_arch(const gpu_backend *g) { return cb(g)->compile_arch; }
 
 static int c_mem_alloc(gpu_backend *g, int dev, uint64_t bytes, uint64_t *addr, schedrun_error_t *err) {
   cuda_backend *b = cb(g);
@@ -465,9 +466,14 @@ static int c_module_load(gpu_backend *g, int dev, const void *image, size_t len,
   if (r != CUDA_SUCCESS) {
     free(m);
     int rc2 = cu_fail(&b->api, err, r, "cuModuleLoadData", b->devs[dev].name);
-    if (err && err->message &&
-        (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || r == CUDA_ERROR_INVALID_IMAGE || r == CUDA_ERROR_NO_BINARY_FOR_GPU ||
-         r == CUDA_ERROR_INVALID_PTX)) {
+    if (err && err->message && r == CUDA_ERROR_NO_BINARY_FOR_GPU) {
+      char *was = err->message;
+      err->message = NULL;
+      err_set(err, rc2, "%s; the kernels were compiled for %s, the device is %s", was, b->compile_arch,
+              b->devs[dev].arch);
+      free(was);
+    } else if (err && err->message &&
+               (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || r == CUDA_ERROR_INVALID_IMAGE || r == CUDA_ERROR_INVALID_PTX)) {
       /* the usual cause: NVRTC newer than the driver */
       char *was = err->message;
       err->message = NULL;
@@ -612,6 +618,7 @@ static const gpu_ops cuda_ops = {
     .device_name = c_device_name,
     .target = c_target,
     .arch = c_arch,
+    .compile_arch = c_compile_arch,
     .mem_alloc = c_mem_alloc,
     .mem_room = c_mem_room,
     .mem_free = c_mem_free,
@@ -700,6 +707,13 @@ int gpu_cuda_open(const int *which, int nwhich, uint64_t spin_ns, gpu_backend **
     c_destroy(&b->base);
     return rc;
   }
+  int oldest = b->devs[0].sm;
+  bool mixed = false;
+  for (int i = 1; i < b->ndevices; i++) {
+    mixed |= b->devs[i].sm != oldest;
+    if (b->devs[i].sm < oldest) oldest = b->devs[i].sm;
+  }
+  snprintf(b->compile_arch, sizeof b->compile_arch, "%s_%d", mixed ? "compute" : "sm", oldest);
   *out = &b->base;
   return SCHEDRUN_OK;
 }

@@ -98,6 +98,10 @@ typedef struct cuda_backend {
   pthread_mutex_t peer_lock;
   _Atomic bool abandoned;
   uint64_t spin_ns; /* how long cu_wait_stream polls before it sleeps */
+  /* what kernels are compiled for: every device's sm_XX when they share
+   * one, else PTX for the oldest (compute_XX), which the driver compiles
+   * for each device as it loads the module */
+  char compile_arch[20];
 } cuda_backend;
 
 static inline cuda_backend *cb(const gpu_backend *b) { return (cuda_backend *)b; }

@@ -327,11 +327,14 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
   *out = NULL;
   *out_len = 0;
   *log = NULL;
-  if (!r->arch || strncmp(r->arch, "sm_", 3) != 0)
-    return err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': the cuda target needs an sm_XX architecture, not '%s'", r->name,
-                   r->arch ? r->arch : "");
+  /* sm_XX: a cubin for that architecture; compute_XX: PTX for it, which the
+   * driver compiles for each device (devices of several architectures) */
+  bool virt = r->arch && strncmp(r->arch, "compute_", 8) == 0;
+  if (!r->arch || (!virt && strncmp(r->arch, "sm_", 3) != 0))
+    return err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': the cuda target needs an sm_XX or compute_XX architecture, not '%s'",
+                   r->name, r->arch ? r->arch : "");
   char *end;
-  long want = strtol(r->arch + 3, &end, 10);
+  long want = strtol(r->arch + (virt ? 8 : 3), &end, 10);
   int ptx_arch = 0;
   char archs[2048];
   int how = *end == '\0' && want > 0 && want < 10000 ? arch_support(a, (int)want, &ptx_arch, archs, sizeof archs) : 0;
@@ -339,6 +342,10 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
     /* NVRTC would only say NVRTC_ERROR_INVALID_OPTION, with an empty log */
     return err_set(err, SCHEDRUN_EBACKEND, "kernel '%s': this NVRTC cannot compile for %s; it supports %s", r->name,
                    r->arch, archs[0] ? archs : "other architectures");
+  if (virt && how == 1) {
+    how = 2; /* PTX for the architecture asked for */
+    ptx_arch = (int)want;
+  }
   strbuf src;
   sb_init(&src);
   kernel_abi_source(&src, r);

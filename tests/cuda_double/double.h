@@ -4,7 +4,8 @@
  * the backend's whole path runs where no GPU is.
  *
  * What it models: devices (count, name, compute capability), primary
- * contexts and the current context per thread, device memory (every copy,
+ * contexts and each thread's context stack (cuCtxSetCurrent replaces its
+ * top, NULL pops it; cuCtxPushCurrent, cuCtxPopCurrent), device memory (every copy,
  * fill and kernel argument range-checked against live allocations; a copy
  * between overlapping ranges, undefined on a driver, refused), pinned
  * host memory (cuMemHostAlloc: reached from every context when portable),
@@ -42,7 +43,9 @@
  *
  * Settings (environment):
  *   SCHEDRUN_CUDA_DOUBLE_DEVICES  devices (1)
- *   SCHEDRUN_CUDA_DOUBLE_ARCH     compute capability as digits (90)
+ *   SCHEDRUN_CUDA_DOUBLE_ARCH     compute capability as digits (90), or one
+ *                                 per device ("90,80"; the last one for the
+ *                                 devices after it)
  *   SCHEDRUN_CUDA_DOUBLE_PEER     "none": no pair of devices may access each
  *                                 other's memory (cuDeviceCanAccessPeer says
  *                                 0); default every pair of distinct devices

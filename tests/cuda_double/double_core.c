@@ -15,7 +15,7 @@
 
 pthread_mutex_t dbl_lock;
 int dbl_driver_version = 13000;
-static int g_ndev = 1, g_arch = 90;
+static int g_ndev = 1, g_arch[16] = {90, 90, 90, 90, 90, 90, 90, 90, 90, 90, 90, 90, 90, 90, 90, 90};
 uint64_t dbl_mem_bytes = 16ull << 30; /* per device */
 static bool g_no_peer;                     /* SCHEDRUN_CUDA_DOUBLE_PEER=none */
 bool dbl_init_done; /* cuInit ran */
@@ -25,6 +25,12 @@ bool dbl_init_done; /* cuInit ran */
  * gpu/host/host_build.c); one pointer of the static TLS glibc keeps for
  * modules opened later */
 static _Thread_local dctx *t_current __attribute__((tls_model("initial-exec")));
+/* the thread's context stack below t_current (its top): cuCtxPushCurrent */
+enum { DBL_STACK = 16 };
+static _Thread_local struct {
+  dctx *v[DBL_STACK];
+  int n;
+} t_below __attribute__((tls_model("initial-exec")));
 static dctx *g_ctx[16];
 
 /* ---- settings and failure injection ---- */
@@ -208,7 +214,13 @@ static CUresult d_cuInit(unsigned flags) {
     const char *e;
     if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_DEVICES")) && *e) g_ndev = atoi(e);
     if (g_ndev < 0 || g_ndev > 16) g_ndev = 1;
-    if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_ARCH")) && *e) g_arch = atoi(e);
+    if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_ARCH")) && *e) {
+      /* one per device, the last one for the devices after it */
+      for (int d = 0; d < 16; d++) {
+        g_arch[d] = atoi(e);
+        if (strchr(e, ',')) e = strchr(e, ',') + 1;
+      }
+    }
     if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_MEM_MB")) && *e && atoll(e) > 0) dbl_mem_bytes = (uint64_t)atoll(e) << 20;
     g_no_peer = (e = getenv("SCHEDRUN_CUDA_DOUBLE_PEER")) && !strcmp(e, "none");
     dbl_init_done = true;
@@ -256,8 +268,8 @@ static CUresult d_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
   if (!v) LEAVE(CUDA_ERROR_INVALID_VALUE);
   if (d < 0 || d >= g_ndev) LEAVE(CUDA_ERROR_INVALID_DEVICE);
   switch (a) {
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = g_arch / 10; break;
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = g_arch % 10; break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = g_arch[d] / 10; break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = g_arch[d] % 10; break;
   case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
   case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 2; break;
   default: LEAVE(CUDA_ERROR_INVALID_VALUE);
@@ -334,10 +346,7 @@ static CUresult d_cuCtxEnablePeerAccess(CUcontext peer, unsigned flags) {
   LEAVE(CUDA_SUCCESS);
 }
 
-int dbl_device_arch(int ordinal) {
-  (void)ordinal;
-  return g_arch;
-}
+int dbl_device_arch(int ordinal) { return ordinal >= 0 && ordinal < 16 ? g_arch[ordinal] : 0; }
 
 dctx *dbl_current(void) { return t_current && t_current->retains ? t_current : NULL; }
 
@@ -351,16 +360,40 @@ static CUresult d_cuCtxGetCurrent(CUcontext *pctx) {
   LEAVE(CUDA_SUCCESS);
 }
 
+/* Replaces the top of the thread's context stack (an empty stack gets
+ * one); NULL pops it, as the documentation says. */
 static CUresult d_cuCtxSetCurrent(CUcontext c) {
   ENTER("cuCtxSetCurrent");
   NEED_INIT();
   if (!c) {
-    t_current = NULL;
+    t_current = t_below.n ? t_below.v[--t_below.n] : NULL;
     LEAVE(CUDA_SUCCESS);
   }
   dctx *x = dbl_ctx(c);
   if (!x) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
   t_current = x;
+  LEAVE(CUDA_SUCCESS);
+}
+
+static CUresult d_cuCtxPushCurrent(CUcontext c) {
+  ENTER("cuCtxPushCurrent");
+  NEED_INIT();
+  dctx *x = dbl_ctx(c);
+  if (!x) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+  if (t_current) {
+    if (t_below.n == DBL_STACK) LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+    t_below.v[t_below.n++] = t_current;
+  }
+  t_current = x;
+  LEAVE(CUDA_SUCCESS);
+}
+
+static CUresult d_cuCtxPopCurrent(CUcontext *pctx) {
+  ENTER("cuCtxPopCurrent");
+  NEED_INIT();
+  if (!t_current) LEAVE(CUDA_ERROR_INVALID_CONTEXT); /* nothing to pop */
+  if (pctx) *pctx = (CUcontext)t_current;
+  t_current = t_below.n ? t_below.v[--t_below.n] : NULL;
   LEAVE(CUDA_SUCCESS);
 }
 
@@ -470,7 +503,8 @@ static CUresult d_cuGetErrorString(CUresult r, const char **s) {
 const dbl_entry dbl_core_entries[] = {
     E(cuInit, 2000), E(cuDriverGetVersion, 2020), E(cuGetErrorName, 6000), E(cuGetErrorString, 6000),
     E(cuDeviceGetCount, 2000), E(cuDeviceGet, 2000), E(cuDeviceGetName, 2000), E(cuDeviceGetAttribute, 2000),
-    E(cuDevicePrimaryCtxRetain, 7000), E(cuDevicePrimaryCtxRelease, 11000), E(cuCtxSetCurrent, 4000), E(cuCtxGetCurrent, 4000), E(cuDeviceCanAccessPeer, 4000), E(cuCtxEnablePeerAccess, 4000),
+    E(cuDevicePrimaryCtxRetain, 7000), E(cuDevicePrimaryCtxRelease, 11000), E(cuCtxSetCurrent, 4000), E(cuCtxGetCurrent, 4000),
+    E(cuCtxPushCurrent, 4000), E(cuCtxPopCurrent, 4000), E(cuDeviceCanAccessPeer, 4000), E(cuCtxEnablePeerAccess, 4000),
     E(cuStreamCreate, 2000), E(cuStreamDestroy, 4000), E(cuStreamSynchronize, 2000), E(cuStreamQuery, 2000),
     {NULL, NULL, 0}};
 #undef E

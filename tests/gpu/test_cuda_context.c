@@ -2,7 +2,8 @@
  * its thread, opening a scheduler on the GPUs, running a job, allocating and
  * freeing host memory through it, registering that memory and closing it
  * each leave none current; with device 0's primary context current, each
- * leaves that one. On a GPU (libcuda.so.1, or $SCHEDRUN_CUDA_LIBRARY: the
+ * leaves that one; with it pushed on the thread's context stack, each leaves
+ * the stack as it was. On a GPU (libcuda.so.1, or $SCHEDRUN_CUDA_LIBRARY: the
  * driver double in the suite); where there is none, the test reports itself
  * skipped (exit 77). */
 #include <stdio.h>
@@ -84,6 +85,15 @@ static void test_callers_context_stays(void **st) {
   assert_int_equal(a.set(ctx), 0);
   each_call_keeps(&a, ctx);
   assert_int_equal(a.set(NULL), 0);
+  assert_null(current(&a));
+  /* a context the application pushed: still the top of its stack after
+   * every call, and its stack no deeper (the pop leaves none current) */
+  assert_int_equal(a.push(ctx), 0);
+  each_call_keeps(&a, ctx);
+  void *popped = NULL;
+  assert_int_equal(a.pop(&popped), 0);
+  assert_ptr_equal(popped, ctx);
+  assert_null(current(&a));
   assert_int_equal(a.release(dev), 0);
   dlclose(a.dl);
 }
