@@ -72,11 +72,13 @@ test-plain: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # ASan+UBSan with clang, which also builds the libFuzzer targets (ctest label
-# fuzz: each corpus replayed, then a short bounded run).
+# fuzz: each corpus replayed, then a short bounded run). Less the GPU script
+# on the driver double (label gpu-script), a shell script that runs sched-run
+# through paths the other tests take under ASan already.
 test-asan: deps
 	@CC=clang $(STEP) configure $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DSCHEDRUN_SANITIZE=address -DSCHEDRUN_FUZZ=ON $(OWN_FLAGS)
 	@$(STEP) build $(BUILD_ASAN)
-	cd $(BUILD_ASAN) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD_ASAN) && ctest --output-on-failure -j $(JOBS) -LE '^gpu-script$$'
 
 # The threaded tests, less those whose weight is data volume (label data:
 # the example workloads on the double, the 3 GiB buffer), which take the

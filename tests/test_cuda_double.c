@@ -211,6 +211,33 @@ static void test_fills_that_resize_update_in_place(void **st) {
   fills_on("12020"); /* loops driven from the host */
 }
 
+/* ---- an NVRTC newer than the driver ---- */
+
+/* NVRTC 13.0 beside a 12.4 driver: what it compiles needs a 13 driver, so
+ * opening the devices says so, naming both versions and the way out;
+ * "auto" falls back to the host with that reason. */
+static void test_nvrtc_newer_than_the_driver(void **st) {
+  (void)st;
+  set_double("12040", "1");
+  setenv("SCHEDRUN_CUDA_DOUBLE_NVRTC_VERSION", "13.0", 1);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/saxpy.yaml", tu_env("SCHEDRUN_CONFIGS"));
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--devices", "cuda", (char *)path, NULL};
+  char *out = NULL, *errs = NULL;
+  int rc = tu_run(argv, &out, &errs);
+  const char *want = "NVRTC 13.0 is newer than the driver (CUDA 12.4): what it compiles needs a CUDA 13 driver; "
+                     "set SCHEDRUN_NVRTC_LIBRARY to an NVRTC 12.x";
+  if (rc != 4 || !errs || !strstr(errs, want)) fail_msg("--devices cuda: exit %d\n%s%s", rc, out, errs);
+  free(out);
+  free(errs);
+  char *argv2[] = {(char *)tu_env("SCHEDRUN_RUN"), "--devices", "auto", (char *)path, NULL};
+  rc = tu_run(argv2, &out, &errs);
+  if (rc != 0 || (!strstr(out, want) && !strstr(errs, want))) fail_msg("--devices auto: exit %d\n%s%s", rc, out, errs);
+  free(out);
+  free(errs);
+  unsetenv("SCHEDRUN_CUDA_DOUBLE_NVRTC_VERSION");
+}
+
 /* ---- devices of two architectures ---- */
 
 /* Devices of different compute capabilities (sm_90 and sm_80) share one
@@ -647,6 +674,7 @@ int main(void) {
       cmocka_unit_test(test_each_driver_call_failing_once),
       cmocka_unit_test(test_architectures),
       cmocka_unit_test(test_devices_of_two_architectures),
+      cmocka_unit_test(test_nvrtc_newer_than_the_driver),
       cmocka_unit_test(test_shutdown_stops_an_nvrtc_compile),
       cmocka_unit_test(test_deadline_and_timeout_stop_nvrtc),
       cmocka_unit_test(test_double_refuses_overlapping_copies),

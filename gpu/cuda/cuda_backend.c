@@ -668,6 +668,16 @@ int gpu_cuda_open(const int *which, int nwhich, uint64_t spin_ns, gpu_backend **
   free(h); /* the table is copied; the library handle now belongs to b */
   CUresult vr = b->api.cuDriverGetVersion(&b->driver_version);
   if (vr != CUDA_SUCCESS) rc = cu_fail(&b->api, err, vr, "cuDriverGetVersion", NULL);
+  /* code from an NVRTC of a newer major version needs a driver of that
+   * version: said here, once, not at every job's module load */
+  int nv_major = 0, nv_minor = 0;
+  if (rc == SCHEDRUN_OK && nvrtc_version_here(&nv_major, &nv_minor) == SCHEDRUN_OK &&
+      nv_major > b->driver_version / 1000)
+    rc = err_set(err, SCHEDRUN_EBACKEND,
+                 "NVRTC %d.%d is newer than the driver (CUDA %d.%d): what it compiles needs a CUDA %d driver; set "
+                 "SCHEDRUN_NVRTC_LIBRARY to an NVRTC %d.x, or update the driver",
+                 nv_major, nv_minor, b->driver_version / 1000, b->driver_version % 1000 / 10, nv_major,
+                 b->driver_version / 1000);
   CUcontext found = NULL; /* the caller's, put back at the end */
   bool keep = rc == SCHEDRUN_OK && (rc = cu_found(b, &found, err)) == SCHEDRUN_OK;
   for (int i = 0; rc == SCHEDRUN_OK && i < n; i++) {

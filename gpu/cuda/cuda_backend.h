@@ -15,6 +15,10 @@ typedef void *cu_api_handle;
 int cuda_api_load(cu_api_handle *out, int *ndevices, schedrun_error_t *err);
 void cuda_api_unload(cu_api_handle h);
 
+/* The version of the NVRTC the cuda compile target loads (the same
+ * search): SCHEDRUN_OK, or an error code when there is none. */
+int nvrtc_version_here(int *major, int *minor);
+
 /* How a wait for a stream goes on after a look that found it busy, having
  * waited waited_ns: 0 to look again at once (a spin, while may_spin and
  * for spin_ns), else the nanoseconds to sleep first: an eighth of the wait

@@ -156,6 +156,17 @@ static void nv_close(void *ctx) {
   free(a);
 }
 
+int nvrtc_version_here(int *major, int *minor) {
+  void *ctx = NULL;
+  schedrun_error_t e = {0};
+  int rc = nv_open(&ctx, &e);
+  schedrun_error_clear(&e);
+  if (rc) return rc;
+  rc = ((nvrtc_api *)ctx)->Version(major, minor) == 0 ? SCHEDRUN_OK : SCHEDRUN_ECOMPILE;
+  nv_close(ctx); /* NVRTC stays mapped (RTLD_NODELETE): the compiles find it loaded */
+  return rc;
+}
+
 static int nv_identity(void *ctx, char **out, schedrun_error_t *err) {
   nvrtc_api *a = ctx;
   int major = 0, minor = 0;

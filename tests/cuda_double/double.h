@@ -61,6 +61,9 @@
  *   SCHEDRUN_CUDA_DOUBLE_DIR      state directory (sources and CPU builds);
  *                                 default $TMPDIR/schedrun-cuda-double-<uid>
  *   SCHEDRUN_CUDA_DOUBLE_NVRTC    the real NVRTC to forward to
+ *   SCHEDRUN_CUDA_DOUBLE_NVRTC_VERSION  M.m, the version nvrtcVersion says
+ *                                 (default: the real one's, but no newer
+ *                                 than the driver's)
  *   SCHEDRUN_CUDA_DOUBLE_COMPILE_MS  every nvrtcCompileProgram takes this
  *                                 many milliseconds more (a big kernel)
  *   SCHEDRUN_CUDA_DOUBLE_STRICT  refusals a driver may make where the
