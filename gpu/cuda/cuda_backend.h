@@ -18,6 +18,9 @@ void cuda_api_unload(cu_api_handle h);
 /* The version of the NVRTC the cuda compile target loads (the same
  * search): SCHEDRUN_OK, or an error code when there is none. */
 int nvrtc_version_here(int *major, int *minor);
+/* The libcudadevrt.a the backend's own kernels link with, for that NVRTC
+ * (as nvrtc_own_ptx finds it): SCHEDRUN_OK, or an error code and "". */
+int nvrtc_devrt_here(char *devrt, size_t devrt_len);
 
 /* How a wait for a stream goes on after a look that found it busy, having
  * waited waited_ns: 0 to look again at once (a spin, while may_spin and

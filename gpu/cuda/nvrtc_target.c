@@ -418,6 +418,38 @@ static void ptx_relabel(char *ptx, int max_isa) {
   v[2] = (char)('0' + max_isa % 10);
 }
 
+/* libcudadevrt.a for the NVRTC a has loaded: $SCHEDRUN_CUDADEVRT, beside
+ * libnvrtc in a toolkit, else the usual places; "" when none is found. */
+static void find_devrt(const nvrtc_api *a, char *devrt, size_t devrt_len) {
+  Dl_info info;
+  char dir[4096] = "";
+  if (dladdr((void *)a->GetErrorString, &info) && info.dli_fname && strrchr(info.dli_fname, '/')) {
+    snprintf(dir, sizeof dir, "%s", info.dli_fname);
+    *strrchr(dir, '/') = '\0';
+  }
+  const char *env = getenv("SCHEDRUN_CUDADEVRT");
+  const char *dirs[] = {dir, "/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"};
+  devrt[0] = '\0';
+  if (env && *env && access(env, R_OK) == 0) snprintf(devrt, devrt_len, "%s", env);
+  for (size_t i = 0; !devrt[0] && i < SCHEDRUN__ARRAY_LEN(dirs); i++) {
+    char cand[4200];
+    snprintf(cand, sizeof cand, "%s/libcudadevrt.a", dirs[i]);
+    if (dirs[i][0] && access(cand, R_OK) == 0) snprintf(devrt, devrt_len, "%s", cand);
+  }
+}
+
+int nvrtc_devrt_here(char *devrt, size_t devrt_len) {
+  void *ctx = NULL;
+  schedrun_error_t e = {0};
+  int rc = nv_open(&ctx, &e);
+  schedrun_error_clear(&e);
+  devrt[0] = '\0';
+  if (rc) return rc;
+  find_devrt(ctx, devrt, devrt_len);
+  nv_close(ctx);
+  return devrt[0] ? SCHEDRUN_OK : SCHEDRUN_EBACKEND;
+}
+
 int nvrtc_own_ptx(const char *source, const char *name, int arch, int max_isa, char **ptx, char *devrt,
                   size_t devrt_len, schedrun_error_t *err) {
   *ptx = NULL;
@@ -432,23 +464,8 @@ int nvrtc_own_ptx(const char *source, const char *name, int arch, int max_isa, c
     nv_close(ctx);
     return err_set(err, SCHEDRUN_EBACKEND, "this NVRTC cannot compile for sm_%d", arch);
   }
-  /* libcudadevrt.a sits beside libnvrtc in a toolkit; else the usual place */
   bool rdc = devrt != NULL;
-  Dl_info info;
-  char dir[4096] = "";
-  if (dladdr((void *)a->GetErrorString, &info) && info.dli_fname && strrchr(info.dli_fname, '/')) {
-    snprintf(dir, sizeof dir, "%s", info.dli_fname);
-    *strrchr(dir, '/') = '\0';
-  }
-  const char *env = getenv("SCHEDRUN_CUDADEVRT");
-  const char *dirs[] = {dir, "/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"};
-  if (rdc) devrt[0] = '\0';
-  if (rdc && env && *env && access(env, R_OK) == 0) snprintf(devrt, devrt_len, "%s", env);
-  for (size_t i = 0; rdc && !devrt[0] && i < SCHEDRUN__ARRAY_LEN(dirs); i++) {
-    char cand[4200];
-    snprintf(cand, sizeof cand, "%s/libcudadevrt.a", dirs[i]);
-    if (dirs[i][0] && access(cand, R_OK) == 0) snprintf(devrt, devrt_len, "%s", cand);
-  }
+  if (rdc) find_devrt(a, devrt, devrt_len);
   char arch_opt[64];
   snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=compute_%d", how == 2 ? ptx_arch : arch);
   const char *opts[] = {arch_opt, NVRTC_STD, "-rdc=true"};

@@ -313,13 +313,14 @@ static CUresult d_cuDevicePrimaryCtxRelease(CUdevice d) {
   NEED_INIT();
   if (d < 0 || d >= g_ndev) LEAVE(CUDA_ERROR_INVALID_DEVICE);
   if (!g_ctx[d] || g_ctx[d]->retains == 0) LEAVE(CUDA_ERROR_INVALID_CONTEXT);
-  if (g_ctx[d]->retains == 1) {
-    /* the last release destroys the context: once its work is done */
-    dbl_wait(g_ctx[d], NULL, "cuDevicePrimaryCtxRelease");
+  /* the last release destroys the context: once its work is done (the
+   * wait lets the lock go, so the count is read again after it) */
+  if (g_ctx[d]->retains == 1) dbl_wait(g_ctx[d], NULL, "cuDevicePrimaryCtxRelease");
+  if (g_ctx[d]->retains == 0) LEAVE(CUDA_ERROR_INVALID_CONTEXT); /* released meanwhile */
+  if (--g_ctx[d]->retains == 0) {
     g_ctx[d]->peers = 0; /* its peer access goes with it, and its fault */
     dbl_ctx_reset(g_ctx[d]);
   }
-  g_ctx[d]->retains--;
   LEAVE(CUDA_SUCCESS);
 }
 

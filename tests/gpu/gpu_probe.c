@@ -5,8 +5,9 @@
  * on standard output; exit 0, or 77 when no driver or no GPU is found (with
  * the reason in the object).
  *
- * The driver is $SCHEDRUN_CUDA_LIBRARY or libcuda.so.1, NVRTC
- * $SCHEDRUN_NVRTC_LIBRARY or libnvrtc.so, as the library loads them.
+ * The driver is $SCHEDRUN_CUDA_LIBRARY or libcuda.so.1, reached as an
+ * application reaches it; NVRTC and libcudadevrt.a are found by the
+ * library's own search (gpu/cuda/cuda_backend.h).
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -14,29 +15,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpu/cuda/cuda_backend.h"
+
 typedef int (*gpa_fn)(const char *, void **, int, unsigned long long);
 
 static void *entry(gpa_fn gpa, const char *name) {
   void *fn = NULL;
   return gpa(name, &fn, 12000, 0) == 0 ? fn : NULL;
-}
-
-/* libcudadevrt.a where the library looks for it: beside NVRTC, in the
- * toolkit, or in the system's library directory. */
-static const char *devrt(const char *nvrtc_path, char *buf, size_t cap) {
-  const char *env = getenv("SCHEDRUN_CUDADEVRT");
-  if (env && *env && access(env, R_OK) == 0) return env;
-  char dir[4096] = "";
-  if (nvrtc_path && strrchr(nvrtc_path, '/')) {
-    snprintf(dir, sizeof dir, "%s", nvrtc_path);
-    *strrchr(dir, '/') = '\0';
-  }
-  const char *dirs[] = {dir, "/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"};
-  for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
-    snprintf(buf, cap, "%s/libcudadevrt.a", dirs[i]);
-    if (dirs[i][0] && access(buf, R_OK) == 0) return buf;
-  }
-  return NULL;
 }
 
 int main(void) {
@@ -71,15 +56,11 @@ int main(void) {
       if (*c == '"' || *c == '\\') *c = '\'';
     printf("%s{\"name\": \"%s\", \"sm\": %d}", i ? ", " : "", nm, major * 10 + minor);
   }
-  const char *nv = getenv("SCHEDRUN_NVRTC_LIBRARY");
-  void *nvdl = dlopen(nv && *nv ? nv : "libnvrtc.so", RTLD_NOW | RTLD_LOCAL);
-  int (*nvv)(int *, int *) = nvdl ? (int (*)(int *, int *))dlsym(nvdl, "nvrtcVersion") : NULL;
+  /* NVRTC and libcudadevrt as the library finds them */
   int nmaj = 0, nmin = 0;
-  if (nvv) nvv(&nmaj, &nmin);
-  Dl_info info;
-  const char *where = nvv && dladdr((void *)nvv, &info) ? info.dli_fname : NULL;
-  char buf[4200];
-  const char *rt = devrt(where, buf, sizeof buf);
-  printf("], \"nvrtc\": \"%d.%d\", \"devrt\": \"%s\"}\n", nmaj, nmin, rt ? rt : "");
+  nvrtc_version_here(&nmaj, &nmin);
+  char rt[4096];
+  nvrtc_devrt_here(rt, sizeof rt);
+  printf("], \"nvrtc\": \"%d.%d\", \"devrt\": \"%s\"}\n", nmaj, nmin, rt);
   return 0;
 }
