@@ -500,7 +500,8 @@ static void test_dot(void **st) {
   }
 }
 
-/* What can go wrong before anything runs: a bad --rank-batch or --compile-timeout; a
+/* What can go wrong before anything runs: a bad --rank-batch, --compile-timeout or
+ * --job-timeout; a
  * sched-run started by a launcher whose sched-run-mpi is not beside it; one
  * built without MPI (the shared-slot variant) started by a launcher. */
 static void test_rank_mistakes(void **st) {
@@ -520,6 +521,14 @@ static void test_rank_mistakes(void **st) {
   free(err);
   assert_int_equal(run_cli("--compile-timeout", "3000000", "x.yaml", &out, &err), 2);
   assert_non_null(strstr(err, "--compile-timeout is at most 2147483 seconds"));
+  free(out);
+  free(err);
+  assert_int_equal(run_cli("--job-timeout", "0", "x.yaml", &out, &err), 2);
+  assert_non_null(strstr(err, "--job-timeout needs a positive integer, not '0'"));
+  free(out);
+  free(err);
+  assert_int_equal(run_cli("--job-timeout", "5s", "x.yaml", &out, &err), 2);
+  assert_non_null(strstr(err, "--job-timeout needs a positive integer, not '5s'"));
   free(out);
   free(err);
   /* a launcher's variable set: sched-run hands over, or says why it cannot */

@@ -79,6 +79,11 @@ static void shipped_pipeline_runs(void **state) {
   assert_non_null(strstr(err, "--jobs is for program configs, not for a stages config"));
   free(out);
   free(err);
+  rc = run_cli("--job-timeout", "200", pipeline_yaml(), &out, &err);
+  assert_int_equal(rc, 2);
+  assert_non_null(strstr(err, "--job-timeout is for program configs, not for a stages config"));
+  free(out);
+  free(err);
   /* the program loader says what the file is */
   schedrun_program_t *p = NULL;
   schedrun_error_t e = {0};
