@@ -550,4 +550,24 @@ static int compile_handle(actor_t *self, msg *m) {
   }
 }
 
-const actor_def compile_actor_def = {compile_pool_start, compile_handle, compile_pool_stop};
+/* The pool starts, and the target of the scheduler's backend opens now
+ * rather than at the first COMPILE: opening asks the compiler for its
+ * identity (a process, on the first use of a compiler), and the actor waits
+ * for it. Done here, that wait is part of opening the scheduler; done at
+ * the first COMPILE, a CANCEL (a deadline) would wait behind it. A target
+ * that cannot open now is asked again, and its error reported, by the
+ * COMPILE that needs it. */
+static int compile_start(actor_t *self, schedrun_error_t *err) {
+  int rc = compile_pool_start(self, err);
+  compile_state *s = actor_state(self);
+  gpu_backend *be = s->core ? s->core->backend : NULL;
+  const gpu_compile_target *t = rc == SCHEDRUN_OK && be ? gpu_compile_target_find(be->ops->target(be, 0)) : NULL;
+  if (t) {
+    schedrun_error_t ignored = {0};
+    (void)compile_target_of(s, t, &ignored);
+    schedrun_error_clear(&ignored);
+  }
+  return rc;
+}
+
+const actor_def compile_actor_def = {compile_start, compile_handle, compile_pool_stop};

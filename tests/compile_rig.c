@@ -139,9 +139,11 @@ const char *rig_slow_cxx(char dir[64], const char *marker) {
   snprintf(wrapper, sizeof wrapper, "%s/slow-c++", dir);
   FILE *f = fopen(wrapper, "w");
   assert_non_null(f);
-  /* the last argument is the source; `exec sleep` keeps the pid written */
+  /* the last argument is the source; `exec sleep` keeps the pid written;
+   * RIG_VERSION_DELAY (seconds) makes `--version` slow to answer */
   fprintf(f,
           "#!/bin/sh\n"
+          "case \"$1\" in --version) [ -n \"$RIG_VERSION_DELAY\" ] && sleep \"$RIG_VERSION_DELAY\";; esac\n"
           "for a in \"$@\"; do src=\"$a\"; done\n"
           "case \"$src\" in *.cpp) if grep -q '%s' \"$src\"; then echo $$ > '%s/pid.tmp'; "
           "mv '%s/pid.tmp' '%s/pid'; exec sleep 240; fi;; esac\n"

@@ -304,6 +304,10 @@ static void test_compile_timeout_kills_a_hung_compiler(void **st) {
 static void cli_over_a_hung_compile(const char *opt, int want, const char *text) {
   char wdir[64];
   setenv("SCHEDRUN_CXX", rig_slow_cxx(wdir, "HANG_HERE"), 1);
+  /* the compiler takes longer than the first --timeout to say its version:
+   * asking is part of opening the scheduler (an early outcome, retried), not
+   * a wait inside the compile actor that a deadline's CANCEL queues behind */
+  setenv("RIG_VERSION_DELAY", "1.5", 1);
   const char *cfg = tu_write_temp(0, "hang.yaml", hang_yaml);
   char *out = NULL, *errs = NULL;
   int rc = 0;
@@ -324,6 +328,7 @@ static void cli_over_a_hung_compile(const char *opt, int want, const char *text)
   free(out);
   free(errs);
   unsetenv("SCHEDRUN_CXX");
+  unsetenv("RIG_VERSION_DELAY");
   fs_remove_tree(wdir);
 }
 
