@@ -175,6 +175,7 @@ int json_print_outcome(const cli_outcome *o) {
   if (o->signal) put(j, "interrupted", json_object_new_string(o->signal));
   put(j, "verified", json_object_new_boolean(o->exit_status == 0));
   put(j, "fallback", o->s && schedrun_device_fallback(o->s) ? str(schedrun_device_fallback(o->s)) : NULL);
+  put(j, "target", o->s && schedrun_compile_target(o->s) ? str(schedrun_compile_target(o->s)) : NULL);
   if (o->ranks) put(j, "ranks", o->ranks);
   if (o->stages) put(j, "stages", o->stages);
   json_object *errors;

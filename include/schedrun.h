@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 #define SCHEDRUN_VERSION_MAJOR 0
-#define SCHEDRUN_VERSION_MINOR 6
+#define SCHEDRUN_VERSION_MINOR 7
 #define SCHEDRUN_VERSION_PATCH 0
 
 /* Public functions are the only symbols the shared library exports; the

@@ -114,7 +114,7 @@ struct schedrun {
   char *temp_cache; /* removed at close */
   char *fallback;   /* why auto/all runs on the host */
   char *opened_devices; /* the devices spec it was opened with ("auto" for NULL) */
-  char target[96];  /* what kernels compile for: "host", "cuda sm_90" */
+  char target[160]; /* what kernels compile for: "host", "cuda sm_90", "cuda sm_80+sm_90" */
   uint64_t spin_ns; /* how long waiting threads poll before they sleep */
   /* callbacks of jobs whose COMPLETE a waiting thread took from the
    * completion queue: they run on the completion thread (under lock) */

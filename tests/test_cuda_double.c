@@ -241,9 +241,9 @@ static void test_nvrtc_newer_than_the_driver(void **st) {
 /* ---- devices of two architectures ---- */
 
 /* Devices of different compute capabilities (sm_90 and sm_80) share one
- * artifact per kernel: PTX for the oldest, which the driver compiles for
- * each. Every job verifies on both (a cubin for device 0's sm_90 does not
- * load on the sm_80 one). */
+ * artifact per kernel holding a cubin for each architecture; each device
+ * loads its own. Every job verifies on both (the double refuses a cubin of
+ * another architecture with CUDA_ERROR_NO_BINARY_FOR_GPU, as a driver does). */
 static void test_devices_of_two_architectures(void **st) {
   (void)st;
   set_double("13000", "2");
@@ -261,6 +261,8 @@ static void test_devices_of_two_architectures(void **st) {
     for (size_t d = 0; d < 2; d++)
       if (json_object_get_int64(get(json_object_array_get_idx(devs, d), "jobs")) == 0)
         fail_msg("%s: device %zu ran no job", configs[c], d);
+    /* a cubin per architecture, oldest first, each device loading its own */
+    assert_string_equal(json_object_get_string(get(r.json, "target")), "cuda sm_80+sm_90");
     printf("  %s: verified on sm_90 and sm_80\n", configs[c]);
     result_free(&r);
   }

@@ -98,10 +98,11 @@ typedef struct cuda_backend {
   pthread_mutex_t peer_lock;
   _Atomic bool abandoned;
   uint64_t spin_ns; /* how long cu_wait_stream polls before it sleeps */
-  /* what kernels are compiled for: every device's sm_XX when they share
-   * one, else PTX for the oldest (compute_XX), which the driver compiles
-   * for each device as it loads the module */
-  char compile_arch[20];
+  /* what kernels are compiled for: the devices' sm_XX when they share one,
+   * else each architecture present, oldest first, joined by '+'
+   * ("sm_80+sm_90"): one cubin per architecture in one artifact
+   * (arch_bundle.h), each device loading its own */
+  char compile_arch[128];
 } cuda_backend;
 
 static inline cuda_backend *cb(const gpu_backend *b) { return (cuda_backend *)b; }
@@ -120,6 +121,30 @@ void cu_set_lost(cu_device *d, const char *why);
  * going on if its work ends within CU_GRACE_NS, else lost and stuck. A
  * kernel's fault is named (the device lost). f may be NULL. */
 int cu_wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err);
+
+/* Calls that run on the caller's thread (open, close, host memory, the
+ * checks of the caller's own memory) make a device's context current there
+ * as they go, and put back the one they found: cu_found, then cu_put_back. */
+int cu_found(cuda_backend *b, CUcontext *found, schedrun_error_t *err);
+void cu_put_back(cuda_backend *b, CUcontext found);
+/* A device whose context may be used for what any context can do (host
+ * memory): the first not stuck, or -1. */
+int cu_any(const cuda_backend *b);
+
+/* Memory (cuda_memory.c): the gpu_ops entries of the same names. */
+int cu_mem_alloc(gpu_backend *g, int dev, uint64_t bytes, uint64_t *addr, schedrun_error_t *err);
+int cu_mem_room(gpu_backend *g, int dev, uint64_t *free_bytes, uint64_t *total, schedrun_error_t *err);
+void cu_mem_free(gpu_backend *g, int dev, uint64_t addr);
+int cu_mem_zero(gpu_backend *g, int dev, uint64_t addr, uint64_t n, schedrun_error_t *err);
+int cu_copy_htod(gpu_backend *g, int dev, uint64_t dst, const void *src, uint64_t n, schedrun_error_t *err);
+int cu_copy_dtoh(gpu_backend *g, int dev, void *dst, uint64_t src, uint64_t n, schedrun_error_t *err);
+int cu_copy_dtod(gpu_backend *g, int dev, uint64_t dst, uint64_t src, uint64_t n, schedrun_error_t *err);
+int cu_copy_peer(gpu_backend *g, int dst_dev, uint64_t dst, int src_dev, uint64_t src, uint64_t n, bool *peer,
+                 schedrun_error_t *err);
+int cu_host_alloc(gpu_backend *g, uint64_t bytes, void **data, schedrun_error_t *err);
+void cu_host_free(gpu_backend *g, void *data);
+bool cu_host_address(gpu_backend *g, const void *host, uint64_t bytes, uint64_t *addr);
+int cu_mem_reach(gpu_backend *g, int dev, uint64_t addr, uint64_t bytes, schedrun_error_t *err);
 
 #define CU_CHECK(a, call, dev, err)                               \
   do {                                                            \

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpu/arch_bundle.h"
 #include "gpu/backend.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/host/host_build.h"
@@ -332,8 +333,8 @@ static int image_in_worker(nvrtc_api *a, const char *exe, const gpu_compile_req 
   return rc;
 }
 
-static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, uint8_t **out, size_t *out_len,
-                      char **log, schedrun_error_t *err) {
+static int nv_compile_one(void *ctx, const gpu_compile_req *r, const char *tmp_dir, uint8_t **out, size_t *out_len,
+                          char **log, schedrun_error_t *err) {
   nvrtc_api *a = ctx;
   *out = NULL;
   *out_len = 0;
@@ -399,6 +400,66 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
     free(*out);
     *out = NULL;
     *out_len = 0;
+  }
+  return rc;
+}
+
+/* "sm_80+sm_90": a cubin for each (devices of several architectures), packed
+ * into one artifact (arch_bundle.h) from which the loader takes each
+ * device's. Compiled one after another: the pool already runs several
+ * kernels at once. The log names each architecture before its part. */
+static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, uint8_t **out, size_t *out_len,
+                      char **log, schedrun_error_t *err) {
+  if (!r->arch || !strchr(r->arch, '+')) return nv_compile_one(ctx, r, tmp_dir, out, out_len, log, err);
+  *out = NULL;
+  *out_len = 0;
+  *log = NULL;
+  char names[ARCH_BUNDLE_MAX][ARCH_BUNDLE_NAME_MAX + 1];
+  const char *archs[ARCH_BUNDLE_MAX];
+  uint8_t *imgs[ARCH_BUNDLE_MAX] = {0};
+  size_t lens[ARCH_BUNDLE_MAX] = {0};
+  size_t n = 0;
+  int rc = SCHEDRUN_OK;
+  for (const char *p = r->arch; rc == SCHEDRUN_OK;) {
+    size_t k = strcspn(p, "+");
+    if (k == 0 || k > ARCH_BUNDLE_NAME_MAX || n == ARCH_BUNDLE_MAX || strncmp(p, "sm_", 3) != 0)
+      rc = err_set(err, SCHEDRUN_ECOMPILE,
+                   "kernel '%s': the cuda target needs sm_XX architectures joined by '+' (at most %d), not '%s'",
+                   r->name, ARCH_BUNDLE_MAX, r->arch);
+    else {
+      memcpy(names[n], p, k);
+      names[n][k] = '\0';
+      archs[n] = names[n];
+      n++;
+    }
+    if (p[k] == '\0') break;
+    p += k + 1;
+  }
+  strbuf logs;
+  sb_init(&logs);
+  for (size_t i = 0; rc == SCHEDRUN_OK && i < n; i++) {
+    gpu_compile_req one = *r;
+    one.arch = archs[i];
+    char *l = NULL;
+    rc = nv_compile_one(ctx, &one, tmp_dir, &imgs[i], &lens[i], &l, err);
+    if (l && *l) {
+      sb_addf(&logs, "%s:\n%s%s", archs[i], l, l[strlen(l) - 1] == '\n' ? "" : "\n");
+    }
+    free(l);
+  }
+  if (rc == SCHEDRUN_OK) {
+    int pr = arch_bundle_pack(n, archs, (const uint8_t *const *)imgs, lens, out, out_len);
+    if (pr == -2) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
+    else if (pr)
+      rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': '%s' names an architecture twice", r->name, r->arch);
+  }
+  for (size_t i = 0; i < n; i++) free(imgs[i]);
+  if (logs.failed) {
+    sb_free(&logs);
+  } else if (logs.len) {
+    *log = sb_take(&logs);
+  } else {
+    sb_free(&logs);
   }
   return rc;
 }
