@@ -25,7 +25,7 @@ execute_state *execute_state_new(schedrun_core *core, int device) {
 void execute_state_free(execute_state *s) {
   if (s) {
     free(s->times);
-    kept_table_free(&s->kept); /* parcels still kept go with the device's memory */
+    kept_table_free(&s->kept); /* empty once the actor stopped (execute_stop) */
   }
   free(s);
 }
@@ -277,4 +277,16 @@ static int execute_handle(actor_t *self, msg *m) {
   }
 }
 
-const actor_def execute_actor_def = {NULL, execute_handle, NULL};
+/* On the actor's thread (a CUDA device's context is current there), after
+ * the last message: the device memory the actor holds for itself goes
+ * back — the kept `init` images, and parcels nobody came for. */
+static void execute_stop(actor_t *self) {
+  execute_state *s = actor_state(self);
+  gpu_backend *be = s->core->backend;
+  execute_images_free(s);
+  for (size_t i = 0; i < s->kept.n; i++)
+    if (!s->kept.v[i].in_context) be->ops->mem_free(be, s->device, s->kept.v[i].at);
+  kept_table_free(&s->kept);
+}
+
+const actor_def execute_actor_def = {NULL, execute_handle, execute_stop};

@@ -17,7 +17,7 @@
  * it, and kept_commit frees its parcel once the taker ran or failed. An
  * entry nobody comes for (its taker failed before it reached this device:
  * the device was lost, the scheduler shut down) stays until the actor
- * stops (execute_state_free), its parcel with the device's memory.
+ * stops (execute_stop), which frees its parcel.
  */
 #include <assert.h>
 #include <stdlib.h>

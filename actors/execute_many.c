@@ -1,7 +1,8 @@
 /*
  * EXECUTE_MANY in the execute actor: the jobs of one execution context, run
  * in turn. Consecutive jobs that need nothing of their own from the device
- * (no deadline, no node timing) go to it as one submission (run_batch: each
+ * (no node timing, the same deadline or none) go to it as one submission
+ * (run_batch, until that deadline: each
  * job's buffer fills, its replay and its reads back, in order), so a batch
  * of small jobs costs one wake of the device instead of one per job. Answers
  * go in columns too: COMPLETE_MANY to the client, EXECUTED_MANY to the
@@ -257,10 +258,10 @@ static const uint8_t *buffer_source(const prog_program *p, const job_run *jr, ui
 }
 
 /* The bytes job jr stages in a submission, or UINT64_MAX when it must run
- * alone (a deadline, timing, an input of the wrong size). */
+ * alone (timing, an input of the wrong size). */
 static uint64_t staged_bytes(const execute_state *s, const prog_program *p, const job_run *jr) {
   /* parcels that travel in messages: alone; what is kept here goes in the submission */
-  if (jr->deadline || execute_timing(s) || !kept_only(jr)) return UINT64_MAX;
+  if (execute_timing(s) || !kept_only(jr)) return UINT64_MAX;
   uint64_t total = 0;
   bool ok = true;
   for (uint32_t b = 0; b < p->nbuffers; b++) {
@@ -339,13 +340,17 @@ static uint64_t image_on_device(execute_state *s, uint64_t program, const prog_p
   return addr;
 }
 
-/* Frees the images when they are full, before a submission plans any step. */
-static void image_flush(execute_state *s) {
-  if (s->nimages < IMAGE_COPIES && s->image_bytes < IMAGE_BYTES / 2) return;
+void execute_images_free(execute_state *s) {
   gpu_backend *be = s->core->backend;
   for (uint32_t i = 0; i < s->nimages; i++) be->ops->mem_free(be, s->device, s->images[i].addr);
   s->nimages = 0;
   s->image_bytes = 0;
+}
+
+/* Frees the images when they are full, before a submission plans any step. */
+static void image_flush(execute_state *s) {
+  if (s->nimages < IMAGE_COPIES && s->image_bytes < IMAGE_BYTES / 2) return;
+  execute_images_free(s);
 }
 
 /* A submission's steps, growing. */
@@ -446,7 +451,8 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
   gpu_failure f = {GPU_NO_TAG, false};
   schedrun_error_t err = {0};
   uint64_t t0 = now_ns();
-  int rc = ok && nj ? be->ops->run_batch(be, s->device, ops.v, ops.n, 0, &done, &f, &err) : SCHEDRUN_ENOMEM;
+  uint64_t deadline = x->deadlines.v[k0]; /* every job's (execute_handle_many) */
+  int rc = ok && nj ? be->ops->run_batch(be, s->device, ops.v, ops.n, deadline, &done, &f, &err) : SCHEDRUN_ENOMEM;
   if (rc && !f.lost && done == 0) {
     kept_plan_truncate(s, &kp, 0, 0); /* they run alone, planned again */
     kept_plan_free(&kp);
@@ -529,6 +535,9 @@ void execute_handle_many(actor_t *self, execute_state *s, msg *m) {
     uint64_t bytes = 0;
     while (be->ops->run_batch && !s->core->no_batching && k1 < n && k1 - k < FLUSH_JOBS) {
       job_run jr = job_of(x, &at, k1);
+      /* one deadline for the submission: each job's own (a run's jobs share
+       * the run's); one already past runs alone, failing before it starts */
+      if (x->deadlines.v[k1] != x->deadlines.v[k] || (x->deadlines.v[k] && now_ns() >= x->deadlines.v[k])) break;
       uint64_t more = staged_bytes(s, c.p, &jr);
       if (more == UINT64_MAX || bytes + more > SEGMENT_BYTES) break;
       bytes += more;

@@ -93,6 +93,8 @@ bool execute_wanted(const prog_program *p, uint32_t b, uint32_t keep);
  * buffer of a job that runs where its buffer set's are (MSG_KEEP_RESIDENT),
  * unless the job brings an input for it. */
 bool execute_stays(const prog_program *p, const job_run *jr, uint32_t b);
+/* Frees the `init` images the actor keeps on its device (execute_many.c). */
+void execute_images_free(execute_state *s);
 /* Checks what a message says of its execution context. */
 int execute_check_context(const execute_state *s, const char *type, uint64_t program, uint32_t device,
                           const context_run *c, schedrun_error_t *err);

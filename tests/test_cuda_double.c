@@ -127,6 +127,44 @@ static void test_while_loop_is_one_launch_per_job(void **st) {
   loops_on("12020", false); /* no conditional nodes before 12.3: host-driven, still right */
 }
 
+/* ---- batches ---- */
+
+/* Jobs that differ in nothing (tests/configs/same_jobs.yaml, 48 a run) go
+ * to one device as batches: every fill and read back
+ * an asynchronous copy through pinned staging (none from pageable memory,
+ * which would wait for the stream), one event per job's graph and one per
+ * batch, one wait per batch; every job verifies. The double reads a pinned
+ * source when the copy runs, not when it was queued: staging reused before
+ * the batch's wait would give wrong results. */
+static void test_batches_copy_through_pinned_staging(void **st) {
+  (void)st;
+  set_double("13000", "1");
+  const char *log = tu_write_temp(4, "double.log", "");
+  setenv("SCHEDRUN_CUDA_DOUBLE_LOG", log, 1);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tests/configs/same_jobs.yaml", tu_env("SCHEDRUN_SOURCE_DIR"));
+  result r;
+  run_cuda(path, &r);
+  unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
+  char *text = tu_slurp(log, NULL);
+  assert_non_null(text);
+  if (r.status != 0 || !r.json || !json_object_get_boolean(get(r.json, "verified")))
+    fail_msg("same_jobs.yaml on one device: exit %d\n%s%s", r.status, r.out ? r.out : "", r.err ? r.err : "");
+  int64_t jobs = json_object_get_int64(get(r.json, "jobs"));
+  assert_int_equal(jobs, 2 * 48);
+  assert_int_equal(json_object_get_int64(get(r.json, "jobs_verified")), jobs);
+  int pinned = tu_count(text, "copy-async-pinned"), pageable = tu_count(text, "copy-async-pageable"),
+      events = tu_count(text, "event-record"), launches = tu_count(text, "graph-launch");
+  /* each job reads y back (x is copied on the device from its init, y
+   * zeroed); the first, recorded, goes alone */
+  if (pinned < jobs - 2 || pageable != 0 || events <= jobs || launches < jobs)
+    fail_msg("%lld jobs: %d pinned and %d pageable asynchronous copies, %d event records, %d graph launches",
+             (long long)jobs, pinned, pageable, events, launches);
+  printf("  %lld jobs: %d copies through pinned staging, %d events\n", (long long)jobs, pinned, events);
+  free(text);
+  result_free(&r);
+}
+
 /* ---- updates inside a while loop's body ---- */
 
 /* Runs tests/configs/<name> on the double (as set) into *r, with the
@@ -322,6 +360,14 @@ static const struct {
     {"cuGraphConditionalHandleCreate", 1, "while_countdown.yaml", ONE_JOB},
     {"cuGraphAddNode", 1, "while_countdown.yaml", ONE_JOB},
     {"cuStreamQuery", 2, "saxpy.yaml", LOST},
+    /* batches: refused before anything is queued, the jobs run again alone;
+     * a step refused after a job's graph was queued fails that job alone
+     * (the first event recorded is the first batch's first graph's end,
+     * whatever the batches hold) */
+    {"cuEventCreate", 1, "+same_jobs.yaml", ABSORBED},
+    {"cuMemHostAlloc", 1, "+same_jobs.yaml", ABSORBED},
+    {"cuMemcpyDtoHAsync", 5, "+same_jobs.yaml", ONE_JOB},
+    {"cuEventRecord", 1, "+same_jobs.yaml", ONE_JOB},
     /* a kernel's fault surfaces at the next call on its context, and stays:
      * CUDA_ERROR_ILLEGAL_ADDRESS (700) from the next launch, the next
      * synchronize, the next copy back; CUDA_ERROR_LAUNCH_FAILED (719) */
@@ -671,6 +717,7 @@ int main(void) {
       cmocka_unit_test(test_deadline_in_a_host_driven_loop),
       cmocka_unit_test(test_configs_verify_on_cuda),
       cmocka_unit_test(test_while_loop_is_one_launch_per_job),
+      cmocka_unit_test(test_batches_copy_through_pinned_staging),
       cmocka_unit_test(test_while_body_updates_in_place),
       cmocka_unit_test(test_fills_that_resize_update_in_place),
       cmocka_unit_test(test_each_driver_call_failing_once),

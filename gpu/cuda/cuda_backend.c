@@ -202,7 +202,10 @@ static void c_destroy(gpu_backend *g) {
   bool keep = cu_found(b, &found, NULL) == SCHEDRUN_OK;
   for (int i = 0; i < b->ndevices; i++) {
     if (atomic_load(&b->devs[i].stuck)) continue; /* left to the process's end (cuda_internal.h) */
-    if (b->devs[i].ctx && b->api.cuCtxSetCurrent(b->devs[i].ctx) == CUDA_SUCCESS) cu_own_release(b, &b->devs[i]);
+    if (b->devs[i].ctx && b->api.cuCtxSetCurrent(b->devs[i].ctx) == CUDA_SUCCESS) {
+      cu_own_release(b, &b->devs[i]);
+      cu_batch_release(b, &b->devs[i]);
+    }
     if (b->devs[i].stream) {
       b->api.cuCtxSetCurrent(b->devs[i].ctx);
       b->api.cuStreamDestroy(b->devs[i].stream);
@@ -430,6 +433,7 @@ static const gpu_ops cuda_ops = {
     .seq_finalize = cu_seq_finalize,
     .seq_launch = cu_seq_launch,
     .seq_destroy = cu_seq_destroy,
+    .run_batch = cu_run_batch,
     .device_lost = c_device_lost,
     .abandon = c_abandon,
     .counters = c_counters,

@@ -740,6 +740,14 @@ static uint32_t count_kernels(const gpu_seq *s, uint32_t *tag) {
   return n;
 }
 
+int cu_seq_device(const gpu_seq *s) { return s->dev; }
+
+int cu_seq_enqueue(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
+  cu_device *d = &s->b->devs[s->dev];
+  if (!s->finalized || s->parent) return err_set(err, SCHEDRUN_EINTERNAL, "%s: launch before finalize", d->name);
+  return run_segments(s, deadline_ns, f, err);
+}
+
 int cu_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
   cuda_backend *b = s->b;
   cu_device *d = &b->devs[s->dev];
@@ -751,9 +759,8 @@ int cu_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_err
     f->lost = true;
     return err_set(err, SCHEDRUN_ELOST, "%s is lost: %s", d->name, d->lost_why);
   }
-  if (!s->finalized || s->parent) return err_set(err, SCHEDRUN_EINTERNAL, "%s: launch before finalize", d->name);
   int rc = cu_use(b, s->dev, err);
-  if (rc == SCHEDRUN_OK) rc = run_segments(s, deadline_ns, f, err);
+  if (rc == SCHEDRUN_OK) rc = cu_seq_enqueue(s, deadline_ns, f, err);
   if (rc == SCHEDRUN_OK) rc = cu_wait_stream(b, d, deadline_ns, f, err);
   /* A driver says that a graph's work failed, not which node: when the
    * sequence holds one kernel, the failure is named after it. */

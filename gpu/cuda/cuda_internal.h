@@ -30,7 +30,8 @@
   X(cuGraphAddEmptyNode) X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphLaunch)         \
   X(cuGraphExecKernelNodeSetParams) X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams)     \
   X(cuGraphKernelNodeSetParams) X(cuGraphMemcpyNodeSetParams) X(cuGraphMemsetNodeSetParams)              \
-  X(cuGraphExecUpdate)
+  X(cuGraphExecUpdate) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async)         \
+  X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventElapsedTime) X(cuEventDestroy)
 
 /* Entry points a driver may lack; NULL then. The JIT linker and conditional
  * nodes together run a while loop inside one graph launch. */
@@ -61,7 +62,8 @@ typedef struct cu_device {
   int sm; /* 90 for sm_90 */
   _Atomic bool lost;
   /* lost while its work may still run (a deadline passed, or a close
-   * abandoned it): no driver call is made on its context again. Each of
+   * abandoned it): no driver call that may wait is made on its context
+ * again (cuEventQuery, which never waits, tells a batch how far it got). Each of
    * cuMemFree, cuModuleUnload, a synchronous copy, a synchronize and the
    * context's release may wait for that work, which may never end; what
    * the context holds is left to the process's end. A device lost to a
@@ -82,6 +84,13 @@ typedef struct cu_device {
   CUmodule fill_mod;
   CUfunction fill_fn;
   _Atomic uint64_t launches, host_trips;
+  /* batches (cuda_batch.c), on the device's execute thread: pinned staging
+   * for the bytes they fill and read back, and events (evs[0] ends a
+   * batch, then one per sequence) */
+  void *stage;
+  uint64_t stage_cap;
+  CUevent *evs;
+  uint32_t nevs;
 } cu_device;
 
 enum { PEER_UNKNOWN, PEER_ON, PEER_NONE };
@@ -152,11 +161,22 @@ int cu_mem_reach(gpu_backend *g, int dev, uint64_t addr, uint64_t bytes, schedru
     if (r__ != CUDA_SUCCESS) return cu_fail(a, err, r__, #call, dev); \
   } while (0)
 
+/* Batches (cuda_batch.c): gpu_ops.run_batch, and what a device keeps for
+ * them, given back at close (not on a stuck device). */
+int cu_run_batch(gpu_backend *g, int dev, gpu_batch_op *ops, size_t n, uint64_t deadline_ns, size_t *done,
+                 gpu_failure *f, schedrun_error_t *err);
+void cu_batch_release(cuda_backend *b, cu_device *d);
+
 /* Sequences (cuda_graph.c). */
 int cu_seq_create(gpu_backend *g, int dev, gpu_seq **out, schedrun_error_t *err);
 int cu_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err);
 int cu_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_t *err);
 int cu_seq_finalize(gpu_seq *s, schedrun_error_t *err);
+/* Queues the sequence on its device's stream without waiting for it (a
+ * host-driven loop still waits at each trip); the caller made the device's
+ * context current. */
+int cu_seq_enqueue(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err);
+int cu_seq_device(const gpu_seq *s); /* the device it was recorded for */
 int cu_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err);
 void cu_seq_destroy(gpu_seq *s);
 /* Unloads the backend's own kernels on d (the condition kernel, the fill kernel). */

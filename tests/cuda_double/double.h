@@ -37,9 +37,13 @@
  * Work queued on a stream runs on the stream's own thread after the call
  * returns (double_stream.c): cuStreamQuery, cuStreamSynchronize and the
  * calls documented to wait for the device observe it; a kernel's fault
- * surfaces at the next call on its context and stays there. Not modelled:
- * events, the asynchronous copies (the backend uses none), and a device's
- * own timing (kernels take what they take on the CPU).
+ * surfaces at the next call on its context and stays there. Asynchronous
+ * copies and fills, and events, follow the documented synchronization rules
+ * (double_async.c): pinned memory is read or written when the copy runs,
+ * pageable memory before the call returns. Not modelled: a device's own
+ * timing (kernels take what they take on the CPU, and an event's time is
+ * when its record ran on the stream's thread), copy engines apart from the
+ * streams, and cuStreamWaitEvent.
  *
  * Settings (environment):
  *   SCHEDRUN_CUDA_DOUBLE_DEVICES  devices (1)
@@ -91,7 +95,11 @@
  *                                 "hang" when a stream reaches a kernel
  *                                 that never returns,
  *                                 "memcpy-peer" over enabled peer access,
- *                                 "memcpy-peer-staged" without it)
+ *                                 "memcpy-peer-staged" without it,
+ *                                 "copy-async-pinned" for an asynchronous
+ *                                 copy queued from or to pinned memory,
+ *                                 "copy-async-pageable" for one that had to
+ *                                 wait, "event-record")
  */
 #ifndef SCHEDRUN_CUDA_DOUBLE_H
 #define SCHEDRUN_CUDA_DOUBLE_H
@@ -105,7 +113,7 @@
 #define DBL_EXPORT __attribute__((visibility("default")))
 
 /* Every handle the double gives out starts with its kind. */
-enum { K_CTX = 1, K_MOD, K_FUNC, K_STREAM, K_GRAPH, K_NODE, K_EXEC, K_LINK, K_NKINDS };
+enum { K_CTX = 1, K_MOD, K_FUNC, K_STREAM, K_GRAPH, K_NODE, K_EXEC, K_LINK, K_EVENT, K_NKINDS };
 
 typedef struct dobj {
   uint32_t kind;
@@ -123,6 +131,20 @@ typedef struct dstream {
   bool started, destroyed;   /* its thread; cuStreamDestroy (the thread frees it once idle) */
   pthread_cond_t more;       /* work queued, or the stream destroyed */
 } dstream;
+
+/* An event (double_async.c): each cuEventRecord queues a marker on a
+ * stream; the event is complete once its latest marker has run, and has
+ * the time that marker ran. Under dbl_qlock but for o and flags. */
+typedef struct devent {
+  dobj o;
+  dctx *ctx;
+  unsigned flags;    /* CU_EVENT_* */
+  uint64_t issued;   /* records made */
+  uint64_t done;     /* the number of the latest record that has run */
+  uint64_t t_ns;     /* when it ran (CLOCK_MONOTONIC) */
+  uint32_t queued;   /* its markers still on a stream */
+  bool destroyed;    /* cuEventDestroy with markers queued: the last one frees it */
+} devent;
 
 struct dctx {
   dobj o;
@@ -229,7 +251,8 @@ typedef struct dbl_entry {
   void *fn;
   int since;
 } dbl_entry;
-extern const dbl_entry dbl_core_entries[], dbl_memory_entries[], dbl_module_entries[], dbl_graph_entries[];
+extern const dbl_entry dbl_core_entries[], dbl_memory_entries[], dbl_module_entries[], dbl_graph_entries[],
+    dbl_async_entries[];
 
 /* ---- core (double_core.c) ---- */
 extern pthread_mutex_t dbl_lock; /* recursive: held by every entry point */
@@ -255,6 +278,8 @@ const char *dbl_state_dir(void);
 /* ---- memory (double_memory.c) ---- */
 /* Live allocations, device and pinned host memory (their bytes in *bytes). */
 size_t dbl_allocations(uint64_t *bytes);
+/* Whether [p, p + bytes) is inside one pinned host allocation (cuMemHostAlloc). */
+bool dbl_pinned(const void *p, uint64_t bytes);
 
 /* ---- modules and kernels (double_module.c) ---- */
 CUresult dbl_kernel_args(const dfunc *f, void **params, uint64_t *slots);
@@ -265,6 +290,8 @@ void dbl_set_conditional(uint64_t handle, unsigned value);
  * cuGraphExecDestroy leave it alone): not a handle. */
 dexec *dbl_exec_snapshot(const dexec *e);
 void dbl_exec_snapshot_free(dexec *e);
+/* Runs one kernel, copy, fill or empty step on a stream's thread. */
+CUresult dbl_run_step(const dwork *w);
 /* Runs a snapshot on a stream's thread (conditional handles reset first). */
 CUresult dbl_exec_run(const dexec *e);
 /* The name of e's first kernel, into *name when it has one. */
@@ -277,9 +304,18 @@ extern pthread_mutex_t dbl_qlock; /* queues and what contexts keep under it; tak
 void dbl_stream_init(dstream *st, dctx *x);
 void dbl_stream_destroy(dstream *st); /* its handle already unregistered; freed once its work is done */
 dstream *dbl_stream(CUstream s, dctx *x); /* s, or x's legacy default stream */
+/* The stream a call names, checked against the current context: s, or
+ * (NULL) its legacy default stream. */
+CUresult dbl_stream_of(CUstream s, dstream **out);
 /* Runs one kernel (on a stream's thread): CUDA_SUCCESS, a fault, or DBL_HUNG. */
 CUresult dbl_run_kernel(const dwork *w);
-CUresult dbl_enqueue_kernel(dstream *st, const dwork *w);
+CUresult dbl_enqueue_kernel(dstream *st, const dwork *w); /* a kernel, copy or fill (w->type) */
+CUresult dbl_enqueue_event(dstream *st, devent *ev);      /* a record of ev; ev->issued counted by the caller */
+/* Waits until ev's latest record (when made) has run, dbl_lock let go
+ * meanwhile; then the context's fault, or CUDA_SUCCESS. */
+CUresult dbl_event_wait(devent *ev, const char *call);
+/* Frees ev now, or (markers queued) once the last has run. */
+void dbl_event_release(devent *ev);
 CUresult dbl_enqueue_graph(dstream *st, dexec *snapshot); /* takes the snapshot */
 CUresult dbl_sticky(const dctx *x);
 CUresult dbl_query(const dstream *st); /* the context's fault, CUDA_ERROR_NOT_READY, or CUDA_SUCCESS */

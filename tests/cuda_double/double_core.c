@@ -179,7 +179,7 @@ void dbl_free(void *h) {
 /* ---- the leak report ---- */
 
 static const char *const kind_names[K_NKINDS] = {"", "primary context", "module", "function", "stream", "graph",
-                                                  "graph node", "graph exec", "link state"};
+                                                  "graph node", "graph exec", "link state", "event"};
 
 __attribute__((destructor)) static void report_leaks(void) {
   if (!dbl_init_done) return;
@@ -424,7 +424,7 @@ static CUresult d_cuStreamDestroy(CUstream s) {
 
 /* The stream a call names, checked: s, or (NULL) the current context's
  * legacy default stream. */
-static CUresult stream_of(CUstream s, dstream **out) {
+CUresult dbl_stream_of(CUstream s, dstream **out) {
   if (!dbl_init_done) return CUDA_ERROR_NOT_INITIALIZED;
   dctx *x = dbl_current();
   if (!x) return CUDA_ERROR_INVALID_CONTEXT;
@@ -437,7 +437,7 @@ static CUresult stream_of(CUstream s, dstream **out) {
 static CUresult d_cuStreamSynchronize(CUstream s) {
   ENTER("cuStreamSynchronize");
   dstream *st;
-  CUresult r = stream_of(s, &st);
+  CUresult r = dbl_stream_of(s, &st);
   /* the legacy default stream waits for every blocking stream of its context */
   if (r == CUDA_SUCCESS) r = dbl_wait(st->ctx, s ? st : NULL, "cuStreamSynchronize");
   LEAVE(r);
@@ -446,7 +446,7 @@ static CUresult d_cuStreamSynchronize(CUstream s) {
 static CUresult d_cuStreamQuery(CUstream s) {
   ENTER("cuStreamQuery");
   dstream *st;
-  CUresult r = stream_of(s, &st);
+  CUresult r = dbl_stream_of(s, &st);
   LEAVE(r == CUDA_SUCCESS ? dbl_query(st) : r);
 }
 
@@ -538,7 +538,8 @@ static void once(void) {
 __attribute__((constructor)) static void double_init(void) { once(); }
 
 static CUresult lookup(const char *symbol, void **pfn, int version, CUdriverProcAddressQueryResult *status) {
-  const dbl_entry *tables[] = {dbl_core_entries, dbl_memory_entries, dbl_module_entries, dbl_graph_entries};
+  const dbl_entry *tables[] = {dbl_core_entries, dbl_memory_entries, dbl_module_entries, dbl_graph_entries,
+                               dbl_async_entries};
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
   *pfn = NULL;
   for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)

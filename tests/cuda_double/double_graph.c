@@ -522,37 +522,42 @@ static CUresult d_cuGraphExecUpdate(CUgraphExec he, CUgraph hg, CUgraphExecUpdat
 
 /* On a stream's thread, without dbl_lock but for the moments it reads
  * what other threads change (allocations, conditional handles). */
+CUresult dbl_run_step(const dwork *w) {
+  switch (w->type) {
+  case CU_GRAPH_NODE_TYPE_KERNEL: return dbl_run_kernel(w);
+  case CU_GRAPH_NODE_TYPE_MEMCPY:
+    /* the buffers may have been freed since the node was set */
+    if (!range_now(w->u.copy.src, w->u.copy.bytes) || !range_now(w->u.copy.dst, w->u.copy.bytes))
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    memcpy((void *)(uintptr_t)w->u.copy.dst, (const void *)(uintptr_t)w->u.copy.src, w->u.copy.bytes);
+    return CUDA_SUCCESS;
+  case CU_GRAPH_NODE_TYPE_MEMSET: {
+    const CUDA_MEMSET_NODE_PARAMS *p = &w->u.set;
+    if (!range_now(p->dst, memset_extent(p))) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    for (size_t row = 0; row < p->height; row++) {
+      uint8_t *d = (uint8_t *)(uintptr_t)(p->dst + row * p->pitch);
+      for (size_t k = 0; k < p->width; k++)
+        memcpy(d + k * p->elementSize, &(uint32_t){p->value}, p->elementSize); /* little-endian: low bytes */
+    }
+    return CUDA_SUCCESS;
+  }
+  case CU_GRAPH_NODE_TYPE_EMPTY: return CUDA_SUCCESS;
+  default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
 static CUresult run_exec(const dexec *e) {
   for (uint32_t i = 0; i < e->n; i++) {
     const dwork *w = &e->steps[i].w;
     CUresult r = CUDA_SUCCESS;
-    switch (w->type) {
-    case CU_GRAPH_NODE_TYPE_KERNEL: r = dbl_run_kernel(w); break;
-    case CU_GRAPH_NODE_TYPE_MEMCPY:
-      /* the buffers may have been freed since the node was set */
-      if (!range_now(w->u.copy.src, w->u.copy.bytes) || !range_now(w->u.copy.dst, w->u.copy.bytes))
-        return CUDA_ERROR_ILLEGAL_ADDRESS;
-      memcpy((void *)(uintptr_t)w->u.copy.dst, (const void *)(uintptr_t)w->u.copy.src, w->u.copy.bytes);
-      break;
-    case CU_GRAPH_NODE_TYPE_MEMSET: {
-      const CUDA_MEMSET_NODE_PARAMS *p = &w->u.set;
-      if (!range_now(p->dst, memset_extent(p))) return CUDA_ERROR_ILLEGAL_ADDRESS;
-      for (size_t row = 0; row < p->height; row++) {
-        uint8_t *d = (uint8_t *)(uintptr_t)(p->dst + row * p->pitch);
-        for (size_t k = 0; k < p->width; k++)
-          memcpy(d + k * p->elementSize, &(uint32_t){p->value}, p->elementSize); /* little-endian: low bytes */
-      }
-      break;
-    }
-    case CU_GRAPH_NODE_TYPE_EMPTY: break;
-    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+    if (w->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
       for (unsigned long trips = 0; cond_value(w->u.cond.handle); trips++) {
         r = run_exec(e->steps[i].body);
         if (r != CUDA_SUCCESS) break;
         if (trips >= (1ul << 31)) return CUDA_ERROR_LAUNCH_TIMEOUT;
       }
-      break;
-    default: return CUDA_ERROR_NOT_SUPPORTED;
+    } else {
+      r = dbl_run_step(w);
     }
     if (r != CUDA_SUCCESS) return r;
   }

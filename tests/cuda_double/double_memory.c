@@ -30,6 +30,15 @@ bool dbl_range(uint64_t addr, uint64_t bytes, const dctx *ctx) {
   return false;
 }
 
+bool dbl_pinned(const void *p, uint64_t bytes) {
+  uint64_t addr = (uint64_t)(uintptr_t)p;
+  for (size_t i = 0; i < g_nalloc; i++) {
+    const alloc *a = &g_allocs[i];
+    if (a->host && addr >= a->addr && addr - a->addr <= a->bytes && bytes <= a->bytes - (addr - a->addr)) return true;
+  }
+  return false;
+}
+
 /* Room in g_allocs for one more allocation. Under dbl_lock. */
 static bool alloc_room(void) {
   if (g_nalloc < g_alloccap) return true;

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/common.h"
 #include "double.h"
 
 pthread_mutex_t dbl_qlock = PTHREAD_MUTEX_INITIALIZER;
@@ -39,8 +40,10 @@ static pthread_cond_t g_done = PTHREAD_COND_INITIALIZER; /* some work finished, 
 
 struct ditem {
   struct ditem *next;
-  dwork w;      /* a kernel, when graph is NULL */
+  dwork w;      /* a kernel, copy or fill, when graph and event are NULL */
   dexec *graph; /* a graph launch: what was instantiated, as it was at launch */
+  devent *event; /* a record of an event: its number event_n */
+  uint64_t event_n;
 };
 
 /* Whether `list` (NAME[=V],...) names entry: its V (or "") then, else NULL. */
@@ -93,8 +96,19 @@ static void *stream_main(void *arg) {
     struct ditem *it = st->head; /* stays queued (counted pending) while it runs */
     bool run = x->sticky == CUDA_SUCCESS;
     pthread_mutex_unlock(&dbl_qlock);
-    CUresult r = run ? (it->graph ? dbl_exec_run(it->graph) : dbl_run_kernel(&it->w)) : CUDA_SUCCESS;
+    CUresult r = !run || it->event ? CUDA_SUCCESS : it->graph ? dbl_exec_run(it->graph) : dbl_run_step(&it->w);
+    uint64_t t = it->event ? now_ns() : 0;
     pthread_mutex_lock(&dbl_qlock);
+    if (it->event) {
+      devent *ev = it->event;
+      if (it->event_n > ev->done) {
+        ev->done = it->event_n;
+        ev->t_ns = t;
+      }
+      ev->queued--;
+      it->event = NULL;
+      if (ev->destroyed && !ev->queued) free(ev);
+    }
     if (r == DBL_HUNG) {
       x->hung = hung_name(it);
       dbl_count("hang");
@@ -162,6 +176,50 @@ CUresult dbl_enqueue_graph(dstream *st, dexec *snapshot) {
   }
   it->graph = snapshot;
   return enqueue(st, it);
+}
+
+CUresult dbl_enqueue_event(dstream *st, devent *ev) {
+  struct ditem *it = calloc(1, sizeof *it);
+  if (!it) return CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&dbl_qlock);
+  it->event = ev;
+  it->event_n = ev->issued;
+  ev->queued++;
+  pthread_mutex_unlock(&dbl_qlock);
+  CUresult r = enqueue(st, it);
+  if (r != CUDA_SUCCESS) {
+    pthread_mutex_lock(&dbl_qlock);
+    ev->queued--;
+    pthread_mutex_unlock(&dbl_qlock);
+  }
+  return r;
+}
+
+CUresult dbl_event_wait(devent *ev, const char *call) {
+  pthread_mutex_unlock(&dbl_lock); /* held once, by the entry point */
+  pthread_mutex_lock(&dbl_qlock);
+  dctx *x = ev->ctx;
+  uint64_t want = ev->issued;
+  while (ev->done < want && !x->hung && x->sticky == CUDA_SUCCESS) pthread_cond_wait(&g_done, &dbl_qlock);
+  if (ev->done < want && x->sticky == CUDA_SUCCESS) {
+    fprintf(stderr,
+            "cuda-double: %s waits forever: kernel %s on device %d never returns (SCHEDRUN_CUDA_DOUBLE_HANG); "
+            "an event recorded after it cannot complete\n",
+            call, x->hung, x->ordinal);
+    _exit(DBL_HANG_STATUS);
+  }
+  CUresult r = x->sticky;
+  pthread_mutex_unlock(&dbl_qlock);
+  pthread_mutex_lock(&dbl_lock);
+  return r;
+}
+
+void dbl_event_release(devent *ev) {
+  pthread_mutex_lock(&dbl_qlock);
+  ev->destroyed = true;
+  bool now = !ev->queued;
+  pthread_mutex_unlock(&dbl_qlock);
+  if (now) free(ev);
 }
 
 void dbl_stream_init(dstream *st, dctx *x) {
