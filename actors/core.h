@@ -36,6 +36,7 @@ typedef struct schedrun_core {
   bool record_always;
   bool record_whole_program; /* every RECORD walks the whole program (measurements) */
   bool no_batching;          /* one message per job per hop (measurements) */
+  bool time_nodes;           /* the first jobs of each device are timed node by node */
   pthread_mutex_t reg_lock;
   hmap programs; /* uint64_t id -> prog_program* */
   hmap buffers;  /* uint64_t id -> core_buffer*: the caller's memory jobs bind (lib/api_buffers.c) */

@@ -88,7 +88,7 @@ void execute_name_failure(const prog_program *p, const job_run *jr, const gpu_fa
 }
 
 bool execute_timing(const execute_state *s) {
-  return s->timed < TIMED_JOBS && s->core->backend->ops->seq_launch_timed;
+  return s->core->time_nodes && s->timed < TIMED_JOBS && s->core->backend->ops->seq_launch_timed;
 }
 
 static int run_job(execute_state *s, const context_run *c, const job_run *jr, msg_outputs *outs, size_t *cap,
@@ -122,11 +122,11 @@ static int run_job(execute_state *s, const context_run *c, const job_run *jr, ms
     return err_set(err, SCHEDRUN_ETIMEOUT, "job %llu (run %u, job %u) reached its deadline before it started on %s",
                    (unsigned long long)jr->id, jr->run, jr->job_index, be->ops->device_name(be, s->device));
   gpu_seq *seq = (gpu_seq *)(uintptr_t)c->sequence;
-  if (s->timed < TIMED_JOBS && be->ops->seq_launch_timed && !s->times)
+  if (execute_timing(s) && !s->times)
     s->times = malloc(TIMED_NODES * 3 * sizeof *s->times); /* freed once the last timed job is answered */
   if (p->nhosts) {
     rc = execute_run_segments(s, c, jr, f, err);
-  } else if (s->timed < TIMED_JOBS && s->times) {
+  } else if (execute_timing(s) && s->times) {
     s->timed++;
     rc = be->ops->seq_launch_timed(seq, jr->deadline, f, s->times, TIMED_NODES, ntimed, err);
   } else {

@@ -355,6 +355,7 @@ int main(int argc, char **argv) {
   opts.devices = devices ? devices : schedrun_program_devices(prog);
   opts.no_disk_cache = no_cache;
   opts.compile_timeout_ms = compile_timeout_s * 1000;
+  opts.time_nodes = trace != NULL; /* each node's time in the trace, on every backend */
   schedrun_t *s = NULL;
   int rc = ranks_open(&ranks, &opts, &s, &err);
   if (rc != SCHEDRUN_OK) {

@@ -107,6 +107,12 @@ typedef struct schedrun_options {
                             measuring that) */
   int compile_timeout_ms; /* a kernel compile running longer is killed and fails
                             (SCHEDRUN_ECOMPILE); 0: 300000 (5 minutes) */
+  int time_nodes;        /* 1: time every node of each device's first 16 jobs, for
+                            the trace (schedrun_report_write_trace). Host devices
+                            always do, at no cost; a CUDA device does when asked,
+                            running those jobs node by node with events around each
+                            instead of as one graph launch (same results, more launch
+                            overhead) */
 } schedrun_options_t;
 
 SCHEDRUN_EXTERN void schedrun_options_init(schedrun_options_t *opts);

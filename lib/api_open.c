@@ -306,6 +306,8 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   s->core.record_always = o.record_always != 0;
   s->core.record_whole_program = o.record_whole_program != 0;
   s->core.no_batching = o.no_batching != 0;
+  /* free on host devices (the worker notes the times); asked for elsewhere */
+  s->core.time_nodes = o.time_nodes != 0 || strcmp(s->core.backend->ops->name, "host") == 0;
   s->core.queue_completions = !s->core.no_batching;
   s->core.zctx = zmq_ctx_new();
   if (!s->core.zctx) {

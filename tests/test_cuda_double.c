@@ -165,6 +165,73 @@ static void test_batches_copy_through_pinned_staging(void **st) {
   result_free(&r);
 }
 
+/* ---- node times for the trace ---- */
+
+/* With --trace, a CUDA device's first jobs run node by node with events
+ * around each (no graph launch), and the trace has a span per node on the
+ * device's launch lane, in order, each job's nodes one after another; the
+ * results are those of the graph (every job verifies: saxpy's unrolled loop,
+ * and while_countdown's loop, driven from the host in a timed job). */
+static void trace_nodes_on(const char *config, int want_jobs) {
+  set_double("13000", "1");
+  const char *log = tu_write_temp(4, "double.log", "");
+  char trace[4096];
+  snprintf(trace, sizeof trace, "%s", log);
+  strcpy(strrchr(trace, '/') + 1, "trace.json");
+  setenv("SCHEDRUN_CUDA_DOUBLE_LOG", log, 1);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", tu_env("SCHEDRUN_CONFIGS"), config);
+  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--devices", "cuda", "--json", "--trace", trace, path, NULL};
+  result r = {0};
+  r.status = tu_run(argv, &r.out, &r.err);
+  r.json = r.out ? json_tokener_parse(r.out) : NULL;
+  unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
+  if (r.status != 0 || !r.json || !json_object_get_boolean(get(r.json, "verified")))
+    fail_msg("%s --trace on the double: exit %d\n%s%s", config, r.status, r.out ? r.out : "", r.err ? r.err : "");
+  assert_int_equal(json_object_get_int64(get(r.json, "jobs")), want_jobs);
+  char *text = tu_slurp(log, NULL);
+  assert_non_null(text);
+  /* at most 16 jobs are timed: these ran as kernel launches, not graphs */
+  int graphs = tu_count(text, "graph-launch"), kernels = tu_count(text, "\nlaunch") + !strncmp(text, "launch", 6);
+  if (graphs != 0 || kernels < want_jobs)
+    fail_msg("%s: %d graph launches and %d kernel launches for %d timed jobs", config, graphs, kernels, want_jobs);
+  free(text);
+  char *tt = tu_slurp(trace, NULL);
+  assert_non_null(tt);
+  json_object *tr = json_tokener_parse(tt);
+  free(tt);
+  assert_non_null(tr);
+  json_object *events = get(tr, "traceEvents");
+  int lane = -1, spans = 0;
+  double last_end = -1;
+  for (size_t i = 0; i < json_object_array_length(events); i++) {
+    json_object *ev = json_object_array_get_idx(events, i), *args = NULL, *cat = NULL, *name = NULL;
+    const char *ph = json_object_get_string(get(ev, "ph"));
+    if (!strcmp(ph, "M") && json_object_object_get_ex(ev, "args", &args) && json_object_object_get_ex(args, "name", &name) &&
+        !strcmp(json_object_get_string(name), "launches cuda:0"))
+      lane = json_object_get_int(get(ev, "tid"));
+    if (strcmp(ph, "X") || !json_object_object_get_ex(ev, "cat", &cat) || strcmp(json_object_get_string(cat), "launch"))
+      continue;
+    assert_int_equal(json_object_get_int(get(ev, "tid")), lane);
+    double ts = json_object_get_double(get(ev, "ts")), dur = json_object_get_double(get(ev, "dur"));
+    /* the nodes of one device run one after another */
+    if (dur < 0 || ts + 1e-3 < last_end) fail_msg("%s: node span %d at %.3f (%.3f us) overlaps the one before (to %.3f)",
+                                                 config, spans, ts, dur, last_end);
+    last_end = ts + dur;
+    spans++;
+  }
+  if (lane < 0 || spans < want_jobs) fail_msg("%s: %d node spans on lane %d", config, spans, lane);
+  printf("  %s: %d node spans, %d kernel launches, no graph launch\n", config, spans, kernels);
+  json_object_put(tr);
+  result_free(&r);
+}
+
+static void test_trace_times_each_node(void **st) {
+  (void)st;
+  trace_nodes_on("saxpy.yaml", 3);
+  trace_nodes_on("while_countdown.yaml", 3);
+}
+
 /* ---- updates inside a while loop's body ---- */
 
 /* Runs tests/configs/<name> on the double (as set) into *r, with the
@@ -718,6 +785,7 @@ int main(void) {
       cmocka_unit_test(test_configs_verify_on_cuda),
       cmocka_unit_test(test_while_loop_is_one_launch_per_job),
       cmocka_unit_test(test_batches_copy_through_pinned_staging),
+      cmocka_unit_test(test_trace_times_each_node),
       cmocka_unit_test(test_while_body_updates_in_place),
       cmocka_unit_test(test_fills_that_resize_update_in_place),
       cmocka_unit_test(test_each_driver_call_failing_once),

@@ -432,6 +432,7 @@ static const gpu_ops cuda_ops = {
     .seq_update = cu_seq_update,
     .seq_finalize = cu_seq_finalize,
     .seq_launch = cu_seq_launch,
+    .seq_launch_timed = cu_seq_launch_timed,
     .seq_destroy = cu_seq_destroy,
     .run_batch = cu_run_batch,
     .device_lost = c_device_lost,

@@ -35,8 +35,7 @@ static uint64_t stage_len(const gpu_batch_op *o) {
   return o->kind == GB_HTOD || o->kind == GB_DTOH ? (o->bytes + STAGE_ALIGN - 1) & ~(uint64_t)(STAGE_ALIGN - 1) : 0;
 }
 
-/* Room for `bytes` of staging and `nevs` events on d (its context current). */
-static int batch_room(cuda_backend *b, cu_device *d, uint64_t bytes, uint32_t nevs, schedrun_error_t *err) {
+int cu_batch_room(cuda_backend *b, cu_device *d, uint64_t bytes, uint32_t nevs, schedrun_error_t *err) {
   cu_api *a = &b->api;
   if (bytes > d->stage_cap) {
     uint64_t cap = d->stage_cap ? d->stage_cap : 1u << 20;
@@ -109,7 +108,7 @@ int cu_run_batch(gpu_backend *g, int dev, gpu_batch_op *ops, size_t n, uint64_t 
     nseq += ops[i].kind == GB_SEQ;
   }
   int rc = cu_use(b, dev, err);
-  if (rc == SCHEDRUN_OK) rc = batch_room(b, d, staged, 2 * nseq + 1, err);
+  if (rc == SCHEDRUN_OK) rc = cu_batch_room(b, d, staged, 2 * nseq + 1, err);
   /* where each job after the first starts */
   size_t *bound = rc == SCHEDRUN_OK ? malloc((nseq ? nseq : 1) * sizeof *bound) : NULL;
   if (rc == SCHEDRUN_OK && !bound) rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");

@@ -45,56 +45,7 @@
 #include <string.h>
 
 #include "gpu/cuda/cuda_internal.h"
-
-enum { SEG_GRAPH, SEG_WHILE };
-
-typedef struct cu_segment {
-  int kind;
-  bool owned; /* the graph is this segment's (not a conditional node's body) */
-  bool has_cond; /* holds a conditional node: updated through the graph (above) */
-  bool stale;    /* the graph's nodes changed since it was instantiated or updated */
-  CUgraph graph;
-  CUgraphExec exec;
-  CUgraphNode last; /* the chain's tail */
-  uint64_t flag;    /* SEG_WHILE */
-  uint32_t max_trips;
-  gpu_seq *body;
-} cu_segment;
-
-/* One gpu node: up to two CUDA nodes (an 8-byte fill with differing halves
- * is two 4-byte memsets over rows of pitch 8; a conditional while loop is
- * its first condition kernel and the conditional node), and the argument
- * slots a kernel node was given. */
-typedef struct cu_node {
-  uint8_t kind, ncu;
-  bool empty; /* a zero-length copy or fill: an empty node keeps its place */
-  uint16_t seg;
-  uint32_t tag; /* the caller's (gpu_node.tag) */
-  CUgraphNode cu[2];
-  size_t set_height; /* a memset's rows */
-  uint64_t *args;
-  void **params;
-  uint32_t nargs;
-  bool fill_kernel;     /* a fill as a kernel node of the fill kernel */
-  gpu_seq *body;        /* a conditional while loop's */
-  uint64_t cond_params; /* its parameter block: {flag address, max_trips | trips << 32} */
-} cu_node;
-
-struct gpu_seq {
-  cuda_backend *b;
-  int dev;
-  cu_node *nodes;
-  uint32_t n, cap;
-  cu_segment *segs;
-  uint32_t nsegs, segcap;
-  bool finalized;
-  /* a conditional node's body: its graph is the node's, instantiated with
-   * the parent's, and it ends with the condition kernel */
-  gpu_seq *parent;
-  uint16_t parent_seg;
-  CUgraphConditionalHandle handle;
-  uint64_t cond_params;
-};
+#include "gpu/cuda/cuda_seq.h"
 
 /* ---- the condition kernel ---- */
 
@@ -321,7 +272,7 @@ static cu_segment *push_segment(gpu_seq *s, int kind, CUgraph given, schedrun_er
   return sg;
 }
 
-static void kernel_params(const cu_node *cn, const gpu_node *n, CUDA_KERNEL_NODE_PARAMS *kp) {
+void cu_kernel_params(const cu_node *cn, const gpu_node *n, CUDA_KERNEL_NODE_PARAMS *kp) {
   memset(kp, 0, sizeof *kp);
   kp->func = (CUfunction)n->u.launch.fn;
   kp->gridDimX = n->u.launch.grid[0];
@@ -337,7 +288,7 @@ static void kernel_params(const cu_node *cn, const gpu_node *n, CUDA_KERNEL_NODE
 /* A fill as the fill kernel's launch: cn->args and cn->params (4 each) hold
  * its arguments; as many blocks as the count needs, up to FILL_MAX_BLOCKS
  * (then each thread fills several elements), at least one. */
-static void fill_kernel_params(const cu_device *d, cu_node *cn, const gpu_node *n, CUDA_KERNEL_NODE_PARAMS *kp) {
+void cu_fill_kernel_params(const cu_device *d, cu_node *cn, const gpu_node *n, CUDA_KERNEL_NODE_PARAMS *kp) {
   assert(cn->nargs == 4);
   uint64_t count = n->u.fill.count, blocks = (count + FILL_BLOCK - 1) / FILL_BLOCK;
   cn->args[0] = n->u.fill.dst;
@@ -370,7 +321,7 @@ static void copy_params(const gpu_node *n, CUDA_MEMCPY3D *cp) {
  * elements directly; 8-byte elements as one 1-D memset of 4-byte elements
  * when both halves of the pattern are equal (0.0, say), else as two 4-byte
  * memsets over rows of pitch 8 (low and high halves). */
-static int fill_params(const gpu_node *n, CUDA_MEMSET_NODE_PARAMS mp[2]) {
+int cu_fill_params(const gpu_node *n, CUDA_MEMSET_NODE_PARAMS mp[2]) {
   memset(mp, 0, 2 * sizeof *mp);
   uint32_t es = n->u.fill.elem_size;
   uint64_t pat = n->u.fill.pattern;
@@ -404,6 +355,7 @@ static int add_while_host(gpu_seq *s, cu_node *cn, gpu_node *n, schedrun_error_t
     return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
   n->u.loop.body = sg->body;
+  cn->node.u.loop.body = sg->body;
   cn->seg = (uint16_t)(s->nsegs - 1);
   return SCHEDRUN_OK;
 }
@@ -471,6 +423,8 @@ int cu_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err) 
   memset(cn, 0, sizeof *cn);
   cn->kind = (uint8_t)n->kind;
   cn->tag = n->tag;
+  cn->node = *n;
+  if (n->kind == GN_LAUNCH) cn->node.u.launch.args = NULL; /* the caller's: copied into cn->args below */
   if (n->kind == GN_WHILE) loops_setup(b, d);
   if (n->kind == GN_WHILE && atomic_load(&d->loops) != LOOPS_CONDITIONAL) {
     if ((rc = add_while_host(s, cn, n, err))) return rc;
@@ -495,7 +449,7 @@ int cu_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err) 
   CUresult r = CUDA_SUCCESS;
   const char *call = "";
   CUDA_MEMSET_NODE_PARAMS mp[2];
-  int k = n->kind == GN_FILL ? fill_params(n, mp) : 0;
+  int k = n->kind == GN_FILL ? cu_fill_params(n, mp) : 0;
   cn->fill_kernel = n->kind == GN_FILL && n->u.fill.resizes && fills_by_kernel(b, d);
   if (cn->fill_kernel) {
     cn->nargs = 4;
@@ -507,7 +461,7 @@ int cu_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err) 
       return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     }
     CUDA_KERNEL_NODE_PARAMS kp;
-    fill_kernel_params(d, cn, n, &kp);
+    cu_fill_kernel_params(d, cn, n, &kp);
     call = "cuGraphAddKernelNode";
     r = a->cuGraphAddKernelNode(&cn->cu[0], sg->graph, ndep ? &dep : NULL, ndep, &kp);
     cn->ncu = 1;
@@ -529,7 +483,7 @@ int cu_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err) 
     if (cn->nargs) memcpy(cn->args, n->u.launch.args, cn->nargs * sizeof(uint64_t));
     cuda_marshal_args(cn->args, cn->nargs, cn->params);
     CUDA_KERNEL_NODE_PARAMS kp;
-    kernel_params(cn, n, &kp);
+    cu_kernel_params(cn, n, &kp);
     call = "cuGraphAddKernelNode";
     r = a->cuGraphAddKernelNode(&cn->cu[0], sg->graph, ndep ? &dep : NULL, ndep, &kp);
     cn->ncu = 1;
@@ -614,6 +568,10 @@ int cu_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_
   if (rc) return rc;
   cu_node *cn = &s->nodes[index];
   cu_segment *sg = &s->segs[cn->seg];
+  gpu_seq *body = cn->node.u.loop.body;
+  cn->node = *n;
+  if (n->kind == GN_LAUNCH) cn->node.u.launch.args = NULL; /* copied into cn->args below */
+  if (n->kind == GN_WHILE) cn->node.u.loop.body = body;  /* a host-driven loop's, set when it was added */
   if (n->kind == GN_WHILE) {
     if (cn->body) return write_cond_params(b, d, cn->cond_params, n, err);
     sg->flag = n->u.loop.flag;
@@ -628,14 +586,14 @@ int cu_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_
   assert(whole || !s->parent); /* a body is always in a segment with its conditional node */
   if (cn->fill_kernel) {
     CUDA_KERNEL_NODE_PARAMS kp;
-    fill_kernel_params(d, cn, n, &kp);
+    cu_fill_kernel_params(d, cn, n, &kp);
     if (whole) CU_CHECK(a, a->cuGraphKernelNodeSetParams(cn->cu[0], &kp), d->name, err);
     else CU_CHECK(a, a->cuGraphExecKernelNodeSetParams(exec, cn->cu[0], &kp), d->name, err);
   } else if (n->kind == GN_LAUNCH) {
     if (n->u.launch.nargs != cn->nargs) return err_set(err, SCHEDRUN_EINTERNAL, "update changes a launch's arguments");
     if (cn->nargs) memcpy(cn->args, n->u.launch.args, cn->nargs * sizeof(uint64_t));
     CUDA_KERNEL_NODE_PARAMS kp;
-    kernel_params(cn, n, &kp);
+    cu_kernel_params(cn, n, &kp);
     if (whole) CU_CHECK(a, a->cuGraphKernelNodeSetParams(cn->cu[0], &kp), d->name, err);
     else CU_CHECK(a, a->cuGraphExecKernelNodeSetParams(exec, cn->cu[0], &kp), d->name, err);
   } else if (n->kind == GN_COPY) {
@@ -647,7 +605,7 @@ int cu_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_
     else CU_CHECK(a, a->cuGraphExecMemcpyNodeSetParams(exec, cn->cu[0], &cp, d->ctx), d->name, err);
   } else {
     CUDA_MEMSET_NODE_PARAMS mp[2];
-    int k = fill_params(n, mp);
+    int k = cu_fill_params(n, mp);
     if ((k == 0) != cn->empty) return refuse(d, "a fill to or from zero elements", err);
     if (cn->empty) return SCHEDRUN_OK;
     if (k != cn->ncu) return refuse(d, "a fill whose memsets change in number", err);

@@ -30,7 +30,7 @@
   X(cuGraphAddEmptyNode) X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphLaunch)         \
   X(cuGraphExecKernelNodeSetParams) X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams)     \
   X(cuGraphKernelNodeSetParams) X(cuGraphMemcpyNodeSetParams) X(cuGraphMemsetNodeSetParams)              \
-  X(cuGraphExecUpdate) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async)         \
+  X(cuGraphExecUpdate) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuMemsetD2D32Async) \
   X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventElapsedTime) X(cuEventDestroy)
 
 /* Entry points a driver may lack; NULL then. The JIT linker and conditional
@@ -166,6 +166,12 @@ int cu_mem_reach(gpu_backend *g, int dev, uint64_t addr, uint64_t bytes, schedru
 int cu_run_batch(gpu_backend *g, int dev, gpu_batch_op *ops, size_t n, uint64_t deadline_ns, size_t *done,
                  gpu_failure *f, schedrun_error_t *err);
 void cu_batch_release(cuda_backend *b, cu_device *d);
+/* Room for `bytes` of d's staging and `nevs` of its events (its context
+ * current; what the last batch queued has been waited for). */
+int cu_batch_room(cuda_backend *b, cu_device *d, uint64_t bytes, uint32_t nevs, schedrun_error_t *err);
+/* seq_launch_timed (cuda_timed.c): the nodes one by one, timed with events. */
+int cu_seq_launch_timed(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64_t *times, uint32_t max, uint32_t *n,
+                        schedrun_error_t *err);
 
 /* Sequences (cuda_graph.c). */
 int cu_seq_create(gpu_backend *g, int dev, gpu_seq **out, schedrun_error_t *err);

@@ -17,6 +17,7 @@
  *
  * A context's fault (double_stream.c) is returned by every one of them.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,6 +92,34 @@ static CUresult d_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CU
   if (!dbl_range(dst, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
   dwork w = {.type = CU_GRAPH_NODE_TYPE_MEMSET, .ctx = st->ctx};
   w.u.set = (CUDA_MEMSET_NODE_PARAMS){.dst = dst, .pitch = n, .value = v, .elementSize = 1, .width = n, .height = 1};
+  LEAVE(dbl_enqueue_kernel(st, &w));
+}
+
+static CUresult d_cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUstream s) {
+  ENTER("cuMemsetD32Async");
+  dstream *st;
+  CUresult r = live_stream(s, &st);
+  if (r != CUDA_SUCCESS) LEAVE(r);
+  if (n == 0) LEAVE(CUDA_SUCCESS);
+  if (dst % 4 || n > SIZE_MAX / 4 || !dbl_range(dst, n * 4, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  dwork w = {.type = CU_GRAPH_NODE_TYPE_MEMSET, .ctx = st->ctx};
+  w.u.set = (CUDA_MEMSET_NODE_PARAMS){.dst = dst, .pitch = n * 4, .value = v, .elementSize = 4, .width = n, .height = 1};
+  LEAVE(dbl_enqueue_kernel(st, &w));
+}
+
+/* Rows of `width` 32-bit values, `pitch` bytes apart. */
+static CUresult d_cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned v, size_t width, size_t height,
+                                     CUstream s) {
+  ENTER("cuMemsetD2D32Async");
+  dstream *st;
+  CUresult r = live_stream(s, &st);
+  if (r != CUDA_SUCCESS) LEAVE(r);
+  if (width == 0 || height == 0) LEAVE(CUDA_SUCCESS);
+  if (dst % 4 || width > SIZE_MAX / 4 || pitch < width * 4 || (height > 1 && pitch > (SIZE_MAX - width * 4) / (height - 1)) ||
+      !dbl_range(dst, (height - 1) * pitch + width * 4, NULL))
+    LEAVE(CUDA_ERROR_INVALID_VALUE);
+  dwork w = {.type = CU_GRAPH_NODE_TYPE_MEMSET, .ctx = st->ctx};
+  w.u.set = (CUDA_MEMSET_NODE_PARAMS){.dst = dst, .pitch = pitch, .value = v, .elementSize = 4, .width = width, .height = height};
   LEAVE(dbl_enqueue_kernel(st, &w));
 }
 
@@ -184,5 +213,6 @@ static CUresult d_cuEventDestroy(CUevent e) {
 const dbl_entry dbl_async_entries[] = {
     E(cuMemcpyHtoDAsync, 3020), E(cuMemcpyDtoHAsync, 3020),   E(cuMemcpyDtoDAsync, 3020), E(cuMemsetD8Async, 3020),
     E(cuEventCreate, 2000),     E(cuEventRecord, 2000),       E(cuEventQuery, 2000),      E(cuEventSynchronize, 2000),
-    E(cuEventElapsedTime, 2000), E(cuEventDestroy, 4000),    {NULL, NULL, 0}};
+    E(cuEventElapsedTime, 2000), E(cuEventDestroy, 4000),    E(cuMemsetD32Async, 3020), E(cuMemsetD2D32Async, 3020),
+    {NULL, NULL, 0}};
 #undef E

@@ -1,0 +1,71 @@
+/*
+ * What the CUDA backend's sequence files share (cuda_graph.c builds and
+ * launches sequences, cuda_timed.c runs one node by node, timed): the
+ * sequence, its segments and nodes. Internal to gpu/cuda/.
+ */
+#ifndef SCHEDRUN_CUDA_SEQ_H
+#define SCHEDRUN_CUDA_SEQ_H
+
+#include "gpu/cuda/cuda_internal.h"
+
+enum { SEG_GRAPH, SEG_WHILE };
+
+typedef struct cu_segment {
+  int kind;
+  bool owned; /* the graph is this segment's (not a conditional node's body) */
+  bool has_cond; /* holds a conditional node: updated through the graph (above) */
+  bool stale;    /* the graph's nodes changed since it was instantiated or updated */
+  CUgraph graph;
+  CUgraphExec exec;
+  CUgraphNode last; /* the chain's tail */
+  uint64_t flag;    /* SEG_WHILE */
+  uint32_t max_trips;
+  gpu_seq *body;
+} cu_segment;
+
+/* One gpu node: up to two CUDA nodes (an 8-byte fill with differing halves
+ * is two 4-byte memsets over rows of pitch 8; a conditional while loop is
+ * its first condition kernel and the conditional node), and the argument
+ * slots a kernel node was given. */
+typedef struct cu_node {
+  uint8_t kind, ncu;
+  bool empty; /* a zero-length copy or fill: an empty node keeps its place */
+  uint16_t seg;
+  uint32_t tag; /* the caller's (gpu_node.tag) */
+  CUgraphNode cu[2];
+  size_t set_height; /* a memset's rows */
+  uint64_t *args;
+  void **params;
+  uint32_t nargs;
+  bool fill_kernel;     /* a fill as a kernel node of the fill kernel */
+  gpu_seq *body;        /* a conditional while loop's */
+  uint64_t cond_params; /* its parameter block: {flag address, max_trips | trips << 32} */
+  /* what it was last given (a launch's arguments are in args), for a run
+   * node by node (cuda_timed.c) */
+  gpu_node node;
+} cu_node;
+
+struct gpu_seq {
+  cuda_backend *b;
+  int dev;
+  cu_node *nodes;
+  uint32_t n, cap;
+  cu_segment *segs;
+  uint32_t nsegs, segcap;
+  bool finalized;
+  /* a conditional node's body: its graph is the node's, instantiated with
+   * the parent's, and it ends with the condition kernel */
+  gpu_seq *parent;
+  uint16_t parent_seg;
+  CUgraphConditionalHandle handle;
+  uint64_t cond_params;
+};
+
+/* A kernel node's parameters from n, with cn's marshalled arguments. */
+void cu_kernel_params(const cu_node *cn, const gpu_node *n, CUDA_KERNEL_NODE_PARAMS *kp);
+/* A fill as the fill kernel's launch (cn->args and cn->params hold its 4 arguments). */
+void cu_fill_kernel_params(const cu_device *d, cu_node *cn, const gpu_node *n, CUDA_KERNEL_NODE_PARAMS *kp);
+/* A fill as memsets: how many (0 for an empty fill). */
+int cu_fill_params(const gpu_node *n, CUDA_MEMSET_NODE_PARAMS mp[2]);
+
+#endif
