@@ -19,6 +19,10 @@
 #   deadline  a kernel that never ends, as one launch, in a conditional loop
 #             and in a host-driven one, each in its own process: the job
 #             fails at its deadline (200 ms), and the run ends within 3 s
+#   batches   jobs that share a recording, sent in batches (pinned staging,
+#             one wait per batch): every job's distinct result verified
+#   trace     --trace: the first jobs run node by node, timed with events; the
+#             trace has their node spans
 #   context   the application's current context is kept by every call
 #   memcheck  compute-sanitizer memcheck on two configs (SKIP: not installed)
 #   demo      the multi-device demo on every GPU
@@ -295,6 +299,33 @@ do_deadline() {
   detail="$out"
 }
 
+do_batches() {
+  # jobs that share a recording go to the device in batches: pinned staging,
+  # one wait per batch; every job's output differs from the one before
+  srun batches --devices cuda:0 tests/configs/same_jobs.yaml
+  detail="$(jget "$logs/batches.json" 'j["jobs_verified"]') of $(jget "$logs/batches.json" 'j["jobs"]') jobs verified, target $(jget "$logs/batches.json" 'j["target"]')"
+  verified batches || {
+    detail="same_jobs.yaml not verified: $(head -c 300 "$logs/batches.err")"
+    return 1
+  }
+}
+
+do_trace() {
+  # --trace: the first jobs run node by node, timed with events
+  srun trace --devices cuda:0 --trace "$logs/trace.trace.json" configs/saxpy.yaml
+  verified trace || {
+    detail="saxpy --trace not verified: $(head -c 300 "$logs/trace.err")"
+    return 1
+  }
+  local spans
+  spans=$(python3 -c 'import json,sys
+e=json.load(open(sys.argv[1]))["traceEvents"]
+x=[v for v in e if v.get("ph")=="X" and v.get("cat")=="launch"]
+print(len(x), "node spans, median", sorted(v["dur"] for v in x)[len(x)//2] if x else 0, "us")' "$logs/trace.trace.json" 2>&1)
+  detail="$spans"
+  [[ "$spans" != 0\ * ]] && [[ "$spans" == *"node spans"* ]]
+}
+
 do_context() {
   "$build/tests/test_cuda_context" >"$logs/context.log" 2>&1
   local rc=$?
@@ -343,6 +374,8 @@ section updates do_updates
 section devices do_devices
 section fault do_fault
 section deadline do_deadline
+section batches do_batches
+section trace do_trace
 section context do_context
 section memcheck do_memcheck
 section demo do_demo
