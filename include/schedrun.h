@@ -297,6 +297,24 @@ SCHEDRUN_EXTERN int schedrun_program_buffer_sets(const schedrun_program_t *p);
 SCHEDRUN_EXTERN int schedrun_program_jobs(const schedrun_program_t *p);
 SCHEDRUN_EXTERN const char *schedrun_program_devices(const schedrun_program_t *p);
 
+/* One of a program's buffers, as declared: what a job's inputs must hold and
+ * what its outputs are (bindings for other languages size and type them from
+ * this). The strings live as long as the program. */
+#define SCHEDRUN_MAX_DIMS 8
+typedef struct schedrun_buffer_info {
+  const char *name;
+  const char *type;  /* "f32", "i32", ... (docs/config.md) */
+  size_t elem_size;  /* bytes per element */
+  uint64_t count;    /* elements */
+  int ndims;         /* its `shape`'s dimensions; 0: none (one dimension of count) */
+  uint64_t dims[SCHEDRUN_MAX_DIMS];
+} schedrun_buffer_info_t;
+/* The number of p's buffers (0 for NULL). */
+SCHEDRUN_EXTERN int schedrun_program_buffer_count(const schedrun_program_t *p);
+/* Buffer i of p (0 <= i < schedrun_program_buffer_count), in declaration
+ * order. SCHEDRUN_EINVAL for a NULL argument or an index out of range. */
+SCHEDRUN_EXTERN int schedrun_program_buffer(const schedrun_program_t *p, int i, schedrun_buffer_info_t *out);
+
 /* The recorded state of one execution context {program, device, slot}: its
  * node count and how many nodes its jobs created, updated in place and
  * reused, over its life (a job whose recording cannot have changed reuses it

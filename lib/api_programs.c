@@ -124,3 +124,19 @@ int schedrun_program_repeat(const schedrun_program_t *p) { return p ? p->p->repe
 int schedrun_program_buffer_sets(const schedrun_program_t *p) { return p ? p->p->buffer_sets : 0; }
 int schedrun_program_jobs(const schedrun_program_t *p) { return p ? p->p->jobs : 0; }
 const char *schedrun_program_devices(const schedrun_program_t *p) { return p ? p->p->devices : NULL; }
+
+int schedrun_program_buffer_count(const schedrun_program_t *p) { return p ? (int)p->p->nbuffers : 0; }
+
+int schedrun_program_buffer(const schedrun_program_t *p, int i, schedrun_buffer_info_t *out) {
+  if (!p || !out || i < 0 || (uint32_t)i >= p->p->nbuffers) return SCHEDRUN_EINVAL;
+  const prog_buffer *b = &p->p->buffers[i];
+  _Static_assert(SCHEDRUN_MAX_DIMS == PROG_MAX_DIMS, "the public shape holds every dimension");
+  memset(out, 0, sizeof *out);
+  out->name = b->name;
+  out->type = prog_type_name(b->type);
+  out->elem_size = prog_type_size(b->type);
+  out->count = b->count;
+  out->ndims = (int)b->ndims;
+  for (uint32_t d = 0; d < b->ndims; d++) out->dims[d] = b->dims[d];
+  return SCHEDRUN_OK;
+}

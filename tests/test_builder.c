@@ -424,6 +424,21 @@ static void test_shape_call(void **st) {
     const prog_program *pp = p->p;
     assert_int_equal(pp->buffers[0].ndims, 2);
     assert_true(pp->buffers[0].dims[0] == 2 && pp->buffers[0].dims[1] == 3 && pp->buffers[0].count == 6);
+    /* the same through the public description of a program's buffers */
+    assert_int_equal(schedrun_program_buffer_count(p), 1);
+    schedrun_buffer_info_t bi;
+    assert_int_equal(schedrun_program_buffer(p, 0, &bi), SCHEDRUN_OK);
+    assert_string_equal(bi.name, "m");
+    assert_string_equal(bi.type, "i32");
+    assert_int_equal(bi.elem_size, 4);
+    assert_int_equal(bi.count, 6);
+    assert_int_equal(bi.ndims, 2);
+    assert_true(bi.dims[0] == 2 && bi.dims[1] == 3);
+    assert_int_equal(schedrun_program_buffer(p, 1, &bi), SCHEDRUN_EINVAL);
+    assert_int_equal(schedrun_program_buffer(p, -1, &bi), SCHEDRUN_EINVAL);
+    assert_int_equal(schedrun_program_buffer(p, 0, NULL), SCHEDRUN_EINVAL);
+    assert_int_equal(schedrun_program_buffer(NULL, 0, &bi), SCHEDRUN_EINVAL);
+    assert_int_equal(schedrun_program_buffer_count(NULL), 0);
     schedrun_program_free(&p);
   }
   /* a shape before any buffer, dims NULL, and flags the builder does not know */
