@@ -28,10 +28,12 @@ CUDA_INCLUDE_DIRS = $(sort /usr/local/cuda/include $(realpath /usr/local/cuda/in
 STEP = ./cmake/step.sh
 
 # Debian packages the build and the host backend need (python3-numpy and
-# graphviz: the tests read --output with numpy.load and render --dot with dot).
+# graphviz: the tests read --output with numpy.load and render --dot with dot;
+# python3-pytest and python3-matplotlib: the Python package's tests and its
+# timeline picture).
 DEB_PACKAGES = build-essential g++ clang binutils cmake pkg-config libzmq3-dev libmsgpack-dev \
                libyaml-dev libcmocka-dev libssl-dev libjson-c-dev python3-numpy graphviz \
-               openmpi-bin libopenmpi-dev
+               openmpi-bin libopenmpi-dev python3-pytest python3-matplotlib
 
 # The stages of `make test`, in order; every stage runs, whatever the ones
 # before it did, and the end says how each went.
