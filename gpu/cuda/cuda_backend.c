@@ -318,6 +318,14 @@ static int c_launch(gpu_backend *g, int dev, const gpu_node *n, bool wait, sched
 
 /* ---- waiting and losing devices ---- */
 
+int cu_launch_begin(cu_device *d, gpu_failure *f, schedrun_error_t *err) {
+  f->tag = GPU_NO_TAG;
+  f->lost = false;
+  if (!atomic_load(&d->lost)) return SCHEDRUN_OK;
+  f->lost = true;
+  return err_set(err, SCHEDRUN_ELOST, "%s is lost: %s", d->name, d->lost_why);
+}
+
 void cu_set_lost(cu_device *d, const char *why) {
   pthread_mutex_lock(&d->lost_lock);
   if (!atomic_load(&d->lost)) {

@@ -97,17 +97,15 @@ int cu_run_batch(gpu_backend *g, int dev, gpu_batch_op *ops, size_t n, uint64_t 
   f->lost = false;
   if (dev < 0 || dev >= b->ndevices) return err_set(err, SCHEDRUN_EINVAL, "no cuda device %d", dev);
   cu_device *d = &b->devs[dev];
-  if (atomic_load(&d->lost)) {
-    f->lost = true;
-    return err_set(err, SCHEDRUN_ELOST, "%s is lost: %s", d->name, d->lost_why);
-  }
+  int rc = cu_launch_begin(d, f, err);
+  if (rc) return rc;
   uint64_t staged = 0;
   uint32_t nseq = 0;
   for (size_t i = 0; i < n; i++) {
     staged += stage_len(&ops[i]);
     nseq += ops[i].kind == GB_SEQ;
   }
-  int rc = cu_use(b, dev, err);
+  rc = cu_use(b, dev, err);
   if (rc == SCHEDRUN_OK) rc = cu_batch_room(b, d, staged, 2 * nseq + 1, err);
   /* where each job after the first starts */
   size_t *bound = rc == SCHEDRUN_OK ? malloc((nseq ? nseq : 1) * sizeof *bound) : NULL;

@@ -711,13 +711,9 @@ int cu_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_err
   cu_device *d = &b->devs[s->dev];
   gpu_failure ignored;
   if (!f) f = &ignored;
-  f->tag = GPU_NO_TAG;
-  f->lost = false;
-  if (atomic_load(&d->lost)) {
-    f->lost = true;
-    return err_set(err, SCHEDRUN_ELOST, "%s is lost: %s", d->name, d->lost_why);
-  }
-  int rc = cu_use(b, s->dev, err);
+  int rc = cu_launch_begin(d, f, err);
+  if (rc) return rc;
+  rc = cu_use(b, s->dev, err);
   if (rc == SCHEDRUN_OK) rc = cu_seq_enqueue(s, deadline_ns, f, err);
   if (rc == SCHEDRUN_OK) rc = cu_wait_stream(b, d, deadline_ns, f, err);
   /* A driver says that a graph's work failed, not which node: when the

@@ -123,6 +123,9 @@ int cu_fail(const cu_api *a, schedrun_error_t *err, CUresult r, const char *call
 /* Makes device dev's context current on this thread. */
 int cu_use(cuda_backend *b, int dev, schedrun_error_t *err);
 void cu_set_lost(cu_device *d, const char *why);
+/* The start of every launch: f (not NULL) says nothing yet; a lost device
+ * refuses (SCHEDRUN_ELOST, f->lost set). */
+int cu_launch_begin(cu_device *d, gpu_failure *f, schedrun_error_t *err);
 /* Every wait for a device's stream: polls cuStreamQuery, spinning for the
  * backend's spin_ns while the process's spin gauge allows (yielding between
  * looks), then sleeping between looks, so that a deadline (0: none) or a

@@ -115,16 +115,12 @@ int cu_seq_launch_timed(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64
   cu_device *d = &b->devs[s->dev];
   gpu_failure ignored;
   if (!f) f = &ignored;
-  f->tag = GPU_NO_TAG;
-  f->lost = false;
   *n = 0;
-  if (atomic_load(&d->lost)) {
-    f->lost = true;
-    return err_set(err, SCHEDRUN_ELOST, "%s is lost: %s", d->name, d->lost_why);
-  }
+  int rc = cu_launch_begin(d, f, err);
+  if (rc) return rc;
   if (!s->finalized || s->parent) return err_set(err, SCHEDRUN_EINTERNAL, "%s: launch before finalize", d->name);
   uint32_t nt = s->n < max ? s->n : max;
-  int rc = cu_use(b, s->dev, err);
+  rc = cu_use(b, s->dev, err);
   if (rc == SCHEDRUN_OK) rc = cu_batch_room(b, d, 0, nt + 1, err);
   if (rc) return rc;
   CU_CHECK(&b->api, b->api.cuEventRecord(d->evs[0], d->stream), d->name, err);

@@ -178,6 +178,21 @@ CUresult dbl_enqueue_graph(dstream *st, dexec *snapshot) {
   return enqueue(st, it);
 }
 
+/* A wait that can never end: said, and the process ends (double.h). */
+static _Noreturn void hang_exit(const dctx *x, const char *call, const char *why) {
+  fprintf(stderr, "cuda-double: %s waits forever: kernel %s on device %d never returns (SCHEDRUN_CUDA_DOUBLE_HANG); %s\n",
+          call, x->hung, x->ordinal, why);
+  _exit(DBL_HANG_STATUS);
+}
+
+/* The end of a wait (dbl_qlock held): x's fault, dbl_lock taken back. */
+static CUresult wait_end(const dctx *x) {
+  CUresult r = x->sticky;
+  pthread_mutex_unlock(&dbl_qlock);
+  pthread_mutex_lock(&dbl_lock);
+  return r;
+}
+
 CUresult dbl_enqueue_event(dstream *st, devent *ev) {
   struct ditem *it = calloc(1, sizeof *it);
   if (!it) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -201,17 +216,8 @@ CUresult dbl_event_wait(devent *ev, const char *call) {
   dctx *x = ev->ctx;
   uint64_t want = ev->issued;
   while (ev->done < want && !x->hung && x->sticky == CUDA_SUCCESS) pthread_cond_wait(&g_done, &dbl_qlock);
-  if (ev->done < want && x->sticky == CUDA_SUCCESS) {
-    fprintf(stderr,
-            "cuda-double: %s waits forever: kernel %s on device %d never returns (SCHEDRUN_CUDA_DOUBLE_HANG); "
-            "an event recorded after it cannot complete\n",
-            call, x->hung, x->ordinal);
-    _exit(DBL_HANG_STATUS);
-  }
-  CUresult r = x->sticky;
-  pthread_mutex_unlock(&dbl_qlock);
-  pthread_mutex_lock(&dbl_lock);
-  return r;
+  if (ev->done < want && x->sticky == CUDA_SUCCESS) hang_exit(x, call, "an event recorded after it cannot complete");
+  return wait_end(x);
 }
 
 void dbl_event_release(devent *ev) {
@@ -257,17 +263,9 @@ CUresult dbl_wait(dctx *x, const dstream *st, const char *call) {
   pthread_mutex_unlock(&dbl_lock); /* held once, by the entry point */
   pthread_mutex_lock(&dbl_qlock);
   while ((st ? st->pending : x->pending) && !x->hung) pthread_cond_wait(&g_done, &dbl_qlock);
-  if (st ? st->pending : x->pending) {
-    fprintf(stderr,
-            "cuda-double: %s waits forever: kernel %s on device %d never returns (SCHEDRUN_CUDA_DOUBLE_HANG); "
-            "a call that may wait for the device, made on a context whose work cannot end\n",
-            call, x->hung, x->ordinal);
-    _exit(DBL_HANG_STATUS);
-  }
-  CUresult r = x->sticky;
-  pthread_mutex_unlock(&dbl_qlock);
-  pthread_mutex_lock(&dbl_lock);
-  return r;
+  if (st ? st->pending : x->pending)
+    hang_exit(x, call, "a call that may wait for the device, made on a context whose work cannot end");
+  return wait_end(x);
 }
 
 void dbl_ctx_reset(dctx *x) {
