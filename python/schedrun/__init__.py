@@ -27,7 +27,8 @@ import numpy as np
 from . import _lib
 
 __all__ = [
-    "open", "Scheduler", "Program", "Builder", "Graph", "Result", "HostTask", "SchedrunError", "ConfigError",
+    "open", "Scheduler", "Program", "Builder", "Graph", "Result", "HostTask", "Registered", "SchedrunError",
+    "ConfigError",
     "CompileError", "VerifyError", "BackendError", "JobTimeoutError", "ClosedError", "FaultError", "LostError",
     "DependencyError", "HostError", "version",
 ]
@@ -496,7 +497,38 @@ class Graph:
             pass
 
 
-def _job_options(program, inputs, run, job, device, timeout, keep_outputs):
+class Registered:
+    """An array registered with a scheduler (schedrun_buffer_register): a job
+    bound to it (submit's `binds`) starts that buffer from the array's bytes
+    and writes the buffer back into it before the job completes, with no
+    copy through a message; on memory from Scheduler.host_array the job
+    works on it in place. The array must stay untouched while a job bound to
+    it runs; unregister() (or leaving a `with`) ends it."""
+
+    def __init__(self, sched, array):
+        a = array
+        if not isinstance(a, np.ndarray) or not a.flags.c_contiguous or not a.flags.writeable or a.nbytes == 0:
+            raise ValueError("register: a writable, C-contiguous, non-empty NumPy array is needed")
+        self.array = a
+        self._h = ctypes.c_void_p()
+        err = _lib.Error()
+        _check(_lib.buffer_register(sched._h, a.ctypes.data, a.nbytes, ctypes.byref(self._h), ctypes.byref(err)), err)
+
+    def unregister(self):
+        """Ends the registration; BusyError-like SchedrunError (EBUSY) while a
+        job bound to it has not completed."""
+        if self._h:
+            err = _lib.Error()
+            _check(_lib.buffer_unregister(ctypes.byref(self._h), ctypes.byref(err)), err)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.unregister()
+
+
+def _job_options(program, inputs, run, job, device, timeout, keep_outputs, binds=None):
     o = _lib.JobOptions()
     _lib.job_options_init(ctypes.byref(o))
     o.run, o.job, o.device, o.keep_outputs = int(run), int(job), int(device), 1 if keep_outputs else 0
@@ -521,6 +553,22 @@ def _job_options(program, inputs, run, job, device, timeout, keep_outputs):
         o.inputs = arr
         o.ninputs = len(inputs)
         keep.append(arr)
+    if binds:
+        barr = (_lib.Bind * len(binds))()
+        for i, (name, reg) in enumerate(binds.items()):
+            buf = program.buffers.get(name)
+            if buf is None:
+                raise ValueError("bind '%s': program '%s' has no such buffer" % (name, program.name))
+            if not isinstance(reg, Registered) or not reg._h:
+                raise TypeError("bind '%s': a Registered array is needed (Scheduler.register)" % name)
+            if reg.array.dtype != buf.dtype or reg.array.nbytes != buf.nbytes:
+                raise ValueError("bind '%s': %s of %d bytes, the buffer is %s of %d bytes" %
+                                 (name, reg.array.dtype, reg.array.nbytes, buf.type, buf.nbytes))
+            keep += [_b(name), reg]
+            barr[i] = _lib.Bind(keep[-2], reg._h)
+        o.binds = barr
+        o.nbinds = len(binds)
+        keep.append(barr)
     return o, keep
 
 
@@ -594,13 +642,31 @@ class Scheduler:
         self._programs.append(p)
         return p
 
-    def submit(self, program, inputs=None, run=0, job=0, device=-1, timeout=None, keep_outputs=True):
+    def register(self, array):
+        """Registers a NumPy array for jobs to use (submit's `binds`)."""
+        self._alive()
+        return Registered(self, array)
+
+    def host_array(self, shape, dtype):
+        """A zeroed NumPy array in memory the devices reach directly
+        (schedrun_host_alloc): registered and bound, a job works on it in
+        place. Valid until the scheduler closes."""
+        self._alive()
+        dtype = np.dtype(dtype)
+        n = int(np.prod(shape)) * dtype.itemsize
+        ptr = ctypes.c_void_p()
+        err = _lib.Error()
+        _check(_lib.host_alloc(self._h, n, ctypes.byref(ptr), ctypes.byref(err)), err)
+        return np.frombuffer((ctypes.c_char * n).from_address(ptr.value), dtype=dtype).reshape(shape)
+
+    def submit(self, program, inputs=None, run=0, job=0, device=-1, timeout=None, keep_outputs=True, binds=None):
         """Submits one job and returns a concurrent.futures.Future of its
         Result. inputs: buffer name to an array (any buffer-protocol object)
-        of the buffer's type and element count, instead of its init. timeout:
+        of the buffer's type and element count, instead of its init. binds:
+        buffer name to a Registered array, used instead of a copy. timeout:
         seconds from submission."""
         return self.submit_many(program, [dict(inputs=inputs, run=run, job=job, device=device, timeout=timeout,
-                                               keep_outputs=keep_outputs)])[0]
+                                               keep_outputs=keep_outputs, binds=binds)])[0]
 
     def submit_many(self, program, jobs):
         """Submits a job per dict of submit()'s keywords, in one call; a list of Futures."""
@@ -613,7 +679,8 @@ class Scheduler:
         for i, j in enumerate(jobs):
             j = dict(j)
             o, keep = _job_options(program, j.pop("inputs", None), j.pop("run", 0), j.pop("job", 0),
-                                   j.pop("device", -1), j.pop("timeout", None), j.pop("keep_outputs", True))
+                                   j.pop("device", -1), j.pop("timeout", None), j.pop("keep_outputs", True),
+                                   j.pop("binds", None))
             if j:
                 raise TypeError("submit: unknown keyword(s) %s" % ", ".join(j))
             key = next(_keys)

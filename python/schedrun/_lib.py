@@ -87,6 +87,10 @@ class Input(ctypes.Structure):
     _fields_ = [("buffer", c_char_p), ("data", c_void_p), ("bytes", c_size_t)]
 
 
+class Bind(ctypes.Structure):
+    _fields_ = [("buffer", c_char_p), ("memory", c_void_p)]
+
+
 JOB_CALLBACK = ctypes.CFUNCTYPE(None, c_uint64, c_void_p, c_void_p)
 HOST_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p)
 
@@ -106,7 +110,7 @@ class JobOptions(ctypes.Structure):
         ("record_only", c_int),
         ("after", POINTER(c_uint64)),
         ("nafter", c_size_t),
-        ("binds", c_void_p),
+        ("binds", POINTER(Bind)),
         ("nbinds", c_size_t),
     ]
 
@@ -239,6 +243,10 @@ task_output = _fn("schedrun_host_task_output", c_void_p, c_void_p, c_char_p, c_s
 task_name = _fn("schedrun_host_task_name", c_char_p, c_void_p)
 task_job = _fn("schedrun_host_task_job", c_uint64, c_void_p)
 task_fail = _fn("schedrun_host_task_fail", c_int, c_void_p, c_char_p)
+buffer_register = _fn("schedrun_buffer_register", c_int, c_void_p, c_void_p, c_size_t, POINTER(c_void_p), E)
+buffer_unregister = _fn("schedrun_buffer_unregister", c_int, POINTER(c_void_p), E)
+host_alloc = _fn("schedrun_host_alloc", c_int, c_void_p, c_size_t, POINTER(c_void_p), E)
+host_free = _fn("schedrun_host_free", c_int, c_void_p, c_void_p, E)
 free = ctypes.CDLL(None).free
 free.argtypes = [c_void_p]
 free.restype = None

@@ -106,6 +106,26 @@ def test_bad_inputs_name_what(s):
         s.submit(p, inputs={"w": np.zeros(1000, np.float32)})
 
 
+def test_registered_arrays(s):
+    p = s.load(SCALE)
+    v = np.arange(1000, dtype=np.float32).reshape(10, 100) * 2
+    with s.register(v) as reg:
+        r = s.submit(p, binds={"v": reg}, job=5).result(timeout=120)
+    # written back into the caller's array, element by element
+    want = np.arange(1000, dtype=np.float32).reshape(10, 100) * 6 + 5
+    np.testing.assert_array_equal(v, want)
+    np.testing.assert_array_equal(r["v"], want)
+    # in place, in memory the devices reach
+    h = s.host_array((10, 100), np.float32)
+    h[:] = 1
+    with s.register(h) as reg:
+        s.submit(p, binds={"v": reg}).result(timeout=120)
+    np.testing.assert_array_equal(h, np.full((10, 100), 3, np.float32))
+    with pytest.raises(ValueError, match="bind 'v': float64 of 8000 bytes, the buffer is f32 of 4000 bytes"):
+        with s.register(np.zeros(1000)) as bad:
+            s.submit(p, binds={"v": bad})
+
+
 def test_config_error_has_its_place(s):
     with pytest.raises(schedrun.ConfigError) as e:
         s.load("version: 1\nname: x\nbuffers:\n  v: {type: f33, count: 4}\nprogram: []\n", origin="bad.yaml")
