@@ -32,7 +32,8 @@
  * the driver refuses).
  *
  * A fill whose size changes from job to job is a kernel node of the fill
- * kernel (below), whose arguments always update in place.
+ * kernel (cuda_own.c), whose arguments always update in place. Sequences are
+ * launched by cuda_launch.c, and run node by node, timed, by cuda_timed.c.
  *
  * What a driver refuses to update in place is refused here before the call
  * where the rule is known (a 2-D memset on a 12.x driver, a changed 2-D
@@ -40,148 +41,11 @@
  * then builds the recording afresh.
  */
 #include <assert.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu/cuda/cuda_internal.h"
 #include "gpu/cuda/cuda_seq.h"
-
-/* ---- the condition kernel ---- */
-
-static const char cond_source[] =
-    "extern \"C\" __global__ void schedrun_while_cond(cudaGraphConditionalHandle h, unsigned long long *p,\n"
-    "                                                 int first) {\n"
-    "  const int *flag = (const int *)p[0];\n"
-    "  unsigned max = (unsigned)p[1];\n"
-    "  unsigned trips = first ? 0u : (unsigned)(p[1] >> 32) + 1u;\n"
-    "  p[1] = ((unsigned long long)trips << 32) | max;\n"
-    "  cudaGraphSetConditional(h, *flag != 0 && trips < max ? 1u : 0u);\n"
-    "}\n";
-
-/* The newest PTX ISA a driver reads, as 84 for 8.4 (the CUDA release notes'
- * table); 0 for a driver newer than this table. The condition kernel uses
- * nothing newer than ISA 8.3, the first with conditional nodes, so it is
- * labelled for the driver in hand. */
-static int driver_ptx_isa(int driver_version) {
-  int major = driver_version / 1000, minor = driver_version % 1000 / 10;
-  if (major == 12) return minor <= 5 ? 80 + minor : minor == 6 ? 85 : 79 + minor; /* 12.8: 8.7, 12.9: 8.8 */
-  if (major == 13) return 90 + minor;
-  return 0;
-}
-
-static void loops_on_host(cu_device *d, const char *why) {
-  snprintf(d->loops_why, sizeof d->loops_why, "on the host, a synchronisation per trip (%s)", why);
-  atomic_store(&d->loops, LOOPS_HOST);
-}
-
-/* Settles how d runs while loops, at its first loop (d's context current). */
-static void loops_setup(cuda_backend *b, cu_device *d) {
-  if (atomic_load(&d->loops) != LOOPS_UNKNOWN) return;
-  const cu_api *a = &b->api;
-  if (getenv("SCHEDRUN_CUDA_HOST_LOOPS")) return loops_on_host(d, "SCHEDRUN_CUDA_HOST_LOOPS is set");
-  if (b->driver_version < CUDA_ABI_COND || !a->cuGraphConditionalHandleCreate || !a->cuGraphAddNode)
-    return loops_on_host(d, "the driver has no conditional graph nodes; they need CUDA 12.3");
-  if (!a->cuLinkCreate || !a->cuLinkAddData || !a->cuLinkAddFile || !a->cuLinkComplete || !a->cuLinkDestroy)
-    return loops_on_host(d, "the driver has no JIT linker");
-  schedrun_error_t e = {0};
-  char *ptx = NULL, devrt[4096];
-  if (nvrtc_own_ptx(cond_source, "schedrun_while_cond", d->sm, driver_ptx_isa(b->driver_version), &ptx, devrt,
-                    sizeof devrt, &e)) {
-    loops_on_host(d, e.message ? e.message : "the condition kernel does not compile");
-    schedrun_error_clear(&e);
-    return;
-  }
-  CUlinkState link = NULL;
-  void *image = NULL;
-  size_t size = 0;
-  const char *call = "cuLinkCreate";
-  CUresult r = a->cuLinkCreate(0, NULL, NULL, &link);
-  if (r == CUDA_SUCCESS) {
-    call = "cuLinkAddData";
-    r = a->cuLinkAddData(link, CU_JIT_INPUT_PTX, ptx, strlen(ptx) + 1, "schedrun_while_cond", 0, NULL, NULL);
-  }
-  if (r == CUDA_SUCCESS && devrt[0]) {
-    /* cudaGraphSetConditional's stub; without it the driver resolves the call when the module loads */
-    call = "cuLinkAddFile";
-    r = a->cuLinkAddFile(link, CU_JIT_INPUT_LIBRARY, devrt, 0, NULL, NULL);
-  }
-  if (r == CUDA_SUCCESS) {
-    call = "cuLinkComplete";
-    r = a->cuLinkComplete(link, &image, &size);
-  }
-  if (r == CUDA_SUCCESS) {
-    call = "cuModuleLoadData";
-    r = a->cuModuleLoadData(&d->cond_mod, image);
-  }
-  if (r == CUDA_SUCCESS) {
-    call = "cuModuleGetFunction";
-    r = a->cuModuleGetFunction(&d->cond_fn, d->cond_mod, "schedrun_while_cond");
-    if (r != CUDA_SUCCESS) {
-      a->cuModuleUnload(d->cond_mod);
-      d->cond_mod = NULL;
-    }
-  }
-  if (link) a->cuLinkDestroy(link);
-  free(ptx);
-  if (r == CUDA_SUCCESS) {
-    atomic_store(&d->loops, LOOPS_CONDITIONAL);
-  } else {
-    cu_fail(a, &e, r, call, NULL);
-    loops_on_host(d, e.message ? e.message : call);
-    schedrun_error_clear(&e);
-  }
-}
-
-/* ---- the fill kernel ---- */
-
-/* A fill whose element count changes from job to job cannot stay a memset
- * node: a 13.x driver may refuse to grow a 1-D memset in place, a 12.x one
- * any 2-D one (8-byte patterns), and an empty fill is another kind of node.
- * Such a fill is a kernel node of this kernel instead, whose arguments
- * always update in place. */
-static const char fill_source[] =
-    "extern \"C\" __global__ void schedrun_fill(unsigned char *dst, unsigned long long count,\n"
-    "                                           unsigned long long pattern, unsigned size) {\n"
-    "  unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;\n"
-    "  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += step) {\n"
-    "    if (size == 8) ((unsigned long long *)dst)[i] = pattern;\n"
-    "    else if (size == 4) ((unsigned *)dst)[i] = (unsigned)pattern;\n"
-    "    else dst[i] = (unsigned char)pattern;\n"
-    "  }\n"
-    "}\n";
-enum { FILL_BLOCK = 256, FILL_MAX_BLOCKS = 4096 };
-
-/* Settles how d runs fills that change size, at the first one (d's
- * context current): the fill kernel, or memsets where it cannot be built
- * (updates then refused now and then, and the recording rebuilt). */
-static bool fills_by_kernel(cuda_backend *b, cu_device *d) {
-  if (d->fills != FILLS_UNKNOWN) return d->fills == FILLS_KERNEL;
-  d->fills = FILLS_MEMSET;
-  schedrun_error_t e = {0};
-  char *ptx = NULL;
-  if (nvrtc_own_ptx(fill_source, "schedrun_fill", d->sm, driver_ptx_isa(b->driver_version), &ptx, NULL, 0, &e)) {
-    schedrun_error_clear(&e);
-    return false;
-  }
-  CUresult r = b->api.cuModuleLoadData(&d->fill_mod, ptx);
-  free(ptx);
-  if (r != CUDA_SUCCESS) return false;
-  if (b->api.cuModuleGetFunction(&d->fill_fn, d->fill_mod, "schedrun_fill") != CUDA_SUCCESS) {
-    b->api.cuModuleUnload(d->fill_mod);
-    d->fill_mod = NULL;
-    return false;
-  }
-  d->fills = FILLS_KERNEL;
-  return true;
-}
-
-void cu_own_release(cuda_backend *b, cu_device *d) {
-  if (d->cond_mod) b->api.cuModuleUnload(d->cond_mod);
-  if (d->fill_mod) b->api.cuModuleUnload(d->fill_mod);
-  d->cond_mod = d->fill_mod = NULL;
-  d->cond_fn = d->fill_fn = NULL;
-}
 
 static CUresult add_cond_kernel(gpu_seq *s, cu_segment *sg, CUgraphConditionalHandle h, uint64_t params, int first,
                                 CUgraphNode *out) {
@@ -425,7 +289,7 @@ int cu_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err) 
   cn->tag = n->tag;
   cn->node = *n;
   if (n->kind == GN_LAUNCH) cn->node.u.launch.args = NULL; /* the caller's: copied into cn->args below */
-  if (n->kind == GN_WHILE) loops_setup(b, d);
+  if (n->kind == GN_WHILE) cu_loops_setup(b, d);
   if (n->kind == GN_WHILE && atomic_load(&d->loops) != LOOPS_CONDITIONAL) {
     if ((rc = add_while_host(s, cn, n, err))) return rc;
     *index = s->n++;
@@ -450,7 +314,7 @@ int cu_seq_add(gpu_seq *s, gpu_node *n, uint32_t *index, schedrun_error_t *err) 
   const char *call = "";
   CUDA_MEMSET_NODE_PARAMS mp[2];
   int k = n->kind == GN_FILL ? cu_fill_params(n, mp) : 0;
-  cn->fill_kernel = n->kind == GN_FILL && n->u.fill.resizes && fills_by_kernel(b, d);
+  cn->fill_kernel = n->kind == GN_FILL && n->u.fill.resizes && cu_fills_by_kernel(b, d);
   if (cn->fill_kernel) {
     cn->nargs = 4;
     cn->args = malloc(4 * sizeof(uint64_t));
@@ -621,104 +485,4 @@ int cu_seq_update(gpu_seq *s, uint32_t index, const gpu_node *n, schedrun_error_
   }
   if (whole) top->stale = true;
   return SCHEDRUN_OK;
-}
-
-/* Carries a stale segment's graph into its instantiated graph: one
- * cuGraphExecUpdate, or, where the driver refuses the update, the graph
- * instantiated afresh (the refusal is not an error: the graph holds the
- * parameters wanted). */
-static int refresh(cuda_backend *b, cu_device *d, cu_segment *sg, schedrun_error_t *err) {
-  cu_api *a = &b->api;
-  CUgraphExecUpdateResultInfo info;
-  memset(&info, 0, sizeof info);
-  CUresult r = a->cuGraphExecUpdate(sg->exec, sg->graph, &info);
-  if (r != CUDA_SUCCESS) {
-    if (r != CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) return cu_fail(a, err, r, "cuGraphExecUpdate", d->name);
-    CUgraphExec fresh = NULL; /* the old one stays until this one exists */
-    CU_CHECK(a, a->cuGraphInstantiateWithFlags(&fresh, sg->graph, 0), d->name, err);
-    a->cuGraphExecDestroy(sg->exec);
-    sg->exec = fresh;
-  }
-  sg->stale = false;
-  return SCHEDRUN_OK;
-}
-
-/* ---- launching ---- */
-
-/* Runs s's segments: graphs, and while loops driven from the host, whose
- * every trip waits for the stream through cu_wait_stream (the job's
- * deadline, a close that abandons the device, a kernel's fault) and stops
- * once the deadline has passed, the device idle between trips and not lost. */
-static int run_segments(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
-  cuda_backend *b = s->b;
-  cu_api *a = &b->api;
-  cu_device *d = &b->devs[s->dev];
-  for (uint32_t i = 0; i < s->nsegs; i++) {
-    cu_segment *sg = &s->segs[i];
-    if (sg->kind == SEG_GRAPH) {
-      int rc = sg->stale ? refresh(b, d, sg, err) : SCHEDRUN_OK;
-      if (rc) return rc;
-      CU_CHECK(a, a->cuGraphLaunch(sg->exec, d->stream), d->name, err);
-      atomic_fetch_add(&d->launches, 1);
-      continue;
-    }
-    for (uint32_t t = 0; t < sg->max_trips; t++) {
-      int32_t flag = 0;
-      atomic_fetch_add(&d->host_trips, 1);
-      int rc = cu_wait_stream(b, d, deadline_ns, f, err);
-      if (rc) return rc;
-      if (atomic_load(&b->abandoned))
-        return err_set(err, SCHEDRUN_ELOST, "%s: abandoned in a while loop run from the host (trip %u)", d->name,
-                       t + 1);
-      if (deadline_ns && now_ns() >= deadline_ns)
-        return err_set(err, SCHEDRUN_ETIMEOUT, "%s: the job ran past its deadline in a while loop run from the "
-                       "host (trip %u of at most %u)", d->name, t + 1, sg->max_trips);
-      CU_CHECK(a, a->cuMemcpyDtoH(&flag, (CUdeviceptr)sg->flag, sizeof flag), d->name, err);
-      if (flag == 0) break;
-      if ((rc = run_segments(sg->body, deadline_ns, f, err))) return rc;
-    }
-  }
-  return SCHEDRUN_OK;
-}
-
-/* Counts the kernel nodes of s and of its loops' bodies; *tag gets the last
- * one's tag. */
-static uint32_t count_kernels(const gpu_seq *s, uint32_t *tag) {
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < s->n; i++) {
-    const cu_node *cn = &s->nodes[i];
-    if (cn->kind == GN_LAUNCH) {
-      n++;
-      *tag = cn->tag;
-    } else if (cn->kind == GN_WHILE) {
-      const gpu_seq *body = cn->body ? cn->body : s->segs[cn->seg].body; /* conditional, or host-driven */
-      if (body) n += count_kernels(body, tag);
-    }
-  }
-  return n;
-}
-
-int cu_seq_device(const gpu_seq *s) { return s->dev; }
-
-int cu_seq_enqueue(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
-  cu_device *d = &s->b->devs[s->dev];
-  if (!s->finalized || s->parent) return err_set(err, SCHEDRUN_EINTERNAL, "%s: launch before finalize", d->name);
-  return run_segments(s, deadline_ns, f, err);
-}
-
-int cu_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
-  cuda_backend *b = s->b;
-  cu_device *d = &b->devs[s->dev];
-  gpu_failure ignored;
-  if (!f) f = &ignored;
-  int rc = cu_launch_begin(d, f, err);
-  if (rc) return rc;
-  rc = cu_use(b, s->dev, err);
-  if (rc == SCHEDRUN_OK) rc = cu_seq_enqueue(s, deadline_ns, f, err);
-  if (rc == SCHEDRUN_OK) rc = cu_wait_stream(b, d, deadline_ns, f, err);
-  /* A driver says that a graph's work failed, not which node: when the
-   * sequence holds one kernel, the failure is named after it. */
-  uint32_t tag = GPU_NO_TAG;
-  if (rc != SCHEDRUN_OK && f->tag == GPU_NO_TAG && count_kernels(s, &tag) == 1) f->tag = tag;
-  return rc;
 }

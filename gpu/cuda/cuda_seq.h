@@ -61,6 +61,15 @@ struct gpu_seq {
   uint64_t cond_params;
 };
 
+/* The fill kernel's launch shape (cuda_own.c builds it). */
+enum { FILL_BLOCK = 256, FILL_MAX_BLOCKS = 4096 };
+/* Settles how d runs while loops, at its first loop (d's context current):
+ * conditional nodes with the condition kernel, or from the host (d->loops). */
+void cu_loops_setup(cuda_backend *b, cu_device *d);
+/* Whether fills that change size are kernel nodes of the fill kernel on d
+ * (settled at the first; else memsets). */
+bool cu_fills_by_kernel(cuda_backend *b, cu_device *d);
+
 /* A kernel node's parameters from n, with cn's marshalled arguments. */
 void cu_kernel_params(const cu_node *cn, const gpu_node *n, CUDA_KERNEL_NODE_PARAMS *kp);
 /* A fill as the fill kernel's launch (cn->args and cn->params hold its 4 arguments). */
