@@ -29,6 +29,19 @@ typedef struct cu_app {
   int (*htod)(unsigned long long, const void *, size_t);
   int (*dtoh)(void *, unsigned long long, size_t);
   int (*dtod)(unsigned long long, unsigned long long, size_t);
+  int (*host_alloc)(void **, size_t, unsigned);
+  int (*host_free)(void *);
+  int (*stream_create)(void **, unsigned);
+  int (*stream_destroy)(void *);
+  int (*stream_sync)(void *);
+  int (*htod_async)(unsigned long long, const void *, size_t, void *);
+  int (*dtoh_async)(void *, unsigned long long, size_t, void *);
+  int (*event_create)(void **, unsigned);
+  int (*event_record)(void *, void *);
+  int (*event_query)(void *);
+  int (*event_sync)(void *);
+  int (*event_elapsed)(float *, void *, void *);
+  int (*event_destroy)(void *);
   int dev;    /* what the test retained, for its own use */
   void *ctx;
 } cu_app;
@@ -56,7 +69,20 @@ static inline bool cu_app_try(cu_app *a) {
               {"cuMemsetD8", (void **)&a->memset_d8},
               {"cuMemcpyHtoD", (void **)&a->htod},
               {"cuMemcpyDtoH", (void **)&a->dtoh},
-              {"cuMemcpyDtoD", (void **)&a->dtod}};
+              {"cuMemcpyDtoD", (void **)&a->dtod},
+              {"cuMemHostAlloc", (void **)&a->host_alloc},
+              {"cuMemFreeHost", (void **)&a->host_free},
+              {"cuStreamCreate", (void **)&a->stream_create},
+              {"cuStreamDestroy", (void **)&a->stream_destroy},
+              {"cuStreamSynchronize", (void **)&a->stream_sync},
+              {"cuMemcpyHtoDAsync", (void **)&a->htod_async},
+              {"cuMemcpyDtoHAsync", (void **)&a->dtoh_async},
+              {"cuEventCreate", (void **)&a->event_create},
+              {"cuEventRecord", (void **)&a->event_record},
+              {"cuEventQuery", (void **)&a->event_query},
+              {"cuEventSynchronize", (void **)&a->event_sync},
+              {"cuEventElapsedTime", (void **)&a->event_elapsed},
+              {"cuEventDestroy", (void **)&a->event_destroy}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     if (gpa(want[i].name, want[i].fn, 12000, 0) != 0 || !*want[i].fn) return false;
   return true;

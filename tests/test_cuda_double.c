@@ -777,6 +777,83 @@ static void test_double_refuses_overlapping_copies(void **st) {
   assert_int_equal(a.release(dev), OK);
 }
 
+/* The double's asynchronous copies and events, as the CUDA documentation
+ * says a driver behaves: a copy from or to pageable memory is done when the
+ * call returns (the source may be reused at once); one through pinned
+ * memory is done once its stream is; an event never recorded is complete
+ * and has no time; one made without timing has none either; times follow
+ * the order of the records; an event destroyed with its record still queued
+ * is freed when the record has run (no leak at exit). */
+static void test_double_async_copies_and_events(void **st) {
+  (void)st;
+  cu_app a;
+  cu_app_open(&a);
+  enum { OK = 0, INVALID_VALUE = 1, INVALID_HANDLE = 400 };
+  int dev;
+  void *ctx, *stream, *e1, *e2, *quiet, *early;
+  unsigned long long p;
+  assert_int_equal(a.init(0), OK);
+  assert_int_equal(a.get(&dev, 0), OK);
+  assert_int_equal(a.retain(&ctx, dev), OK);
+  assert_int_equal(a.set(ctx), OK);
+  assert_int_equal(a.stream_create(&stream, 0), OK);
+  assert_int_equal(a.alloc(&p, 256), OK);
+  /* pageable: the bytes as they were at the call */
+  unsigned char host[256], back[256];
+  memset(host, 5, sizeof host);
+  assert_int_equal(a.htod_async(p, host, sizeof host, stream), OK);
+  memset(host, 9, sizeof host);
+  memset(back, 0, sizeof back);
+  assert_int_equal(a.dtoh_async(back, p, sizeof back, stream), OK);
+  for (int i = 0; i < 256; i++) assert_int_equal(back[i], 5); /* done when it returned */
+  /* pinned: done once the stream is */
+  void *pinned;
+  assert_int_equal(a.host_alloc(&pinned, 256, 0), OK);
+  memset(pinned, 7, 256);
+  assert_int_equal(a.htod_async(p, pinned, 256, stream), OK);
+  assert_int_equal(a.dtoh_async(back, p, sizeof back, stream), OK); /* pageable again: waits */
+  for (int i = 0; i < 256; i++) assert_int_equal(back[i], 7);
+  memset(pinned, 0, 256);
+  assert_int_equal(a.dtoh_async(pinned, p, 256, stream), OK);
+  assert_int_equal(a.stream_sync(stream), OK);
+  for (int i = 0; i < 256; i++) assert_int_equal(((unsigned char *)pinned)[i], 7);
+  /* events */
+  assert_int_equal(a.event_create(&e1, 0), OK);
+  assert_int_equal(a.event_create(&e2, 0), OK);
+  assert_int_equal(a.event_create(&quiet, 2 /* CU_EVENT_DISABLE_TIMING */), OK);
+  assert_int_equal(a.event_create(&early, 0x40), INVALID_VALUE); /* no such flag */
+  float ms = -1;
+  assert_int_equal(a.event_query(e1), OK);                      /* never recorded: complete */
+  assert_int_equal(a.event_elapsed(&ms, e1, e2), INVALID_HANDLE); /* but no time */
+  assert_int_equal(a.event_record(e1, stream), OK);
+  assert_int_equal(a.htod_async(p, pinned, 256, stream), OK);
+  assert_int_equal(a.event_record(e2, stream), OK);
+  assert_int_equal(a.event_record(quiet, stream), OK);
+  assert_int_equal(a.event_sync(e2), OK);
+  assert_int_equal(a.event_query(e1), OK);
+  assert_int_equal(a.event_query(e2), OK);
+  assert_int_equal(a.event_elapsed(&ms, e1, e2), OK);
+  assert_true(ms >= 0);
+  assert_int_equal(a.event_elapsed(&ms, e2, e1), OK);
+  assert_true(ms <= 0);
+  assert_int_equal(a.event_sync(quiet), OK);
+  assert_int_equal(a.event_elapsed(&ms, e1, quiet), INVALID_HANDLE);
+  assert_int_equal(a.event_elapsed(NULL, e1, e2), INVALID_VALUE);
+  /* destroyed with a record queued behind a copy: freed once it ran */
+  assert_int_equal(a.htod_async(p, pinned, 256, stream), OK);
+  assert_int_equal(a.event_record(e1, stream), OK);
+  assert_int_equal(a.event_destroy(e1), OK);
+  assert_int_equal(a.event_destroy(e1), INVALID_HANDLE);
+  assert_int_equal(a.stream_sync(stream), OK);
+  assert_int_equal(a.event_destroy(e2), OK);
+  assert_int_equal(a.event_destroy(quiet), OK);
+  assert_int_equal(a.host_free(pinned), OK);
+  assert_int_equal(a.free(p), OK);
+  assert_int_equal(a.stream_destroy(stream), OK);
+  assert_int_equal(a.set(NULL), OK);
+  assert_int_equal(a.release(dev), OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       /* first: the double it loads into this process has no conditional
@@ -795,6 +872,7 @@ int main(void) {
       cmocka_unit_test(test_shutdown_stops_an_nvrtc_compile),
       cmocka_unit_test(test_deadline_and_timeout_stop_nvrtc),
       cmocka_unit_test(test_double_refuses_overlapping_copies),
+      cmocka_unit_test(test_double_async_copies_and_events),
       cmocka_unit_test(test_close_after_a_kernel_that_never_returns),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
