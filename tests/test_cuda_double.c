@@ -20,43 +20,8 @@
 #include <string.h>
 
 #include "cu_app.h"
-#include "test_util.h"
 
-#define LEAK_STATUS 86
-
-typedef struct result {
-  int status;
-  char *out, *err;
-  json_object *json; /* --json output, or NULL */
-} result;
-
-static void run_cuda(const char *config, result *r) {
-  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--devices", "cuda", "--json", (char *)config, NULL};
-  r->status = tu_run(argv, &r->out, &r->err);
-  r->json = r->out ? json_tokener_parse(r->out) : NULL;
-  if (r->status < 0) fail_msg("%s: sched-run crashed or could not run\n%s", config, r->err ? r->err : "");
-  if (r->status == LEAK_STATUS || (r->err && strstr(r->err, "cuda-double: leak")))
-    fail_msg("%s: the driver double found leaks:\n%s", config, r->err);
-}
-
-static void result_free(result *r) {
-  free(r->out);
-  free(r->err);
-  if (r->json) json_object_put(r->json);
-  memset(r, 0, sizeof *r);
-}
-
-static json_object *get(json_object *o, const char *key) {
-  json_object *v = NULL;
-  if (!o || !json_object_object_get_ex(o, key, &v)) fail_msg("the JSON has no \"%s\"", key);
-  return v;
-}
-
-static void set_double(const char *driver, const char *devices) {
-  setenv("SCHEDRUN_CUDA_DOUBLE_DRIVER", driver, 1);
-  setenv("SCHEDRUN_CUDA_DOUBLE_DEVICES", devices, 1);
-  unsetenv("SCHEDRUN_CUDA_DOUBLE_FAIL");
-}
+#include "cuda_double_run.h"
 
 /* ---- every config on the double ---- */
 
@@ -125,111 +90,6 @@ static void test_while_loop_is_one_launch_per_job(void **st) {
   (void)st;
   loops_on("13000", true);
   loops_on("12020", false); /* no conditional nodes before 12.3: host-driven, still right */
-}
-
-/* ---- batches ---- */
-
-/* Jobs that differ in nothing (tests/configs/same_jobs.yaml, 48 a run) go
- * to one device as batches: every fill and read back
- * an asynchronous copy through pinned staging (none from pageable memory,
- * which would wait for the stream), one event per job's graph and one per
- * batch, one wait per batch; every job verifies. The double reads a pinned
- * source when the copy runs, not when it was queued: staging reused before
- * the batch's wait would give wrong results. */
-static void test_batches_copy_through_pinned_staging(void **st) {
-  (void)st;
-  set_double("13000", "1");
-  const char *log = tu_write_temp(4, "double.log", "");
-  setenv("SCHEDRUN_CUDA_DOUBLE_LOG", log, 1);
-  char path[4096];
-  snprintf(path, sizeof path, "%s/tests/configs/same_jobs.yaml", tu_env("SCHEDRUN_SOURCE_DIR"));
-  result r;
-  run_cuda(path, &r);
-  unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
-  char *text = tu_slurp(log, NULL);
-  assert_non_null(text);
-  if (r.status != 0 || !r.json || !json_object_get_boolean(get(r.json, "verified")))
-    fail_msg("same_jobs.yaml on one device: exit %d\n%s%s", r.status, r.out ? r.out : "", r.err ? r.err : "");
-  int64_t jobs = json_object_get_int64(get(r.json, "jobs"));
-  assert_int_equal(jobs, 2 * 48);
-  assert_int_equal(json_object_get_int64(get(r.json, "jobs_verified")), jobs);
-  int pinned = tu_count(text, "copy-async-pinned"), pageable = tu_count(text, "copy-async-pageable"),
-      events = tu_count(text, "event-record"), launches = tu_count(text, "graph-launch");
-  /* each job reads y back (x is copied on the device from its init, y
-   * zeroed); the first, recorded, goes alone */
-  if (pinned < jobs - 2 || pageable != 0 || events <= jobs || launches < jobs)
-    fail_msg("%lld jobs: %d pinned and %d pageable asynchronous copies, %d event records, %d graph launches",
-             (long long)jobs, pinned, pageable, events, launches);
-  printf("  %lld jobs: %d copies through pinned staging, %d events\n", (long long)jobs, pinned, events);
-  free(text);
-  result_free(&r);
-}
-
-/* ---- node times for the trace ---- */
-
-/* With --trace, a CUDA device's first jobs run node by node with events
- * around each (no graph launch), and the trace has a span per node on the
- * device's launch lane, in order, each job's nodes one after another; the
- * results are those of the graph (every job verifies: saxpy's unrolled loop,
- * and while_countdown's loop, driven from the host in a timed job). */
-static void trace_nodes_on(const char *config, int want_jobs) {
-  set_double("13000", "1");
-  const char *log = tu_write_temp(4, "double.log", "");
-  char trace[4096];
-  snprintf(trace, sizeof trace, "%s", log);
-  strcpy(strrchr(trace, '/') + 1, "trace.json");
-  setenv("SCHEDRUN_CUDA_DOUBLE_LOG", log, 1);
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", tu_env("SCHEDRUN_CONFIGS"), config);
-  char *argv[] = {(char *)tu_env("SCHEDRUN_RUN"), "--devices", "cuda", "--json", "--trace", trace, path, NULL};
-  result r = {0};
-  r.status = tu_run(argv, &r.out, &r.err);
-  r.json = r.out ? json_tokener_parse(r.out) : NULL;
-  unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
-  if (r.status != 0 || !r.json || !json_object_get_boolean(get(r.json, "verified")))
-    fail_msg("%s --trace on the double: exit %d\n%s%s", config, r.status, r.out ? r.out : "", r.err ? r.err : "");
-  assert_int_equal(json_object_get_int64(get(r.json, "jobs")), want_jobs);
-  char *text = tu_slurp(log, NULL);
-  assert_non_null(text);
-  /* at most 16 jobs are timed: these ran as kernel launches, not graphs */
-  int graphs = tu_count(text, "graph-launch"), kernels = tu_count(text, "\nlaunch") + !strncmp(text, "launch", 6);
-  if (graphs != 0 || kernels < want_jobs)
-    fail_msg("%s: %d graph launches and %d kernel launches for %d timed jobs", config, graphs, kernels, want_jobs);
-  free(text);
-  char *tt = tu_slurp(trace, NULL);
-  assert_non_null(tt);
-  json_object *tr = json_tokener_parse(tt);
-  free(tt);
-  assert_non_null(tr);
-  json_object *events = get(tr, "traceEvents");
-  int lane = -1, spans = 0;
-  double last_end = -1;
-  for (size_t i = 0; i < json_object_array_length(events); i++) {
-    json_object *ev = json_object_array_get_idx(events, i), *args = NULL, *cat = NULL, *name = NULL;
-    const char *ph = json_object_get_string(get(ev, "ph"));
-    if (!strcmp(ph, "M") && json_object_object_get_ex(ev, "args", &args) && json_object_object_get_ex(args, "name", &name) &&
-        !strcmp(json_object_get_string(name), "launches cuda:0"))
-      lane = json_object_get_int(get(ev, "tid"));
-    if (strcmp(ph, "X") || !json_object_object_get_ex(ev, "cat", &cat) || strcmp(json_object_get_string(cat), "launch"))
-      continue;
-    assert_int_equal(json_object_get_int(get(ev, "tid")), lane);
-    double ts = json_object_get_double(get(ev, "ts")), dur = json_object_get_double(get(ev, "dur"));
-    /* the nodes of one device run one after another */
-    if (dur < 0 || ts + 1e-3 < last_end) fail_msg("%s: node span %d at %.3f (%.3f us) overlaps the one before (to %.3f)",
-                                                 config, spans, ts, dur, last_end);
-    last_end = ts + dur;
-    spans++;
-  }
-  if (lane < 0 || spans < want_jobs) fail_msg("%s: %d node spans on lane %d", config, spans, lane);
-  printf("  %s: %d node spans, %d kernel launches, no graph launch\n", config, spans, kernels);
-  json_object_put(tr);
-  result_free(&r);
-}
-
-static void test_trace_times_each_node(void **st) {
-  (void)st;
-  trace_nodes_on("saxpy.yaml", 3);
-  trace_nodes_on("while_countdown.yaml", 3);
 }
 
 /* ---- updates inside a while loop's body ---- */
@@ -777,83 +637,6 @@ static void test_double_refuses_overlapping_copies(void **st) {
   assert_int_equal(a.release(dev), OK);
 }
 
-/* The double's asynchronous copies and events, as the CUDA documentation
- * says a driver behaves: a copy from or to pageable memory is done when the
- * call returns (the source may be reused at once); one through pinned
- * memory is done once its stream is; an event never recorded is complete
- * and has no time; one made without timing has none either; times follow
- * the order of the records; an event destroyed with its record still queued
- * is freed when the record has run (no leak at exit). */
-static void test_double_async_copies_and_events(void **st) {
-  (void)st;
-  cu_app a;
-  cu_app_open(&a);
-  enum { OK = 0, INVALID_VALUE = 1, INVALID_HANDLE = 400 };
-  int dev;
-  void *ctx, *stream, *e1, *e2, *quiet, *early;
-  unsigned long long p;
-  assert_int_equal(a.init(0), OK);
-  assert_int_equal(a.get(&dev, 0), OK);
-  assert_int_equal(a.retain(&ctx, dev), OK);
-  assert_int_equal(a.set(ctx), OK);
-  assert_int_equal(a.stream_create(&stream, 0), OK);
-  assert_int_equal(a.alloc(&p, 256), OK);
-  /* pageable: the bytes as they were at the call */
-  unsigned char host[256], back[256];
-  memset(host, 5, sizeof host);
-  assert_int_equal(a.htod_async(p, host, sizeof host, stream), OK);
-  memset(host, 9, sizeof host);
-  memset(back, 0, sizeof back);
-  assert_int_equal(a.dtoh_async(back, p, sizeof back, stream), OK);
-  for (int i = 0; i < 256; i++) assert_int_equal(back[i], 5); /* done when it returned */
-  /* pinned: done once the stream is */
-  void *pinned;
-  assert_int_equal(a.host_alloc(&pinned, 256, 0), OK);
-  memset(pinned, 7, 256);
-  assert_int_equal(a.htod_async(p, pinned, 256, stream), OK);
-  assert_int_equal(a.dtoh_async(back, p, sizeof back, stream), OK); /* pageable again: waits */
-  for (int i = 0; i < 256; i++) assert_int_equal(back[i], 7);
-  memset(pinned, 0, 256);
-  assert_int_equal(a.dtoh_async(pinned, p, 256, stream), OK);
-  assert_int_equal(a.stream_sync(stream), OK);
-  for (int i = 0; i < 256; i++) assert_int_equal(((unsigned char *)pinned)[i], 7);
-  /* events */
-  assert_int_equal(a.event_create(&e1, 0), OK);
-  assert_int_equal(a.event_create(&e2, 0), OK);
-  assert_int_equal(a.event_create(&quiet, 2 /* CU_EVENT_DISABLE_TIMING */), OK);
-  assert_int_equal(a.event_create(&early, 0x40), INVALID_VALUE); /* no such flag */
-  float ms = -1;
-  assert_int_equal(a.event_query(e1), OK);                      /* never recorded: complete */
-  assert_int_equal(a.event_elapsed(&ms, e1, e2), INVALID_HANDLE); /* but no time */
-  assert_int_equal(a.event_record(e1, stream), OK);
-  assert_int_equal(a.htod_async(p, pinned, 256, stream), OK);
-  assert_int_equal(a.event_record(e2, stream), OK);
-  assert_int_equal(a.event_record(quiet, stream), OK);
-  assert_int_equal(a.event_sync(e2), OK);
-  assert_int_equal(a.event_query(e1), OK);
-  assert_int_equal(a.event_query(e2), OK);
-  assert_int_equal(a.event_elapsed(&ms, e1, e2), OK);
-  assert_true(ms >= 0);
-  assert_int_equal(a.event_elapsed(&ms, e2, e1), OK);
-  assert_true(ms <= 0);
-  assert_int_equal(a.event_sync(quiet), OK);
-  assert_int_equal(a.event_elapsed(&ms, e1, quiet), INVALID_HANDLE);
-  assert_int_equal(a.event_elapsed(NULL, e1, e2), INVALID_VALUE);
-  /* destroyed with a record queued behind a copy: freed once it ran */
-  assert_int_equal(a.htod_async(p, pinned, 256, stream), OK);
-  assert_int_equal(a.event_record(e1, stream), OK);
-  assert_int_equal(a.event_destroy(e1), OK);
-  assert_int_equal(a.event_destroy(e1), INVALID_HANDLE);
-  assert_int_equal(a.stream_sync(stream), OK);
-  assert_int_equal(a.event_destroy(e2), OK);
-  assert_int_equal(a.event_destroy(quiet), OK);
-  assert_int_equal(a.host_free(pinned), OK);
-  assert_int_equal(a.free(p), OK);
-  assert_int_equal(a.stream_destroy(stream), OK);
-  assert_int_equal(a.set(NULL), OK);
-  assert_int_equal(a.release(dev), OK);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       /* first: the double it loads into this process has no conditional
@@ -861,8 +644,6 @@ int main(void) {
       cmocka_unit_test(test_deadline_in_a_host_driven_loop),
       cmocka_unit_test(test_configs_verify_on_cuda),
       cmocka_unit_test(test_while_loop_is_one_launch_per_job),
-      cmocka_unit_test(test_batches_copy_through_pinned_staging),
-      cmocka_unit_test(test_trace_times_each_node),
       cmocka_unit_test(test_while_body_updates_in_place),
       cmocka_unit_test(test_fills_that_resize_update_in_place),
       cmocka_unit_test(test_each_driver_call_failing_once),
@@ -872,7 +653,6 @@ int main(void) {
       cmocka_unit_test(test_shutdown_stops_an_nvrtc_compile),
       cmocka_unit_test(test_deadline_and_timeout_stop_nvrtc),
       cmocka_unit_test(test_double_refuses_overlapping_copies),
-      cmocka_unit_test(test_double_async_copies_and_events),
       cmocka_unit_test(test_close_after_a_kernel_that_never_returns),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
