@@ -4,6 +4,7 @@
  * while loops driven from the host, a deadline-aware wait per trip), then
  * one wait for the whole. See cuda_graph.c for how sequences are built.
  */
+#include <stdbool.h>
 #include <string.h>
 
 #include "gpu/cuda/cuda_internal.h"
@@ -31,6 +32,31 @@ static int refresh(cuda_backend *b, cu_device *d, cu_segment *sg, schedrun_error
 
 /* ---- launching ---- */
 
+int cu_host_trip(cuda_backend *b, cu_device *d, uint64_t flag, uint32_t t, uint32_t max_trips, uint64_t deadline_ns,
+                 gpu_failure *f, bool *go, schedrun_error_t *err) {
+  int32_t v = 0;
+  *go = false;
+  atomic_fetch_add(&d->host_trips, 1);
+  int rc = cu_wait_stream(b, d, deadline_ns, f, err);
+  if (rc) return rc;
+  if (atomic_load(&b->abandoned))
+    return err_set(err, SCHEDRUN_ELOST, "%s: abandoned in a while loop run from the host (trip %u)", d->name, t + 1);
+  if (deadline_ns && now_ns() >= deadline_ns)
+    return err_set(err, SCHEDRUN_ETIMEOUT, "%s: the job ran past its deadline in a while loop run from the "
+                   "host (trip %u of at most %u)", d->name, t + 1, max_trips);
+  CU_CHECK(&b->api, b->api.cuMemcpyDtoH(&v, (CUdeviceptr)flag, sizeof v), d->name, err);
+  *go = v != 0;
+  return SCHEDRUN_OK;
+}
+
+int cu_seq_begin(gpu_seq *s, gpu_failure *f, schedrun_error_t *err) {
+  cu_device *d = &s->b->devs[s->dev];
+  int rc = cu_launch_begin(d, f, err);
+  if (rc) return rc;
+  if (!s->finalized || s->parent) return err_set(err, SCHEDRUN_EINTERNAL, "%s: launch before finalize", d->name);
+  return cu_use(s->b, s->dev, err);
+}
+
 /* Runs s's segments: graphs, and while loops driven from the host, whose
  * every trip waits for the stream through cu_wait_stream (the job's
  * deadline, a close that abandons the device, a kernel's fault) and stops
@@ -49,18 +75,10 @@ static int run_segments(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedr
       continue;
     }
     for (uint32_t t = 0; t < sg->max_trips; t++) {
-      int32_t flag = 0;
-      atomic_fetch_add(&d->host_trips, 1);
-      int rc = cu_wait_stream(b, d, deadline_ns, f, err);
+      bool go = false;
+      int rc = cu_host_trip(b, d, sg->flag, t, sg->max_trips, deadline_ns, f, &go, err);
       if (rc) return rc;
-      if (atomic_load(&b->abandoned))
-        return err_set(err, SCHEDRUN_ELOST, "%s: abandoned in a while loop run from the host (trip %u)", d->name,
-                       t + 1);
-      if (deadline_ns && now_ns() >= deadline_ns)
-        return err_set(err, SCHEDRUN_ETIMEOUT, "%s: the job ran past its deadline in a while loop run from the "
-                       "host (trip %u of at most %u)", d->name, t + 1, sg->max_trips);
-      CU_CHECK(a, a->cuMemcpyDtoH(&flag, (CUdeviceptr)sg->flag, sizeof flag), d->name, err);
-      if (flag == 0) break;
+      if (!go) break;
       if ((rc = run_segments(sg->body, deadline_ns, f, err))) return rc;
     }
   }
@@ -97,10 +115,8 @@ int cu_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_err
   cu_device *d = &b->devs[s->dev];
   gpu_failure ignored;
   if (!f) f = &ignored;
-  int rc = cu_launch_begin(d, f, err);
-  if (rc) return rc;
-  rc = cu_use(b, s->dev, err);
-  if (rc == SCHEDRUN_OK) rc = cu_seq_enqueue(s, deadline_ns, f, err);
+  int rc = cu_seq_begin(s, f, err);
+  if (rc == SCHEDRUN_OK) rc = run_segments(s, deadline_ns, f, err);
   if (rc == SCHEDRUN_OK) rc = cu_wait_stream(b, d, deadline_ns, f, err);
   /* A driver says that a graph's work failed, not which node: when the
    * sequence holds one kernel, the failure is named after it. */

@@ -70,6 +70,15 @@ void cu_loops_setup(cuda_backend *b, cu_device *d);
  * (settled at the first; else memsets). */
 bool cu_fills_by_kernel(cuda_backend *b, cu_device *d);
 
+/* The start of a sequence's launch (cuda_launch.c): cu_launch_begin, the
+ * sequence finalized (and not a loop's body), its device's context current. */
+int cu_seq_begin(gpu_seq *s, gpu_failure *f, schedrun_error_t *err);
+/* Trip t of a while loop driven from the host: after the device's work so
+ * far (a deadline-aware wait), not abandoned, not past the deadline; *go
+ * says whether the flag at `flag` asks for the trip. */
+int cu_host_trip(cuda_backend *b, cu_device *d, uint64_t flag, uint32_t t, uint32_t max_trips, uint64_t deadline_ns,
+                 gpu_failure *f, bool *go, schedrun_error_t *err);
+
 /* A kernel node's parameters from n, with cn's marshalled arguments. */
 void cu_kernel_params(const cu_node *cn, const gpu_node *n, CUDA_KERNEL_NODE_PARAMS *kp);
 /* A fill as the fill kernel's launch (cn->args and cn->params hold its 4 arguments). */

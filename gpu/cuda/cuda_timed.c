@@ -35,17 +35,10 @@ static int launch_kernel(cuda_backend *b, cu_device *d, const CUDA_KERNEL_NODE_P
 static int run_loop(cuda_backend *b, cu_device *d, gpu_seq *body, uint64_t flag, uint32_t max_trips,
                     uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
   for (uint32_t t = 0; t < max_trips; t++) {
-    int32_t v = 0;
-    atomic_fetch_add(&d->host_trips, 1);
-    int rc = cu_wait_stream(b, d, deadline_ns, f, err);
+    bool go = false;
+    int rc = cu_host_trip(b, d, flag, t, max_trips, deadline_ns, f, &go, err);
     if (rc) return rc;
-    if (atomic_load(&b->abandoned))
-      return err_set(err, SCHEDRUN_ELOST, "%s: abandoned in a timed while loop (trip %u)", d->name, t + 1);
-    if (deadline_ns && now_ns() >= deadline_ns)
-      return err_set(err, SCHEDRUN_ETIMEOUT, "%s: the job ran past its deadline in a while loop (trip %u of at most %u)",
-                     d->name, t + 1, max_trips);
-    CU_CHECK(&b->api, b->api.cuMemcpyDtoH(&v, (CUdeviceptr)flag, sizeof v), d->name, err);
-    if (v == 0) break;
+    if (!go) break;
     if ((rc = run_nodes(body, 0, deadline_ns, f, err))) return rc;
   }
   return SCHEDRUN_OK;
@@ -116,11 +109,8 @@ int cu_seq_launch_timed(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64
   gpu_failure ignored;
   if (!f) f = &ignored;
   *n = 0;
-  int rc = cu_launch_begin(d, f, err);
-  if (rc) return rc;
-  if (!s->finalized || s->parent) return err_set(err, SCHEDRUN_EINTERNAL, "%s: launch before finalize", d->name);
   uint32_t nt = s->n < max ? s->n : max;
-  rc = cu_use(b, s->dev, err);
+  int rc = cu_seq_begin(s, f, err);
   if (rc == SCHEDRUN_OK) rc = cu_batch_room(b, d, 0, nt + 1, err);
   if (rc) return rc;
   CU_CHECK(&b->api, b->api.cuEventRecord(d->evs[0], d->stream), d->name, err);

@@ -442,9 +442,7 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
     one.arch = archs[i];
     char *l = NULL;
     rc = nv_compile_one(ctx, &one, tmp_dir, &imgs[i], &lens[i], &l, err);
-    if (l && *l) {
-      sb_addf(&logs, "%s:\n%s%s", archs[i], l, l[strlen(l) - 1] == '\n' ? "" : "\n");
-    }
+    if (l && *l) sb_addf(&logs, "%s:\n%s%s", archs[i], l, l[strlen(l) - 1] == '\n' ? "" : "\n");
     free(l);
   }
   if (rc == SCHEDRUN_OK) {
@@ -454,13 +452,8 @@ static int nv_compile(void *ctx, const gpu_compile_req *r, const char *tmp_dir, 
       rc = err_set(err, SCHEDRUN_ECOMPILE, "kernel '%s': '%s' names an architecture twice", r->name, r->arch);
   }
   for (size_t i = 0; i < n; i++) free(imgs[i]);
-  if (logs.failed) {
-    sb_free(&logs);
-  } else if (logs.len) {
-    *log = sb_take(&logs);
-  } else {
-    sb_free(&logs);
-  }
+  if (!logs.failed && logs.len) *log = sb_take(&logs);
+  else sb_free(&logs);
   return rc;
 }
 

@@ -83,44 +83,40 @@ static CUresult d_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, 
   LEAVE(queue_copy(st, dst, src, n));
 }
 
-static CUresult d_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
-  ENTER("cuMemsetD8Async");
+/* A fill queued on stream s: `height` rows of `width` elements of esize
+ * bytes (1 or 4), `pitch` bytes apart, each the low bytes of v; dst aligned
+ * to esize and every row inside one allocation. */
+static CUresult queue_set(CUstream s, CUdeviceptr dst, size_t pitch, unsigned v, unsigned esize, size_t width,
+                          size_t height) {
   dstream *st;
   CUresult r = live_stream(s, &st);
-  if (r != CUDA_SUCCESS) LEAVE(r);
-  if (n == 0) LEAVE(CUDA_SUCCESS);
-  if (!dbl_range(dst, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
+  if (r != CUDA_SUCCESS) return r;
+  if (width == 0 || height == 0) return CUDA_SUCCESS;
+  if (dst % esize || width > SIZE_MAX / esize || pitch < width * esize ||
+      (height > 1 && pitch > (SIZE_MAX - width * esize) / (height - 1)) ||
+      !dbl_range(dst, (height - 1) * pitch + width * esize, NULL))
+    return CUDA_ERROR_INVALID_VALUE;
   dwork w = {.type = CU_GRAPH_NODE_TYPE_MEMSET, .ctx = st->ctx};
-  w.u.set = (CUDA_MEMSET_NODE_PARAMS){.dst = dst, .pitch = n, .value = v, .elementSize = 1, .width = n, .height = 1};
-  LEAVE(dbl_enqueue_kernel(st, &w));
+  w.u.set = (CUDA_MEMSET_NODE_PARAMS){.dst = dst, .pitch = pitch, .value = v, .elementSize = esize, .width = width,
+                                      .height = height};
+  return dbl_enqueue_kernel(st, &w);
+}
+
+static CUresult d_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
+  ENTER("cuMemsetD8Async");
+  LEAVE(queue_set(s, dst, n, v, 1, n, 1));
 }
 
 static CUresult d_cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUstream s) {
   ENTER("cuMemsetD32Async");
-  dstream *st;
-  CUresult r = live_stream(s, &st);
-  if (r != CUDA_SUCCESS) LEAVE(r);
-  if (n == 0) LEAVE(CUDA_SUCCESS);
-  if (dst % 4 || n > SIZE_MAX / 4 || !dbl_range(dst, n * 4, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
-  dwork w = {.type = CU_GRAPH_NODE_TYPE_MEMSET, .ctx = st->ctx};
-  w.u.set = (CUDA_MEMSET_NODE_PARAMS){.dst = dst, .pitch = n * 4, .value = v, .elementSize = 4, .width = n, .height = 1};
-  LEAVE(dbl_enqueue_kernel(st, &w));
+  LEAVE(queue_set(s, dst, n <= SIZE_MAX / 4 ? n * 4 : 0, v, 4, n, 1));
 }
 
 /* Rows of `width` 32-bit values, `pitch` bytes apart. */
 static CUresult d_cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned v, size_t width, size_t height,
                                      CUstream s) {
   ENTER("cuMemsetD2D32Async");
-  dstream *st;
-  CUresult r = live_stream(s, &st);
-  if (r != CUDA_SUCCESS) LEAVE(r);
-  if (width == 0 || height == 0) LEAVE(CUDA_SUCCESS);
-  if (dst % 4 || width > SIZE_MAX / 4 || pitch < width * 4 || (height > 1 && pitch > (SIZE_MAX - width * 4) / (height - 1)) ||
-      !dbl_range(dst, (height - 1) * pitch + width * 4, NULL))
-    LEAVE(CUDA_ERROR_INVALID_VALUE);
-  dwork w = {.type = CU_GRAPH_NODE_TYPE_MEMSET, .ctx = st->ctx};
-  w.u.set = (CUDA_MEMSET_NODE_PARAMS){.dst = dst, .pitch = pitch, .value = v, .elementSize = 4, .width = width, .height = height};
-  LEAVE(dbl_enqueue_kernel(st, &w));
+  LEAVE(queue_set(s, dst, pitch, v, 4, width, height));
 }
 
 /* ---- events ---- */
