@@ -68,6 +68,7 @@ typedef struct gpu_counters {
   uint64_t launches;   /* submissions of work: one per sequence launch when its loops run on the device */
   uint64_t host_trips; /* while-loop trips driven from the host, a synchronisation each */
   const char *loops;   /* how while loops run on this device, or "" before the first */
+  uint64_t beside;     /* batches whose first fills ran beside the batch before (batch_begin) */
 } gpu_counters;
 
 /* One step of a batch of jobs (gpu_ops.run_batch): a job's buffer filled
@@ -193,6 +194,20 @@ typedef struct gpu_ops {
    * where the backend has no cheaper way than the ops one by one. */
   int (*run_batch)(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uint64_t deadline_ns, size_t *done,
                    gpu_failure *f, schedrun_error_t *err);
+  /* run_batch in two halves, so that a batch can be queued while the one
+   * before still runs: batch_begin queues ops (the caller keeps them, and
+   * queues nothing else on the device, until their batch_finish) and
+   * returns at once; batch_finish waits for the oldest batch begun and says
+   * what run_batch would have of it. At most two are out per device,
+   * finished in the order begun. With `beside` the caller vouches that the
+   * steps before the batch's first sequence write only memory that the
+   * batch out before it neither reads nor writes, and read nothing it
+   * writes: they may then run while it runs (on a GPU, copies on a copy
+   * engine beside the kernels). batch_begin failing has queued nothing.
+   * NULL both where the backend has no such way. */
+  int (*batch_begin)(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uint64_t deadline_ns, bool beside,
+                     schedrun_error_t *err);
+  int (*batch_finish)(gpu_backend *b, int dev, size_t *done, gpu_failure *f, schedrun_error_t *err);
 
   /* Why device dev was lost (a fault, a deadline), or NULL. Any thread. */
   const char *(*device_lost)(const gpu_backend *b, int dev);

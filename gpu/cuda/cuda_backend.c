@@ -336,13 +336,19 @@ void cu_set_lost(cu_device *d, const char *why) {
 }
 
 int cu_wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
+  return cu_wait_event(b, d, NULL, deadline_ns, f, err);
+}
+
+int cu_wait_event(cuda_backend *b, cu_device *d, CUevent ev, uint64_t deadline_ns, gpu_failure *f,
+                  schedrun_error_t *err) {
   cu_api *a = &b->api;
+  const char *call = ev ? "cuEventQuery" : "cuStreamQuery";
   gpu_failure ignored;
   if (!f) f = &ignored;
   uint64_t start = now_ns(), look = start, grace_until = 0;
   bool spin = b->spin_ns && spin_gauge_may_spin(&spin_gauge_process, start);
   for (;;) {
-    CUresult r = a->cuStreamQuery(d->stream);
+    CUresult r = ev ? a->cuEventQuery(ev) : a->cuStreamQuery(d->stream);
     if (r == CUDA_SUCCESS && grace_until) {
       /* past the deadline, but the work ended within the grace: the device goes on */
       f->lost = false;
@@ -357,7 +363,7 @@ int cu_wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_fail
       a->cuGetErrorName(r, &name);
       a->cuGetErrorString(r, &text);
       char why[200];
-      snprintf(why, sizeof why, "cuStreamQuery: %s (%s): a kernel failed; the context is unusable",
+      snprintf(why, sizeof why, "%s: %s (%s): a kernel failed; the context is unusable", call,
                name ? name : "CUDA_ERROR", text ? text : "unknown error");
       cu_set_lost(d, why);
       f->lost = true;
@@ -402,6 +408,7 @@ static void c_counters(const gpu_backend *g, int dev, gpu_counters *out) {
   cu_device *d = &cb(g)->devs[dev];
   out->launches = atomic_load(&d->launches);
   out->host_trips = atomic_load(&d->host_trips);
+  out->beside = atomic_load(&d->beside);
   int loops = atomic_load(&d->loops);
   out->loops = loops == LOOPS_CONDITIONAL ? "in the graph (conditional WHILE nodes)"
                : loops == LOOPS_HOST      ? d->loops_why
@@ -443,6 +450,8 @@ static const gpu_ops cuda_ops = {
     .seq_launch_timed = cu_seq_launch_timed,
     .seq_destroy = cu_seq_destroy,
     .run_batch = cu_run_batch,
+    .batch_begin = cu_batch_begin,
+    .batch_finish = cu_batch_finish,
     .device_lost = c_device_lost,
     .abandon = c_abandon,
     .counters = c_counters,

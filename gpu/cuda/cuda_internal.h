@@ -31,7 +31,7 @@
   X(cuGraphExecKernelNodeSetParams) X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams)     \
   X(cuGraphKernelNodeSetParams) X(cuGraphMemcpyNodeSetParams) X(cuGraphMemsetNodeSetParams)              \
   X(cuGraphExecUpdate) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuMemsetD2D32Async) \
-  X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventElapsedTime) X(cuEventDestroy)
+  X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventElapsedTime) X(cuEventDestroy)
 
 /* Entry points a driver may lack; NULL then. The JIT linker and conditional
  * nodes together run a while loop inside one graph launch. */
@@ -52,6 +52,28 @@ typedef struct cu_api {
 
 enum { LOOPS_UNKNOWN, LOOPS_CONDITIONAL, LOOPS_HOST };
 enum { FILLS_UNKNOWN, FILLS_KERNEL, FILLS_MEMSET };
+
+/* One batch out on a device (cuda_batch.c): pinned staging for the bytes
+ * it fills and reads back, its events (evs[0] ends it, then one per
+ * sequence, then one per boundary between jobs), and what batch_finish
+ * needs to say how it went. */
+typedef struct cu_lane {
+  void *stage;
+  uint64_t stage_cap;
+  CUevent *evs;
+  uint32_t nevs;
+  CUevent copied; /* recorded on the copy stream after fills queued beside */
+  size_t *bound;  /* where each job after the first starts */
+  size_t bound_cap;
+  gpu_batch_op *ops; /* the caller's, until batch_finish */
+  size_t n, queued;
+  uint32_t nseq, nbound;
+  uint64_t deadline_ns, t_begin;
+  bool timed;            /* evs[0] was recorded at its end */
+  int rc;                /* queueing failed at ops[queued] */
+  schedrun_error_t err;  /* why, when rc */
+  gpu_failure f;
+} cu_lane;
 
 typedef struct cu_device {
   CUdevice dev;
@@ -84,13 +106,15 @@ typedef struct cu_device {
   CUmodule fill_mod;
   CUfunction fill_fn;
   _Atomic uint64_t launches, host_trips;
-  /* batches (cuda_batch.c), on the device's execute thread: pinned staging
-   * for the bytes they fill and read back, and events (evs[0] ends a
-   * batch, then one per sequence) */
-  void *stage;
-  uint64_t stage_cap;
-  CUevent *evs;
-  uint32_t nevs;
+  /* batches (cuda_batch.c), on the device's execute thread: two lanes, so
+   * that one batch may be queued while the one before still runs, finished
+   * in the order begun (lanes[first] first); lanes[0] also times nodes
+   * (cuda_timed.c) when no batch is out */
+  cu_lane lanes[2];
+  uint32_t first, out;
+  /* where a batch's first fills run beside the batch before it */
+  CUstream copy_stream;
+  _Atomic uint64_t beside; /* batches whose fills were queued there */
 } cu_device;
 
 enum { PEER_UNKNOWN, PEER_ON, PEER_NONE };
@@ -133,6 +157,9 @@ int cu_launch_begin(cu_device *d, gpu_failure *f, schedrun_error_t *err);
  * going on if its work ends within CU_GRACE_NS, else lost and stuck. A
  * kernel's fault is named (the device lost). f may be NULL. */
 int cu_wait_stream(cuda_backend *b, cu_device *d, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err);
+/* The same wait, until event ev has run (what was queued before its record). */
+int cu_wait_event(cuda_backend *b, cu_device *d, CUevent ev, uint64_t deadline_ns, gpu_failure *f,
+                  schedrun_error_t *err);
 
 /* Calls that run on the caller's thread (open, close, host memory, the
  * checks of the caller's own memory) make a device's context current there
@@ -169,9 +196,12 @@ int cu_mem_reach(gpu_backend *g, int dev, uint64_t addr, uint64_t bytes, schedru
 int cu_run_batch(gpu_backend *g, int dev, gpu_batch_op *ops, size_t n, uint64_t deadline_ns, size_t *done,
                  gpu_failure *f, schedrun_error_t *err);
 void cu_batch_release(cuda_backend *b, cu_device *d);
-/* Room for `bytes` of d's staging and `nevs` of its events (its context
- * current; what the last batch queued has been waited for). */
-int cu_batch_room(cuda_backend *b, cu_device *d, uint64_t bytes, uint32_t nevs, schedrun_error_t *err);
+int cu_batch_begin(gpu_backend *g, int dev, gpu_batch_op *ops, size_t n, uint64_t deadline_ns, bool beside,
+                   schedrun_error_t *err);
+int cu_batch_finish(gpu_backend *g, int dev, size_t *done, gpu_failure *f, schedrun_error_t *err);
+/* Room for `bytes` of lane l's staging and `nevs` of its events (the
+ * device's context current; nothing queued with them is still out). */
+int cu_batch_room(cuda_backend *b, cu_device *d, cu_lane *l, uint64_t bytes, uint32_t nevs, schedrun_error_t *err);
 /* seq_launch_timed (cuda_timed.c): the nodes one by one, timed with events. */
 int cu_seq_launch_timed(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64_t *times, uint32_t max, uint32_t *n,
                         schedrun_error_t *err);

@@ -97,7 +97,7 @@ static int run_nodes(gpu_seq *s, uint32_t max_timed, uint64_t deadline_ns, gpu_f
       if (f->tag == GPU_NO_TAG) f->tag = s->nodes[i].tag;
       return rc;
     }
-    if (i < max_timed) CU_CHECK(&b->api, b->api.cuEventRecord(d->evs[EV_NODE(i)], d->stream), d->name, err);
+    if (i < max_timed) CU_CHECK(&b->api, b->api.cuEventRecord(d->lanes[0].evs[EV_NODE(i)], d->stream), d->name, err);
   }
   return SCHEDRUN_OK;
 }
@@ -111,9 +111,11 @@ int cu_seq_launch_timed(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64
   *n = 0;
   uint32_t nt = s->n < max ? s->n : max;
   int rc = cu_seq_begin(s, f, err);
-  if (rc == SCHEDRUN_OK) rc = cu_batch_room(b, d, 0, nt + 1, err);
+  assert(d->out == 0); /* lanes[0]'s events are free: no batch is out */
+  if (rc == SCHEDRUN_OK) rc = cu_batch_room(b, d, &d->lanes[0], 0, nt + 1, err);
   if (rc) return rc;
-  CU_CHECK(&b->api, b->api.cuEventRecord(d->evs[0], d->stream), d->name, err);
+  const CUevent *evs = d->lanes[0].evs;
+  CU_CHECK(&b->api, b->api.cuEventRecord(evs[0], d->stream), d->name, err);
   uint64_t t_begin = now_ns();
   atomic_fetch_add(&d->launches, 1);
   rc = run_nodes(s, nt, deadline_ns, f, err);
@@ -123,7 +125,7 @@ int cu_seq_launch_timed(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64
   if (rc || wrc) {
     /* the first node whose end was not reached, when the device can say */
     for (uint32_t i = 0; f->tag == GPU_NO_TAG && i < nt; i++) {
-      CUresult q = b->api.cuEventQuery(d->evs[EV_NODE(i)]);
+      CUresult q = b->api.cuEventQuery(evs[EV_NODE(i)]);
       if (q == CUDA_ERROR_NOT_READY) f->tag = s->nodes[i].tag;
       if (q != CUDA_SUCCESS) break; /* after a fault every call says the fault: not known */
     }
@@ -135,7 +137,7 @@ int cu_seq_launch_timed(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64
   for (uint32_t i = 0; i < nt; i++) {
     for (int e = 0; e < 2; e++) {
       float ms = 0;
-      CUresult r = b->api.cuEventElapsedTime(&ms, d->evs[i + (uint32_t)e], d->evs[nt]);
+      CUresult r = b->api.cuEventElapsedTime(&ms, evs[i + (uint32_t)e], evs[nt]);
       uint64_t after = r == CUDA_SUCCESS && ms > 0 ? (uint64_t)((double)ms * 1e6) : 0;
       at[e] = t_done - (after < span ? after : span);
     }

@@ -42,8 +42,9 @@
  * (double_async.c): pinned memory is read or written when the copy runs,
  * pageable memory before the call returns. Not modelled: a device's own
  * timing (kernels take what they take on the CPU, and an event's time is
- * when its record ran on the stream's thread), copy engines apart from the
- * streams, and cuStreamWaitEvent.
+ * when its record ran on the stream's thread) and copy engines apart from
+ * the streams: streams run beside one another, each on its thread, and
+ * cuStreamWaitEvent holds a stream until the event's record has run.
  *
  * Settings (environment):
  *   SCHEDRUN_CUDA_DOUBLE_DEVICES  devices (1)
@@ -311,6 +312,7 @@ CUresult dbl_stream_of(CUstream s, dstream **out);
 CUresult dbl_run_kernel(const dwork *w);
 CUresult dbl_enqueue_kernel(dstream *st, const dwork *w); /* a kernel, copy or fill (w->type) */
 CUresult dbl_enqueue_event(dstream *st, devent *ev);      /* a record of ev; ev->issued counted by the caller */
+CUresult dbl_enqueue_wait(dstream *st, devent *ev);       /* cuStreamWaitEvent: st waits for ev's latest record */
 /* Waits until ev's latest record (when made) has run, dbl_lock let go
  * meanwhile; then the context's fault, or CUDA_SUCCESS. */
 CUresult dbl_event_wait(devent *ev, const char *call);

@@ -10,6 +10,9 @@
  *   (the driver may stage it and return before the DMA, but the source may
  *   be reused when the call returns); a copy to pageable host memory returns
  *   only once it is done;
+ * - cuStreamWaitEvent holds the stream's later work until the event's
+ *   latest record at the call has run (at once when never recorded), even
+ *   when that record is on a stream of another context;
  * - an event is complete once the work queued before its latest record has
  *   run (at once when never recorded); cuEventElapsedTime needs two
  *   recorded, complete events with timing; destroying an event whose record
@@ -157,6 +160,18 @@ static CUresult d_cuEventRecord(CUevent e, CUstream s) {
   LEAVE(r);
 }
 
+static CUresult d_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
+  ENTER("cuStreamWaitEvent");
+  NEED_INIT();
+  if (!dbl_live(e, K_EVENT)) LEAVE(CUDA_ERROR_INVALID_HANDLE);
+  if (flags != 0) LEAVE(CUDA_ERROR_INVALID_VALUE); /* CU_EVENT_WAIT_DEFAULT */
+  dstream *st;
+  CUresult r = live_stream(s, &st);
+  if (r != CUDA_SUCCESS) LEAVE(r);
+  dbl_count("stream-wait-event");
+  LEAVE(dbl_enqueue_wait(st, (devent *)e));
+}
+
 static CUresult d_cuEventQuery(CUevent e) {
   ENTER("cuEventQuery");
   NEED_INIT();
@@ -208,7 +223,7 @@ static CUresult d_cuEventDestroy(CUevent e) {
 #define E(name, since) {#name, (void *)d_##name, since}
 const dbl_entry dbl_async_entries[] = {
     E(cuMemcpyHtoDAsync, 3020), E(cuMemcpyDtoHAsync, 3020),   E(cuMemcpyDtoDAsync, 3020), E(cuMemsetD8Async, 3020),
-    E(cuEventCreate, 2000),     E(cuEventRecord, 2000),       E(cuEventQuery, 2000),      E(cuEventSynchronize, 2000),
+    E(cuEventCreate, 2000),     E(cuEventRecord, 2000),       E(cuStreamWaitEvent, 3020),       E(cuEventQuery, 2000),      E(cuEventSynchronize, 2000),
     E(cuEventElapsedTime, 2000), E(cuEventDestroy, 4000),    E(cuMemsetD32Async, 3020), E(cuMemsetD2D32Async, 3020),
     {NULL, NULL, 0}};
 #undef E

@@ -44,6 +44,8 @@ struct ditem {
   dexec *graph; /* a graph launch: what was instantiated, as it was at launch */
   devent *event; /* a record of an event: its number event_n */
   uint64_t event_n;
+  devent *wait;  /* cuStreamWaitEvent: the stream waits until wait's record wait_n has run */
+  uint64_t wait_n;
 };
 
 /* Whether `list` (NAME[=V],...) names entry: its V (or "") then, else NULL. */
@@ -94,6 +96,15 @@ static void *stream_main(void *arg) {
     while (!st->head && !st->destroyed) pthread_cond_wait(&st->more, &dbl_qlock);
     if (!st->head) break; /* destroyed, and its work done */
     struct ditem *it = st->head; /* stays queued (counted pending) while it runs */
+    if (it->wait) {
+      /* work queued on another stream first; a kernel there that never
+       * returns holds this stream too, as on a device */
+      devent *ev = it->wait;
+      while (ev->done < it->wait_n && ev->ctx->sticky == CUDA_SUCCESS && x->sticky == CUDA_SUCCESS)
+        pthread_cond_wait(&g_done, &dbl_qlock);
+      if (--ev->queued == 0 && ev->destroyed) free(ev);
+      it->wait = NULL;
+    }
     bool run = x->sticky == CUDA_SUCCESS;
     pthread_mutex_unlock(&dbl_qlock);
     CUresult r = !run || it->event ? CUDA_SUCCESS : it->graph ? dbl_exec_run(it->graph) : dbl_run_step(&it->w);
@@ -199,6 +210,24 @@ CUresult dbl_enqueue_event(dstream *st, devent *ev) {
   pthread_mutex_lock(&dbl_qlock);
   it->event = ev;
   it->event_n = ev->issued;
+  ev->queued++;
+  pthread_mutex_unlock(&dbl_qlock);
+  CUresult r = enqueue(st, it);
+  if (r != CUDA_SUCCESS) {
+    pthread_mutex_lock(&dbl_qlock);
+    ev->queued--;
+    pthread_mutex_unlock(&dbl_qlock);
+  }
+  return r;
+}
+
+CUresult dbl_enqueue_wait(dstream *st, devent *ev) {
+  struct ditem *it = calloc(1, sizeof *it);
+  if (!it) return CUDA_ERROR_OUT_OF_MEMORY;
+  it->w.type = CU_GRAPH_NODE_TYPE_EMPTY;
+  pthread_mutex_lock(&dbl_qlock);
+  it->wait = ev;
+  it->wait_n = ev->issued; /* its latest record at the call, as the driver does */
   ev->queued++;
   pthread_mutex_unlock(&dbl_qlock);
   CUresult r = enqueue(st, it);
