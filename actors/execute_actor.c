@@ -5,6 +5,7 @@
  * back the buffers the job needs, answer EXECUTED. The per-launch path is the
  * replay inside the backend; no message is sent per kernel.
  */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,10 +257,20 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
 
 static int execute_handle(actor_t *self, msg *m);
 
-/* A queued message: only EXECUTEs are queued for an execute actor. */
+/* A queued message: only EXECUTEs are queued for an execute actor. While
+ * the queue is taken, an EXECUTE_MANY's last submission may be left
+ * running on the device as the next message is taken (the next one's
+ * inputs are then copied in while it runs); it is finished before anything
+ * else uses the device, and when the queue is empty. */
 static bool take_queued(void *self, msg *m) {
-  if (m->type != MSG_EXECUTE && m->type != MSG_EXECUTE_MANY) return false;
-  execute_handle(self, m);
+  execute_state *s = actor_state(self);
+  if (m->type == MSG_EXECUTE_MANY) {
+    execute_handle_many(self, s, m, true);
+    return true;
+  }
+  if (m->type != MSG_EXECUTE) return false;
+  execute_finish_pending(self, s);
+  handle_execute(self, s, m);
   return true;
 }
 
@@ -267,11 +278,16 @@ static int execute_handle(actor_t *self, msg *m) {
   execute_state *s = actor_state(self);
   switch (m->type) {
   case MSG_QUEUED: /* the scheduler has queued EXECUTEs (core->to_execute[device]) */
-    for (size_t bad = msgq_drain(&s->core->to_execute[s->device], take_queued, self); bad; bad--)
-      actor_count_malformed(self);
+    /* what was queued while a submission is left running is taken too:
+     * its first submission may then run beside that one */
+    do {
+      for (size_t bad = msgq_drain(&s->core->to_execute[s->device], take_queued, self); bad; bad--)
+        actor_count_malformed(self);
+    } while (s->pending && msgq_any(&s->core->to_execute[s->device]));
+    execute_finish_pending(self, s);
     return ACTOR_CONTINUE;
   case MSG_EXECUTE: handle_execute(self, s, m); return ACTOR_CONTINUE;
-  case MSG_EXECUTE_MANY: execute_handle_many(self, s, m); return ACTOR_CONTINUE;
+  case MSG_EXECUTE_MANY: execute_handle_many(self, s, m, false); return ACTOR_CONTINUE;
   case MSG_TERM: return ACTOR_STOP;
   default: return ACTOR_CONTINUE;
   }
@@ -283,6 +299,7 @@ static int execute_handle(actor_t *self, msg *m) {
 static void execute_stop(actor_t *self) {
   execute_state *s = actor_state(self);
   gpu_backend *be = s->core->backend;
+  assert(!s->pending); /* finished when the queue was last taken */
   execute_images_free(s);
   for (size_t i = 0; i < s->kept.n; i++)
     if (!s->kept.v[i].in_context) be->ops->mem_free(be, s->device, s->kept.v[i].at);

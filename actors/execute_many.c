@@ -347,9 +347,14 @@ void execute_images_free(execute_state *s) {
   s->image_bytes = 0;
 }
 
-/* Frees the images when they are full, before a submission plans any step. */
+/* Whether image_flush would free the images. */
+static bool images_full(const execute_state *s) { return s->nimages == IMAGE_COPIES || s->image_bytes >= IMAGE_BYTES / 2; }
+
+/* Frees the images when they are full, before a submission plans any step
+ * (no submission that may read them is out). */
 static void image_flush(execute_state *s) {
-  if (s->nimages < IMAGE_COPIES && s->image_bytes < IMAGE_BYTES / 2) return;
+  if (!images_full(s)) return;
+  assert(!s->pending);
   execute_images_free(s);
 }
 
@@ -377,45 +382,86 @@ static bool op_add_kept(ops_buf *o, gpu_batch_op op, bool kept) {
 
 static bool op_add(ops_buf *o, gpu_batch_op op) { return op_add_kept(o, op, false); }
 
-/* Runs jobs [k0, k1) as one submission and answers them. Returns the first
- * job it did not answer: k0 when it could run nothing (no memory, no room to
- * stage, a job that cannot take what it should: they then run alone), the
- * one after a job that failed without losing the device, else k1. What the
- * jobs keep on the device and take from it is planned on a scratch copy of
- * the device's table and committed once it is known how far they got. */
-static size_t run_segment(actor_t *self, execute_state *s, const context_run *c, const msg_execute_many *x,
-                          const job_at *at, size_t k0, size_t k1, batch_out *b) {
+/* One submission of jobs [k0, k0 + nj) of a message: its steps, and what
+ * answering them needs once it ran. */
+typedef struct seg_run {
+  ops_buf ops;
+  size_t *seq_at, *end_at; /* per job: its sequence's step, the step after its last */
+  size_t *outs_end;        /* per job: the end of its outputs in the batch */
+  job_traffic *hand;
+  size_t outs0, k0, nj;
+  kept_plan kp;
+  uint64_t t0;
+  bool kept_steps; /* some step is a kept buffer's copy */
+} seg_run;
+
+static void seg_free(seg_run *sg) {
+  kept_plan_free(&sg->kp);
+  free(sg->ops.v);
+  free(sg->ops.kept);
+  free(sg->seq_at);
+  free(sg->end_at);
+  free(sg->outs_end);
+  free(sg->hand);
+  memset(sg, 0, sizeof *sg);
+}
+
+/* A message's jobs being run: the message (owned), its execution context,
+ * where each job's lists start, and its answers. */
+struct many_run {
+  msg m;
+  context_run c;
+  job_at at;
+  batch_out b;
+};
+
+/* A submission left running on the device (batch_begin) while the actor
+ * takes its next message, and the message it came from. */
+struct execute_pending {
+  many_run *mr;
+  seg_run sg;
+};
+
+/* Plans jobs [k0, k1) as one submission into *sg (fewer when a job must
+ * fail alone: sg->nj); false when it cannot (no memory). What the jobs
+ * keep on the device and take from it is planned on a scratch copy of the
+ * device's table. */
+static bool seg_plan(execute_state *s, const context_run *c, const msg_execute_many *x, const job_at *at, size_t k0,
+                     size_t k1, batch_out *b, seg_run *sg) {
   const prog_program *p = c->p;
-  gpu_backend *be = s->core->backend;
+  memset(sg, 0, sizeof *sg);
   size_t nj = k1 - k0;
-  ops_buf ops = {NULL, NULL, 0, 0};
-  size_t *seq_at = malloc(nj * sizeof *seq_at), *end_at = malloc(nj * sizeof *end_at);
-  size_t *outs_end = malloc(nj * sizeof *outs_end);
-  job_traffic *hand = calloc(nj, sizeof *hand);
+  sg->k0 = k0;
+  sg->seq_at = malloc(nj * sizeof *sg->seq_at);
+  sg->end_at = malloc(nj * sizeof *sg->end_at);
+  sg->outs_end = malloc(nj * sizeof *sg->outs_end);
+  sg->hand = calloc(nj, sizeof *sg->hand);
   msg_complete_many *cm = &b->complete.body.complete_many;
-  size_t outs0 = cm->outputs.n;
-  kept_plan kp = {0};
+  sg->outs0 = cm->outputs.n;
+  ops_buf *ops = &sg->ops;
+  kept_plan *kp = &sg->kp;
   kept_table scratch = {NULL, 0, 0};
   image_flush(s);
-  bool ok = seq_at && end_at && outs_end && hand && batch_room(b, nj) && kept_scratch(s, &scratch);
+  bool ok = sg->seq_at && sg->end_at && sg->outs_end && sg->hand && batch_room(b, nj) && kept_scratch(s, &scratch);
   for (size_t i = 0; ok && i < nj; i++) {
     job_run jr = job_of(x, at, k0 + i);
-    jr.traffic = &hand[i];
-    size_t nch = kp.nchanges, ncp = kp.ncopies;
+    jr.traffic = &sg->hand[i];
+    size_t nch = kp->nchanges, ncp = kp->ncopies;
     if (jr.takes.n || jr.park.n || scratch.n) {
       schedrun_error_t perr = {0};
-      int prc = kept_plan_job(s, &scratch, c, &jr, i, &kp, &perr);
+      int prc = kept_plan_job(s, &scratch, c, &jr, i, kp, &perr);
       schedrun_error_clear(&perr);
       if (prc) {
         /* it fails alone, saying why; the jobs before it go now */
-        kept_plan_truncate(s, &kp, nch, ncp);
+        kept_plan_truncate(s, kp, nch, ncp);
         nj = i;
         break;
       }
     }
-    for (size_t j = ncp; ok && j < kp.ncopies; j += 3)
-      ok = op_add_kept(&ops, (gpu_batch_op){GB_DTOD, kp.copies[j], kp.copies[j + 2], NULL, NULL, NULL, 0, kp.copies[j + 1]},
+    for (size_t j = ncp; ok && j < kp->ncopies; j += 3)
+      ok = op_add_kept(ops, (gpu_batch_op){GB_DTOD, kp->copies[j], kp->copies[j + 2], NULL, NULL, NULL, 0, kp->copies[j + 1]},
                        true);
+    sg->kept_steps |= kp->ncopies > 0;
     for (uint32_t bi = 0; ok && bi < p->nbuffers; bi++) {
       if (execute_taken(&jr.takes, bi) || execute_stays(p, &jr, bi)) continue; /* copied in above, or already there */
       uint64_t bytes = p->buffers[bi].count * prog_type_size(p->buffers[bi].type);
@@ -423,12 +469,12 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
       const uint8_t *src = buffer_source(p, &jr, bi, &fine);
       assert(fine); /* staged_bytes let only well-formed jobs in */
       uint64_t image = src && src == p->buffers[bi].image ? image_on_device(s, x->program, p, bi) : 0;
-      if (image) ok = op_add(&ops, (gpu_batch_op){GB_DTOD, c->bindings->v[bi], bytes, NULL, NULL, NULL, 0, image});
-      else ok = op_add(&ops, (gpu_batch_op){src ? GB_HTOD : GB_ZERO, c->bindings->v[bi], bytes, src, NULL, NULL, 0, 0});
-      if (src && !image) hand[i].in += bytes;
+      if (image) ok = op_add(ops, (gpu_batch_op){GB_DTOD, c->bindings->v[bi], bytes, NULL, NULL, NULL, 0, image});
+      else ok = op_add(ops, (gpu_batch_op){src ? GB_HTOD : GB_ZERO, c->bindings->v[bi], bytes, src, NULL, NULL, 0, 0});
+      if (src && !image) sg->hand[i].in += bytes;
     }
-    seq_at[i] = ops.n;
-    ok = ok && op_add(&ops, (gpu_batch_op){GB_SEQ, 0, 0, NULL, NULL, (gpu_seq *)(uintptr_t)c->sequence, 0, 0});
+    sg->seq_at[i] = ops->n;
+    ok = ok && op_add(ops, (gpu_batch_op){GB_SEQ, 0, 0, NULL, NULL, (gpu_seq *)(uintptr_t)c->sequence, 0, 0});
     for (uint32_t bi = 0; ok && bi < p->nbuffers; bi++) {
       if (!execute_wanted(p, bi, jr.keep)) continue;
       uint64_t bytes = p->buffers[bi].count * prog_type_size(p->buffers[bi].type);
@@ -440,125 +486,264 @@ static size_t run_segment(actor_t *self, execute_state *s, const context_run *c,
       o->buffer = bi;
       o->data.len = bytes;
       cm->outputs.n++;
-      ok = op_add(&ops, (gpu_batch_op){GB_DTOH, c->bindings->v[bi], bytes, NULL, o->data.data, NULL, 0, 0});
-      hand[i].out += bytes;
+      ok = op_add(ops, (gpu_batch_op){GB_DTOH, c->bindings->v[bi], bytes, NULL, o->data.data, NULL, 0, 0});
+      sg->hand[i].out += bytes;
     }
-    end_at[i] = ops.n;
-    outs_end[i] = cm->outputs.n;
+    sg->end_at[i] = ops->n;
+    sg->outs_end[i] = cm->outputs.n;
   }
   kept_table_free(&scratch);
-  size_t done = 0;
-  gpu_failure f = {GPU_NO_TAG, false};
-  schedrun_error_t err = {0};
-  uint64_t t0 = now_ns();
-  uint64_t deadline = x->deadlines.v[k0]; /* every job's (execute_handle_many) */
-  int rc = ok && nj ? be->ops->run_batch(be, s->device, ops.v, ops.n, deadline, &done, &f, &err) : SCHEDRUN_ENOMEM;
-  if (rc && !f.lost && done == 0) {
-    kept_plan_truncate(s, &kp, 0, 0); /* they run alone, planned again */
-    kept_plan_free(&kp);
-    batch_drop_outputs(b, outs0);
-    schedrun_error_clear(&err);
-    free(ops.v);
-    free(ops.kept);
-    free(seq_at);
-    free(end_at);
-    free(outs_end);
-    free(hand);
+  sg->nj = nj;
+  sg->t0 = now_ns();
+  return ok && nj;
+}
+
+/* Answers the submission *sg, which run_batch (or batch_finish) ended with
+ * rc, `done` steps done, f and err. Returns the first job it did not
+ * answer: sg->k0 when it ran nothing (they then run alone), the one after a
+ * job that failed without losing the device, else the end of the
+ * submission. Frees *sg. */
+static size_t seg_answer(actor_t *self, execute_state *s, many_run *mr, seg_run *sg, int rc, size_t done,
+                         gpu_failure *f, schedrun_error_t *err) {
+  const prog_program *p = mr->c.p;
+  const msg_execute_many *x = &mr->m.body.execute_many;
+  batch_out *b = &mr->b;
+  gpu_backend *be = s->core->backend;
+  size_t k0 = sg->k0, nj = sg->nj;
+  if (rc && !f->lost && done == 0) {
+    kept_plan_truncate(s, &sg->kp, 0, 0); /* they run alone, planned again */
+    batch_drop_outputs(b, sg->outs0);
+    seg_free(sg);
     return k0;
   }
   /* the jobs whose every step ran completed; the rest failed with the device */
   size_t ok_jobs = 0;
-  while (ok_jobs < nj && end_at[ok_jobs] <= done) ok_jobs++;
+  while (ok_jobs < nj && sg->end_at[ok_jobs] <= done) ok_jobs++;
   size_t copies_ran = 0;
-  for (size_t i = 0; i < done && i < ops.n; i++) copies_ran += ops.kept[i];
-  kept_commit(s, &kp, ok_jobs < nj ? ok_jobs : SIZE_MAX, copies_ran);
-  kept_plan_free(&kp);
-  batch_drop_outputs(b, ok_jobs ? outs_end[ok_jobs - 1] : outs0);
-  uint64_t prev = t0;
+  for (size_t i = 0; i < done && i < sg->ops.n; i++) copies_ran += sg->ops.kept[i];
+  kept_commit(s, &sg->kp, ok_jobs < nj ? ok_jobs : SIZE_MAX, copies_ran);
+  batch_drop_outputs(b, ok_jobs ? sg->outs_end[ok_jobs - 1] : sg->outs0);
+  uint64_t prev = sg->t0;
   for (size_t i = 0; i < ok_jobs; i++) {
-    job_run jr = job_of(x, at, k0 + i);
-    jr.traffic = &hand[i];
-    uint64_t t1 = ops.v[seq_at[i]].t_end;
-    batch_add(b, &jr, x->t_submits.v[k0 + i], prev, t1, i ? outs_end[i - 1] : outs0);
+    job_run jr = job_of(x, &mr->at, k0 + i);
+    jr.traffic = &sg->hand[i];
+    uint64_t t1 = sg->ops.v[sg->seq_at[i]].t_end;
+    batch_add(b, &jr, x->t_submits.v[k0 + i], prev, t1, i ? sg->outs_end[i - 1] : sg->outs0);
     prev = t1;
   }
   size_t next = k0 + nj;
   if (ok_jobs < nj) {
-    job_run jr = job_of(x, at, k0 + ok_jobs);
-    execute_name_failure(p, &jr, &f, rc, &err);
-    execute_job_failed(self, s, b->scheduler, jr.id, rc, &f, &err);
-    next = f.lost ? k0 + nj : k0 + ok_jobs + 1; /* with the device alive, the rest run alone */
+    job_run jr = job_of(x, &mr->at, k0 + ok_jobs);
+    execute_name_failure(p, &jr, f, rc, err);
+    execute_job_failed(self, s, b->scheduler, jr.id, rc, f, err);
+    next = f->lost ? k0 + nj : k0 + ok_jobs + 1; /* with the device alive, the rest run alone */
   }
-  for (size_t i = ok_jobs + 1; f.lost && i < nj; i++) {
+  for (size_t i = ok_jobs + 1; f->lost && i < nj; i++) {
     /* not run: the device was lost under an earlier job of the submission */
     schedrun_error_t lost = {0};
     const char *why = be->ops->device_lost(be, s->device);
     err_set(&lost, SCHEDRUN_ELOST, "%s is lost (job %llu failed before this one ran): %s",
             be->ops->device_name(be, s->device), (unsigned long long)x->jobs.v[k0 + ok_jobs], why ? why : "?");
-    execute_job_failed(self, s, b->scheduler, x->jobs.v[k0 + i], SCHEDRUN_ELOST, &f, &lost);
+    execute_job_failed(self, s, b->scheduler, x->jobs.v[k0 + i], SCHEDRUN_ELOST, f, &lost);
     schedrun_error_clear(&lost);
   }
-  schedrun_error_clear(&err);
-  free(ops.v);
-  free(ops.kept);
-  free(seq_at);
-  free(end_at);
-  free(outs_end);
-  free(hand);
+  seg_free(sg);
   return next;
 }
 
-void execute_handle_many(actor_t *self, execute_state *s, msg *m) {
-  msg_execute_many *x = &m->body.execute_many;
-  context_run c = {core_program(s->core, x->program), &x->bindings, x->sequence};
-  schedrun_error_t err = {0};
-  size_t n = x->jobs.n;
-  job_at at = {starts(&x->input_jobs, n), starts(&x->park_jobs, n), starts(&x->take_jobs, n)};
-  int rc = execute_check_context(s, "EXECUTE_MANY", x->program, x->device, &c, &err);
-  if (rc == SCHEDRUN_OK && (!at.in || !at.park || !at.take)) rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
-  if (rc) {
-    gpu_failure f = {GPU_NO_TAG, false};
-    for (size_t k = 0; k < n; k++) execute_job_failed(self, s, m->from, x->jobs.v[k], rc, &f, &err);
-    core_free_parcels(s->core, &x->takes); /* consumed: nobody else frees them */
-    schedrun_error_clear(&err);
-    free(at.in);
-    free(at.park);
-    free(at.take);
-    return;
+/* Whether any buffer of context a lies in one of context b's. */
+static bool contexts_meet(const context_run *a, const context_run *b) {
+  for (uint32_t i = 0; i < a->p->nbuffers && i < a->bindings->n; i++) {
+    uint64_t a0 = a->bindings->v[i], a1 = a0 + a->p->buffers[i].count * prog_type_size(a->p->buffers[i].type);
+    for (uint32_t j = 0; j < b->p->nbuffers && j < b->bindings->n; j++) {
+      uint64_t b0 = b->bindings->v[j], b1 = b0 + b->p->buffers[j].count * prog_type_size(b->p->buffers[j].type);
+      if (a0 < b1 && b0 < a1) return true;
+      if (a0 == b0) return true; /* empty buffers at one address */
+    }
   }
-  batch_out b;
-  batch_begin(&b, s, x, *x->client ? x->client : ACTOR_CLIENT, m->from);
+  return false;
+}
+
+static void many_from(actor_t *self, execute_state *s, many_run *mr, size_t k, bool may_defer);
+
+/* Waits for the oldest submission out (pd's) and answers it; returns the
+ * first of its message's jobs still to run. */
+static size_t pending_answer(actor_t *self, execute_state *s, execute_pending *pd) {
   gpu_backend *be = s->core->backend;
-  for (size_t k = 0; k < n;) {
+  size_t done = 0;
+  gpu_failure f = {GPU_NO_TAG, false};
+  schedrun_error_t err = {0};
+  int rc = be->ops->batch_finish(be, s->device, &done, &f, &err);
+  size_t next = seg_answer(self, s, pd->mr, &pd->sg, rc, done, &f, &err);
+  schedrun_error_clear(&err);
+  batch_flush_if_full(self, &pd->mr->b);
+  return next;
+}
+
+void execute_finish_pending(actor_t *self, execute_state *s) {
+  execute_pending *pd = s->pending;
+  if (!pd) return;
+  s->pending = NULL;
+  size_t next = pending_answer(self, s, pd);
+  many_from(self, s, pd->mr, next, false); /* the jobs left, if any; then the message ends */
+  free(pd);
+}
+
+/* Starts submission *sg of mr with batch_begin, leaving it running as the
+ * actor's pending submission, and then finishes the one pending before it.
+ * When the two are of different execution contexts and neither copies
+ * between contexts, the new one's first fills touch nothing the old one
+ * does, and run beside it. False, with nothing started, when it cannot:
+ * then it runs as run_batch. */
+static bool seg_defer(actor_t *self, execute_state *s, many_run *mr, seg_run *sg) {
+  gpu_backend *be = s->core->backend;
+  execute_pending *old = s->pending;
+  bool beside = old && !old->sg.kept_steps && !sg->kept_steps && !contexts_meet(&old->mr->c, &mr->c);
+  /* one context's jobs run in order: the old one's first */
+  if (old && !beside) execute_finish_pending(self, s);
+  old = s->pending;
+  execute_pending *pd = malloc(sizeof *pd);
+  if (!pd) return false;
+  schedrun_error_t err = {0};
+  const msg_execute_many *x = &mr->m.body.execute_many;
+  if (be->ops->batch_begin(be, s->device, sg->ops.v, sg->ops.n, x->deadlines.v[sg->k0], beside, &err) != SCHEDRUN_OK) {
+    schedrun_error_clear(&err);
+    free(pd);
+    return false;
+  }
+  pd->mr = mr; /* the actor's now, until it is finished */
+  pd->sg = *sg;
+  s->pending = pd;
+  if (old) {
+    size_t next = pending_answer(self, s, old);
+    /* jobs of the old message still to run (one failed, the device alive)
+     * run after the new submission, which is of another context: nothing
+     * else may be queued on the device while it is out */
+    if (next < old->mr->m.body.execute_many.jobs.n) execute_finish_pending(self, s);
+    many_from(self, s, old->mr, next, false);
+    free(old);
+  }
+  return true;
+}
+
+/* Runs jobs [k0, k1) as one submission and answers them (seg_answer). */
+static size_t run_segment(actor_t *self, execute_state *s, many_run *mr, size_t k0, size_t k1) {
+  seg_run sg;
+  gpu_backend *be = s->core->backend;
+  const msg_execute_many *x = &mr->m.body.execute_many;
+  bool ok = seg_plan(s, &mr->c, x, &mr->at, k0, k1, &mr->b, &sg);
+  size_t done = 0;
+  gpu_failure f = {GPU_NO_TAG, false};
+  schedrun_error_t err = {0};
+  uint64_t deadline = x->deadlines.v[k0]; /* every job's (execute_handle_many) */
+  int rc = ok ? be->ops->run_batch(be, s->device, sg.ops.v, sg.ops.n, deadline, &done, &f, &err) : SCHEDRUN_ENOMEM;
+  size_t next = seg_answer(self, s, mr, &sg, rc, done, &f, &err);
+  schedrun_error_clear(&err);
+  return next;
+}
+
+/* Ends a message's run: its last answers, and the message. */
+static void many_end(actor_t *self, many_run *mr) {
+  batch_end(self, &mr->b);
+  free(mr->at.in);
+  free(mr->at.park);
+  free(mr->at.take);
+  msg_free(&mr->m);
+  free(mr);
+}
+
+/* Runs mr's jobs from k on. The last submission may be left running
+ * (may_defer, and the backend can): mr is then the pending submission's,
+ * ended when that is finished. */
+static void many_from(actor_t *self, execute_state *s, many_run *mr, size_t k, bool may_defer) {
+  const msg_execute_many *x = &mr->m.body.execute_many;
+  size_t n = x->jobs.n;
+  gpu_backend *be = s->core->backend;
+  batch_out *b = &mr->b;
+  while (k < n) {
     /* the longest run of jobs from k that can go as one submission */
     size_t k1 = k;
     uint64_t bytes = 0;
     while (be->ops->run_batch && !s->core->no_batching && k1 < n && k1 - k < FLUSH_JOBS) {
-      job_run jr = job_of(x, &at, k1);
+      job_run jr = job_of(x, &mr->at, k1);
       /* one deadline for the submission: each job's own (a run's jobs share
        * the run's); one already past runs alone, failing before it starts */
       if (x->deadlines.v[k1] != x->deadlines.v[k] || (x->deadlines.v[k] && now_ns() >= x->deadlines.v[k])) break;
-      uint64_t more = staged_bytes(s, c.p, &jr);
+      uint64_t more = staged_bytes(s, mr->c.p, &jr);
       if (more == UINT64_MAX || bytes + more > SEGMENT_BYTES) break;
       bytes += more;
       k1++;
     }
     if (k1 > k) {
-      batch_flush(self, &b); /* the segment's outputs stay in place until it is answered */
-      size_t next = run_segment(self, s, &c, x, &at, k, k1, &b);
-      batch_flush_if_full(self, &b);
+      batch_flush(self, b); /* the segment's outputs stay in place until it is answered */
+      size_t next;
+      if (may_defer && k1 == n && be->ops->batch_begin && (!s->pending || !images_full(s))) {
+        /* the message's last submission: it may run on while the next message is taken */
+        seg_run sg;
+        bool ok = seg_plan(s, &mr->c, x, &mr->at, k, k1, b, &sg);
+        if (ok && sg.nj == k1 - k && seg_defer(self, s, mr, &sg)) return; /* mr is the pending one's */
+        execute_finish_pending(self, s);
+        size_t done = 0;
+        gpu_failure f = {GPU_NO_TAG, false};
+        schedrun_error_t err = {0};
+        int rc = ok ? be->ops->run_batch(be, s->device, sg.ops.v, sg.ops.n, x->deadlines.v[k], &done, &f, &err)
+                    : SCHEDRUN_ENOMEM;
+        next = seg_answer(self, s, mr, &sg, rc, done, &f, &err);
+        schedrun_error_clear(&err);
+      } else {
+        execute_finish_pending(self, s);
+        next = run_segment(self, s, mr, k, k1);
+      }
+      batch_flush_if_full(self, b);
       if (next > k) {
         k = next;
         continue;
       }
     }
-    job_run jr = job_of(x, &at, k);
-    run_alone(self, s, &c, x, &jr, x->t_submits.v[k], &b);
-    batch_flush_if_full(self, &b);
+    execute_finish_pending(self, s);
+    job_run jr = job_of(x, &mr->at, k);
+    run_alone(self, s, &mr->c, x, &jr, x->t_submits.v[k], b);
+    batch_flush_if_full(self, b);
     k++;
   }
-  batch_end(self, &b);
-  free(at.in);
-  free(at.park);
-  free(at.take);
+  many_end(self, mr);
+}
+
+void execute_handle_many(actor_t *self, execute_state *s, msg *m, bool may_defer) {
+  many_run *mr = calloc(1, sizeof *mr);
+  if (!mr) {
+    /* without memory its jobs fail now, as any message's that cannot run */
+    execute_finish_pending(self, s);
+    schedrun_error_t err = {0};
+    err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
+    gpu_failure f = {GPU_NO_TAG, false};
+    for (size_t k = 0; k < m->body.execute_many.jobs.n; k++)
+      execute_job_failed(self, s, m->from, m->body.execute_many.jobs.v[k], SCHEDRUN_ENOMEM, &f, &err);
+    core_free_parcels(s->core, &m->body.execute_many.takes);
+    schedrun_error_clear(&err);
+    return;
+  }
+  mr->m = *m; /* taken: m is left empty */
+  memset(m, 0, sizeof *m);
+  msg_execute_many *x = &mr->m.body.execute_many;
+  mr->c = (context_run){core_program(s->core, x->program), &x->bindings, x->sequence};
+  schedrun_error_t err = {0};
+  size_t n = x->jobs.n;
+  mr->at = (job_at){starts(&x->input_jobs, n), starts(&x->park_jobs, n), starts(&x->take_jobs, n)};
+  int rc = execute_check_context(s, "EXECUTE_MANY", x->program, x->device, &mr->c, &err);
+  if (rc == SCHEDRUN_OK && (!mr->at.in || !mr->at.park || !mr->at.take)) rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
+  if (rc) {
+    gpu_failure f = {GPU_NO_TAG, false};
+    for (size_t k = 0; k < n; k++) execute_job_failed(self, s, mr->m.from, x->jobs.v[k], rc, &f, &err);
+    core_free_parcels(s->core, &x->takes); /* consumed: nobody else frees them */
+    schedrun_error_clear(&err);
+    free(mr->at.in);
+    free(mr->at.park);
+    free(mr->at.take);
+    msg_free(&mr->m);
+    free(mr);
+    return;
+  }
+  batch_begin(&mr->b, s, x, *x->client ? x->client : ACTOR_CLIENT, mr->m.from);
+  many_from(self, s, mr, 0, may_defer);
 }

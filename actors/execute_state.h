@@ -43,6 +43,9 @@ typedef struct image_copy {
 #define IMAGE_COPIES 16
 #define IMAGE_BYTES (16u << 20) /* at most this much device memory for them */
 
+typedef struct execute_pending execute_pending;
+typedef struct many_run many_run;
+
 struct execute_state {
   schedrun_core *core;
   int device;
@@ -53,6 +56,7 @@ struct execute_state {
   image_copy images[IMAGE_COPIES];
   uint32_t nimages;
   uint64_t image_bytes;
+  execute_pending *pending; /* a submission left running (execute_many.c), or NULL */
 };
 
 /* What one job moved (msg_complete's traffic fields): its taken parcels by
@@ -205,6 +209,11 @@ int execute_run_segments(execute_state *s, const context_run *c, const job_run *
                          schedrun_error_t *err);
 
 /* execute_many.c */
-void execute_handle_many(actor_t *self, execute_state *s, msg *m);
+/* EXECUTE_MANY (execute_many.c); m is taken (left empty). With may_defer,
+ * its last submission may be left running on the device (the pending one)
+ * while the actor takes its next message; execute_finish_pending waits for
+ * it and answers it, and must run before anything else uses the device. */
+void execute_handle_many(actor_t *self, execute_state *s, msg *m, bool may_defer);
+void execute_finish_pending(actor_t *self, execute_state *s);
 
 #endif

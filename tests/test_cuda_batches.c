@@ -11,6 +11,7 @@
 
 #include "cu_app.h"
 #include "cuda_double_run.h"
+#include "gpu/backend.h"
 
 /* ---- batches ---- */
 
@@ -47,6 +48,84 @@ static void test_batches_copy_through_pinned_staging(void **st) {
              (long long)jobs, pinned, pageable, events, launches);
   printf("  %lld jobs: %d copies through pinned staging, %d events\n", (long long)jobs, pinned, events);
   free(text);
+  result_free(&r);
+}
+
+/* Two batches out at once (batch_begin, batch_finish): the second's fills,
+ * said to touch nothing of the first, go on the copy stream, which the
+ * device's stream waits for with an event (counted by the double) before
+ * the rest of that batch; each batch's bytes come back as sent, in the
+ * order begun. A second batch not said to be beside queues behind the
+ * first on the device's stream alone: no wait, nothing counted. */
+static void fill_and_copy(gpu_batch_op *ops, uint64_t in, uint64_t out, const int32_t *x, int32_t *y, uint64_t bytes) {
+  ops[0] = (gpu_batch_op){GB_HTOD, in, bytes, x, NULL, NULL, 0, 0};
+  ops[1] = (gpu_batch_op){GB_DTOD, out, bytes, NULL, NULL, NULL, 0, in};
+  ops[2] = (gpu_batch_op){GB_DTOH, out, bytes, NULL, y, NULL, 0, 0};
+}
+
+static void test_batch_fills_beside_the_batch_before(void **st) {
+  (void)st;
+  set_double("13000", "1");
+  const char *log = tu_write_temp(4, "beside.log", "");
+  setenv("SCHEDRUN_CUDA_DOUBLE_LOG", log, 1);
+  gpu_backend *b = NULL;
+  schedrun_error_t err = {0};
+  if (gpu_backend_open("cuda", tu_gpu_opts(), &b, NULL, &err) != SCHEDRUN_OK) fail_msg("open: %s", err.message);
+  assert_non_null(b->ops->batch_begin);
+  enum { N = 4096 };
+  const uint64_t bytes = N * sizeof(int32_t);
+  uint64_t mem[4];
+  for (int i = 0; i < 4; i++) assert_int_equal(b->ops->mem_alloc(b, 0, bytes, &mem[i], &err), SCHEDRUN_OK);
+  static int32_t xa[N], xb[N], ya[N], yb[N];
+  for (int round = 0; round < 2; round++) {
+    bool beside = round == 0;
+    for (int i = 0; i < N; i++) {
+      xa[i] = 7 * i + round;
+      xb[i] = -3 * i - round;
+      ya[i] = yb[i] = 0;
+    }
+    gpu_batch_op opa[3], opb[3];
+    fill_and_copy(opa, mem[0], mem[1], xa, ya, bytes);
+    fill_and_copy(opb, mem[2], mem[3], xb, yb, bytes);
+    assert_int_equal(b->ops->batch_begin(b, 0, opa, 3, 0, false, &err), SCHEDRUN_OK);
+    assert_int_equal(b->ops->batch_begin(b, 0, opb, 3, 0, beside, &err), SCHEDRUN_OK);
+    size_t done = 0;
+    gpu_failure f;
+    assert_int_equal(b->ops->batch_finish(b, 0, &done, &f, &err), SCHEDRUN_OK);
+    assert_int_equal(done, 3);
+    for (int i = 0; i < N; i++)
+      if (ya[i] != xa[i]) fail_msg("round %d, first batch: y[%d] = %d, not %d", round, i, ya[i], xa[i]);
+    assert_int_equal(b->ops->batch_finish(b, 0, &done, &f, &err), SCHEDRUN_OK);
+    assert_int_equal(done, 3);
+    for (int i = 0; i < N; i++)
+      if (yb[i] != xb[i]) fail_msg("round %d, second batch: y[%d] = %d, not %d", round, i, yb[i], xb[i]);
+    gpu_counters c;
+    b->ops->counters(b, 0, &c);
+    assert_int_equal(c.beside, 1); /* the first round's second batch only */
+  }
+  for (int i = 0; i < 4; i++) b->ops->mem_free(b, 0, mem[i]);
+  gpu_backend_close(&b);
+  unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
+  char *text = tu_slurp(log, NULL);
+  assert_non_null(text);
+  assert_int_equal(tu_count(text, "stream-wait-event"), 1);
+  free(text);
+}
+
+/* Jobs of two buffer sets on one device (tests/configs/two_sets.yaml):
+ * each set's batches may be queued while the other set's run, and every
+ * job of both sets verifies, element by element. */
+static void test_two_buffer_sets_verify(void **st) {
+  (void)st;
+  set_double("13000", "1");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tests/configs/two_sets.yaml", tu_env("SCHEDRUN_SOURCE_DIR"));
+  result r;
+  run_cuda(path, &r);
+  if (r.status != 0 || !r.json || !json_object_get_boolean(get(r.json, "verified")))
+    fail_msg("two_sets.yaml on one device: exit %d\n%s%s", r.status, r.out ? r.out : "", r.err ? r.err : "");
+  assert_int_equal(json_object_get_int64(get(r.json, "jobs")), 6 * 24);
+  assert_int_equal(json_object_get_int64(get(r.json, "jobs_verified")), 6 * 24);
   result_free(&r);
 }
 
@@ -197,6 +276,8 @@ static void test_double_async_copies_and_events(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_batches_copy_through_pinned_staging),
+      cmocka_unit_test(test_batch_fills_beside_the_batch_before),
+      cmocka_unit_test(test_two_buffer_sets_verify),
       cmocka_unit_test(test_trace_times_each_node),
       cmocka_unit_test(test_double_async_copies_and_events),
   };
