@@ -233,9 +233,10 @@ void api_send_release(schedrun_t *s, uint64_t program);
 void api_ring_completer(schedrun_t *s);
 /* The checks of one job's options that need no lock; fn names the call. */
 int api_check_options(const schedrun_t *s, const char *fn, const schedrun_job_options_t *o, schedrun_error_t *err);
-/* Fills a SUBMIT body from job options (the program id is set later). */
-int api_fill_submit(const prog_program *p, const char *fn, const schedrun_job_options_t *o, msg_submit *sb,
-                    schedrun_error_t *err);
+/* Fills a SUBMIT body from job options (the program id is set later); its
+ * deadline is deadline_ns when not 0, else o->timeout_ms from now. */
+int api_fill_submit(const prog_program *p, const char *fn, const schedrun_job_options_t *o, uint64_t deadline_ns,
+                    msg_submit *sb, schedrun_error_t *err);
 /* Waits (lock held) until `need` more jobs fit under max_inflight. */
 int api_wait_for_room(schedrun_t *s, size_t need, const schedrun_job_options_t *o, schedrun_error_t *err);
 /* Registers a job about to be submitted (lock held), and forgets one never sent. */
@@ -245,10 +246,11 @@ void api_unregister_job(schedrun_t *s, pending_job *pj);
 /* Makes pj run after the jobs of o->after (lock held): SCHEDRUN_EINVAL
  * naming an id that is not a job still held here. */
 int api_after_check(schedrun_t *s, const char *fn, const schedrun_job_t *after, size_t nafter, schedrun_error_t *err);
-/* Submits a job; `hidden` ones (schedrun_run's) are not for schedrun_wait_any.
+/* Submits a job (deadline_ns as for api_fill_submit); `hidden` ones
+ * (schedrun_run's) are not for schedrun_wait_any.
  * run_here: the caller waits for it next, so when it is the only job in
  * flight this thread runs it on its device itself (SUBMIT_RUN_HERE). */
-int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, bool hidden, bool run_here,
-               schedrun_job_t *out, schedrun_error_t *err);
+int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, uint64_t deadline_ns, bool hidden,
+               bool run_here, schedrun_job_t *out, schedrun_error_t *err);
 
 #endif

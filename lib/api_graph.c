@@ -243,7 +243,7 @@ static int prepare(schedrun_t *s, const schedrun_graph_t *g, const graph_index *
     if (rc == SCHEDRUN_OK) {
       d->is_job = true;
       msg_init(&d->submit, MSG_SUBMIT, 0, ACTOR_CLIENT);
-      rc = api_fill_submit(n->prog->p, fn, &n->o, &d->submit.body.submit, err);
+      rc = api_fill_submit(n->prog->p, fn, &n->o, 0, &d->submit.body.submit, err);
     }
     if (rc) {
       char where[160];

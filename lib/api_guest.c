@@ -204,6 +204,6 @@ int schedrun_submit_wait(schedrun_t *s, schedrun_program_t *p, const schedrun_jo
   schedrun_job_options_t d;
   schedrun_job_options_init(&d);
   schedrun_job_t id;
-  int rc = api_submit(s, p, o ? o : &d, false, true, &id, err);
+  int rc = api_submit(s, p, o ? o : &d, 0, false, true, &id, err);
   return rc ? rc : schedrun_wait(s, id, -1, out, err);
 }

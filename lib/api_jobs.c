@@ -86,11 +86,12 @@ int api_check_options(const schedrun_t *s, const char *fn, const schedrun_job_op
 
 /* Fills the SUBMIT body for one job (the program id is set later); on
  * failure what was filled is freed with its message. */
-int api_fill_submit(const prog_program *p, const char *fn, const schedrun_job_options_t *o, msg_submit *sb,
-                       schedrun_error_t *err) {
+int api_fill_submit(const prog_program *p, const char *fn, const schedrun_job_options_t *o, uint64_t deadline_ns,
+                    msg_submit *sb, schedrun_error_t *err) {
   *sb = (msg_submit){0, (uint32_t)o->run, (uint32_t)o->job, (uint32_t)(o->run % p->buffer_sets),
                      o->device, o->keep_outputs ? 1u : 0u, {NULL, 0}, 0, o->record_only ? 1u : 0u};
-  if (o->timeout_ms > 0) sb->deadline = now_ns() + (uint64_t)o->timeout_ms * 1000000ull;
+  if (deadline_ns) sb->deadline = deadline_ns;
+  else if (o->timeout_ms > 0) sb->deadline = now_ns() + (uint64_t)o->timeout_ms * 1000000ull;
   if (o->ninputs) {
     sb->inputs.v = calloc(o->ninputs, sizeof(msg_output));
     if (!sb->inputs.v) return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
@@ -177,14 +178,14 @@ int api_after_check(schedrun_t *s, const char *fn, const schedrun_job_t *after, 
   return SCHEDRUN_OK;
 }
 
-int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, bool hidden, bool run_here,
-               schedrun_job_t *out, schedrun_error_t *err) {
+int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_t *o, uint64_t deadline_ns, bool hidden,
+               bool run_here, schedrun_job_t *out, schedrun_error_t *err) {
   const prog_program *p = h->p;
   int rc = api_check_options(s, "schedrun_submit", o, err);
   if (rc) return rc;
   msg m;
   msg_init(&m, MSG_SUBMIT, 0, ACTOR_CLIENT);
-  rc = api_fill_submit(p, "schedrun_submit", o, &m.body.submit, err);
+  rc = api_fill_submit(p, "schedrun_submit", o, deadline_ns, &m.body.submit, err);
   pending_job *pj = rc ? NULL : calloc(1, sizeof *pj);
   dep_node *dn = rc || !o->nafter ? NULL : deps_node_new();
   if (rc || !pj || (o->nafter && !dn)) {
@@ -259,7 +260,7 @@ int schedrun_submit(schedrun_t *s, schedrun_program_t *p, const schedrun_job_opt
     return err_set(err, SCHEDRUN_EINVAL, "schedrun_submit: %s is NULL", !s ? "the scheduler" : !p ? "the program" : "out");
   schedrun_job_options_t d;
   schedrun_job_options_init(&d);
-  return api_submit(s, p, o ? o : &d, false, false, out, err);
+  return api_submit(s, p, o ? o : &d, 0, false, false, out, err);
 }
 
 /* Hands pj's result over (under lock): the job is forgotten; pj itself goes
@@ -446,7 +447,7 @@ int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const s
       rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     for (size_t j = 0; rc == SCHEDRUN_OK && j < k; j++) {
       msg one = {.type = MSG_SUBMIT};
-      rc = api_fill_submit(p, fn, opts ? &opts[at + j] : &d, &one.body.submit, err);
+      rc = api_fill_submit(p, fn, opts ? &opts[at + j] : &d, 0, &one.body.submit, err);
       if (rc) name_job(err, rc, at + j);
       one.body.submit.program = h->id;
       if (rc == SCHEDRUN_OK) msg_submit_many_add(&m.body.submit_many, &one.body.submit);

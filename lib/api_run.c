@@ -124,16 +124,21 @@ int schedrun_run(schedrun_t *s, schedrun_program_t *h, const schedrun_run_option
       jo.run = run;
       jo.job = j;
       int left = left_ms(&r);
-      jo.timeout_ms = o.job_timeout_ms && o.job_timeout_ms < left ? o.job_timeout_ms : left > 0 ? left : 1;
+      /* the run's jobs share the run's deadline, so that they can go to a
+       * device together (one submission runs until one deadline); a job
+       * timeout shorter than what is left is the job's own */
+      bool own = o.job_timeout_ms && o.job_timeout_ms < left;
+      jo.timeout_ms = own ? o.job_timeout_ms : left > 0 ? left : 1;
+      uint64_t deadline = own || left <= 0 ? 0 : r.deadline;
       while (r.count == r.cap && rc == SCHEDRUN_OK) rc = collect_one(&r, err);
       if (rc) break;
       size_t slot = (r.head + r.count) % r.cap;
-      rc = api_submit(s, h, &jo, true, false, &r.ids[slot], err);
+      rc = api_submit(s, h, &jo, deadline, true, false, &r.ids[slot], err);
       while (rc == SCHEDRUN_EAGAIN && r.count > 0) {
         /* others hold the room: make some by collecting ours */
         schedrun_error_clear(err);
         rc = collect_one(&r, err);
-        if (rc == SCHEDRUN_OK) rc = api_submit(s, h, &jo, true, false, &r.ids[(r.head + r.count) % r.cap], err);
+        if (rc == SCHEDRUN_OK) rc = api_submit(s, h, &jo, deadline, true, false, &r.ids[(r.head + r.count) % r.cap], err);
       }
       if (rc == SCHEDRUN_OK) {
         r.count++;
