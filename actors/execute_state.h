@@ -216,4 +216,46 @@ int execute_run_segments(execute_state *s, const context_run *c, const job_run *
 void execute_handle_many(actor_t *self, execute_state *s, msg *m, bool may_defer);
 void execute_finish_pending(actor_t *self, execute_state *s);
 
+
+/* execute_answers.c: the answers of an EXECUTE_MANY's jobs, in columns
+ * (COMPLETE_MANY to the client, EXECUTED_MANY to the scheduler), sent every
+ * FLUSH_JOBS jobs or FLUSH_BYTES of outputs and at the end. */
+#define FLUSH_JOBS 128
+#define FLUSH_BYTES (64u << 20)
+/* The answers of a batch being run, in columns. */
+typedef struct batch_out {
+  msg complete, executed;
+  size_t cap;  /* of every job column */
+  size_t ocap;  /* of outputs */
+  size_t ojcap; /* of output_jobs */
+  size_t pcap;  /* of parcels and parcel_jobs */
+  uint64_t out_bytes;
+  const char *client, *scheduler;
+  schedrun_core *core;
+} batch_out;
+/* Appends the parcels a job left (its batch position `job`); false
+ * without memory (the caller frees them then). */
+bool batch_parcels(batch_out *b, size_t job, const msg_u64s *parcels);
+void batch_begin(batch_out *b, execute_state *s, const msg_execute_many *x, const char *client, const char *scheduler);
+/* Room for `more` jobs in every column; false without memory. */
+bool batch_room(batch_out *b, size_t more);
+/* Room in output_jobs for `need` outputs; false without memory. */
+bool batch_output_jobs(batch_out *b, size_t need);
+/* Room for one more output (and its entry in output_jobs). */
+msg_output *batch_output(batch_out *b);
+/* Drops outputs [from, n) that no job will answer with. */
+void batch_drop_outputs(batch_out *b, size_t from);
+/* Sends what is gathered. */
+void batch_flush(actor_t *self, batch_out *b);
+void batch_flush_if_full(actor_t *self, batch_out *b);
+/* Sends what is left and frees the columns. */
+void batch_end(actor_t *self, batch_out *b);
+/* Job jr succeeded; its outputs are [outs_from, outputs.n). batch_room was
+ * called for it. */
+void batch_add(batch_out *b, const job_run *jr, uint64_t t_submit, uint64_t t0, uint64_t t1, size_t outs_from);
+/* A timed job answers alone, with its node times; the answers before it go
+ * first. Its outputs are [outs_from, outputs.n) of the batch. */
+void answer_timed(actor_t *self, execute_state *s, batch_out *b, const msg_execute_many *x, const job_run *jr,
+                  uint64_t t_submit, uint64_t t0, uint64_t t1, size_t outs_from, uint32_t ntimed, msg_u64s *parcels);
+
 #endif
