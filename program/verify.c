@@ -93,8 +93,7 @@ bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data
         ok = false;
         break;
       }
-      char at[PROG_MAX_DIMS * 22];
-      prog_index_text(b, i, at, sizeof at);
+      char at[PROG_MAX_DIMS * 22]; /* the index as text, written only for a failure */
       if (e->bits && e->tol == 0 && e->rtol == 0) {
         /* an integer buffer: compared as integers, exactly (a double holds
          * only 53 bits) */
@@ -106,6 +105,7 @@ bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data
           want = v.is_int ? (uint64_t)v.i : (uint64_t)(int64_t)v.f;
         }
         if (!known) {
+          prog_index_text(b, i, at, sizeof at);
           sep(why);
           sb_addf(why, "buffer %s[%s]: the expected value cannot be computed for this job", b->name, at);
           ok = false;
@@ -115,6 +115,7 @@ bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data
           char g[32], w[32];
           int_text(b->type, got, g, sizeof g);
           int_text(b->type, want, w, sizeof w);
+          prog_index_text(b, i, at, sizeof at);
           sep(why);
           sb_addf(why, "buffer %s[%s]: expected %s, got %s", b->name, at, w, g);
           ok = false;
@@ -124,12 +125,14 @@ bool prog_verify_buffer(const prog_program *p, uint32_t buffer, const void *data
       }
       double got = prog_element(b->type, data, i), want;
       if (!want_of(e->exprs ? &e->exprs[j] : NULL, e->values[j], env, &want)) {
+        prog_index_text(b, i, at, sizeof at);
         sep(why);
         sb_addf(why, "buffer %s[%s]: the expected value cannot be computed for this job", b->name, at);
         ok = false;
         break;
       }
       if (!close_enough(got, want, e)) {
+        prog_index_text(b, i, at, sizeof at);
         sep(why);
         sb_addf(why, "buffer %s[%s]: expected %.9g, got %.9g", b->name, at, want, got);
         ok = false;
