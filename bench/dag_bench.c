@@ -184,9 +184,11 @@ static schedrun_t *open_with(int devices, const char *yaml, const char *name, sc
   return s;
 }
 
-/* A chain of 100 dependent jobs, submitted and waited for at a time. */
-static void deps100(int devices) {
+/* A chain of 100 dependent jobs, submitted and waited for at a time,
+ * `rounds` times (at most 50). */
+static void deps100(int devices, int rounds) {
   enum { LEN = 100, ROUNDS = 50 };
+  if (rounds > ROUNDS) rounds = ROUNDS;
   schedrun_program_t *p;
   schedrun_graph_t *g;
   schedrun_t *s = open_with(devices, tiny_program, "tiny", &p, &g);
@@ -198,7 +200,7 @@ static void deps100(int devices) {
   schedrun_job_t ids[LEN];
   schedrun_job_result_t *rs[LEN];
   double per[ROUNDS];
-  for (int r = -3; r < ROUNDS; r++) { /* 3 to warm: compiled and recorded */
+  for (int r = -3; r < rounds; r++) { /* 3 to warm: compiled and recorded */
     uint64_t t0 = bench_ns();
     if (schedrun_graph_submit(s, g, ids, &err)) bench_die("submit", &err);
     if (schedrun_wait_many(s, LEN, ids, -1, rs, &err)) bench_die("wait", &err);
@@ -208,7 +210,7 @@ static void deps100(int devices) {
       schedrun_job_result_free(&rs[k]);
     }
   }
-  printf("dag_deps100_%ddev_ns_per_job=%.0f\n", devices, bench_median(per, ROUNDS));
+  printf("dag_deps100_%ddev_ns_per_job=%.0f\n", devices, bench_median(per, rounds));
   schedrun_graph_free(&g);
   schedrun_program_free(&p);
   schedrun_close(&s);
@@ -279,9 +281,13 @@ static void wide(schedrun_t *s, schedrun_program_t *p, int n) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--chain-only")) { /* R rounds of the chain on one device (callgrind) */
+    deps100(1, atoi(argv[2]));
+    return 0;
+  }
   if (argc == 2 && !strcmp(argv[1], "--deps-only")) { /* the chain of 100 and the diamond (run under load) */
     for (int d = 1; d <= 2; d++) {
-      deps100(d);
+      deps100(d, 50);
       diamond(d);
     }
     return 0;
@@ -289,7 +295,7 @@ int main(int argc, char **argv) {
   if (argc < 2 || strcmp(argv[1], "--wide-only") != 0)
     for (int d = 1; d <= 2; d++) {
       chains(d);
-      deps100(d);
+      deps100(d, 50);
       diamond(d);
     }
   schedrun_t *s = bench_open_host(2, NULL);

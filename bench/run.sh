@@ -96,6 +96,16 @@ if command -v valgrind >/dev/null; then
     b=$(STARPU_SILENT=1 STARPU_NCPU=1 instructions3 "$build/starpu_bench" --only-tasks 30000)
     [ -n "$a" ] && [ -n "$b" ] && echo "starpu1_instructions_per_task=$(( (b - a) / 20000 ))" >> "$tmp/starpu"
   fi
+  # a dependent job: the chain of 100 (d), 10 and 30 rounds (2,000 jobs apart)
+  echo "instructions per dependent job (callgrind): schedrun, 1 device" >&2
+  a=$(instructions3 "$build/dag_bench" --chain-only 10); b=$(instructions3 "$build/dag_bench" --chain-only 30)
+  [ -n "$a" ] && [ -n "$b" ] && echo "instructions_1dev_per_dependent_job=$(( (b - a) / 2000 ))" >> "$tmp/jobs"
+  if [ -x "$build/starpu_bench" ]; then
+    echo "instructions per dependent task (callgrind): StarPU, 1 worker" >&2
+    a=$(STARPU_SILENT=1 STARPU_NCPU=1 instructions3 "$build/starpu_bench" --chain-only 10)
+    b=$(STARPU_SILENT=1 STARPU_NCPU=1 instructions3 "$build/starpu_bench" --chain-only 30)
+    [ -n "$a" ] && [ -n "$b" ] && echo "starpu1_instructions_per_dependent_task=$(( (b - a) / 2000 ))" >> "$tmp/starpu"
+  fi
 fi
 
 # The same jobs with a background load beside both: two busy loops per core,
@@ -227,6 +237,8 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
     row "(g') page faults per job of (g), all its threads and processes" "" data_faults_per_task "data_%ddev_faults_per_job" starpu_data_faults_per_task cost
     sp=$(get starpu1_instructions_per_task "$S"); me=$(get instructions_1dev_per_job "$J")
     echo "| (f) instructions per empty job (task) of (a), callgrind | $sp | $me | **$(ratio "$me" "$sp")x as many** | | | | |"
+    sp=$(get starpu1_instructions_per_dependent_task "$S"); me=$(get instructions_1dev_per_dependent_job "$J")
+    echo "| (f') instructions per dependent job (task) of (d), callgrind | $sp | $me | **$(ratio "$me" "$sp")x as many** | | | | |"
   else
     echo "StarPU is not installed (libstarpu-dev): run \`make bench\` as root to compare."
   fi
@@ -257,7 +269,10 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
   echo "\`STARPU_NCPU=1 starpu_bench --only-tasks N\`, N = 10,000 and 30,000: the difference"
   echo "divided by 20,000 (start-up cancels), every thread and, for schedrun, not the"
   echo "worker process (the kernels' side). Callgrind counts what a spinning thread does"
-  echo "too, so both figures include their waits' polling."
+  echo "too, so both figures include their waits' polling. (f') the same over"
+  echo "\`dag_bench --chain-only R\` and \`starpu_bench --chain-only R\` (R rounds of (d)'s chain of"
+  echo "100 on one device or worker), R = 10 and 30: the difference divided by 2,000; schedrun's"
+  echo "jobs verify their results (the chain's \`expect\`), StarPU's tasks do not."
   echo
   if [ -s "$S" ]; then
     echo "### With a background load"

@@ -141,13 +141,50 @@ static int data_tasks(int n) {
   return 0;
 }
 
+/* (e) a chain of 100 tiny tasks on one read-write handle, submitted and
+ * waited for, `rounds` times (at most 50) after 3 to warm: the median cost
+ * per task into *per (when not NULL). */
+static int chain100(int rounds, double *per) {
+  enum { LEN = 100, ROUNDS = 50 };
+  if (rounds > ROUNDS) rounds = ROUNDS;
+  double chain_ns[ROUNDS];
+  float value = 0;
+  starpu_data_handle_t h;
+  starpu_variable_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)&value, sizeof value);
+  for (int r = -3; r < rounds; r++) {
+    double t0 = now_s();
+    for (int k = 0; k < LEN; k++) {
+      struct starpu_task *t = starpu_task_create();
+      t->cl = &tiny_cl;
+      t->handles[0] = h;
+      if (starpu_task_submit(t) != 0) return 1;
+    }
+    starpu_task_wait_for_all();
+    if (r >= 0) chain_ns[r] = (now_s() - t0) / LEN * 1e9;
+  }
+  starpu_data_unregister(h);
+  if (value != (float)(LEN * (rounds + 3))) {
+    fprintf(stderr, "chain of 100: %g runs counted\n", value);
+    return 1;
+  }
+  qsort(chain_ns, (size_t)rounds, sizeof *chain_ns, cmp);
+  if (per) *per = chain_ns[rounds / 2];
+  return 0;
+}
+
 int main(int argc, char **argv) {
   bool only = argc == 3 && !strcmp(argv[1], "--only-tasks"); /* N empty tasks and nothing else */
   bool data = argc == 3 && !strcmp(argv[1], "--data");       /* (g) alone */
+  bool chain = argc == 3 && !strcmp(argv[1], "--chain-only"); /* (e) alone, N rounds (callgrind) */
   int n = only || data ? atoi(argv[2]) : argc > 1 ? atoi(argv[1]) : 100000;
   if (starpu_init(NULL) != 0) {
     fprintf(stderr, "starpu_init failed\n");
     return 1;
+  }
+  if (chain) {
+    int rc = chain100(atoi(argv[2]), NULL);
+    starpu_shutdown();
+    return rc;
   }
   if (data) {
     int rc = data_tasks(n);
@@ -246,28 +283,9 @@ int main(int argc, char **argv) {
   free(hv);
 
   /* (e) a chain of 100 on one read-write handle, at a time */
-  enum { LEN = 100, ROUNDS = 50 };
-  double chain_ns[ROUNDS];
-  value = 0;
-  starpu_variable_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)&value, sizeof value);
-  for (int r = -3; r < ROUNDS; r++) {
-    t0 = now_s();
-    for (int k = 0; k < LEN; k++) {
-      struct starpu_task *t = starpu_task_create();
-      t->cl = &tiny_cl;
-      t->handles[0] = h;
-      if (starpu_task_submit(t) != 0) return 1;
-    }
-    starpu_task_wait_for_all();
-    if (r >= 0) chain_ns[r] = (now_s() - t0) / LEN * 1e9;
-  }
-  starpu_data_unregister(h);
-  if (value != (float)(LEN * (ROUNDS + 3))) {
-    fprintf(stderr, "chain of 100: %g runs counted\n", value);
-    return 1;
-  }
-  qsort(chain_ns, ROUNDS, sizeof *chain_ns, cmp);
-  printf("starpu_deps100_ns_per_task=%.1f\n", chain_ns[ROUNDS / 2]);
+  double per100 = 0;
+  if (chain100(50, &per100)) return 1;
+  printf("starpu_deps100_ns_per_task=%.1f\n", per100);
 
   /* (f) diamonds of saxpy: A's y is B's and C's x, B's y D's x, C's y D's y */
   enum { SN = 4096, DROUNDS = 200 };
