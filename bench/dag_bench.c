@@ -216,9 +216,11 @@ static void deps100(int devices, int rounds) {
   schedrun_close(&s);
 }
 
-/* Four saxpy jobs in a diamond, submitted and waited for at a time. */
-static void diamond(int devices) {
+/* Four saxpy jobs in a diamond, submitted and waited for at a time,
+ * `rounds` times (at most 200). */
+static void diamond(int devices, int rounds) {
   enum { ROUNDS = 200 };
+  if (rounds > ROUNDS) rounds = ROUNDS;
   schedrun_program_t *p;
   schedrun_graph_t *g;
   schedrun_t *s = open_with(devices, saxpy_program, "saxpy", &p, &g);
@@ -231,7 +233,7 @@ static void diamond(int devices) {
   schedrun_job_t ids[4];
   schedrun_job_result_t *rs[4];
   double us[ROUNDS];
-  for (int r = -3; r < ROUNDS; r++) {
+  for (int r = -3; r < rounds; r++) {
     uint64_t t0 = bench_ns();
     if (schedrun_graph_submit(s, g, ids, &err)) bench_die("submit", &err);
     if (schedrun_wait_many(s, 4, ids, -1, rs, &err)) bench_die("wait", &err);
@@ -249,7 +251,7 @@ static void diamond(int devices) {
       }
     for (int k = 0; k < 4; k++) schedrun_job_result_free(&rs[k]);
   }
-  printf("dag_diamond_%ddev_us=%.1f\n", devices, bench_median(us, ROUNDS));
+  printf("dag_diamond_%ddev_us=%.1f\n", devices, bench_median(us, rounds));
   schedrun_graph_free(&g);
   schedrun_program_free(&p);
   schedrun_close(&s);
@@ -285,10 +287,14 @@ int main(int argc, char **argv) {
     deps100(1, atoi(argv[2]));
     return 0;
   }
+  if (argc == 4 && !strcmp(argv[1], "--diamond-only")) { /* R diamonds on D devices (callgrind) */
+    diamond(atoi(argv[2]), atoi(argv[3]));
+    return 0;
+  }
   if (argc == 2 && !strcmp(argv[1], "--deps-only")) { /* the chain of 100 and the diamond (run under load) */
     for (int d = 1; d <= 2; d++) {
       deps100(d, 50);
-      diamond(d);
+      diamond(d, 200);
     }
     return 0;
   }
@@ -296,7 +302,7 @@ int main(int argc, char **argv) {
     for (int d = 1; d <= 2; d++) {
       chains(d);
       deps100(d, 50);
-      diamond(d);
+      diamond(d, 200);
     }
   schedrun_t *s = bench_open_host(2, NULL);
   schedrun_error_t err = {0};
