@@ -460,6 +460,9 @@ int main(int argc, char **argv) {
         if (ds->loops[0])
           printf("  %-8s while loops run %s; %llu host-driven trips\n", "", ds->loops,
                  (unsigned long long)ds->loop_syncs);
+        if (ds->batches_beside)
+          printf("  %-8s %llu batches had their inputs copied in while the batch before ran\n", "",
+                 (unsigned long long)ds->batches_beside);
       }
     ranks_print(&ranks, stdout);
   }

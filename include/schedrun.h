@@ -658,6 +658,9 @@ typedef struct schedrun_device_stats {
   /* bytes its jobs moved (schedrun_job_info_t): host to device, device to
    * host, and from another device into this one */
   uint64_t bytes_in, bytes_out, bytes_peer;
+  /* batches of jobs whose inputs were copied in while the batch before
+   * them ran (CUDA: a copy stream beside the kernels of another buffer set) */
+  uint64_t batches_beside;
 } schedrun_device_stats_t;
 
 typedef struct schedrun_summary {
@@ -698,7 +701,7 @@ SCHEDRUN_EXTERN int schedrun_report_job(const schedrun_report_t *r, int run, int
  * jobs_failed, compile_ms_sum, record_ms_sum, execute_ms_sum, wall_ms,
  * cache_hits, cache_misses, nodes_created, nodes_updated, nodes_reused,
  * devices (name, jobs, nodes_*, busy_ms, launches, loop_syncs, bytes_in,
- * bytes_out, bytes_peer, loops) and
+ * bytes_out, bytes_peer, batches_beside, loops) and
  * failures. Heap string; free() it. */
 #define SCHEDRUN_REPORT_SCHEMA 1
 SCHEDRUN_EXTERN char *schedrun_report_json(const schedrun_report_t *r);

@@ -209,6 +209,7 @@ void report_finish(schedrun_report_t *r, uint64_t wall_ns) {
     schedrun_device_stats_t *ds = &r->sum.devices[d];
     ds->launches = c.launches - r->at_start[d].launches;
     ds->loop_syncs = c.host_trips - r->at_start[d].host_trips;
+    ds->batches_beside = c.beside - r->at_start[d].beside;
     snprintf(ds->loops, sizeof ds->loops, "%s", c.loops);
   }
 }
@@ -226,11 +227,13 @@ void report_rename_device(schedrun_report_t *r, int d, const char *name) {
   snprintf(r->sum.devices[d].name, sizeof r->sum.devices[d].name, "%s", name);
 }
 
-void report_device_counters(schedrun_report_t *r, int d, uint64_t launches, uint64_t loop_syncs, const char *loops) {
+void report_device_counters(schedrun_report_t *r, int d, uint64_t launches, uint64_t loop_syncs, uint64_t beside,
+                            const char *loops) {
   assert(d >= r->nlocal && d < r->sum.ndevices); /* this process's come from its backend */
   schedrun_device_stats_t *ds = &r->sum.devices[d];
   ds->launches = launches;
   ds->loop_syncs = loop_syncs;
+  ds->batches_beside = beside;
   snprintf(ds->loops, sizeof ds->loops, "%s", loops ? loops : "");
 }
 
@@ -319,11 +322,12 @@ char *schedrun_report_json(const schedrun_report_t *r) {
     sb_addf(&sb,
             ", \"jobs\": %llu, \"nodes_created\": %llu, \"nodes_updated\": %llu, \"nodes_reused\": %llu, "
             "\"busy_ms\": %.3f, \"launches\": %llu, \"loop_syncs\": %llu, \"bytes_in\": %llu, "
-            "\"bytes_out\": %llu, \"bytes_peer\": %llu, \"loops\": ",
+            "\"bytes_out\": %llu, \"bytes_peer\": %llu, \"batches_beside\": %llu, \"loops\": ",
             (unsigned long long)ds->jobs, (unsigned long long)ds->nodes_created,
             (unsigned long long)ds->nodes_updated, (unsigned long long)ds->nodes_reused, ds->busy_ns / 1e6,
             (unsigned long long)ds->launches, (unsigned long long)ds->loop_syncs, (unsigned long long)ds->bytes_in,
-            (unsigned long long)ds->bytes_out, (unsigned long long)ds->bytes_peer);
+            (unsigned long long)ds->bytes_out, (unsigned long long)ds->bytes_peer,
+            (unsigned long long)ds->batches_beside);
     sb_add_json(&sb, ds->loops);
     sb_adds(&sb, "}");
   }

@@ -32,7 +32,8 @@ void report_not_started(schedrun_report_t *r, size_t first, int status, const ch
  * report_device_counters, not from this process's backend. */
 int report_add_device(schedrun_report_t *r, const char *name);
 void report_rename_device(schedrun_report_t *r, int d, const char *name);
-void report_device_counters(schedrun_report_t *r, int d, uint64_t launches, uint64_t loop_syncs, const char *loops);
+void report_device_counters(schedrun_report_t *r, int d, uint64_t launches, uint64_t loop_syncs, uint64_t beside,
+                            const char *loops);
 void report_finish(schedrun_report_t *r, uint64_t wall_ns);
 /* SCHEDRUN_OK, SCHEDRUN_EVERIFY, or the first job error, with err filled. */
 int report_status(const schedrun_report_t *r, schedrun_error_t *err);

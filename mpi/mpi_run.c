@@ -313,13 +313,13 @@ static void on_stats(root_run *r, int src, wire_rd *rd, bool *got) {
   rs->info.artifacts_received = received;
   for (uint32_t d = 0; d < devs.n && (int)d < rs->info.ndevices; d++) {
     wire_rd one;
-    uint64_t launches = 0, syncs = 0;
+    uint64_t launches = 0, syncs = 0, beside = 0;
     char *loops = NULL;
     if (!wire_array(&devs, &one) || !wire_u64(&one, &launches) || !wire_u64(&one, &syncs) ||
-        !(loops = wire_strdup(&one)))
+        !wire_u64(&one, &beside) || !(loops = wire_strdup(&one)))
       break;
     int g = rs->info.first_device + (int)d;
-    if (g < SCHEDRUN_MAX_DEVICES) report_device_counters(r->rep, g, launches, syncs, loops);
+    if (g < SCHEDRUN_MAX_DEVICES) report_device_counters(r->rep, g, launches, syncs, beside, loops);
     free(loops);
   }
   got[src] = true;

@@ -206,9 +206,10 @@ static void on_done(serve *sv, wire_rd *rd) {
   for (int d = 0; d < nd; d++) {
     gpu_counters c;
     be->ops->counters(be, d, &c);
-    msgpack_pack_array(&pk, 3);
+    msgpack_pack_array(&pk, 4);
     msgpack_pack_uint64(&pk, c.launches - sv->at_start[d].launches);
     msgpack_pack_uint64(&pk, c.host_trips - sv->at_start[d].host_trips);
+    msgpack_pack_uint64(&pk, c.beside - sv->at_start[d].beside);
     wire_pack_str(&pk, c.loops);
   }
   mpi_send(sv->m, 0, &sb);
