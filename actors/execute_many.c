@@ -17,9 +17,14 @@
 
 #include "actors/execute_state.h"
 
-/* At most this many bytes staged (filled or read back) per submission;
- * a job with more runs alone. */
+/* At most this many bytes staged (filled or read back) per submission; a
+ * job with more runs alone, except where the device can queue a submission
+ * while another runs (batch_begin): there one job of up to SEGMENT_BYTES_ONE
+ * goes as a submission of its own, so that its copies are asynchronous and
+ * may run beside the kernels of the one before (its staging is that big,
+ * twice: pinned memory, which the system cannot page). */
 #define SEGMENT_BYTES (8u << 20)
+#define SEGMENT_BYTES_ONE (256u << 20)
 
 /* Where each job's inputs, parked buffers and taken parcels start in x's
  * lists (the decoder checked they come in job order); [n] is the end. */
@@ -472,7 +477,12 @@ static void many_from(actor_t *self, execute_state *s, many_run *mr, size_t k, b
        * the run's); one already past runs alone, failing before it starts */
       if (x->deadlines.v[k1] != x->deadlines.v[k] || (x->deadlines.v[k] && now_ns() >= x->deadlines.v[k])) break;
       uint64_t more = staged_bytes(s, mr->c.p, &jr);
-      if (more == UINT64_MAX || bytes + more > SEGMENT_BYTES) break;
+      bool alone_fits = k1 == k && be->ops->batch_begin && more <= SEGMENT_BYTES_ONE;
+      if (more == UINT64_MAX || (bytes + more > SEGMENT_BYTES && !alone_fits)) break;
+      if (bytes + more > SEGMENT_BYTES) { /* a large job: a submission of its own */
+        k1++;
+        break;
+      }
       bytes += more;
       k1++;
     }
