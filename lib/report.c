@@ -204,7 +204,7 @@ void report_not_started(schedrun_report_t *r, size_t first, int status, const ch
 void report_finish(schedrun_report_t *r, uint64_t wall_ns) {
   r->sum.wall_ns = wall_ns;
   for (int d = 0; d < r->nlocal; d++) {
-    gpu_counters c;
+    gpu_counters c = {0};
     r->backend->ops->counters(r->backend, d, &c);
     schedrun_device_stats_t *ds = &r->sum.devices[d];
     ds->launches = c.launches - r->at_start[d].launches;

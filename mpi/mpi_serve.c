@@ -204,7 +204,7 @@ static void on_done(serve *sv, wire_rd *rd) {
   msgpack_pack_array(&pk, (uint32_t)nd);
   const gpu_backend *be = sv->m->s->core.backend;
   for (int d = 0; d < nd; d++) {
-    gpu_counters c;
+    gpu_counters c = {0};
     be->ops->counters(be, d, &c);
     msgpack_pack_array(&pk, 4);
     msgpack_pack_uint64(&pk, c.launches - sv->at_start[d].launches);

@@ -99,7 +99,7 @@ static void test_batch_fills_beside_the_batch_before(void **st) {
     assert_int_equal(done, 3);
     for (int i = 0; i < N; i++)
       if (yb[i] != xb[i]) fail_msg("round %d, second batch: y[%d] = %d, not %d", round, i, yb[i], xb[i]);
-    gpu_counters c;
+    gpu_counters c = {0};
     b->ops->counters(b, 0, &c);
     assert_int_equal(c.beside, 1); /* the first round's second batch only */
   }

@@ -528,6 +528,7 @@ static void h_abandon(gpu_backend *b) {
 static void h_counters(const gpu_backend *b, int dev, gpu_counters *out) {
   out->launches = atomic_load(&dev_of(b, dev)->launches);
   out->host_trips = 0;
+  out->beside = 0; /* a batch runs alone in the worker */
   out->loops = ""; /* loops run in the worker like every other node */
 }
 
