@@ -257,38 +257,48 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
 
 static int execute_handle(actor_t *self, msg *m);
 
-/* A queued message: only EXECUTEs are queued for an execute actor. While
- * the queue is taken, an EXECUTE_MANY's last submission may be left
- * running on the device as the next message is taken (the next one's
- * inputs are then copied in while it runs); it is finished before anything
- * else uses the device, and when the queue is empty. */
+/* A queued message: only EXECUTEs are queued for an execute actor. On a
+ * device that can queue a submission while another runs, an EXECUTE_MANY
+ * joins the ready list (execute_pipeline.c), run once the queue is taken;
+ * elsewhere it runs now. */
 static bool take_queued(void *self, msg *m) {
   execute_state *s = actor_state(self);
+  gpu_backend *be = s->core->backend;
   if (m->type == MSG_EXECUTE_MANY) {
-    execute_handle_many(self, s, m, true);
+    if (be->ops->batch_begin) execute_queue_many(self, s, m);
+    else execute_handle_many(self, s, m);
     return true;
   }
   if (m->type != MSG_EXECUTE) return false;
-  execute_finish_pending(self, s);
+  /* what came before it of its context runs first; all of it when it takes
+   * what a job before it left on the device */
+  msg_execute *x = &m->body.execute;
+  context_run c = {core_program(s->core, x->program), &x->bindings, x->sequence};
+  if (x->takes.n || !c.p || x->bindings.n < c.p->nbuffers) execute_flush(self, s);
+  else execute_flush_context(self, s, &c);
   handle_execute(self, s, m);
   return true;
 }
 
 static int execute_handle(actor_t *self, msg *m) {
   execute_state *s = actor_state(self);
+  msg_queue *q = &s->core->to_execute[s->device];
   switch (m->type) {
   case MSG_QUEUED: /* the scheduler has queued EXECUTEs (core->to_execute[device]) */
-    /* what was queued while a submission is left running is taken too:
-     * its first submission may then run beside that one */
-    do {
-      for (size_t bad = msgq_drain(&s->core->to_execute[s->device], take_queued, self); bad; bad--)
-        actor_count_malformed(self);
-    } while (s->pending && msgq_any(&s->core->to_execute[s->device]));
-    execute_finish_pending(self, s);
+    /* takes the queue, then runs what is ready a submission at a time,
+     * taking what arrives meanwhile; returns with nothing ready or out */
+    for (bool more = true; more;) {
+      for (size_t bad = msgq_drain(q, take_queued, self); bad; bad--) actor_count_malformed(self);
+      do more = execute_step(self, s);
+      while (more && !msgq_any(q));
+    }
     return ACTOR_CONTINUE;
-  case MSG_EXECUTE: handle_execute(self, s, m); return ACTOR_CONTINUE;
-  case MSG_EXECUTE_MANY: execute_handle_many(self, s, m, false); return ACTOR_CONTINUE;
-  case MSG_TERM: return ACTOR_STOP;
+  case MSG_EXECUTE:
+    execute_flush(self, s);
+    handle_execute(self, s, m);
+    return ACTOR_CONTINUE;
+  case MSG_EXECUTE_MANY: execute_handle_many(self, s, m); return ACTOR_CONTINUE;
+  case MSG_TERM: execute_flush(self, s); return ACTOR_STOP;
   default: return ACTOR_CONTINUE;
   }
 }
@@ -299,7 +309,7 @@ static int execute_handle(actor_t *self, msg *m) {
 static void execute_stop(actor_t *self) {
   execute_state *s = actor_state(self);
   gpu_backend *be = s->core->backend;
-  assert(!s->pending); /* finished when the queue was last taken */
+  assert(!s->pending && !s->ready); /* run and finished when the queue was last taken */
   execute_images_free(s);
   for (size_t i = 0; i < s->kept.n; i++)
     if (!s->kept.v[i].in_context) be->ops->mem_free(be, s->device, s->kept.v[i].at);

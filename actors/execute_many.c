@@ -26,11 +26,6 @@
 #define SEGMENT_BYTES (8u << 20)
 #define SEGMENT_BYTES_ONE (256u << 20)
 
-/* Where each job's inputs, parked buffers and taken parcels start in x's
- * lists (the decoder checked they come in job order); [n] is the end. */
-typedef struct job_at {
-  size_t *in, *park, *take;
-} job_at;
 
 static size_t *starts(const msg_u64s *owners, size_t n) {
   size_t *at = malloc((n + 1) * sizeof *at);
@@ -154,23 +149,41 @@ void execute_images_free(execute_state *s) {
   s->image_bytes = 0;
 }
 
-/* Whether image_flush would free the images. */
-static bool images_full(const execute_state *s) { return s->nimages == IMAGE_COPIES || s->image_bytes >= IMAGE_BYTES / 2; }
+bool images_full(const execute_state *s, const many_run *mr) {
+  const prog_program *p = mr->c.p;
+  uint64_t program = mr->m.body.execute_many.program;
+  uint32_t n = s->nimages;
+  uint64_t bytes = s->image_bytes;
+  for (uint32_t b = 0; b < p->nbuffers; b++) {
+    uint64_t need = p->buffers[b].count * prog_type_size(p->buffers[b].type);
+    if (!p->buffers[b].image || !need || need > IMAGE_BYTES) continue; /* never an image */
+    bool there = false;
+    for (uint32_t i = 0; i < s->nimages && !there; i++) there = s->images[i].program == program && s->images[i].buffer == b;
+    if (there) continue;
+    if (n == IMAGE_COPIES || bytes + need > IMAGE_BYTES) {
+      /* no room: freeing helps only when other programs' images hold it
+       * (this program's stay; what does not fit beside them is staged) */
+      for (uint32_t i = 0; i < s->nimages; i++)
+        if (s->images[i].program != program) return true;
+      return false;
+    }
+    n++;
+    bytes += need;
+  }
+  return false;
+}
 
-/* Frees the images when they are full, before a submission plans any step
- * (no submission that may read them is out). */
-static void image_flush(execute_state *s) {
-  if (!images_full(s)) return;
+/* Frees the images when the program's `init` images would not all fit
+ * beside other programs' images, before a submission plans any step (no
+ * submission that may read them is out). An image the device keeps stays
+ * while its program runs: one freed at every submission would be uploaded
+ * again each time. */
+static void image_flush(execute_state *s, const many_run *mr) {
+  if (!images_full(s, mr)) return;
   assert(!s->pending);
   execute_images_free(s);
 }
 
-/* A submission's steps, growing. */
-typedef struct ops_buf {
-  gpu_batch_op *v;
-  bool *kept; /* the step is a kept buffer's copy (a plan's, kept_commit counts them) */
-  size_t n, cap;
-} ops_buf;
 
 static bool op_add_kept(ops_buf *o, gpu_batch_op op, bool kept) {
   if (o->n == o->cap) {
@@ -189,20 +202,7 @@ static bool op_add_kept(ops_buf *o, gpu_batch_op op, bool kept) {
 
 static bool op_add(ops_buf *o, gpu_batch_op op) { return op_add_kept(o, op, false); }
 
-/* One submission of jobs [k0, k0 + nj) of a message: its steps, and what
- * answering them needs once it ran. */
-typedef struct seg_run {
-  ops_buf ops;
-  size_t *seq_at, *end_at; /* per job: its sequence's step, the step after its last */
-  size_t *outs_end;        /* per job: the end of its outputs in the batch */
-  job_traffic *hand;
-  size_t outs0, k0, nj;
-  kept_plan kp;
-  uint64_t t0;
-  bool kept_steps; /* some step is a kept buffer's copy */
-} seg_run;
-
-static void seg_free(seg_run *sg) {
+void seg_free(seg_run *sg) {
   kept_plan_free(&sg->kp);
   free(sg->ops.v);
   free(sg->ops.kept);
@@ -213,28 +213,15 @@ static void seg_free(seg_run *sg) {
   memset(sg, 0, sizeof *sg);
 }
 
-/* A message's jobs being run: the message (owned), its execution context,
- * where each job's lists start, and its answers. */
-struct many_run {
-  msg m;
-  context_run c;
-  job_at at;
-  batch_out b;
-};
-
-/* A submission left running on the device (batch_begin) while the actor
- * takes its next message, and the message it came from. */
-struct execute_pending {
-  many_run *mr;
-  seg_run sg;
-};
-
 /* Plans jobs [k0, k1) as one submission into *sg (fewer when a job must
  * fail alone: sg->nj); false when it cannot (no memory). What the jobs
  * keep on the device and take from it is planned on a scratch copy of the
  * device's table. */
-static bool seg_plan(execute_state *s, const context_run *c, const msg_execute_many *x, const job_at *at, size_t k0,
-                     size_t k1, batch_out *b, seg_run *sg) {
+bool seg_plan(execute_state *s, many_run *mr, size_t k0, size_t k1, seg_run *sg) {
+  const context_run *c = &mr->c;
+  const msg_execute_many *x = &mr->m.body.execute_many;
+  const job_at *at = &mr->at;
+  batch_out *b = &mr->b;
   const prog_program *p = c->p;
   memset(sg, 0, sizeof *sg);
   size_t nj = k1 - k0;
@@ -248,7 +235,7 @@ static bool seg_plan(execute_state *s, const context_run *c, const msg_execute_m
   ops_buf *ops = &sg->ops;
   kept_plan *kp = &sg->kp;
   kept_table scratch = {NULL, 0, 0};
-  image_flush(s);
+  image_flush(s, mr);
   bool ok = sg->seq_at && sg->end_at && sg->outs_end && sg->hand && batch_room(b, nj) && kept_scratch(s, &scratch);
   for (size_t i = 0; ok && i < nj; i++) {
     job_run jr = job_of(x, at, k0 + i);
@@ -310,7 +297,7 @@ static bool seg_plan(execute_state *s, const context_run *c, const msg_execute_m
  * answer: sg->k0 when it ran nothing (they then run alone), the one after a
  * job that failed without losing the device, else the end of the
  * submission. Frees *sg. */
-static size_t seg_answer(actor_t *self, execute_state *s, many_run *mr, seg_run *sg, int rc, size_t done,
+size_t seg_answer(actor_t *self, execute_state *s, many_run *mr, seg_run *sg, int rc, size_t done,
                          gpu_failure *f, schedrun_error_t *err) {
   const prog_program *p = mr->c.p;
   const msg_execute_many *x = &mr->m.body.execute_many;
@@ -358,87 +345,12 @@ static size_t seg_answer(actor_t *self, execute_state *s, many_run *mr, seg_run 
   return next;
 }
 
-/* Whether any buffer of context a lies in one of context b's. */
-static bool contexts_meet(const context_run *a, const context_run *b) {
-  for (uint32_t i = 0; i < a->p->nbuffers && i < a->bindings->n; i++) {
-    uint64_t a0 = a->bindings->v[i], a1 = a0 + a->p->buffers[i].count * prog_type_size(a->p->buffers[i].type);
-    for (uint32_t j = 0; j < b->p->nbuffers && j < b->bindings->n; j++) {
-      uint64_t b0 = b->bindings->v[j], b1 = b0 + b->p->buffers[j].count * prog_type_size(b->p->buffers[j].type);
-      if (a0 < b1 && b0 < a1) return true;
-      if (a0 == b0) return true; /* empty buffers at one address */
-    }
-  }
-  return false;
-}
-
-static void many_from(actor_t *self, execute_state *s, many_run *mr, size_t k, bool may_defer);
-
-/* Waits for the oldest submission out (pd's) and answers it; returns the
- * first of its message's jobs still to run. */
-static size_t pending_answer(actor_t *self, execute_state *s, execute_pending *pd) {
-  gpu_backend *be = s->core->backend;
-  size_t done = 0;
-  gpu_failure f = {GPU_NO_TAG, false};
-  schedrun_error_t err = {0};
-  int rc = be->ops->batch_finish(be, s->device, &done, &f, &err);
-  size_t next = seg_answer(self, s, pd->mr, &pd->sg, rc, done, &f, &err);
-  schedrun_error_clear(&err);
-  batch_flush_if_full(self, &pd->mr->b);
-  return next;
-}
-
-void execute_finish_pending(actor_t *self, execute_state *s) {
-  execute_pending *pd = s->pending;
-  if (!pd) return;
-  s->pending = NULL;
-  size_t next = pending_answer(self, s, pd);
-  many_from(self, s, pd->mr, next, false); /* the jobs left, if any; then the message ends */
-  free(pd);
-}
-
-/* Starts submission *sg of mr with batch_begin, leaving it running as the
- * actor's pending submission, and then finishes the one pending before it.
- * When the two are of different execution contexts and neither copies
- * between contexts, the new one's first fills touch nothing the old one
- * does, and run beside it. False, with nothing started, when it cannot:
- * then it runs as run_batch. */
-static bool seg_defer(actor_t *self, execute_state *s, many_run *mr, seg_run *sg) {
-  gpu_backend *be = s->core->backend;
-  execute_pending *old = s->pending;
-  bool beside = old && !old->sg.kept_steps && !sg->kept_steps && !contexts_meet(&old->mr->c, &mr->c);
-  /* one context's jobs run in order: the old one's first */
-  if (old && !beside) execute_finish_pending(self, s);
-  old = s->pending;
-  execute_pending *pd = malloc(sizeof *pd);
-  if (!pd) return false;
-  schedrun_error_t err = {0};
-  const msg_execute_many *x = &mr->m.body.execute_many;
-  if (be->ops->batch_begin(be, s->device, sg->ops.v, sg->ops.n, x->deadlines.v[sg->k0], beside, &err) != SCHEDRUN_OK) {
-    schedrun_error_clear(&err);
-    free(pd);
-    return false;
-  }
-  pd->mr = mr; /* the actor's now, until it is finished */
-  pd->sg = *sg;
-  s->pending = pd;
-  if (old) {
-    size_t next = pending_answer(self, s, old);
-    /* jobs of the old message still to run (one failed, the device alive)
-     * run after the new submission, which is of another context: nothing
-     * else may be queued on the device while it is out */
-    if (next < old->mr->m.body.execute_many.jobs.n) execute_finish_pending(self, s);
-    many_from(self, s, old->mr, next, false);
-    free(old);
-  }
-  return true;
-}
-
 /* Runs jobs [k0, k1) as one submission and answers them (seg_answer). */
 static size_t run_segment(actor_t *self, execute_state *s, many_run *mr, size_t k0, size_t k1) {
   seg_run sg;
   gpu_backend *be = s->core->backend;
   const msg_execute_many *x = &mr->m.body.execute_many;
-  bool ok = seg_plan(s, &mr->c, x, &mr->at, k0, k1, &mr->b, &sg);
+  bool ok = seg_plan(s, mr, k0, k1, &sg);
   size_t done = 0;
   gpu_failure f = {GPU_NO_TAG, false};
   schedrun_error_t err = {0};
@@ -449,8 +361,7 @@ static size_t run_segment(actor_t *self, execute_state *s, many_run *mr, size_t 
   return next;
 }
 
-/* Ends a message's run: its last answers, and the message. */
-static void many_end(actor_t *self, many_run *mr) {
+void many_end(actor_t *self, many_run *mr) {
   batch_end(self, &mr->b);
   free(mr->at.in);
   free(mr->at.park);
@@ -459,73 +370,58 @@ static void many_end(actor_t *self, many_run *mr) {
   free(mr);
 }
 
-/* Runs mr's jobs from k on. The last submission may be left running
- * (may_defer, and the backend can): mr is then the pending submission's,
- * ended when that is finished. */
-static void many_from(actor_t *self, execute_state *s, many_run *mr, size_t k, bool may_defer) {
+size_t many_segment(execute_state *s, const many_run *mr, size_t k) {
   const msg_execute_many *x = &mr->m.body.execute_many;
-  size_t n = x->jobs.n;
+  size_t n = x->jobs.n, k1 = k;
   gpu_backend *be = s->core->backend;
-  batch_out *b = &mr->b;
-  while (k < n) {
-    /* the longest run of jobs from k that can go as one submission */
-    size_t k1 = k;
-    uint64_t bytes = 0;
-    while (be->ops->run_batch && !s->core->no_batching && k1 < n && k1 - k < FLUSH_JOBS) {
-      job_run jr = job_of(x, &mr->at, k1);
-      /* one deadline for the submission: each job's own (a run's jobs share
-       * the run's); one already past runs alone, failing before it starts */
-      if (x->deadlines.v[k1] != x->deadlines.v[k] || (x->deadlines.v[k] && now_ns() >= x->deadlines.v[k])) break;
-      uint64_t more = staged_bytes(s, mr->c.p, &jr);
-      bool alone_fits = k1 == k && be->ops->batch_begin && more <= SEGMENT_BYTES_ONE;
-      if (more == UINT64_MAX || (bytes + more > SEGMENT_BYTES && !alone_fits)) break;
-      if (bytes + more > SEGMENT_BYTES) { /* a large job: a submission of its own */
-        k1++;
-        break;
-      }
-      bytes += more;
+  uint64_t bytes = 0;
+  while (be->ops->run_batch && !s->core->no_batching && k1 < n && k1 - k < FLUSH_JOBS) {
+    job_run jr = job_of(x, &mr->at, k1);
+    /* one deadline for the submission: each job's own (a run's jobs share
+     * the run's); one already past runs alone, failing before it starts */
+    if (x->deadlines.v[k1] != x->deadlines.v[k] || (x->deadlines.v[k] && now_ns() >= x->deadlines.v[k])) break;
+    uint64_t more = staged_bytes(s, mr->c.p, &jr);
+    bool alone_fits = k1 == k && be->ops->batch_begin && more <= SEGMENT_BYTES_ONE;
+    if (more == UINT64_MAX || (bytes + more > SEGMENT_BYTES && !alone_fits)) break;
+    if (bytes + more > SEGMENT_BYTES) { /* a large job: a submission of its own */
       k1++;
+      break;
     }
+    bytes += more;
+    k1++;
+  }
+  return k1;
+}
+
+void many_run_alone(actor_t *self, execute_state *s, many_run *mr, size_t k) {
+  const msg_execute_many *x = &mr->m.body.execute_many;
+  job_run jr = job_of(x, &mr->at, k);
+  run_alone(self, s, &mr->c, x, &jr, x->t_submits.v[k], &mr->b);
+  batch_flush_if_full(self, &mr->b);
+}
+
+void many_rest(actor_t *self, execute_state *s, many_run *mr) {
+  size_t n = mr->m.body.execute_many.jobs.n;
+  while (mr->k < n) {
+    size_t k = mr->k, k1 = many_segment(s, mr, k);
     if (k1 > k) {
-      batch_flush(self, b); /* the segment's outputs stay in place until it is answered */
-      size_t next;
-      if (may_defer && k1 == n && be->ops->batch_begin && (!s->pending || !images_full(s))) {
-        /* the message's last submission: it may run on while the next message is taken */
-        seg_run sg;
-        bool ok = seg_plan(s, &mr->c, x, &mr->at, k, k1, b, &sg);
-        if (ok && sg.nj == k1 - k && seg_defer(self, s, mr, &sg)) return; /* mr is the pending one's */
-        execute_finish_pending(self, s);
-        size_t done = 0;
-        gpu_failure f = {GPU_NO_TAG, false};
-        schedrun_error_t err = {0};
-        int rc = ok ? be->ops->run_batch(be, s->device, sg.ops.v, sg.ops.n, x->deadlines.v[k], &done, &f, &err)
-                    : SCHEDRUN_ENOMEM;
-        next = seg_answer(self, s, mr, &sg, rc, done, &f, &err);
-        schedrun_error_clear(&err);
-      } else {
-        execute_finish_pending(self, s);
-        next = run_segment(self, s, mr, k, k1);
-      }
-      batch_flush_if_full(self, b);
+      batch_flush(self, &mr->b); /* the segment's outputs stay in place until it is answered */
+      size_t next = run_segment(self, s, mr, k, k1);
+      batch_flush_if_full(self, &mr->b);
       if (next > k) {
-        k = next;
+        mr->k = next;
         continue;
       }
     }
-    execute_finish_pending(self, s);
-    job_run jr = job_of(x, &mr->at, k);
-    run_alone(self, s, &mr->c, x, &jr, x->t_submits.v[k], b);
-    batch_flush_if_full(self, b);
-    k++;
+    many_run_alone(self, s, mr, k);
+    mr->k = k + 1;
   }
-  many_end(self, mr);
 }
 
-void execute_handle_many(actor_t *self, execute_state *s, msg *m, bool may_defer) {
+many_run *many_new(actor_t *self, execute_state *s, msg *m) {
   many_run *mr = calloc(1, sizeof *mr);
   if (!mr) {
     /* without memory its jobs fail now, as any message's that cannot run */
-    execute_finish_pending(self, s);
     schedrun_error_t err = {0};
     err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
     gpu_failure f = {GPU_NO_TAG, false};
@@ -533,7 +429,7 @@ void execute_handle_many(actor_t *self, execute_state *s, msg *m, bool may_defer
       execute_job_failed(self, s, m->from, m->body.execute_many.jobs.v[k], SCHEDRUN_ENOMEM, &f, &err);
     core_free_parcels(s->core, &m->body.execute_many.takes);
     schedrun_error_clear(&err);
-    return;
+    return NULL;
   }
   mr->m = *m; /* taken: m is left empty */
   memset(m, 0, sizeof *m);
@@ -554,8 +450,16 @@ void execute_handle_many(actor_t *self, execute_state *s, msg *m, bool may_defer
     free(mr->at.take);
     msg_free(&mr->m);
     free(mr);
-    return;
+    return NULL;
   }
   batch_begin(&mr->b, s, x, *x->client ? x->client : ACTOR_CLIENT, mr->m.from);
-  many_from(self, s, mr, 0, may_defer);
+  return mr;
+}
+
+void execute_handle_many(actor_t *self, execute_state *s, msg *m) {
+  execute_flush(self, s); /* what was queued before it runs first */
+  many_run *mr = many_new(self, s, m);
+  if (!mr) return;
+  many_rest(self, s, mr);
+  many_end(self, mr);
 }

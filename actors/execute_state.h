@@ -56,7 +56,9 @@ struct execute_state {
   image_copy images[IMAGE_COPIES];
   uint32_t nimages;
   uint64_t image_bytes;
-  execute_pending *pending; /* a submission left running (execute_many.c), or NULL */
+  execute_pending *pending;      /* a submission left running (execute_pipeline.c), or NULL */
+  many_run *ready, *ready_tail; /* queued EXECUTE_MANYs not yet wholly run, in order */
+  const many_run *last_begun;   /* whose submission was planned last (NULL: none in the list) */
 };
 
 /* What one job moved (msg_complete's traffic fields): its taken parcels by
@@ -209,12 +211,9 @@ int execute_run_segments(execute_state *s, const context_run *c, const job_run *
                          schedrun_error_t *err);
 
 /* execute_many.c */
-/* EXECUTE_MANY (execute_many.c); m is taken (left empty). With may_defer,
- * its last submission may be left running on the device (the pending one)
- * while the actor takes its next message; execute_finish_pending waits for
- * it and answers it, and must run before anything else uses the device. */
-void execute_handle_many(actor_t *self, execute_state *s, msg *m, bool may_defer);
-void execute_finish_pending(actor_t *self, execute_state *s);
+/* EXECUTE_MANY (execute_many.c), run now, each submission waited for,
+ * after what is ready and out (execute_flush); m is taken (left empty). */
+void execute_handle_many(actor_t *self, execute_state *s, msg *m);
 
 
 /* execute_answers.c: the answers of an EXECUTE_MANY's jobs, in columns
@@ -257,5 +256,92 @@ void batch_add(batch_out *b, const job_run *jr, uint64_t t_submit, uint64_t t0, 
  * first. Its outputs are [outs_from, outputs.n) of the batch. */
 void answer_timed(actor_t *self, execute_state *s, batch_out *b, const msg_execute_many *x, const job_run *jr,
                   uint64_t t_submit, uint64_t t0, uint64_t t1, size_t outs_from, uint32_t ntimed, msg_u64s *parcels);
+
+
+/* ---- an EXECUTE_MANY's jobs (execute_many.c), and submissions left
+ * running while the next are queued (execute_pipeline.c) ---- */
+
+/* Where each job's inputs, parked buffers and taken parcels start in x's
+ * lists (the decoder checked they come in job order); [n] is the end. */
+typedef struct job_at {
+  size_t *in, *park, *take;
+} job_at;
+
+/* A submission's steps, growing. */
+typedef struct ops_buf {
+  gpu_batch_op *v;
+  bool *kept; /* the step is a kept buffer's copy (a plan's, kept_commit counts them) */
+  size_t n, cap;
+} ops_buf;
+
+/* One submission of jobs [k0, k0 + nj) of a message: its steps, and what
+ * answering them needs once it ran. */
+typedef struct seg_run {
+  ops_buf ops;
+  size_t *seq_at, *end_at; /* per job: its sequence's step, the step after its last */
+  size_t *outs_end;        /* per job: the end of its outputs in the batch */
+  job_traffic *hand;
+  size_t outs0, k0, nj;
+  kept_plan kp;
+  uint64_t t0;
+  bool kept_steps; /* some step is a kept buffer's copy */
+} seg_run;
+
+/* A message's jobs being run: the message (owned), its execution context,
+ * where each job's lists start, its answers, and how far it got. */
+struct many_run {
+  msg m;
+  context_run c;
+  job_at at;
+  batch_out b;
+  size_t k;       /* its first job neither run nor out (execute_pipeline.c) */
+  bool out;       /* a submission of it is the pending one */
+  many_run *next; /* in the actor's ready list */
+};
+
+/* A submission left running on the device (batch_begin) while the actor
+ * plans the next, and the message it came from. */
+struct execute_pending {
+  many_run *mr;
+  seg_run sg;
+};
+
+/* Takes m (left empty) as a message's run, its answers begun; NULL when it
+ * cannot run (its jobs were failed, saying why). */
+many_run *many_new(actor_t *self, execute_state *s, msg *m);
+/* Its last answers, and frees it. */
+void many_end(actor_t *self, many_run *mr);
+/* The end of the submission that starts at job k: k when job k runs alone. */
+size_t many_segment(execute_state *s, const many_run *mr, size_t k);
+/* Runs mr's jobs from mr->k on, each submission waited for (nothing else
+ * out on the device). */
+void many_rest(actor_t *self, execute_state *s, many_run *mr);
+/* Runs job k alone (nothing else out on the device). */
+void many_run_alone(actor_t *self, execute_state *s, many_run *mr, size_t k);
+/* Plans jobs [k0, k1) of mr as one submission into *sg (fewer when a job
+ * must fail alone: sg->nj); false when it cannot (no memory). */
+bool seg_plan(execute_state *s, many_run *mr, size_t k0, size_t k1, seg_run *sg);
+/* Answers submission *sg of mr, which ended with rc, `done` steps done, f
+ * and err: the first job of mr not answered (sg->k0 when it ran nothing).
+ * Frees *sg. */
+size_t seg_answer(actor_t *self, execute_state *s, many_run *mr, seg_run *sg, int rc, size_t done, gpu_failure *f,
+                  schedrun_error_t *err);
+void seg_free(seg_run *sg);
+/* Whether planning a submission of mr would free the `init` images first. */
+bool images_full(const execute_state *s, const many_run *mr);
+
+/* execute_pipeline.c: on a device that can queue a submission while another
+ * runs (batch_begin), the queued EXECUTE_MANYs wait in a ready list and are
+ * run a submission at a time, taking turns between execution contexts. */
+/* Adds a queued EXECUTE_MANY (m is taken) to the ready list. */
+void execute_queue_many(actor_t *self, execute_state *s, msg *m);
+/* Plans and starts one submission of the ready list, or finishes the one
+ * out; false when there was nothing to do. */
+bool execute_step(actor_t *self, execute_state *s);
+/* Runs everything ready, and finishes what is out. */
+void execute_flush(actor_t *self, execute_state *s);
+/* Before a lone EXECUTE of context c: finishes what is out, and runs what
+ * is ready of c's context (the messages of other contexts wait). */
+void execute_flush_context(actor_t *self, execute_state *s, const context_run *c);
 
 #endif

@@ -21,6 +21,8 @@
 #             fails at its deadline (200 ms), and the run ends within 3 s
 #   batches   jobs that share a recording, sent in batches (pinned staging,
 #             one wait per batch): every job's distinct result verified
+#   overlap   two buffer sets of 12 MiB jobs: copies beside the other set's
+#             kernels (batches_beside), every job verified
 #   trace     --trace: the first jobs run node by node, timed with events; the
 #             trace has their node spans
 #   context   the application's current context is kept by every call
@@ -310,6 +312,17 @@ do_batches() {
   }
 }
 
+do_overlap() {
+  # two buffer sets of 12 MiB jobs: a job's copies go beside the kernel of
+  # the job before (the other set's); every job verified, the count said
+  srun overlap --devices cuda:0 tests/gpu/overlap.yaml
+  verified overlap || {
+    detail="overlap.yaml not verified: $(head -c 300 "$logs/overlap.err")"
+    return 1
+  }
+  detail="$(jget "$logs/overlap.json" 'j["jobs_verified"]') jobs verified; $(jget "$logs/overlap.json" 'j["devices"][0]["batches_beside"]') of them copied in beside the job before; wall $(jget "$logs/overlap.json" 'j["wall_ms"]') ms"
+}
+
 do_trace() {
   # --trace: the first jobs run node by node, timed with events
   srun trace --devices cuda:0 --trace "$logs/trace.trace.json" configs/saxpy.yaml
@@ -375,6 +388,7 @@ section devices do_devices
 section fault do_fault
 section deadline do_deadline
 section batches do_batches
+section overlap do_overlap
 section trace do_trace
 section context do_context
 section memcheck do_memcheck
