@@ -133,6 +133,38 @@ static void test_two_buffer_sets_verify(void **st) {
   result_free(&r);
 }
 
+/* Jobs on 12 MiB buffers of two buffer sets (tests/gpu/overlap.yaml): each
+ * a submission of its own, by asynchronous copies, every job verified; x's
+ * `init` (12 MiB) is uploaded to the device once and kept while the
+ * program runs, not again for every job. */
+static void test_large_jobs_keep_their_image(void **st) {
+  (void)st;
+  set_double("13000", "1");
+  const char *log = tu_write_temp(4, "large.log", "");
+  setenv("SCHEDRUN_CUDA_DOUBLE_LOG", log, 1);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tests/gpu/overlap.yaml", tu_env("SCHEDRUN_SOURCE_DIR"));
+  result r;
+  run_cuda(path, &r);
+  unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
+  char *text = tu_slurp(log, NULL);
+  assert_non_null(text);
+  if (r.status != 0 || !r.json || !json_object_get_boolean(get(r.json, "verified")))
+    fail_msg("overlap.yaml: exit %d\n%s%s", r.status, r.out ? r.out : "", r.err ? r.err : "");
+  assert_int_equal(json_object_get_int64(get(r.json, "jobs_verified")), 8 * 4);
+  int uploads = tu_count(text, "copy-sync-htod"), pinned = tu_count(text, "copy-async-pinned");
+  json_object *dev = json_object_array_get_idx(get(r.json, "devices"), 0);
+  printf("  32 jobs of 12 MiB: %d synchronous uploads, %d asynchronous copies, %lld copied in beside\n", uploads,
+         pinned, (long long)json_object_get_int64(get(dev, "batches_beside")));
+  /* the image once, and the first job of each set, which runs alone
+   * (recording its sequence), filling its buffers synchronously */
+  if (uploads > 5) fail_msg("%d synchronous uploads for 32 jobs: the init image is uploaded again", uploads);
+  /* y read back by every job, asynchronously (the first job, recording, may go alone) */
+  if (pinned < 31) fail_msg("only %d asynchronous copies for 32 jobs that read y back", pinned);
+  free(text);
+  result_free(&r);
+}
+
 /* ---- node times for the trace ---- */
 
 /* With --trace, a CUDA device's first jobs run node by node with events
@@ -282,6 +314,7 @@ int main(void) {
       cmocka_unit_test(test_batches_copy_through_pinned_staging),
       cmocka_unit_test(test_batch_fills_beside_the_batch_before),
       cmocka_unit_test(test_two_buffer_sets_verify),
+      cmocka_unit_test(test_large_jobs_keep_their_image),
       cmocka_unit_test(test_trace_times_each_node),
       cmocka_unit_test(test_double_async_copies_and_events),
   };

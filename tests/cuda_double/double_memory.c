@@ -203,6 +203,7 @@ static CUresult d_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) {
   if (n == 0) LEAVE(CUDA_SUCCESS);
   if (!src || !dbl_range(dst, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
   memcpy((void *)(uintptr_t)dst, src, n);
+  dbl_count("copy-sync-htod");
   LEAVE(CUDA_SUCCESS);
 }
 
