@@ -86,25 +86,26 @@ instructions3() {
   local i
   for i in 1 2 3; do instructions "$@"; done | sort -n | sed -n 2p
 }
+# slope KEY FILE SMALL LARGE APART COMMAND... : the instructions per unit of
+# COMMAND with SMALL and with LARGE appended (APART units apart) as KEY=N in FILE
+slope() {
+  local key=$1 file=$2 small=$3 large=$4 apart=$5 a b
+  shift 5
+  a=$(instructions3 "$@" $small); b=$(instructions3 "$@" $large) # SMALL, LARGE: words
+  [ -n "$a" ] && [ -n "$b" ] && echo "$key=$(( (b - a) / apart ))" >> "$file"
+}
 if command -v valgrind >/dev/null; then
   echo "instructions per job (callgrind): schedrun, 1 device" >&2
-  a=$(instructions3 "$build/jobs_bench" --only-jobs 10000 1); b=$(instructions3 "$build/jobs_bench" --only-jobs 30000 1)
-  [ -n "$a" ] && [ -n "$b" ] && echo "instructions_1dev_per_job=$(( (b - a) / 20000 ))" >> "$tmp/jobs"
-  if [ -x "$build/starpu_bench" ]; then
-    echo "instructions per task (callgrind): StarPU, 1 worker" >&2
-    a=$(STARPU_SILENT=1 STARPU_NCPU=1 instructions3 "$build/starpu_bench" --only-tasks 10000)
-    b=$(STARPU_SILENT=1 STARPU_NCPU=1 instructions3 "$build/starpu_bench" --only-tasks 30000)
-    [ -n "$a" ] && [ -n "$b" ] && echo "starpu1_instructions_per_task=$(( (b - a) / 20000 ))" >> "$tmp/starpu"
-  fi
+  slope instructions_1dev_per_job "$tmp/jobs" "10000 1" "30000 1" 20000 "$build/jobs_bench" --only-jobs
   # a dependent job: the chain of 100 (d), 10 and 30 rounds (2,000 jobs apart)
   echo "instructions per dependent job (callgrind): schedrun, 1 device" >&2
-  a=$(instructions3 "$build/dag_bench" --chain-only 10); b=$(instructions3 "$build/dag_bench" --chain-only 30)
-  [ -n "$a" ] && [ -n "$b" ] && echo "instructions_1dev_per_dependent_job=$(( (b - a) / 2000 ))" >> "$tmp/jobs"
+  slope instructions_1dev_per_dependent_job "$tmp/jobs" 10 30 2000 "$build/dag_bench" --chain-only
   if [ -x "$build/starpu_bench" ]; then
-    echo "instructions per dependent task (callgrind): StarPU, 1 worker" >&2
-    a=$(STARPU_SILENT=1 STARPU_NCPU=1 instructions3 "$build/starpu_bench" --chain-only 10)
-    b=$(STARPU_SILENT=1 STARPU_NCPU=1 instructions3 "$build/starpu_bench" --chain-only 30)
-    [ -n "$a" ] && [ -n "$b" ] && echo "starpu1_instructions_per_dependent_task=$(( (b - a) / 2000 ))" >> "$tmp/starpu"
+    echo "instructions per task and per dependent task (callgrind): StarPU, 1 worker" >&2
+    STARPU_SILENT=1 STARPU_NCPU=1 slope starpu1_instructions_per_task "$tmp/starpu" 10000 30000 20000 \
+      "$build/starpu_bench" --only-tasks
+    STARPU_SILENT=1 STARPU_NCPU=1 slope starpu1_instructions_per_dependent_task "$tmp/starpu" 10 30 2000 \
+      "$build/starpu_bench" --chain-only
   fi
 fi
 

@@ -204,12 +204,20 @@ static CUresult wait_end(const dctx *x) {
   return r;
 }
 
-CUresult dbl_enqueue_event(dstream *st, devent *ev) {
+/* Queues a marker of ev's latest record on st: a record (`wait` false) or
+ * a wait for it; ev lives until the marker has run. */
+static CUresult enqueue_marker(dstream *st, devent *ev, bool wait) {
   struct ditem *it = calloc(1, sizeof *it);
   if (!it) return CUDA_ERROR_OUT_OF_MEMORY;
+  it->w.type = CU_GRAPH_NODE_TYPE_EMPTY;
   pthread_mutex_lock(&dbl_qlock);
-  it->event = ev;
-  it->event_n = ev->issued;
+  if (wait) {
+    it->wait = ev;
+    it->wait_n = ev->issued; /* its latest record at the call, as the driver does */
+  } else {
+    it->event = ev;
+    it->event_n = ev->issued;
+  }
   ev->queued++;
   pthread_mutex_unlock(&dbl_qlock);
   CUresult r = enqueue(st, it);
@@ -221,23 +229,9 @@ CUresult dbl_enqueue_event(dstream *st, devent *ev) {
   return r;
 }
 
-CUresult dbl_enqueue_wait(dstream *st, devent *ev) {
-  struct ditem *it = calloc(1, sizeof *it);
-  if (!it) return CUDA_ERROR_OUT_OF_MEMORY;
-  it->w.type = CU_GRAPH_NODE_TYPE_EMPTY;
-  pthread_mutex_lock(&dbl_qlock);
-  it->wait = ev;
-  it->wait_n = ev->issued; /* its latest record at the call, as the driver does */
-  ev->queued++;
-  pthread_mutex_unlock(&dbl_qlock);
-  CUresult r = enqueue(st, it);
-  if (r != CUDA_SUCCESS) {
-    pthread_mutex_lock(&dbl_qlock);
-    ev->queued--;
-    pthread_mutex_unlock(&dbl_qlock);
-  }
-  return r;
-}
+CUresult dbl_enqueue_event(dstream *st, devent *ev) { return enqueue_marker(st, ev, false); }
+
+CUresult dbl_enqueue_wait(dstream *st, devent *ev) { return enqueue_marker(st, ev, true); }
 
 CUresult dbl_event_wait(devent *ev, const char *call) {
   pthread_mutex_unlock(&dbl_lock); /* held once, by the entry point */
