@@ -76,16 +76,23 @@ void *idmap_remove(idmap *m, uint64_t id) {
   size_t i = find(m, id);
   if (i == SIZE_MAX) return NULL;
   void *val = m->slots[i].val;
-  size_t next = (i + 1) & (m->cap - 1);
-  /* before an empty slot, no probe needs to pass this one */
-  if (m->slots[next].id == EMPTY) {
-    m->slots[i].id = EMPTY;
-  } else {
-    m->slots[i].id = GONE;
-    m->gone++;
-  }
+  size_t mask = m->cap - 1, next = (i + 1) & mask;
   m->slots[i].val = NULL;
   m->count--;
+  if (m->slots[next].id != EMPTY) {
+    m->slots[i].id = GONE;
+    m->gone++;
+    return val;
+  }
+  /* before an empty slot no probe needs to pass this one, nor the removed
+   * ones just before it: a probe that reached them ended at the empty slot.
+   * Ids removed in the order they came (a batch of jobs) so leave no
+   * markers once the last is gone, and the table is not rebuilt for them. */
+  m->slots[i].id = EMPTY;
+  for (size_t k = (i + mask) & mask; m->slots[k].id == GONE; k = (k + mask) & mask) {
+    m->slots[k].id = EMPTY;
+    m->gone--;
+  }
   return val;
 }
 

@@ -473,6 +473,18 @@ int schedrun_submit_many(schedrun_t *s, schedrun_program_t *h, size_t n, const s
   return rc;
 }
 
+/* Few jobs are found by looking through the list; more through an index
+ * by id (want), which costs a table to allocate and clear. */
+#define WAIT_SCAN 16
+
+/* Where id is in jobs[0..n), plus one, or 0. */
+static size_t wanted(const idmap *want, const schedrun_job_t *jobs, size_t n, uint64_t id) {
+  if (n > WAIT_SCAN) return (uintptr_t)idmap_get(want, id);
+  for (size_t i = 0; i < n; i++)
+    if (jobs[i] == id) return i + 1;
+  return 0;
+}
+
 int schedrun_wait_many(schedrun_t *s, size_t n, const schedrun_job_t *jobs, int timeout_ms,
                        schedrun_job_result_t **results, schedrun_error_t *err) {
   if (!s || (n && (!jobs || !results)))
@@ -494,9 +506,9 @@ int schedrun_wait_many(schedrun_t *s, size_t n, const schedrun_job_t *jobs, int 
     else if (pj->cb || pj->hidden)
       rc = err_set(err, SCHEDRUN_EINVAL, "schedrun_wait_many: job %llu reports to its callback",
                    (unsigned long long)jobs[i]);
-    else if (idmap_get(&want, jobs[i]))
+    else if (wanted(&want, jobs, n > WAIT_SCAN ? n : i, jobs[i]))
       rc = err_set(err, SCHEDRUN_EINVAL, "schedrun_wait_many: job %llu is listed twice", (unsigned long long)jobs[i]);
-    else if (idmap_put(&want, jobs[i], (void *)(uintptr_t)(i + 1)) != 0)
+    else if (n > WAIT_SCAN && idmap_put(&want, jobs[i], (void *)(uintptr_t)(i + 1)) != 0)
       rc = err_set(err, SCHEDRUN_ENOMEM, "out of memory");
     else
       pjs[i] = pj;
@@ -512,7 +524,7 @@ int schedrun_wait_many(schedrun_t *s, size_t n, const schedrun_job_t *jobs, int 
     size_t was = left;
     for (pending_job *pj = s->done_head, *next; pj; pj = next) {
       next = pj->next_done;
-      uintptr_t at = (uintptr_t)idmap_get(&want, pj->id);
+      size_t at = wanted(&want, jobs, n, pj->id);
       if (!at || results[at - 1]) continue;
       results[at - 1] = take(s, pj);
       left--;

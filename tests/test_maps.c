@@ -111,6 +111,26 @@ static void test_idmap_sliding_window_stays_small(void **st) {
   idmap_destroy(&m);
 }
 
+/* Batches of 4 ids put, then removed in the order they came, 10,000 times:
+ * once a batch's last id is removed no removed marker is left (they were
+ * cleared, not left for a rebuild), and every id was found until removed. */
+static void test_idmap_batches_leave_no_markers(void **st) {
+  (void)st;
+  idmap m;
+  idmap_init(&m);
+  for (uint64_t id = 1; id <= 40000; id += 4) {
+    for (uint64_t k = 0; k < 4; k++) assert_int_equal(idmap_put(&m, id + k, (void *)(uintptr_t)(id + k)), 0);
+    for (uint64_t k = 0; k < 4; k++) {
+      for (uint64_t j = k; j < 4; j++) assert_ptr_equal(idmap_get(&m, id + j), (void *)(uintptr_t)(id + j));
+      assert_ptr_equal(idmap_remove(&m, id + k), (void *)(uintptr_t)(id + k));
+    }
+    assert_int_equal(m.count, 0);
+    assert_int_equal(m.gone, 0);
+    assert_int_equal(m.cap, 64);
+  }
+  idmap_destroy(&m);
+}
+
 static void test_hmap_basics(void **st) {
   (void)st;
   hmap h;
@@ -149,6 +169,7 @@ int main(void) {
       cmocka_unit_test(test_idmap_window),
       cmocka_unit_test(test_idmap_collisions),
       cmocka_unit_test(test_idmap_sliding_window_stays_small),
+      cmocka_unit_test(test_idmap_batches_leave_no_markers),
       cmocka_unit_test(test_hmap_basics),
       cmocka_unit_test(test_str_copy),
   };
