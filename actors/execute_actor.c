@@ -294,11 +294,12 @@ static int execute_handle(actor_t *self, msg *m) {
     }
     return ACTOR_CONTINUE;
   case MSG_EXECUTE:
-    execute_flush(self, s);
+    /* nothing is ready or out between messages: the queue's turn ran it all */
+    assert(!s->ready && !s->pending);
     handle_execute(self, s, m);
     return ACTOR_CONTINUE;
   case MSG_EXECUTE_MANY: execute_handle_many(self, s, m); return ACTOR_CONTINUE;
-  case MSG_TERM: execute_flush(self, s); return ACTOR_STOP;
+  case MSG_TERM: return ACTOR_STOP;
   default: return ACTOR_CONTINUE;
   }
 }

@@ -121,11 +121,18 @@ static void run_alone(actor_t *self, execute_state *s, const context_run *c, con
  * when there is room), or 0: the bytes are staged instead. A submission
  * only adds entries (its steps may read any of them); image_flush makes
  * room between submissions. */
+/* The image the device keeps of program's buffer b, or NULL. */
+static const image_copy *image_find(const execute_state *s, uint64_t program, uint32_t b) {
+  for (uint32_t i = 0; i < s->nimages; i++)
+    if (s->images[i].program == program && s->images[i].buffer == b) return &s->images[i];
+  return NULL;
+}
+
 static uint64_t image_on_device(execute_state *s, uint64_t program, const prog_program *p, uint32_t b) {
   const prog_buffer *buf = &p->buffers[b];
   uint64_t bytes = buf->count * prog_type_size(buf->type);
-  for (uint32_t i = 0; i < s->nimages; i++)
-    if (s->images[i].program == program && s->images[i].buffer == b) return s->images[i].addr;
+  const image_copy *kept = image_find(s, program, b);
+  if (kept) return kept->addr;
   if (s->nimages == IMAGE_COPIES || s->image_bytes + bytes > IMAGE_BYTES || !bytes) return 0;
   gpu_backend *be = s->core->backend;
   uint64_t addr = 0;
@@ -157,9 +164,7 @@ bool images_full(const execute_state *s, const many_run *mr) {
   for (uint32_t b = 0; b < p->nbuffers; b++) {
     uint64_t need = p->buffers[b].count * prog_type_size(p->buffers[b].type);
     if (!p->buffers[b].image || !need || need > IMAGE_BYTES) continue; /* never an image */
-    bool there = false;
-    for (uint32_t i = 0; i < s->nimages && !there; i++) there = s->images[i].program == program && s->images[i].buffer == b;
-    if (there) continue;
+    if (image_find(s, program, b)) continue;
     if (n == IMAGE_COPIES || bytes + need > IMAGE_BYTES) {
       /* no room: freeing helps only when other programs' images hold it
        * (this program's stay; what does not fit beside them is staged) */
@@ -345,20 +350,21 @@ size_t seg_answer(actor_t *self, execute_state *s, many_run *mr, seg_run *sg, in
   return next;
 }
 
-/* Runs jobs [k0, k1) as one submission and answers them (seg_answer). */
-static size_t run_segment(actor_t *self, execute_state *s, many_run *mr, size_t k0, size_t k1) {
-  seg_run sg;
+size_t seg_run_wait(actor_t *self, execute_state *s, many_run *mr, seg_run *sg, bool planned) {
   gpu_backend *be = s->core->backend;
   const msg_execute_many *x = &mr->m.body.execute_many;
-  bool ok = seg_plan(s, mr, k0, k1, &sg);
-  size_t done = 0;
+  size_t k0 = sg->k0, done = 0;
   gpu_failure f = {GPU_NO_TAG, false};
   schedrun_error_t err = {0};
-  uint64_t deadline = x->deadlines.v[k0]; /* every job's (execute_handle_many) */
-  int rc = ok ? be->ops->run_batch(be, s->device, sg.ops.v, sg.ops.n, deadline, &done, &f, &err) : SCHEDRUN_ENOMEM;
-  size_t next = seg_answer(self, s, mr, &sg, rc, done, &f, &err);
+  uint64_t deadline = x->deadlines.v[k0]; /* every job's (many_segment) */
+  int rc = planned ? be->ops->run_batch(be, s->device, sg->ops.v, sg->ops.n, deadline, &done, &f, &err)
+                   : SCHEDRUN_ENOMEM;
+  size_t next = seg_answer(self, s, mr, sg, rc, done, &f, &err);
   schedrun_error_clear(&err);
-  return next;
+  batch_flush_if_full(self, &mr->b);
+  if (next > k0) return next;
+  many_run_alone(self, s, mr, k0); /* it ran nothing: its first job alone */
+  return k0 + 1;
 }
 
 void many_end(actor_t *self, many_run *mr) {
@@ -404,17 +410,15 @@ void many_rest(actor_t *self, execute_state *s, many_run *mr) {
   size_t n = mr->m.body.execute_many.jobs.n;
   while (mr->k < n) {
     size_t k = mr->k, k1 = many_segment(s, mr, k);
-    if (k1 > k) {
-      batch_flush(self, &mr->b); /* the segment's outputs stay in place until it is answered */
-      size_t next = run_segment(self, s, mr, k, k1);
-      batch_flush_if_full(self, &mr->b);
-      if (next > k) {
-        mr->k = next;
-        continue;
-      }
+    if (k1 == k) {
+      many_run_alone(self, s, mr, k);
+      mr->k = k + 1;
+      continue;
     }
-    many_run_alone(self, s, mr, k);
-    mr->k = k + 1;
+    batch_flush(self, &mr->b); /* the segment's outputs stay in place until it is answered */
+    seg_run sg;
+    bool planned = seg_plan(s, mr, k, k1, &sg);
+    mr->k = seg_run_wait(self, s, mr, &sg, planned);
   }
 }
 
@@ -457,7 +461,7 @@ many_run *many_new(actor_t *self, execute_state *s, msg *m) {
 }
 
 void execute_handle_many(actor_t *self, execute_state *s, msg *m) {
-  execute_flush(self, s); /* what was queued before it runs first */
+  assert(!s->ready && !s->pending); /* what was queued before it has run (execute_pipeline.c) */
   many_run *mr = many_new(self, s, m);
   if (!mr) return;
   many_rest(self, s, mr);

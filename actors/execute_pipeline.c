@@ -50,6 +50,7 @@ static void ready_remove(execute_state *s, many_run *mr) {
   assert(*at == mr); /* in the list until it has wholly run */
   *at = mr->next;
   if (s->ready_tail == mr) s->ready_tail = prev;
+  if (s->last_begun == mr) s->last_begun = NULL;
   mr->next = NULL;
 }
 
@@ -57,7 +58,6 @@ static void ready_remove(execute_state *s, many_run *mr) {
 static void maybe_end(actor_t *self, execute_state *s, many_run *mr) {
   if (mr->out || mr->k < mr->m.body.execute_many.jobs.n) return;
   ready_remove(s, mr);
-  if (s->last_begun == mr) s->last_begun = NULL;
   many_end(self, mr);
 }
 
@@ -72,8 +72,12 @@ static void finish_pending(actor_t *self, execute_state *s) {
   schedrun_error_t err = {0};
   int rc = be->ops->batch_finish(be, s->device, &done, &f, &err);
   many_run *mr = pd->mr;
-  /* the jobs after one that failed, the device alive, go on from next */
+  size_t k0 = pd->sg.k0;
+  /* the jobs after one that failed, the device alive, go on from next; when
+   * it ran nothing, its first job runs alone next (another submission may
+   * be out now, so not here) */
   mr->k = seg_answer(self, s, mr, &pd->sg, rc, done, &f, &err);
+  mr->alone = mr->k == k0;
   schedrun_error_clear(&err);
   batch_flush_if_full(self, &mr->b);
   mr->out = false;
@@ -117,7 +121,7 @@ bool execute_step(actor_t *self, execute_state *s) {
     return true;
   }
   gpu_backend *be = s->core->backend;
-  size_t k = mr->k, k1 = many_segment(s, mr, k);
+  size_t k = mr->k, k1 = mr->alone ? k : many_segment(s, mr, k);
   /* what the one out keeps on the device and takes from it is committed
    * when it is finished: the next is planned against that */
   if (s->pending && (s->pending->sg.kept_steps || s->pending->sg.kp.nchanges)) finish_pending(self, s);
@@ -127,6 +131,7 @@ bool execute_step(actor_t *self, execute_state *s) {
     if (k1 == k) {
       many_run_alone(self, s, mr, k);
       mr->k = k + 1;
+      mr->alone = false;
       maybe_end(self, s, mr);
     }
     return true;
@@ -150,24 +155,18 @@ bool execute_step(actor_t *self, execute_state *s) {
     s->pending = pd;
     return true;
   }
-  /* not started: it runs as run_batch would have it fail, nothing else out */
+  /* not started: it runs as run_batch would have it, nothing else out
+   * (not planned: no memory, or its first job cannot take what it should;
+   * then that job runs alone) */
   schedrun_error_clear(&err);
   finish_pending(self, s);
-  size_t done = 0;
-  gpu_failure f = {GPU_NO_TAG, false};
-  if (ok) {
-    rc = be->ops->run_batch(be, s->device, pd->sg.ops.v, pd->sg.ops.n, x->deadlines.v[k], &done, &f, &err);
-    mr->k = seg_answer(self, s, mr, &pd->sg, rc, done, &f, &err);
+  if (pd) {
+    mr->k = seg_run_wait(self, s, mr, &pd->sg, ok);
   } else {
-    /* no submission (no memory, or its first job cannot take what it
-     * should): its planned outputs are dropped, and the job runs alone */
-    if (pd) (void)seg_answer(self, s, mr, &pd->sg, SCHEDRUN_ENOMEM, 0, &f, &err);
     many_run_alone(self, s, mr, k);
     mr->k = k + 1;
   }
-  schedrun_error_clear(&err);
   free(pd);
-  batch_flush_if_full(self, &mr->b);
   maybe_end(self, s, mr);
   return true;
 }

@@ -296,6 +296,7 @@ struct many_run {
   batch_out b;
   size_t k;       /* its first job neither run nor out (execute_pipeline.c) */
   bool out;       /* a submission of it is the pending one */
+  bool alone;     /* its job k runs alone next: its submission out ran nothing */
   many_run *next; /* in the actor's ready list */
 };
 
@@ -327,6 +328,10 @@ bool seg_plan(execute_state *s, many_run *mr, size_t k0, size_t k1, seg_run *sg)
 size_t seg_answer(actor_t *self, execute_state *s, many_run *mr, seg_run *sg, int rc, size_t done, gpu_failure *f,
                   schedrun_error_t *err);
 void seg_free(seg_run *sg);
+/* Runs submission *sg of mr (planned: seg_plan said it could) with
+ * run_batch, nothing else out on the device, and answers it; when it ran
+ * nothing, its first job runs alone. Returns mr's next job. Frees *sg. */
+size_t seg_run_wait(actor_t *self, execute_state *s, many_run *mr, seg_run *sg, bool planned);
 /* Whether planning a submission of mr would free the `init` images first. */
 bool images_full(const execute_state *s, const many_run *mr);
 
