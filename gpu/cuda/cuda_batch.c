@@ -156,8 +156,17 @@ int cu_batch_begin(gpu_backend *g, int dev, gpu_batch_op *ops, size_t n, uint64_
     }
   }
   if (rc) return rc; /* nothing queued: the lane stays free */
-  *l = (cu_lane){l->stage, l->stage_cap, l->evs, l->nevs, l->copied, l->bound, l->bound_cap, ops, n,
-                 0,        nseq,         0,      deadline_ns, 0, false, SCHEDRUN_OK, {0}, {GPU_NO_TAG, false}};
+  /* this batch's: what the lane keeps (staging, events) stays */
+  assert(!l->ops && !l->err.message); /* finished, its error handed on */
+  l->ops = ops;
+  l->n = n;
+  l->queued = 0;
+  l->nseq = nseq;
+  l->nbound = 0;
+  l->deadline_ns = deadline_ns;
+  l->timed = false;
+  l->rc = SCHEDRUN_OK;
+  l->f = (gpu_failure){GPU_NO_TAG, false};
   d->out++;
   uint8_t *stage = l->stage;
   /* the host bytes first: every copy from them then runs without the CPU */
