@@ -7,6 +7,7 @@
 #define SCHEDRUN_TESTS_CUDA_DOUBLE_RUN_H
 
 #include <json-c/json.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,23 @@ static inline json_object *get(json_object *o, const char *key) {
   json_object *v = NULL;
   if (!o || !json_object_object_get_ex(o, key, &v)) fail_msg("the JSON has no \"%s\"", key);
   return v;
+}
+
+/* Runs the config at `rel` under the source tree on the double (as set)
+ * into *r, with the double's log of counted events: the result (verified,
+ * or the test fails) and the log's text, the caller's to free. */
+static inline char *run_logged(const char *rel, result *r) {
+  const char *log = tu_write_temp(4, "double.log", "");
+  setenv("SCHEDRUN_CUDA_DOUBLE_LOG", log, 1);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", tu_env("SCHEDRUN_SOURCE_DIR"), rel);
+  run_cuda(path, r);
+  unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
+  char *text = tu_slurp(log, NULL);
+  assert_non_null(text);
+  if (r->status != 0 || !r->json || !json_object_get_boolean(get(r->json, "verified")))
+    fail_msg("%s on the double: exit %d\n%s%s", rel, r->status, r->out ? r->out : "", r->err ? r->err : "");
+  return text;
 }
 
 static inline void set_double(const char *driver, const char *devices) {

@@ -15,25 +15,6 @@
 
 /* ---- batches ---- */
 
-/* Runs tests/configs/NAME (or any path under the source tree) on one
- * double device with the double's log: the result (verified, or the test
- * fails) and the log's text, the caller's to free. */
-static char *run_logged(const char *rel, result *r) {
-  set_double("13000", "1");
-  const char *log = tu_write_temp(4, "double.log", "");
-  setenv("SCHEDRUN_CUDA_DOUBLE_LOG", log, 1);
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", tu_env("SCHEDRUN_SOURCE_DIR"), rel);
-  run_cuda(path, r);
-  unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
-  char *text = tu_slurp(log, NULL);
-  assert_non_null(text);
-  if (r->status != 0 || !r->json || !json_object_get_boolean(get(r->json, "verified")))
-    fail_msg("%s on one device: exit %d\n%s%s", rel, r->status, r->out ? r->out : "", r->err ? r->err : "");
-  return text;
-}
-
-
 /* Jobs that differ in nothing (tests/configs/same_jobs.yaml, 48 a run) go
  * to one device as batches: every fill and read back
  * an asynchronous copy through pinned staging (none from pageable memory,
@@ -44,6 +25,7 @@ static char *run_logged(const char *rel, result *r) {
 static void test_batches_copy_through_pinned_staging(void **st) {
   (void)st;
   result r;
+  set_double("13000", "1");
   char *text = run_logged("tests/configs/same_jobs.yaml", &r);
   int64_t jobs = json_object_get_int64(get(r.json, "jobs"));
   assert_int_equal(jobs, 2 * 48);
@@ -149,6 +131,7 @@ static void test_two_buffer_sets_verify(void **st) {
 static void test_large_jobs_keep_their_image(void **st) {
   (void)st;
   result r;
+  set_double("13000", "1");
   char *text = run_logged("tests/gpu/overlap.yaml", &r);
   assert_int_equal(json_object_get_int64(get(r.json, "jobs_verified")), 8 * 4);
   int uploads = tu_count(text, "copy-sync-htod"), pinned = tu_count(text, "copy-async-pinned");

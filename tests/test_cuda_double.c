@@ -94,22 +94,6 @@ static void test_while_loop_is_one_launch_per_job(void **st) {
 
 /* ---- updates inside a while loop's body ---- */
 
-/* Runs tests/configs/<name> on the double (as set) into *r, with the
- * double's log of counted events: its text (heap). */
-static char *run_logged(const char *name, result *r) {
-  const char *log = tu_write_temp(4, "double.log", "");
-  setenv("SCHEDRUN_CUDA_DOUBLE_LOG", log, 1);
-  char path[4096];
-  snprintf(path, sizeof path, "%s/tests/configs/%s", tu_env("SCHEDRUN_SOURCE_DIR"), name);
-  run_cuda(path, r);
-  unsetenv("SCHEDRUN_CUDA_DOUBLE_LOG");
-  char *text = tu_slurp(log, NULL);
-  assert_non_null(text);
-  if (r->status != 0 || !r->json || !json_object_get_boolean(get(r->json, "verified")))
-    fail_msg("%s on the double: exit %d\n%s%s", name, r->status, r->out ? r->out : "", r->err ? r->err : "");
-  return text;
-}
-
 /* Every job after the first changes a kernel's argument and a fill's value
  * inside the loop's body. The body's nodes belong to the conditional node's
  * graph, not to the graph instantiated: they are updated through the graph
@@ -122,7 +106,7 @@ static void body_updates_on(const char *driver, const char *strict) {
   set_double(driver, "1");
   if (strict) setenv("SCHEDRUN_CUDA_DOUBLE_STRICT", strict, 1);
   result r;
-  char *text = run_logged("while_body_updates.yaml", &r);
+  char *text = run_logged("tests/configs/while_body_updates.yaml", &r);
   unsetenv("SCHEDRUN_CUDA_DOUBLE_STRICT");
   int64_t jobs = json_object_get_int64(get(r.json, "jobs"));
   assert_int_equal(jobs, 6);
@@ -158,7 +142,7 @@ static void test_while_body_updates_in_place(void **st) {
 static void fills_on(const char *driver) {
   set_double(driver, "1");
   result r;
-  char *text = run_logged("fill_resizes.yaml", &r);
+  char *text = run_logged("tests/configs/fill_resizes.yaml", &r);
   int64_t jobs = json_object_get_int64(get(r.json, "jobs")), created = json_object_get_int64(get(r.json, "nodes_created")),
           updated = json_object_get_int64(get(r.json, "nodes_updated"));
   /* 10 nodes recorded once; the 4 resizing fills updated in 5 jobs */
