@@ -216,6 +216,7 @@ static CUresult d_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) {
   if (n == 0) LEAVE(CUDA_SUCCESS);
   if (!dst || !dbl_range(src, n, NULL)) LEAVE(CUDA_ERROR_INVALID_VALUE);
   memcpy(dst, (const void *)(uintptr_t)src, n);
+  dbl_count("copy-sync-dtoh");
   LEAVE(CUDA_SUCCESS);
 }
 
