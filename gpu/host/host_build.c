@@ -9,6 +9,9 @@
 #include <string.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
+#if defined(__GLIBC__)
+#include <gnu/libc-version.h>
+#endif
 #include <time.h>
 #include <unistd.h>
 
@@ -168,14 +171,31 @@ static const char *const *isa_flags(void) {
 #endif
 }
 
+/* Whether this process's C library gives a module loaded with dlopen the
+ * right thread-local storage through TLS descriptors. glibc before 2.38 does
+ * not always (its bug 29039): after modules were unloaded, a module given a
+ * freed TLS module id may read and write a stale block through its
+ * descriptors, and a kernel then ran on another module's threadIdx and
+ * gridDim (tests/test_module_reuse.c). */
+static bool tls_descriptors_sound(void) {
+#if defined(__GLIBC__)
+  int major = 0, minor = 0;
+  return sscanf(gnu_get_libc_version(), "%d.%d", &major, &minor) == 2 && (major > 2 || (major == 2 && minor >= 38));
+#else
+  return false;
+#endif
+}
+
 /* Kernels read threadIdx and friends, and the block runner its runtime,
  * from thread-local storage in a module loaded with dlopen: with GCC on
  * x86-64, TLS descriptors make each read a load instead of a call to
  * __tls_get_addr (a tree reduction's fiber switches cost about a third
- * less). Clang 14 does not know the option; the compiler is told apart by
- * the name of the file it resolves to, with no process started. */
+ * less), where the C library handles them soundly. Clang 14 does not know
+ * the option; the compiler is told apart by the name of the file it
+ * resolves to, with no process started. */
 static const char *tls_flag(void) {
 #if defined(__x86_64__)
+  if (!tls_descriptors_sound()) return NULL;
   char *path = host_cxx_path();
   const char *base = path ? strrchr(path, '/') : NULL;
   bool gcc = base && (strstr(base, "g++") || strstr(base, "gcc")) && !strstr(base, "clang");
