@@ -15,6 +15,7 @@
 #include <stdbool.h>
 
 #include "actors/actor.h"
+#include "actors/record_tune.h"
 #include "common/hmap.h"
 #include "gpu/backend.h"
 #include "program/program.h"
@@ -37,6 +38,8 @@ typedef struct schedrun_core {
   bool record_whole_program; /* every RECORD walks the whole program (measurements) */
   bool no_batching;          /* one message per job per hop (measurements) */
   bool time_nodes;           /* the first jobs of each device are timed node by node */
+  bool retune;               /* autotuned launches are timed again, not taken from the cache */
+  tune_table tunes;          /* the autotuned launches' choices (actors/record_tune.h) */
   pthread_mutex_t reg_lock;
   hmap programs; /* uint64_t id -> prog_program* */
   hmap buffers;  /* uint64_t id -> core_buffer*: the caller's memory jobs bind (lib/api_buffers.c) */

@@ -288,7 +288,7 @@ static int update_dynamic(record_state *s, rec_seq *q, msg_counts *c, schedrun_e
 /* ---- modules ---- */
 
 static int ensure_functions(record_state *s, const prog_program *p, const msg_record *r,
-                            gpu_function *fns, schedrun_error_t *err) {
+                            gpu_function *fns, const char **keys, schedrun_error_t *err) {
   const gpu_ops *ops = s->core->backend->ops;
   for (uint32_t k = 0; k < p->nkernels; k++) {
     const msg_module *mm = NULL;
@@ -326,6 +326,7 @@ static int ensure_functions(record_state *s, const prog_program *p, const msg_re
       }
     }
     fns[k] = rm->fn;
+    keys[k] = rm->key;
   }
   return SCHEDRUN_OK;
 }
@@ -373,6 +374,7 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
   strbuf why;
   sb_init(&why);
   gpu_function *fns = NULL;
+  const char **keys = NULL;
   int rc = SCHEDRUN_OK;
   bool dropped = false; /* a half-updated recording was destroyed */
   if (!p) rc = err_set(&err, SCHEDRUN_EPROTO, "RECORD names unknown program %llu", (unsigned long long)r->program);
@@ -380,10 +382,12 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
     rc = err_set(&err, SCHEDRUN_EPROTO, "RECORD names device %u of %d", r->device, s->core->ndevices);
   else if (r->bindings.n != p->nbuffers)
     rc = err_set(&err, SCHEDRUN_EPROTO, "RECORD binds %zu buffers; the program has %u", r->bindings.n, p->nbuffers);
-  else if (!(fns = calloc(p->nkernels ? p->nkernels : 1, sizeof *fns)))
+  else if (!(fns = calloc(p->nkernels ? p->nkernels : 1, sizeof *fns)) ||
+           !(keys = calloc(p->nkernels ? p->nkernels : 1, sizeof *keys)))
     rc = err_set(&err, SCHEDRUN_ENOMEM, "out of memory");
   else
-    rc = ensure_functions(s, p, r, fns, &err);
+    rc = ensure_functions(s, p, r, fns, keys, &err);
+  tune_ctx tune = {s->core, p, r, fns, keys};
 
   msg_counts c = {0};
   seq_key key = {r->program, r->device, r->slot};
@@ -392,8 +396,8 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
    * depend on the job are evaluated again; otherwise the whole program */
   bool partial = q && !s->core->record_whole_program && same_context(q, r, fns, p->nkernels);
   if (rc == SCHEDRUN_OK) {
-    int w = partial ? record_walk_dynamic(&s->dynamic, &q->nodes, p, r, fns, &why)
-                    : record_walk(&s->want, p, r, fns, &why);
+    int w = partial ? record_walk_dynamic(&s->dynamic, &q->nodes, p, r, fns, &tune, &why)
+                    : record_walk(&s->want, p, r, fns, &tune, &why);
     if (w != 0) rc = err_set(&err, SCHEDRUN_ECONFIG, "%s", why.data ? why.data : "recording failed");
   }
   if (rc == SCHEDRUN_OK) {
@@ -401,7 +405,7 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
     if (partial) {
       refused = (rc = update_dynamic(s, q, &c, &err)) != SCHEDRUN_OK;
       /* a rebuild needs the whole program walked */
-      if (refused && record_walk(&s->want, p, r, fns, &why) != 0) {
+      if (refused && record_walk(&s->want, p, r, fns, &tune, &why) != 0) {
         schedrun_error_clear(&err);
         rc = err_set(&err, SCHEDRUN_ECONFIG, "%s", why.data ? why.data : "recording failed");
         refused = false;
@@ -441,6 +445,7 @@ static void handle_record(actor_t *self, record_state *s, msg *m) {
     if (rc == SCHEDRUN_OK && !partial) remember_context(q, r, fns, p->nkernels);
   }
   free(fns);
+  free(keys);
   sb_free(&why);
   /* the scratch list is kept for the next RECORD, unless it grew large */
   if (s->want.cap > WANT_KEEP_NODES) nl_free(&s->want);

@@ -105,6 +105,7 @@ typedef struct walk {
   const prog_program *p;
   const msg_record *r;
   const gpu_function *fns;
+  tune_ctx *tune;
   prog_env env;
   strbuf *why;
 } walk;
@@ -212,6 +213,7 @@ static unsigned step_uses(const prog_step *st) {
   switch (st->kind) {
   case ST_LAUNCH:
     for (uint32_t a = 0; a < st->u.launch.nargs; a++) u |= prog_expr_uses(&st->u.launch.args[a].expr);
+    for (int d = 0; st->u.launch.tune && d < 3; d++) u |= prog_expr_uses(&st->u.launch.tune->grid[d]);
     break;
   case ST_COPY:
     u = prog_expr_uses(&st->u.copy.count) | prog_expr_uses(&st->u.copy.from_offset) |
@@ -281,6 +283,16 @@ static int walk_step(walk *w, const prog_step *st, int depth, uint32_t rid, uint
           return -1;
         }
       }
+    }
+    if (st->u.launch.tune) {
+      assert(w->tune); /* the record actor gives one for every program */
+      strbuf why;
+      sb_init(&why);
+      rec_node *at = &l->v[l->n - 1];
+      int rc = record_tune_choose(w->tune, st, &l->args[arg0], &w->env, at->u.launch.grid, at->u.launch.block, &why);
+      if (rc) wfail(w, st, "%s", why.data ? why.data : "autotune failed");
+      sb_free(&why);
+      if (rc) return -1;
     }
     return 0;
   }
@@ -364,17 +376,18 @@ static int walk_steps(walk *w, const prog_step *steps, uint32_t n, int depth, ui
 }
 
 static void walk_init(walk *w, node_list *l, const prog_program *p, const msg_record *r, const gpu_function *fns,
-                      strbuf *why) {
-  *w = (walk){l, p, r, fns, {{0}}, why};
+                      tune_ctx *tune, strbuf *why) {
+  *w = (walk){l, p, r, fns, tune, {{0}}, why};
   w->env.v[EXV_JOB] = r->job_index;
   w->env.v[EXV_DEVICE] = r->device;
   w->env.v[EXV_RUN] = r->run;
   nl_reset(l);
 }
 
-int record_walk(node_list *want, const prog_program *p, const msg_record *r, const gpu_function *fns, strbuf *why) {
+int record_walk(node_list *want, const prog_program *p, const msg_record *r, const gpu_function *fns, tune_ctx *tune,
+                strbuf *why) {
   walk w;
-  walk_init(&w, want, p, r, fns, why);
+  walk_init(&w, want, p, r, fns, tune, why);
   uint16_t seq_no = 0;
   for (uint32_t i = 0; i < p->nsteps; i++) {
     const prog_step *st = &p->steps[i];
@@ -392,9 +405,9 @@ int record_walk(node_list *want, const prog_program *p, const msg_record *r, con
 }
 
 int record_walk_dynamic(node_list *out, const node_list *of, const prog_program *p, const msg_record *r,
-                        const gpu_function *fns, strbuf *why) {
+                        const gpu_function *fns, tune_ctx *tune, strbuf *why) {
   walk w;
-  walk_init(&w, out, p, r, fns, why);
+  walk_init(&w, out, p, r, fns, tune, why);
   for (uint32_t k = 0; k < of->ndyn; k++) {
     const dyn_node *d = &of->dyn[k];
     assert(d->st->kind != ST_LOOP && d->st->kind != ST_WHILE); /* leaves only: one node each */

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "actors/exec_ctx_key.h"
+#include "actors/record_tune.h"
 #include "common/common.h"
 #include "gpu/backend.h"
 #include "messages/msg.h"
@@ -79,13 +80,15 @@ void nl_free(node_list *l);
 int nl_copy(node_list *dst, const node_list *src);
 
 /* Builds in `want` the nodes program p records for RECORD r, with kernel k's
- * function fns[k]. On failure returns -1 and `why` holds "file:line:col:
- * what", naming the step. */
-int record_walk(node_list *want, const prog_program *p, const msg_record *r, const gpu_function *fns, strbuf *why);
+ * function fns[k]; an autotuned launch's grid and block come from
+ * record_tune_choose with `tune` (NULL: the program has none). On failure
+ * returns -1 and `why` holds "file:line:col: what", naming the step. */
+int record_walk(node_list *want, const prog_program *p, const msg_record *r, const gpu_function *fns, tune_ctx *tune,
+                strbuf *why);
 /* Evaluates again, for RECORD r, the nodes of `of` that depend on the job,
  * appending them to `out` (reset first) in the order of of->dyn: out->v[k]
  * is of->dyn[k]'s node as r wants it. Same failures as record_walk. */
 int record_walk_dynamic(node_list *out, const node_list *of, const prog_program *p, const msg_record *r,
-                        const gpu_function *fns, strbuf *why);
+                        const gpu_function *fns, tune_ctx *tune, strbuf *why);
 
 #endif

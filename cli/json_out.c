@@ -139,6 +139,38 @@ static json_object *compile_errors(const char *message) {
   return a;
 }
 
+static json_object *triple(const unsigned v[3]) {
+  json_object *a = json_object_new_array();
+  for (int d = 0; d < 3; d++) json_object_array_add(a, json_object_new_int64(v[d]));
+  return a;
+}
+
+/* The autotuned launches' choices (schedrun_tune_get). */
+static json_object *tunes(const schedrun_t *s) {
+  json_object *a = json_object_new_array();
+  schedrun_tune_info_t t;
+  for (size_t i = 0; schedrun_tune_get(s, i, &t, NULL) == SCHEDRUN_OK; i++) {
+    json_object *e = json_object_new_object();
+    put(e, "kernel", str(t.kernel));
+    put(e, "where", str(t.where));
+    put(e, "device", str(t.device));
+    put(e, "key", str(t.key));
+    put(e, "block", triple(t.block));
+    put(e, "grid", triple(t.grid));
+    put(e, "timed", json_object_new_boolean(t.timed));
+    json_object *cands = json_object_new_array();
+    for (unsigned c = 0; c < t.ncandidates; c++) {
+      json_object *ce = json_object_new_object();
+      put(ce, "block", triple(t.candidates[c]));
+      put(ce, "ns", json_object_new_int64((int64_t)t.candidate_ns[c]));
+      json_object_array_add(cands, ce);
+    }
+    put(e, "candidates", cands);
+    json_object_array_add(a, e);
+  }
+  return a;
+}
+
 /* The report's own object (schedrun_report_json), or NULL without a report. */
 static json_object *report_object(const schedrun_report_t *rep) {
   char *text = rep ? schedrun_report_json(rep) : NULL;
@@ -176,6 +208,7 @@ int json_print_outcome(const cli_outcome *o) {
   put(j, "verified", json_object_new_boolean(o->exit_status == 0));
   put(j, "fallback", o->s && schedrun_device_fallback(o->s) ? str(schedrun_device_fallback(o->s)) : NULL);
   put(j, "target", o->s && schedrun_compile_target(o->s) ? str(schedrun_compile_target(o->s)) : NULL);
+  if (o->s && schedrun_tune_count(o->s)) put(j, "autotune", tunes(o->s));
   if (o->ranks) put(j, "ranks", o->ranks);
   if (o->stages) put(j, "stages", o->stages);
   json_object *errors;

@@ -37,6 +37,8 @@ static void usage(FILE *f) {
           "  --repeat N       override the config's repeat\n"
           "  --jobs N         override the config's jobs\n"
           "  --no-cache       compile into a temporary cache, removed afterwards\n"
+          "  --retune         time autotuned launches' candidates again instead of taking\n"
+          "                   the choices the kernel cache holds, and replace them\n"
           "  --check          compile and record every job without running any: exit 0,\n"
           "                   2 (config) or 3 (kernel) as a run would\n"
           "  -s, --stats      print per-device counters (always, with several devices)\n"
@@ -181,6 +183,21 @@ static void show_progress(const char *phase, uint32_t done, uint32_t total, uint
   p->shown = 1;
 }
 
+/* What each autotuned launch chose, and what its candidates took (--stats). */
+static void print_tunes(schedrun_t *s) {
+  schedrun_tune_info_t t;
+  for (size_t i = 0; schedrun_tune_get(s, i, &t, NULL) == SCHEDRUN_OK; i++) {
+    printf("  autotune: kernel '%s' at %s on %s%s%s: block [%u, %u, %u], grid [%u, %u, %u], %s\n", t.kernel, t.where,
+           t.device, t.key[0] ? ", " : "", t.key, t.block[0], t.block[1], t.block[2], t.grid[0], t.grid[1], t.grid[2],
+           t.timed ? "timed now" : "from the kernel cache (not timed)");
+    printf("            candidates:");
+    for (unsigned c = 0; c < t.ncandidates; c++)
+      printf("%s [%u, %u, %u] %.3f ms", c ? "," : "", t.candidates[c][0], t.candidates[c][1], t.candidates[c][2],
+             (double)t.candidate_ns[c] / 1e6);
+    printf("\n");
+  }
+}
+
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
       {"devices", required_argument, NULL, 'd'}, {"repeat", required_argument, NULL, 'r'},
@@ -192,12 +209,13 @@ int main(int argc, char **argv) {
       {"output", required_argument, NULL, 'o'}, {"output-all", required_argument, NULL, 'O'},
       {"dot", required_argument, NULL, 'D'},    {"rank-batch", required_argument, NULL, 'B'},
       {"compile-timeout", required_argument, NULL, 'C'}, {"job-timeout", required_argument, NULL, 'M'},
+      {"retune", no_argument, NULL, 'R'},
       {NULL, 0, NULL, 0}};
   const char *devices = NULL;
   const char *trace = NULL, *output = NULL, *dotfile = NULL;
   int output_all = 0;
   int rank_batch = 0;
-  int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, json = 0, timeout_s = 600, check = 0, c;
+  int repeat = 0, jobs = 0, no_cache = 0, stats = 0, quiet = 0, json = 0, timeout_s = 600, check = 0, retune = 0, c;
   int compile_timeout_s = 0, job_timeout_ms = 0;
   opterr = 0;
   int handed = ranks_handover(argv); /* started by an MPI launcher: sched-run-mpi takes over */
@@ -214,6 +232,7 @@ int main(int argc, char **argv) {
     case 'r': if (positive("--repeat", optarg, &repeat)) return EXIT_USAGE; break;
     case 'j': if (positive("--jobs", optarg, &jobs)) return EXIT_USAGE; break;
     case 'n': no_cache = 1; break;
+    case 'R': retune = 1; break;
     case 's': stats = 1; break;
     case 'q': quiet = 1; break;
     case 'J': json = 1; break;
@@ -311,7 +330,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "sched-run: %s is a stages config: it runs in one process, not under an MPI launcher\n", path);
       return EXIT_USAGE;
     }
-    stages_opts so = {devices, dotfile, repeat, no_cache, json, quiet, timeout_s, compile_timeout_s};
+    stages_opts so = {devices, dotfile, repeat, no_cache, json, quiet, timeout_s, compile_timeout_s, retune};
     return stages_run(path, &so);
   }
   cli_ranks ranks;
@@ -354,6 +373,7 @@ int main(int argc, char **argv) {
   schedrun_options_init(&opts);
   opts.devices = devices ? devices : schedrun_program_devices(prog);
   opts.no_disk_cache = no_cache;
+  opts.retune = retune;
   opts.compile_timeout_ms = compile_timeout_s * 1000;
   opts.time_nodes = trace != NULL; /* each node's time in the trace, on every backend */
   schedrun_t *s = NULL;
@@ -464,6 +484,7 @@ int main(int argc, char **argv) {
           printf("  %-8s %llu batches had their inputs copied in while the batch before ran\n", "",
                  (unsigned long long)ds->batches_beside);
       }
+    if (stats) print_tunes(s);
     ranks_print(&ranks, stdout);
   }
   schedrun_error_clear(&err);

@@ -92,6 +92,7 @@ int stages_run(const char *path, const stages_opts *o) {
   schedrun_options_init(&opts);
   opts.devices = o->devices ? o->devices : schedrun_graph_devices(g) ? schedrun_graph_devices(g) : "auto";
   opts.no_disk_cache = o->no_cache;
+  opts.retune = o->retune;
   opts.compile_timeout_ms = o->compile_timeout_s * 1000;
   schedrun_t *s = NULL;
   if ((rc = schedrun_open(&s, &opts, &err)) != SCHEDRUN_OK) {

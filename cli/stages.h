@@ -8,6 +8,7 @@ typedef struct stages_opts {
   int repeat;          /* --repeat, or 0 */
   int no_cache, json, quiet, timeout_s;
   int compile_timeout_s; /* --compile-timeout, or 0 */
+  int retune;            /* --retune */
 } stages_opts;
 
 /* Runs the graph `repeat` times and reports every stage of every run;

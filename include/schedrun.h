@@ -113,6 +113,8 @@ typedef struct schedrun_options {
                             running those jobs node by node with events around each
                             instead of as one graph launch (same results, more launch
                             overhead) */
+  int retune;            /* 1: autotuned launches time their candidates again instead of
+                            taking the choices the kernel cache holds, and replace them */
 } schedrun_options_t;
 
 SCHEDRUN_EXTERN void schedrun_options_init(schedrun_options_t *opts);
@@ -160,6 +162,29 @@ typedef struct schedrun_stats {
 } schedrun_stats_t;
 
 SCHEDRUN_EXTERN int schedrun_get_stats(schedrun_t *s, schedrun_stats_t *out, schedrun_error_t *err);
+
+/* An autotuned launch's choice (a config's `autotune:`), for one kind of
+ * device and one key: made by timing the candidates in this process, or
+ * taken from the kernel cache, where an earlier process left it. */
+#define SCHEDRUN_MAX_CANDIDATES 16
+typedef struct schedrun_tune_info {
+  char kernel[64];  /* the kernel's name */
+  char where[256];  /* the launch in its config: file:line:col */
+  char key[128];    /* the key's arguments and their values ("n=4096"); "" without a key */
+  char device[64];  /* the kind of device it was made for ("host", "cuda sm_90") */
+  unsigned block[3], grid[3]; /* the choice; grid as the first launch that took it had it */
+  int timed;        /* 1: this process timed the candidates; 0: the kernel cache had the choice */
+  unsigned ncandidates;
+  unsigned candidates[SCHEDRUN_MAX_CANDIDATES][3];
+  /* each candidate's median time per launch, as timed when the choice was
+   * made (by this process or the one that left it in the cache) */
+  uint64_t candidate_ns[SCHEDRUN_MAX_CANDIDATES];
+} schedrun_tune_info_t;
+
+/* How many choices the scheduler has made or read so far, and choice i, in
+ * the order they were made. */
+SCHEDRUN_EXTERN size_t schedrun_tune_count(const schedrun_t *s);
+SCHEDRUN_EXTERN int schedrun_tune_get(const schedrun_t *s, size_t i, schedrun_tune_info_t *out, schedrun_error_t *err);
 /* Why device i was lost (a kernel fault, a job past its deadline), or NULL
  * while it works. Jobs placed later go to the other devices; jobs pinned to a
  * lost device fail with SCHEDRUN_ELOST and this reason. */
@@ -251,6 +276,16 @@ SCHEDRUN_EXTERN void schedrun_builder_shape(schedrun_builder_t *b, const uint64_
  * optional one keeps its default. */
 SCHEDRUN_EXTERN void schedrun_builder_launch(schedrun_builder_t *b, const char *kernel, const unsigned grid[3],
                                              const unsigned block[3], const char *const *args, size_t nargs);
+/* A launch whose block is chosen by timing candidates (a config's
+ * `autotune:`): nblocks candidate blocks (x, y, z), the grid as an
+ * expression that may read a candidate's x size as $block
+ * ("(4096 + $block - 1) / $block"), and the key: names of the kernel's
+ * scalar parameters (as its source names them) whose values the choice
+ * depends on (nkey 0: none). The choice is made once per kind of device and
+ * key, and kept in the kernel cache (schedrun_tune_get says what it is). */
+SCHEDRUN_EXTERN void schedrun_builder_launch_autotune(schedrun_builder_t *b, const char *kernel, const unsigned (*blocks)[3],
+                                                      size_t nblocks, const char *grid, const char *const *key,
+                                                      size_t nkey, const char *const *args, size_t nargs);
 /* Gives the launch added last `bytes` of dynamic shared memory per block
  * (a config's `shared: BYTES`): what the kernel's `extern __shared__` array
  * holds, at most 48 KiB. Called right after schedrun_builder_launch, once. */

@@ -304,17 +304,41 @@ static int dims(schedrun_builder_t *b, const unsigned d[3], int at) {
   return s;
 }
 
-void schedrun_builder_launch(schedrun_builder_t *b, const char *kernel_name, const unsigned grid[3],
-                             const unsigned block[3], const char *const *args, size_t nargs) {
-  const char *fn = "schedrun_builder_launch";
-  if (!usable(b, fn, "kernel", kernel_name) || !usable(b, fn, "grid", grid) || !usable(b, fn, "block", block)) return;
-  if (nargs && !usable(b, fn, "args", args)) return;
+/* An autotuned launch's candidates, grid and key (a config's `autotune:`). */
+typedef struct tune_args {
+  const unsigned (*blocks)[3];
+  size_t nblocks;
+  const char *grid;
+  const char *const *key;
+  size_t nkey;
+} tune_args;
+
+static void autotune(schedrun_builder_t *b, int l, const tune_args *t, int at) {
+  int m = map(b, at), cands = seq(b, at);
+  for (size_t i = 0; i < t->nblocks; i++) item(b, cands, dims(b, t->blocks[i], at));
+  pair(b, m, "block", cands, at);
+  pair(b, m, "grid", scalar(b, t->grid, at, 0), at);
+  if (t->nkey) {
+    int keys = seq(b, at);
+    for (size_t i = 0; i < t->nkey; i++) item(b, keys, scalar(b, t->key[i], at, 0));
+    pair(b, m, "key", keys, at);
+  }
+  pair(b, l, "autotune", m, at);
+}
+
+/* A launch with grid and block, or autotuned (t). */
+static void launch(schedrun_builder_t *b, const char *kernel_name, const unsigned grid[3], const unsigned block[3],
+                   const tune_args *t, const char *const *args, size_t nargs) {
   int at;
   int st = step(b, &at, "args", "launch of kernel '%s'", kernel_name);
   int l = map(b, at);
   pair(b, l, "kernel", scalar(b, kernel_name, at, 0), at);
-  pair(b, l, "grid", dims(b, grid, at), at);
-  pair(b, l, "block", dims(b, block, at), at);
+  if (t) {
+    autotune(b, l, t, at);
+  } else {
+    pair(b, l, "grid", dims(b, grid, at), at);
+    pair(b, l, "block", dims(b, block, at), at);
+  }
   int a = seq(b, at);
   for (size_t i = 0; i < nargs; i++) {
     /* "NAME[EXPR]" is buffer NAME from element EXPR (a '+' before the '['
@@ -338,6 +362,26 @@ void schedrun_builder_launch(schedrun_builder_t *b, const char *kernel_name, con
   pair(b, l, "args", a, at);
   pair(b, st, "launch", l, at);
   b->last_launch = l;
+}
+
+void schedrun_builder_launch(schedrun_builder_t *b, const char *kernel_name, const unsigned grid[3],
+                             const unsigned block[3], const char *const *args, size_t nargs) {
+  const char *fn = "schedrun_builder_launch";
+  if (!usable(b, fn, "kernel", kernel_name) || !usable(b, fn, "grid", grid) || !usable(b, fn, "block", block)) return;
+  if (nargs && !usable(b, fn, "args", args)) return;
+  launch(b, kernel_name, grid, block, NULL, args, nargs);
+}
+
+void schedrun_builder_launch_autotune(schedrun_builder_t *b, const char *kernel_name, const unsigned (*blocks)[3],
+                                      size_t nblocks, const char *grid, const char *const *key, size_t nkey,
+                                      const char *const *args, size_t nargs) {
+  const char *fn = "schedrun_builder_launch_autotune";
+  if (!usable(b, fn, "kernel", kernel_name) || !usable(b, fn, "grid", grid)) return;
+  if ((nblocks && !usable(b, fn, "blocks", blocks)) || (nkey && !usable(b, fn, "key", key)) ||
+      (nargs && !usable(b, fn, "args", args)))
+    return;
+  tune_args t = {blocks, nblocks, grid, key, nkey};
+  launch(b, kernel_name, NULL, NULL, &t, args, nargs);
 }
 
 void schedrun_builder_shared(schedrun_builder_t *b, unsigned bytes) {

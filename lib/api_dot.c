@@ -21,6 +21,7 @@
 typedef struct dot {
   strbuf *sb;
   const prog_program *p;
+  const schedrun_t *s; /* the program's scheduler (its autotuned choices), or NULL */
   prog_env env;
   char prefix[32];  /* node names: <prefix>n<k> */
   uint32_t n, more; /* nodes drawn, nodes left out */
@@ -43,6 +44,21 @@ static void value(dot *d, const prog_expr *e, char *out, size_t n) {
   else if (bad) snprintf(out, n, "(%s)", bad);
   else if (v.is_int) snprintf(out, n, "%lld", (long long)v.i);
   else snprintf(out, n, "%g", v.f);
+}
+
+/* An autotuned launch's grid and block: the choice made for it (the first
+ * device kind's), else its candidates. */
+static void tuned(dot *d, const prog_step *st, char *out, size_t n) {
+  char where[256];
+  snprintf(where, sizeof where, "%s:%d:%d", d->p->path, st->loc.line, st->loc.col);
+  schedrun_tune_info_t t;
+  for (size_t i = 0; d->s && schedrun_tune_get(d->s, i, &t, NULL) == SCHEDRUN_OK; i++)
+    if (!strcmp(t.where, where)) {
+      snprintf(out, n, "grid %u,%u,%u block %u,%u,%u (autotuned on %s%s%s)\n", t.grid[0], t.grid[1], t.grid[2],
+               t.block[0], t.block[1], t.block[2], t.device, t.key[0] ? ", " : "", t.key);
+      return;
+    }
+  snprintf(out, n, "autotune, not chosen yet: %s\n", st->u.launch.tune->spec ? st->u.launch.tune->spec : "");
 }
 
 /* Draws one node with its label; links it after the previous one. */
@@ -76,9 +92,11 @@ static void step(dot *d, const prog_step *st, int depth, uint32_t rid) {
     const prog_kernel *k = &p->kernels[st->u.launch.kernel];
     char shared[40] = "";
     if (st->u.launch.shared) snprintf(shared, sizeof shared, "shared %u bytes\n", st->u.launch.shared);
-    size_t at = (size_t)snprintf(label, sizeof label, "launch %s\ngrid %u,%u,%u block %u,%u,%u\n%s(", k->name,
-                                 st->u.launch.grid[0], st->u.launch.grid[1], st->u.launch.grid[2],
-                                 st->u.launch.block[0], st->u.launch.block[1], st->u.launch.block[2], shared);
+    char dims[512];
+    if (st->u.launch.tune) tuned(d, st, dims, sizeof dims);
+    else snprintf(dims, sizeof dims, "grid %u,%u,%u block %u,%u,%u\n", st->u.launch.grid[0], st->u.launch.grid[1],
+                  st->u.launch.grid[2], st->u.launch.block[0], st->u.launch.block[1], st->u.launch.block[2]);
+    size_t at = (size_t)snprintf(label, sizeof label, "launch %s\n%s%s(", k->name, dims, shared);
     for (uint32_t a = 0; a < st->u.launch.nargs && at < sizeof label; a++) {
       const prog_arg *pa = &st->u.launch.args[a];
       value(d, &pa->expr, v1, sizeof v1);
@@ -163,7 +181,7 @@ int schedrun_program_write_dot(const schedrun_program_t *h, const schedrun_repor
       int slot = run % (p->buffer_sets > 0 ? p->buffer_sets : 1);
       if (dev < 0 || dev >= SCHEDRUN_MAX_DEVICES || slot >= 64 || seen[dev][slot]) continue;
       seen[dev][slot] = true;
-      dot d = {&sb, p, {{0}}, "", 0, 0, -1};
+      dot d = {&sb, p, h->s, {{0}}, "", 0, 0, -1};
       d.env.v[EXV_JOB] = job;
       d.env.v[EXV_RUN] = run;
       d.env.v[EXV_DEVICE] = dev;

@@ -213,6 +213,7 @@ static void teardown(schedrun_t *s) {
   free(s->doomed);
   free(s->doomed_ids);
   pthread_mutex_destroy(&s->core.reg_lock);
+  tune_table_destroy(&s->core.tunes);
   msgq_destroy(&s->core.to_scheduler);
   msgq_destroy(&s->core.to_client);
   for (int d = 0; d < SCHEDRUN_MAX_DEVICES; d++) msgq_destroy(&s->core.to_execute[d]);
@@ -254,6 +255,7 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   pthread_mutex_init(&s->ctl_lock, NULL);
   pthread_cond_init(&s->cond, NULL);
   pthread_mutex_init(&s->core.reg_lock, NULL);
+  tune_table_init(&s->core.tunes);
   msgq_init(&s->core.to_scheduler);
   msgq_init(&s->core.to_client);
   for (int d = 0; d < SCHEDRUN_MAX_DEVICES; d++) msgq_init(&s->core.to_execute[d]);
@@ -304,6 +306,7 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   s->core.compile_workers = o.compile_workers ? o.compile_workers : (int)(cores > 0 ? cores : 1);
   s->core.compile_timeout_ns = (uint64_t)o.compile_timeout_ms * 1000000ull;
   s->core.record_always = o.record_always != 0;
+  s->core.retune = o.retune != 0;
   s->core.record_whole_program = o.record_whole_program != 0;
   s->core.no_batching = o.no_batching != 0;
   /* free on host devices (the worker notes the times); asked for elsewhere */

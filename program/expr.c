@@ -1,6 +1,7 @@
 /*
  * Expressions in configs: integer or float arithmetic over numbers and the
- * variables $iter, $iter0..$iterN, $job, $device, $run, with C's operators
+ * variables $iter, $iter0..$iterN, $job, $device, $run (and $block, in an
+ * autotuned launch's grid), with C's operators
  * and precedence (unary - + ~; * / %; + -; << >>; < <= > >=; == !=; &; ^; |;
  * c ? a : b) and min(a, b), max(a, b). Parsed once, at load, into reverse
  * Polish (a conditional as jumps, so only the branch taken is evaluated);
@@ -138,6 +139,7 @@ static void parse_primary(parser *ps, int nest) {
     if (strcmp(name, "$job") == 0) op.var = EXV_JOB;
     else if (strcmp(name, "$device") == 0) op.var = EXV_DEVICE;
     else if (strcmp(name, "$run") == 0) op.var = EXV_RUN;
+    else if (strcmp(name, "$block") == 0) op.var = EXV_BLOCK;
     else if (strcmp(name, "$iter") == 0) {
       if (ps->depth == 0) {
         fail(ps, "%s", "$iter is used outside of any loop");
@@ -153,7 +155,7 @@ static void parse_primary(parser *ps, int nest) {
       }
       op.var = (uint8_t)(EXV_ITER0 + k);
     } else {
-      fail(ps, "unknown variable %s (known: $iter, $iterN, $job, $device, $run)", name);
+      fail(ps, "unknown variable %s (known: $iter, $iterN, $job, $device, $run, $block)", name);
       return;
     }
     if (op.var < PROG_MAX_DEPTH && (uint32_t)op.var + 1 > ps->depth_used)
@@ -342,6 +344,7 @@ unsigned prog_expr_uses(const prog_expr *e) {
     if (e->ops[i].var == EXV_JOB) u |= PROG_USES_JOB;
     if (e->ops[i].var == EXV_RUN) u |= PROG_USES_RUN;
     if (e->ops[i].var == EXV_DEVICE) u |= PROG_USES_DEVICE;
+    if (e->ops[i].var == EXV_BLOCK) u |= PROG_USES_BLOCK;
   }
   return u;
 }

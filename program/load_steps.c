@@ -35,10 +35,20 @@ static bool read_dims(ld *l, node *n, const char *what, uint32_t out[3]) {
   return ok;
 }
 
+bool ld_read_block(ld *l, node *n, const char *what, uint32_t b[3]) {
+  if (!read_dims(l, n, what, b)) return false;
+  uint64_t t = (uint64_t)b[0] * b[1] * b[2];
+  if (t > 1024) ld_problem(l, n, "%s has %llu threads; at most 1024", what, (unsigned long long)t);
+  else if (b[0] > 1024 || b[1] > 1024 || b[2] > 64)
+    ld_problem(l, n, "%s [%u, %u, %u]: x and y are at most 1024 and z at most 64 (CUDA's limits)", what, b[0], b[1],
+               b[2]);
+  else return true;
+  return false;
+}
 
 static uint64_t load_launch(ld *l, node *n, int depth, prog_step *st) {
-  static const char *const keys[] = {"kernel", "grid", "block", "args", "shared", NULL};
-  node *f[5];
+  static const char *const keys[] = {"kernel", "grid", "block", "args", "shared", "autotune", NULL};
+  node *f[6];
   if (!ld_read_map(l, n, "launch", keys, f)) return 1;
   int kidx = -1;
   if (!f[0]) ld_problem(l, n, "launch needs a kernel");
@@ -49,22 +59,20 @@ static uint64_t load_launch(ld *l, node *n, int depth, prog_step *st) {
     if (kn && kidx < 0) ld_problem(l, f[0], "no kernel named '%s'", kn);
   }
   st->u.launch.kernel = kidx < 0 ? 0 : (uint32_t)kidx;
-  if (!f[1]) ld_problem(l, n, "launch needs a grid");
+  if (f[5] && (f[1] || f[2]))
+    ld_problem(l, f[1] ? f[1] : f[2], "an autotuned launch takes its grid and its block candidates from autotune "
+                                      "(autotune: {block: [...], grid: ...})");
+  else if (f[5]) st->u.launch.grid[0] = st->u.launch.grid[1] = st->u.launch.grid[2] = 1; /* chosen when recorded */
+  else if (!f[1]) ld_problem(l, n, "launch needs a grid");
   else if (read_dims(l, f[1], "grid", st->u.launch.grid)) {
     const uint32_t *g = st->u.launch.grid;
     if (g[0] > INT32_MAX || g[1] > 65535 || g[2] > 65535)
       ld_problem(l, f[1], "grid [%u, %u, %u]: x is at most 2147483647, y and z at most 65535 (CUDA's limits)", g[0], g[1],
               g[2]);
   }
-  if (!f[2]) ld_problem(l, n, "launch needs a block");
-  else if (read_dims(l, f[2], "block", st->u.launch.block)) {
-    const uint32_t *b = st->u.launch.block;
-    uint64_t t = (uint64_t)b[0] * b[1] * b[2];
-    if (t > 1024) ld_problem(l, f[2], "block has %llu threads; at most 1024", (unsigned long long)t);
-    else if (b[0] > 1024 || b[1] > 1024 || b[2] > 64)
-      ld_problem(l, f[2], "block [%u, %u, %u]: x and y are at most 1024 and z at most 64 (CUDA's limits)", b[0], b[1],
-              b[2]);
-  }
+  if (f[5]) st->u.launch.block[0] = st->u.launch.block[1] = st->u.launch.block[2] = 1; /* chosen when recorded */
+  else if (!f[2]) ld_problem(l, n, "launch needs a block");
+  else ld_read_block(l, f[2], "block", st->u.launch.block);
   int64_t shared = 0;
   if (f[4]) ld_read_int(l, f[4], "shared (bytes of dynamic shared memory per block, at most 48 KiB)", 0,
                         PROG_MAX_SHARED, &shared);
@@ -140,6 +148,7 @@ static uint64_t load_launch(ld *l, node *n, int depth, prog_step *st) {
       }
     }
   }
+  if (f[5]) ld_load_tune(l, f[5], depth, k, st);
   return 1;
 }
 

@@ -294,7 +294,12 @@ bool ld_parse_expr_node(ld *l, node *n, int depth, const char *what, prog_expr *
     prog_expr_free(out);
     return false;
   }
-  l->p->uses |= prog_expr_uses(out);
+  if ((prog_expr_uses(out) & PROG_USES_BLOCK) && !l->block_ok) {
+    ld_problem(l, n, "%s: $block is a candidate's block size, known only in an autotuned launch's grid", what);
+    prog_expr_free(out);
+    return false;
+  }
+  l->p->uses |= prog_expr_uses(out) & ~(unsigned)PROG_USES_BLOCK;
   /* only the iterations it reads: a trips loop inside a while body may use
    * its own $iter */
   for (uint32_t d = 0; d < out->depth_used; d++)

@@ -27,6 +27,7 @@ typedef struct ld {
   uint64_t steps;        /* steps loaded so far, an alias's each time it is used */
   bool too_many_steps;   /* past PROG_MAX_STEPS: no more steps are loaded */
   bool u64_literal_ok;   /* the expression parsed is a u64 kernel argument */
+  bool block_ok;         /* the expression parsed is an autotuned launch's grid: $block is known */
   bool loop_is_while[PROG_MAX_DEPTH];
   uint64_t buffer_bytes; /* all buffers so far */
   bool out_of_memory;    /* a problem was an allocation: the load fails with ENOMEM */
@@ -99,5 +100,12 @@ uint64_t ld_load_steps(ld *l, node *n, int depth, prog_step **out, uint32_t *nou
 /* load_buffers.c: the `buffers` and `expect` mappings. */
 void ld_load_buffers(ld *l, node *n);
 void ld_load_expect(ld *l, node *n);
+
+/* A launch's block, or an autotune candidate: 1 to 3 sizes within CUDA's
+ * limits (load_steps.c). */
+bool ld_read_block(ld *l, node *n, const char *what, uint32_t b[3]);
+/* A launch's `autotune:` map, for kernel k, into st->u.launch.tune
+ * (load_tune.c). */
+bool ld_load_tune(ld *l, node *n, int depth, const prog_kernel *k, prog_step *st);
 
 #endif

@@ -60,12 +60,21 @@ int prog_find_buffer(const prog_program *p, const char *name) {
   return -1;
 }
 
+void prog_tune_free(prog_tune *t) {
+  if (!t) return;
+  for (int d = 0; d < 3; d++) prog_expr_free(&t->grid[d]);
+  for (uint32_t i = 0; i < t->nkey; i++) free(t->key_names[i]);
+  free(t->spec);
+  free(t);
+}
+
 static void free_steps(prog_step *s, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {
     switch (s[i].kind) {
     case ST_LAUNCH:
       for (uint32_t a = 0; a < s[i].u.launch.nargs; a++) prog_expr_free(&s[i].u.launch.args[a].expr);
       free(s[i].u.launch.args);
+      prog_tune_free(s[i].u.launch.tune);
       break;
     case ST_COPY:
       prog_expr_free(&s[i].u.copy.count);

@@ -47,9 +47,10 @@ typedef struct prog_loc { int line, col; } prog_loc; /* 1-based */
 
 /* ---- expressions ---- */
 
-enum { EXV_ITER0 = 0, EXV_JOB = PROG_MAX_DEPTH, EXV_DEVICE, EXV_RUN, EXV__COUNT };
+/* $block: the x size of an autotuned launch's candidate block, in its grid */
+enum { EXV_ITER0 = 0, EXV_JOB = PROG_MAX_DEPTH, EXV_DEVICE, EXV_RUN, EXV_BLOCK, EXV__COUNT };
 
-enum { PROG_USES_JOB = 1, PROG_USES_RUN = 2, PROG_USES_DEVICE = 4 };
+enum { PROG_USES_JOB = 1, PROG_USES_RUN = 2, PROG_USES_DEVICE = 4, PROG_USES_BLOCK = 8 };
 
 typedef struct prog_value {
   bool is_int;
@@ -136,6 +137,23 @@ typedef struct prog_arg {
   prog_expr expr; /* the scalar, or the buffer offset in elements (may be empty) */
 } prog_arg;
 
+/* An autotuned launch (`autotune:`): the block is one of the candidates,
+ * chosen by timing each on the device (actors/record_tune.c), and the grid
+ * an expression that may read the candidate's x size as $block. `key`
+ * lists the scalar arguments whose values the choice depends on. */
+#define PROG_MAX_CANDIDATES 16
+typedef struct prog_tune {
+  uint32_t blocks[PROG_MAX_CANDIDATES][3];
+  uint32_t nblocks;
+  prog_expr grid[3]; /* x, y, z; an empty y or z is 1 */
+  uint32_t key[PROG_MAX_PARAMS]; /* argument positions */
+  char *key_names[PROG_MAX_PARAMS]; /* as the config names them */
+  uint32_t nkey;
+  char *spec; /* the candidates, the grid and the key as text: part of the choice's cache key */
+} prog_tune;
+
+void prog_tune_free(prog_tune *t);
+
 typedef struct prog_step prog_step;
 struct prog_step {
   prog_step_kind kind;
@@ -148,6 +166,7 @@ struct prog_step {
       uint32_t shared; /* dynamic shared memory per block, bytes (`shared:`) */
       prog_arg *args;
       uint32_t nargs;
+      prog_tune *tune; /* NULL: grid and block as given */
     } launch;
     struct {
       uint32_t from, to;

@@ -194,6 +194,30 @@ static schedrun_builder_t *countdown(void) {
   return b;
 }
 
+static schedrun_builder_t *autotuned(void) {
+  schedrun_builder_t *b = start("autotune");
+  schedrun_builder_devices(b, "auto");
+  schedrun_builder_runs(b, 1, 1, 4);
+  schedrun_builder_kernel(b, "saxpy", "f32, ptr, ptr, i32",
+                          "extern \"C\" __global__ void saxpy(float a, const float *x, float *y, int n) {\n"
+                          "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)\n"
+                          "    y[i] = a * x[i] + y[i];\n"
+                          "}\n",
+                          NULL);
+  buffer_iota(b, "x", "f32", 65536, 0, 1);
+  buffer_iota(b, "y", "f32", 65536, 1, 0);
+  schedrun_builder_loop(b, 2);
+  static const unsigned blocks[4][3] = {{64, 1, 1}, {128, 1, 1}, {256, 1, 1}, {512, 1, 1}};
+  schedrun_builder_launch_autotune(b, "saxpy", blocks, 4, "min(32768 / $block, 128)", (const char *[]){"n"}, 1,
+                                   (const char *[]){"2.0 + $job", "x[$iter * 32768]", "y[$iter * 32768]", "32768"}, 4);
+  schedrun_builder_end(b);
+  schedrun_builder_expect_at(b, "y", (const uint64_t[]){0, 1, 32767, 32768, 65535},
+                             (const char *[]){"1.0", "3 + $job", "32767 * (2 + $job) + 1", "32768 * (2 + $job) + 1",
+                                              "65535 * (2 + $job) + 1"},
+                             5, NULL, 0);
+  return b;
+}
+
 typedef struct twin {
   const char *config;
   schedrun_builder_t *(*build)(void);
@@ -206,6 +230,7 @@ static const twin twins[] = {
     {"multi_device_demo.yaml", demo, {"x", "acc", NULL}},
     {"nested_loops.yaml", nested, {"grid", NULL}},
     {"while_countdown.yaml", countdown, {"flag", "trace", NULL}},
+    {"autotune.yaml", autotuned, {"x", "y", NULL}},
 };
 
 static schedrun_report_t *run(schedrun_t *s, schedrun_program_t *p) {

@@ -80,6 +80,22 @@ class Options(ctypes.Structure):
         ("no_caller_scheduling", c_int),
         ("compile_timeout_ms", c_int),
         ("time_nodes", c_int),
+        ("retune", c_int),
+    ]
+
+
+class TuneInfo(ctypes.Structure):
+    _fields_ = [
+        ("kernel", ctypes.c_char * 64),
+        ("where", ctypes.c_char * 256),
+        ("key", ctypes.c_char * 128),
+        ("device", ctypes.c_char * 64),
+        ("block", ctypes.c_uint * 3),
+        ("grid", ctypes.c_uint * 3),
+        ("timed", c_int),
+        ("ncandidates", ctypes.c_uint),
+        ("candidates", (ctypes.c_uint * 3) * 16),
+        ("candidate_ns", ctypes.c_uint64 * 16),
     ]
 
 
@@ -186,6 +202,8 @@ open_ = _fn("schedrun_open", c_int, POINTER(c_void_p), POINTER(Options), E)
 close = _fn("schedrun_close", c_int, POINTER(c_void_p))
 shutdown = _fn("schedrun_shutdown", c_int, c_void_p, c_int, E)
 device_count = _fn("schedrun_device_count", c_int, c_void_p)
+tune_count = _fn("schedrun_tune_count", c_size_t, c_void_p)
+tune_get = _fn("schedrun_tune_get", c_int, c_void_p, c_size_t, POINTER(TuneInfo), E)
 device_name = _fn("schedrun_device_name", c_char_p, c_void_p, c_int)
 device_fallback = _fn("schedrun_device_fallback", c_char_p, c_void_p)
 compile_target = _fn("schedrun_compile_target", c_char_p, c_void_p)

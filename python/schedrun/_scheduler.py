@@ -50,6 +50,23 @@ class Scheduler:
         return [_lib.device_name(self._h, i).decode() for i in range(_lib.device_count(self._h))]
 
     @property
+    def tunes(self):
+        """The autotuned launches' choices (schedrun_tune_get), as dicts: kernel,
+        where, key, device, block, grid, timed (this process timed the
+        candidates, or the kernel cache had the choice) and candidates, a
+        list of (block, ns)."""
+        self._alive()
+        out = []
+        for i in range(_lib.tune_count(self._h)):
+            t, err = _lib.TuneInfo(), _lib.Error()
+            _check(_lib.tune_get(self._h, i, ctypes.byref(t), ctypes.byref(err)), err)
+            out.append({"kernel": t.kernel.decode(), "where": t.where.decode(), "key": t.key.decode(),
+                        "device": t.device.decode(), "block": tuple(t.block), "grid": tuple(t.grid),
+                        "timed": bool(t.timed),
+                        "candidates": [(tuple(t.candidates[c]), t.candidate_ns[c]) for c in range(t.ncandidates)]})
+        return out
+
+    @property
     def fallback(self):
         """Why `auto` runs on host devices, or None."""
         f = _lib.device_fallback(self._h)

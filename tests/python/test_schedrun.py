@@ -271,3 +271,37 @@ def test_exit_with_jobs_in_flight():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "submitted 300"
+
+
+TUNED = """version: 1
+name: tuned
+kernels:
+  work:
+    params: [ptr, i32]
+    source: |
+      extern "C" __global__ void work(float *out, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) out[i] = (float)i;
+      }
+buffers:
+  out: {type: f32, count: 1024}
+program:
+  - launch:
+      kernel: work
+      args: [out, 1024]
+      autotune: {block: [128, 256], grid: "1024 / $block", key: [n]}
+expect:
+  out: {at: {0: 0, 1023: 1023}}
+"""
+
+
+def test_autotuned_choices_timed_kept_and_retuned(tmp_path):
+    for retune, timed in ((False, True), (False, False), (True, True)):
+        with schedrun.open(devices="host:1", cache_dir=str(tmp_path), retune=retune) as st:
+            assert st.run(st.load(TUNED))["verified"] is True
+            (t,) = st.tunes
+            assert t["kernel"] == "work" and t["key"] == "n=1024" and t["timed"] is timed
+            assert t["block"] in ((128, 1, 1), (256, 1, 1))
+            assert t["grid"] == (1024 // t["block"][0], 1, 1)
+            assert [c for c, _ in t["candidates"]] == [(128, 1, 1), (256, 1, 1)]
+            assert all(ns > 0 for _, ns in t["candidates"])
