@@ -110,11 +110,11 @@ int host_run_bounded(char *const argv[], const char *log_path, const _Atomic int
 }
 
 
-#if defined(__SANITIZE_THREAD__)
-#define SCHEDRUN_TSAN 1
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define SCHEDRUN_SANITIZED 1
 #elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define SCHEDRUN_TSAN 1
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define SCHEDRUN_SANITIZED 1
 #endif
 #endif
 
@@ -123,18 +123,21 @@ int host_run_bounded(char *const argv[], const char *log_path, const _Atomic int
  * compiler turn a block's threads, a loop over threadIdx.x, into vector code:
  * a kernel's `if (i < n)` guard becomes masked loads and stores only when
  * the arithmetic under it may be executed for lanes that do not take it (a
- * GPU raises no floating-point traps and sets no errno either). Under
- * ThreadSanitizer a kernel's thread-local indices use
- * the initial-exec model: its interceptor of __tls_get_addr (GCC 12, LLVM
- * 14) guesses the size of a module's dynamic TLS block from the bytes before
- * it and, now and then, resets the shadow of a range of hundreds of
- * terabytes and dies. Initial-exec TLS needs no __tls_get_addr; it takes
- * glibc's static TLS surplus, which the sanitized tests enlarge
- * (GLIBC_TUNABLES in tests/CMakeLists.txt). */
+ * GPU raises no floating-point traps and sets no errno either). In a
+ * library built with ThreadSanitizer or AddressSanitizer a kernel's
+ * thread-local indices use the initial-exec model: the sanitizers'
+ * interceptor of __tls_get_addr (GCC 12, LLVM 14) guesses the size of a
+ * module's dynamic TLS block from the bytes before it and, now and then,
+ * resets the shadow of a range of hundreds of terabytes and dies (TSan), or
+ * hands LeakSanitizer a range that its tracer then faults on (ASan, once
+ * kernels read their indices through __tls_get_addr: see tls_flag).
+ * Initial-exec TLS needs no __tls_get_addr; it takes glibc's static TLS
+ * surplus, which the sanitized tests enlarge (GLIBC_TUNABLES in
+ * tests/CMakeLists.txt). */
 static const char *const host_flags[] = {"-std=c++17",        "-O3",         "-fno-trapping-math",
                                          "-fno-math-errno",   "-fPIC",       "-shared",
                                          "-fvisibility=hidden", "-fno-exceptions", "-fno-rtti"
-#ifdef SCHEDRUN_TSAN
+#ifdef SCHEDRUN_SANITIZED
                                          , "-ftls-model=initial-exec"
 #endif
 };
