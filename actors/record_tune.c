@@ -6,7 +6,8 @@
  * grid's expressions and the values of the key's arguments. It lives in the
  * process's table (core->tunes) and in the cache directory as
  * tune/<key>, an artifact (verified when read, published by rename, so two
- * processes that time the same launch at once leave one whole file).
+ * processes that time the same launch at once leave one whole file) whose
+ * payload is msgpack (read_cached).
  *
  * Timing runs each candidate as a one-node sequence on the device the
  * launch is recorded for, on scratch copies of the launch's buffers made
@@ -20,6 +21,7 @@
  */
 #include <assert.h>
 #include <inttypes.h>
+#include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,6 @@
 
 #define TUNE_REPS 5
 #define TUNE_DEADLINE_NS (60ull * 1000000000ull) /* one launch of a candidate at most */
-#define TUNE_FORMAT "schedrun autotune 1\n"
 
 void tune_table_init(tune_table *t) {
   memset(t, 0, sizeof *t);
@@ -177,39 +178,67 @@ static char *cache_path(tune_ctx *c, const char *key) {
   return sb_take(&p);
 }
 
+/* A cache entry is msgpack, the project's one codec, written with
+ * msgpack-c's packer and read back with its unpacker (msgpack_unpack_next)
+ * into an object tree: [TUNE_VERSION, [bx, by, bz], [[x, y, z, ns], ...]],
+ * the choice and each candidate's median time. Only an entry whose whole
+ * payload is that one array, at most TUNE_MAX_BYTES, is believed. */
+#define TUNE_VERSION 1
+#define TUNE_MAX_BYTES 1024
+
+/* n unsigned integers of array o into v, each at most `most`. */
+static bool read_uints(const msgpack_object *o, uint32_t n, uint64_t most, uint64_t *v) {
+  if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != n) return false;
+  for (uint32_t i = 0; i < n; i++) {
+    const msgpack_object *x = &o->via.array.ptr[i];
+    if (x->type != MSGPACK_OBJECT_POSITIVE_INTEGER || x->via.u64 > most) return false;
+    v[i] = x->via.u64;
+  }
+  return true;
+}
+
 /* The choice the cache holds for e->key, into e: false when there is none
  * (or none that is whole and names one of the candidates). */
 static bool read_cached(tune_ctx *c, tune_entry *e) {
   char *path = cache_path(c, e->key);
   uint8_t *data = NULL;
-  size_t len = 0;
-  bool ok = path && artifact_read(path, e->key, &data, &len, NULL) == SCHEDRUN_OK;
+  size_t len = 0, off = 0;
+  bool ok = path && artifact_read(path, e->key, &data, &len, NULL) == SCHEDRUN_OK && len <= TUNE_MAX_BYTES;
   free(path);
-  char *text = ok ? xstrndup((const char *)data, len) : NULL;
-  free(data);
-  ok = text && !strncmp(text, TUNE_FORMAT, strlen(TUNE_FORMAT));
-  uint32_t b[3] = {0};
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  ok = ok && msgpack_unpack_next(&u, (const char *)data, len, &off) == MSGPACK_UNPACK_SUCCESS && off == len;
+  const msgpack_object *root = ok ? &u.data : NULL;
+  ok = ok && root->type == MSGPACK_OBJECT_ARRAY && root->via.array.size == 3;
+  uint64_t b[3] = {0};
+  const msgpack_object *v = ok ? &root->via.array.ptr[0] : NULL;
+  ok = ok && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 == TUNE_VERSION;
+  ok = ok && read_uints(&root->via.array.ptr[1], 3, 1024, b);
+  const msgpack_object *cands = ok ? &root->via.array.ptr[2] : NULL;
+  ok = ok && cands->type == MSGPACK_OBJECT_ARRAY && cands->via.array.size <= PROG_MAX_CANDIDATES;
   uint64_t ns[PROG_MAX_CANDIDATES] = {0};
-  char *save = NULL;
-  for (char *line = ok ? strtok_r(text + strlen(TUNE_FORMAT), "\n", &save) : NULL; line;
-       line = strtok_r(NULL, "\n", &save)) {
-    uint32_t x, y, z;
-    uint64_t t;
-    if (sscanf(line, "block %u %u %u", &x, &y, &z) == 3) {
-      b[0] = x, b[1] = y, b[2] = z;
-    } else if (sscanf(line, "candidate %u %u %u %" SCNu64, &x, &y, &z, &t) == 4) {
-      for (uint32_t i = 0; i < e->ncand; i++)
-        if (e->cand[i][0] == x && e->cand[i][1] == y && e->cand[i][2] == z) ns[i] = t;
-    }
+  for (uint32_t k = 0; ok && k < cands->via.array.size; k++) {
+    uint64_t x[4];
+    ok = read_uints(&cands->via.array.ptr[k], 4, UINT64_MAX, x);
+    for (uint32_t i = 0; ok && i < e->ncand; i++)
+      if (e->cand[i][0] == x[0] && e->cand[i][1] == x[1] && e->cand[i][2] == x[2]) ns[i] = x[3];
   }
-  free(text);
+  msgpack_unpacked_destroy(&u);
+  free(data);
   bool listed = false;
-  for (uint32_t i = 0; ok && i < e->ncand; i++) listed |= !memcmp(e->cand[i], b, sizeof b);
+  for (uint32_t i = 0; ok && i < e->ncand; i++)
+    listed |= e->cand[i][0] == b[0] && e->cand[i][1] == b[1] && e->cand[i][2] == b[2];
   if (!listed) return false;
-  memcpy(e->block, b, sizeof b);
+  for (int d = 0; d < 3; d++) e->block[d] = (uint32_t)b[d];
   memcpy(e->cand_ns, ns, sizeof ns);
   e->timed = false;
   return true;
+}
+
+static int pack_triple(msgpack_packer *pk, const uint32_t v[3]) {
+  int rc = msgpack_pack_array(pk, 3);
+  for (int d = 0; d < 3; d++) rc |= msgpack_pack_uint32(pk, v[d]);
+  return rc;
 }
 
 /* Publishes e's choice in the cache; a failure only costs a later process
@@ -217,15 +246,22 @@ static bool read_cached(tune_ctx *c, tune_entry *e) {
 static void write_cached(tune_ctx *c, const tune_entry *e) {
   char *path = cache_path(c, e->key);
   char *dir = path ? fs_dirname(path) : NULL;
-  strbuf text;
-  sb_init(&text);
-  sb_adds(&text, TUNE_FORMAT);
-  sb_addf(&text, "block %u %u %u\n", e->block[0], e->block[1], e->block[2]);
-  for (uint32_t i = 0; i < e->ncand; i++)
-    sb_addf(&text, "candidate %u %u %u %" PRIu64 "\n", e->cand[i][0], e->cand[i][1], e->cand[i][2], e->cand_ns[i]);
-  if (dir && !text.failed && fs_mkdir_private(dir, NULL) == SCHEDRUN_OK)
-    artifact_write(path, e->key, text.data, text.len, NULL);
-  sb_free(&text);
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  int rc = msgpack_pack_array(&pk, 3);
+  rc |= msgpack_pack_uint32(&pk, TUNE_VERSION);
+  rc |= pack_triple(&pk, e->block);
+  rc |= msgpack_pack_array(&pk, e->ncand);
+  for (uint32_t i = 0; i < e->ncand; i++) {
+    rc |= msgpack_pack_array(&pk, 4);
+    for (int d = 0; d < 3; d++) rc |= msgpack_pack_uint32(&pk, e->cand[i][d]);
+    rc |= msgpack_pack_uint64(&pk, e->cand_ns[i]);
+  }
+  assert(rc != 0 || sb.size <= TUNE_MAX_BYTES); /* 16 candidates of 4 numbers */
+  if (dir && rc == 0 && fs_mkdir_private(dir, NULL) == SCHEDRUN_OK) artifact_write(path, e->key, sb.data, sb.size, NULL);
+  msgpack_sbuffer_destroy(&sb);
   free(dir);
   free(path);
 }

@@ -10,6 +10,7 @@
  * to the next: the fastest is block 1024 on any machine, however busy.
  */
 #include <dirent.h>
+#include <msgpack.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -258,7 +259,20 @@ static void one_whole_entry(const char *dir, char path_out[800]) {
     schedrun_error_t err = {0};
     if (artifact_read(file, e->d_name, &payload, &len, &err) != SCHEDRUN_OK) fail_msg("%s: %s", file, err.message);
     snprintf(path_out, 800, "%s", file);
-    assert_non_null(strstr((const char *)payload, "block 1024 1 1\n"));
+    /* [version, block, candidates], msgpack */
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    assert_int_equal(msgpack_unpack_next(&u, (const char *)payload, len, &off), MSGPACK_UNPACK_SUCCESS);
+    assert_int_equal(off, len);
+    assert_int_equal(u.data.type, MSGPACK_OBJECT_ARRAY);
+    assert_int_equal(u.data.via.array.size, 3);
+    const msgpack_object *b = &u.data.via.array.ptr[1];
+    assert_int_equal(b->type, MSGPACK_OBJECT_ARRAY);
+    assert_int_equal(b->via.array.size, 3);
+    assert_int_equal(b->via.array.ptr[0].via.u64, 1024);
+    assert_int_equal(u.data.via.array.ptr[2].via.array.size, 3); /* the three candidates' times */
+    msgpack_unpacked_destroy(&u);
     free(payload);
   }
   closedir(d);

@@ -91,6 +91,11 @@ static void test_installed_tree(void **st) {
   char *so = sh("readelf -d '%s/lib/libschedrun.so' | grep SONAME", prefix);
   assert_non_null(strstr(so, "[libschedrun.so.0]"));
   free(so);
+  /* msgpack-c, the one codec, is a library it needs (its unpacker reads the
+   * kernel cache's autotune entries; the messages use its templates) */
+  char *needed = sh("readelf -d '%s/lib/libschedrun.so' | grep NEEDED", prefix);
+  if (!strstr(needed, "[libmsgpackc.so")) fail_msg("libschedrun.so does not need libmsgpackc:\n%s", needed);
+  free(needed);
   char *real = sh("readlink -f '%s/lib/libschedrun.so.0'", prefix);
   char want[64];
   snprintf(want, sizeof want, "libschedrun.so.%s\n", tu_env("SCHEDRUN_VERSION"));
