@@ -23,6 +23,8 @@
 #             one wait per batch): every job's distinct result verified
 #   overlap   two buffer sets of 12 MiB jobs: copies beside the other set's
 #             kernels (batches_beside), every job verified
+#   autotune  configs/autotune.yaml: the candidates timed on the GPU, the
+#             fastest chosen and kept; a second run takes it untimed
 #   trace     --trace: the first jobs run node by node, timed with events; the
 #             trace has their node spans
 #   context   the application's current context is kept by every call
@@ -323,6 +325,26 @@ do_overlap() {
   detail="$(jget "$logs/overlap.json" 'j["jobs_verified"]') jobs verified; $(jget "$logs/overlap.json" 'j["devices"][0]["batches_beside"]') of them copied in beside the job before; wall $(jget "$logs/overlap.json" 'j["wall_ms"]') ms"
 }
 
+do_autotune() {
+  # an autotuned launch on a GPU: the candidates timed with events, the
+  # fastest kept in the cache; a second run takes it without timing
+  srun autotune1 --devices cuda:0 --retune configs/autotune.yaml &&
+    srun autotune2 --devices cuda:0 configs/autotune.yaml
+  local first=$logs/autotune1.json second=$logs/autotune2.json
+  if ! verified autotune1 || ! verified autotune2; then
+    detail="autotune.yaml not verified: $(head -c 300 "$logs/autotune1.err" "$logs/autotune2.err")"
+    return 1
+  fi
+  local t1 t2 block times
+  t1=$(jget "$first" 'j["autotune"][0]["timed"]')
+  t2=$(jget "$second" 'j["autotune"][0]["timed"]')
+  block=$(jget "$first" 'j["autotune"][0]["block"][0]')
+  times=$(jget "$first" '", ".join("%d: %d ns" % (c["block"][0], c["ns"]) for c in j["autotune"][0]["candidates"])')
+  detail="chose block $block on $(jget "$first" 'j["autotune"][0]["device"]') ($times); timed then $t1, the second run $t2"
+  [ "$t1" = True ] && [ "$t2" = False ] &&
+    [ "$block" = "$(jget "$first" 'min(j["autotune"][0]["candidates"], key=lambda c: c["ns"])["block"][0]')" ]
+}
+
 do_trace() {
   # --trace: the first jobs run node by node, timed with events
   srun trace --devices cuda:0 --trace "$logs/trace.trace.json" configs/saxpy.yaml
@@ -389,6 +411,7 @@ section fault do_fault
 section deadline do_deadline
 section batches do_batches
 section overlap do_overlap
+section autotune do_autotune
 section trace do_trace
 section context do_context
 section memcheck do_memcheck
