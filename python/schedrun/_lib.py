@@ -237,6 +237,9 @@ builder_buffer = _fn("schedrun_builder_buffer", None, c_void_p, c_char_p, c_char
 builder_shape = _fn("schedrun_builder_shape", None, c_void_p, POINTER(c_uint64), c_size_t)
 builder_launch = _fn("schedrun_builder_launch", None, c_void_p, c_char_p, POINTER(ctypes.c_uint),
                      POINTER(ctypes.c_uint), POINTER(c_char_p), c_size_t)
+builder_launch_autotune = _fn("schedrun_builder_launch_autotune", None, c_void_p, c_char_p,
+                              POINTER(ctypes.c_uint * 3), c_size_t, c_char_p, POINTER(c_char_p), c_size_t,
+                              POINTER(c_char_p), c_size_t)
 builder_shared = _fn("schedrun_builder_shared", None, c_void_p, ctypes.c_uint)
 builder_copy = _fn("schedrun_builder_copy", None, c_void_p, c_char_p, c_char_p, c_char_p, c_char_p, c_char_p)
 builder_fill = _fn("schedrun_builder_fill", None, c_void_p, c_char_p, c_char_p, c_char_p, c_char_p)

@@ -76,6 +76,13 @@ class Program:
         return "Program(%r, buffers=%s)" % (self.name, list(self.buffers))
 
 
+def _dim3(v):
+    """A number or up to three, as x, y, z (unused ones 1)."""
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    v += [1] * (3 - len(v))
+    return (ctypes.c_uint * 3)(*[int(x) for x in v[:3]])
+
+
 class Builder:
     """A program made by calls, as the C builder (schedrun_builder_*) makes
     one: each call returns the builder, so they chain. Strings are written as
@@ -129,12 +136,22 @@ class Builder:
     def launch(self, kernel, grid, block, args=(), shared=0):
         """grid and block: a number or up to three; args as strings or numbers
         (a buffer's name, "NAME[EXPR]", a number, an expression)."""
-        def dim3(v):
-            v = list(v) if isinstance(v, (list, tuple)) else [v]
-            v += [1] * (3 - len(v))
-            return (ctypes.c_uint * 3)(*[int(x) for x in v[:3]])
         argv = (ctypes.c_char_p * max(1, len(args)))(*[_b(str(a)) for a in args])
-        _lib.builder_launch(self._h, _b(kernel), dim3(grid), dim3(block), argv, len(args))
+        _lib.builder_launch(self._h, _b(kernel), _dim3(grid), _dim3(block), argv, len(args))
+        if shared:
+            _lib.builder_shared(self._h, int(shared))
+        return self
+
+    def launch_autotune(self, kernel, blocks, grid, args=(), key=(), shared=0):
+        """A launch whose block is chosen by timing the candidates `blocks`
+        (each a number or up to three); grid: an expression that may read a
+        candidate's x size as $block; key: names of the kernel's scalar
+        parameters the choice depends on (a config's `autotune:`)."""
+        cands = (ctypes.c_uint * 3 * max(1, len(blocks)))(*[_dim3(b) for b in blocks])
+        argv = (ctypes.c_char_p * max(1, len(args)))(*[_b(str(a)) for a in args])
+        keys = (ctypes.c_char_p * max(1, len(key)))(*[_b(k) for k in key])
+        _lib.builder_launch_autotune(self._h, _b(kernel), cands, len(blocks), _b(str(grid)), keys, len(key), argv,
+                                     len(args))
         if shared:
             _lib.builder_shared(self._h, int(shared))
         return self

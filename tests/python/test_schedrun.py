@@ -198,6 +198,25 @@ def test_builder_mirrors_the_c_one(s):
         s.build(schedrun.Builder("bad").buffer("v", v).launch("nope", 1, 1, ["v"]))
 
 
+def test_builder_autotuned_launch(tmp_path):
+    v = np.arange(1024, dtype=np.float32)
+    b = (schedrun.Builder("tuned")
+         .kernel("scale", "ptr, f32, i32", "extern \"C\" __global__ void scale(float *v, float by, int n) {\n"
+                 "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) v[i] *= by;\n}\n")
+         .buffer("v", v)
+         .launch_autotune("scale", [128, (256, 1, 1)], "1024 / $block", args=["v", 3.0, 1024], key=["n"]))
+    with schedrun.open(devices="host:1", cache_dir=str(tmp_path)) as st:
+        r = st.submit(st.build(b)).result(timeout=120)
+        np.testing.assert_array_equal(r["v"], v * 3)
+        (t,) = st.tunes
+        assert t["key"] == "n=1024" and t["timed"] is True
+        assert [c for c, _ in t["candidates"]] == [(128, 1, 1), (256, 1, 1)]
+        with pytest.raises(schedrun.ConfigError, match="autotune block lists no candidates"):
+            st.build(schedrun.Builder("none").buffer("v", v).kernel(
+                "scale", "ptr, f32, i32", "extern \"C\" __global__ void scale(float *v, float by, int n) {}\n")
+                .launch_autotune("scale", [], "1", args=["v", 1.0, 1]))
+
+
 def test_graph_with_a_python_host_task(s):
     p = s.load(SCALE)
     g = schedrun.Graph()
