@@ -116,7 +116,7 @@ static void describe(tune_ctx *c, const prog_step *st, const uint64_t *args, tun
   const char *target = be->ops->target(be, dev), *arch = be->ops->arch(be, dev);
   memset(e, 0, sizeof *e);
   str_copy(e->kernel, sizeof e->kernel, k->name);
-  snprintf(e->where, sizeof e->where, "%s:%d:%d", c->p->path, st->loc.line, st->loc.col);
+  prog_where(c->p, st->loc, e->where, sizeof e->where);
   snprintf(e->device, sizeof e->device, "%s%s%s", target, arch && *arch ? " " : "", arch ? arch : "");
   size_t at = 0;
   for (uint32_t i = 0; i < t->nkey && at < sizeof e->keyvals; i++) {

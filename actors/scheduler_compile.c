@@ -37,7 +37,7 @@ static int send_compile(actor_t *self, scheduler_state *s, prog_state *ps, job *
     const prog_kernel *k = &p->kernels[i];
     msg_kernel *mk = &c->kernels.v[c->kernels.n++];
     char where[512];
-    snprintf(where, sizeof where, "%s:%d:%d", p->path, k->loc.line, k->loc.col);
+    prog_where(p, k->loc, where, sizeof where);
     mk->name = xstrdup(k->name);
     mk->entry = xstrdup(k->entry);
     mk->params = xstrdup(k->params_text ? k->params_text : "");

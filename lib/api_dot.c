@@ -50,7 +50,7 @@ static void value(dot *d, const prog_expr *e, char *out, size_t n) {
  * device kind's), else its candidates. */
 static void tuned(dot *d, const prog_step *st, char *out, size_t n) {
   char where[256];
-  snprintf(where, sizeof where, "%s:%d:%d", d->p->path, st->loc.line, st->loc.col);
+  prog_where(d->p, st->loc, where, sizeof where);
   schedrun_tune_info_t t;
   for (size_t i = 0; d->s && schedrun_tune_get(d->s, i, &t, NULL) == SCHEDRUN_OK; i++)
     if (!strcmp(t.where, where)) {

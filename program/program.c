@@ -144,6 +144,10 @@ static const prog_step *find_command(const prog_step *steps, uint32_t n, uint32_
   return NULL;
 }
 
+void prog_where(const prog_program *p, prog_loc loc, char *out, size_t n) {
+  snprintf(out, n, "%s:%d:%d", p->path, loc.line, loc.col);
+}
+
 void prog_describe_command(const prog_program *p, uint32_t cmd, char *out, size_t n) {
   const prog_step *st = p ? find_command(p->steps, p->nsteps, cmd) : NULL;
   if (!st) {

@@ -272,6 +272,8 @@ void prog_shape_text(const prog_buffer *b, char *out, size_t n);
 /* "kernel 'k' (file:line:col)" or "the copy step at file:line:col": what
  * step `cmd` (its pre-order command index) is, for error messages. */
 void prog_describe_command(const prog_program *p, uint32_t cmd, char *out, size_t n);
+/* "file:line:col" of a place in p's config. */
+void prog_where(const prog_program *p, prog_loc loc, char *out, size_t n);
 
 /* Checks one buffer's contents against the program's expectations for it.
  * Returns true when they hold; else appends "buffer NAME[i]: expected E, got A"
