@@ -107,17 +107,41 @@ static void scalar_text(prog_type t, uint64_t slot, char *out, size_t n) {
   }
 }
 
-/* The entry's description (everything but the choice) and its key. */
-static void describe(tune_ctx *c, const prog_step *st, const uint64_t *args, tune_entry *e) {
+/* The kind of device the launch is recorded for: its target and
+ * architecture ("host", "cuda sm_90"). */
+static void device_kind(tune_ctx *c, char *out, size_t n) {
   const gpu_backend *be = c->core->backend;
-  const prog_tune *t = st->u.launch.tune;
-  const prog_kernel *k = &c->p->kernels[st->u.launch.kernel];
   int dev = (int)c->r->device;
   const char *target = be->ops->target(be, dev), *arch = be->ops->arch(be, dev);
+  snprintf(out, n, "%s%s%s", target, arch && *arch ? " " : "", arch ? arch : "");
+}
+
+/* The key of the choice for launch st with arguments args on `device`. */
+static void choice_key(tune_ctx *c, const prog_step *st, const uint64_t *args, const char *device, char key[65]) {
+  const prog_tune *t = st->u.launch.tune;
+  const prog_kernel *k = &c->p->kernels[st->u.launch.kernel];
+  hash_ctx *h = hash_new();
+  hash_add_field(h, "schedrun autotune 1", 19);
+  const char *mkey = c->module_keys[st->u.launch.kernel];
+  hash_add_str(h, mkey ? mkey : "");
+  hash_add_str(h, k->entry ? k->entry : k->name);
+  hash_add_str(h, device);
+  hash_add_field(h, &st->u.launch.shared, sizeof st->u.launch.shared);
+  hash_add_str(h, t->spec ? t->spec : "");
+  for (uint32_t i = 0; i < t->nkey; i++) hash_add_field(h, &args[t->key[i]], sizeof args[t->key[i]]);
+  hash_final_hex(h, key);
+}
+
+/* A new entry's description: everything but the choice. */
+static void describe(tune_ctx *c, const prog_step *st, const uint64_t *args, const char *device, const char *key,
+                     tune_entry *e) {
+  const prog_tune *t = st->u.launch.tune;
+  const prog_kernel *k = &c->p->kernels[st->u.launch.kernel];
   memset(e, 0, sizeof *e);
+  str_copy(e->key, sizeof e->key, key);
   str_copy(e->kernel, sizeof e->kernel, k->name);
+  str_copy(e->device, sizeof e->device, device);
   prog_where(c->p, st->loc, e->where, sizeof e->where);
-  snprintf(e->device, sizeof e->device, "%s%s%s", target, arch && *arch ? " " : "", arch ? arch : "");
   size_t at = 0;
   for (uint32_t i = 0; i < t->nkey && at < sizeof e->keyvals; i++) {
     char v[48];
@@ -127,16 +151,6 @@ static void describe(tune_ctx *c, const prog_step *st, const uint64_t *args, tun
   }
   e->ncand = t->nblocks;
   memcpy(e->cand, t->blocks, sizeof e->cand);
-  hash_ctx *h = hash_new();
-  hash_add_field(h, "schedrun autotune 1", 19);
-  const char *mkey = c->module_keys[st->u.launch.kernel];
-  hash_add_str(h, mkey ? mkey : "");
-  hash_add_str(h, k->entry ? k->entry : k->name);
-  hash_add_str(h, e->device);
-  hash_add_field(h, &st->u.launch.shared, sizeof st->u.launch.shared);
-  hash_add_str(h, t->spec ? t->spec : "");
-  for (uint32_t i = 0; i < t->nkey; i++) hash_add_field(h, &args[t->key[i]], sizeof args[t->key[i]]);
-  hash_final_hex(h, e->key);
 }
 
 /* The grid of a candidate whose block's x size is bx. */
@@ -387,8 +401,8 @@ static int time_candidates(tune_ctx *c, const prog_step *st, const uint64_t *arg
     }
     if (e->cand_ns[i] < e->cand_ns[best]) best = i;
   }
-  if (rc == SCHEDRUN_ENOMEM && why->len == 0) sb_addf(why, "autotune: %s", err.message ? err.message : "out of memory");
-  else if (rc && why->len == 0) sb_addf(why, "autotune: %s", err.message ? err.message : "failed");
+  if (rc && why->len == 0)
+    sb_addf(why, "autotune: %s", err.message ? err.message : rc == SCHEDRUN_ENOMEM ? "out of memory" : "failed");
   schedrun_error_clear(&err);
   scratch_free(c, &sc);
   free(targs);
@@ -402,19 +416,27 @@ int record_tune_choose(tune_ctx *c, const prog_step *st, const uint64_t *args, c
                        uint32_t block[3], strbuf *why) {
   const prog_tune *t = st->u.launch.tune;
   assert(t && t->nblocks > 0); /* the loader refuses an empty list */
-  tune_entry e;
-  describe(c, st, args, &e);
+  /* a launch whose key reads $job is walked for every job: only the key
+   * is worked out each time, the rest when the choice is made */
+  char device[64], key[65];
+  device_kind(c, device, sizeof device);
+  choice_key(c, st, args, device, key);
   tune_table *table = &c->core->tunes;
-  if (!table_find(table, e.key, &e)) {
-    bool cached = !c->core->retune && read_cached(c, &e);
-    if (!cached && time_candidates(c, st, args, env, &e, why)) return -1;
-    if (grid_for(t, env, e.block[0], e.grid, why)) return -1;
-    if (!cached) write_cached(c, &e);
-    if (!table_add(table, &e)) {
-      sb_adds(why, "autotune: out of memory");
-      return -1;
-    }
+  tune_entry e;
+  if (table_find(table, key, &e)) {
+    memcpy(block, e.block, sizeof e.block);
+    return grid_for(t, env, e.block[0], grid, why);
+  }
+  describe(c, st, args, device, key, &e);
+  bool cached = !c->core->retune && read_cached(c, &e);
+  if (!cached && time_candidates(c, st, args, env, &e, why)) return -1;
+  if (grid_for(t, env, e.block[0], e.grid, why)) return -1;
+  if (!cached) write_cached(c, &e);
+  if (!table_add(table, &e)) {
+    sb_adds(why, "autotune: out of memory");
+    return -1;
   }
   memcpy(block, e.block, sizeof e.block);
-  return grid_for(t, env, e.block[0], grid, why);
+  memcpy(grid, e.grid, sizeof e.grid);
+  return 0;
 }
