@@ -22,7 +22,7 @@ static bool load_shape(ld *l, node *n, prog_buffer *b, uint64_t most) {
     ld_problem(l, n, "shape of buffer '%s' is a list of sizes, like [rows, cols]", b->name);
     return false;
   }
-  size_t nd = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+  size_t nd = ld_items(n);
   if (nd == 0 || nd > PROG_MAX_DIMS) {
     ld_problem(l, n, "shape of buffer '%s' has %zu dimensions; 1 to %d", b->name, nd, PROG_MAX_DIMS);
     return false;
@@ -128,7 +128,7 @@ static void load_init(ld *l, node *n, prog_buffer *b) {
       ld_problem(l, f[2], "values must be a list of numbers");
       return;
     }
-    size_t nv = (size_t)(f[2]->data.sequence.items.top - f[2]->data.sequence.items.start);
+    size_t nv = ld_items(f[2]);
     if (nv > b->count) {
       ld_problem(l, f[2], "buffer '%s' has %llu elements but values lists %zu", b->name,
               (unsigned long long)b->count, nv);
@@ -294,7 +294,7 @@ static bool read_expect(ld *l, node *n, const char *what, prog_type t, double *v
 /* An index of a buffer with a shape, as a list ([row, col]): one in range
  * per dimension; *flat is the element's place in C order. */
 static bool read_index(ld *l, node *n, const prog_buffer *b, int64_t *flat) {
-  size_t nd = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+  size_t nd = ld_items(n);
   char sh[200];
   prog_shape_text(b, sh, sizeof sh);
   if (nd != (b->ndims ? b->ndims : 1)) {
@@ -371,7 +371,7 @@ void ld_load_expect(ld *l, node *n) {
           ld_problem(l, fk, "values must be a list of numbers");
           continue;
         }
-        size_t nv = (size_t)(fk->data.sequence.items.top - fk->data.sequence.items.start);
+        size_t nv = ld_items(fk);
         if (nv > buf->count) {
           ld_problem(l, fk, "buffer '%s' has %llu elements but values lists %zu", buf->name,
                   (unsigned long long)buf->count, nv);

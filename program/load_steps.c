@@ -21,7 +21,7 @@ static bool read_dims(ld *l, node *n, const char *what, uint32_t out[3]) {
     ld_problem(l, n, "%s must be an integer or a list of up to 3", what);
     return false;
   }
-  size_t k = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+  size_t k = ld_items(n);
   if (k < 1 || k > 3) {
     ld_problem(l, n, "%s must list 1 to 3 sizes, not %zu", what, k);
     return false;
@@ -87,7 +87,7 @@ static uint64_t load_launch(ld *l, node *n, int depth, prog_step *st) {
   }
   if (kidx < 0) return 1;
   const prog_kernel *k = &l->p->kernels[kidx];
-  size_t na = (size_t)(f[3]->data.sequence.items.top - f[3]->data.sequence.items.start);
+  size_t na = ld_items(f[3]);
   if (na != k->nparams) {
     ld_problem(l, f[3], "kernel '%s' takes %u arguments (%s), but %zu are given", k->name,
             k->nparams, k->params_text ? k->params_text : "", na);
@@ -324,7 +324,7 @@ uint64_t ld_load_steps(ld *l, node *n, int depth, prog_step **out, uint32_t *nou
     ld_problem(l, n, "a program must be a list of steps, not %s", ld_kind_name(n));
     return 0;
   }
-  size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+  size_t count = ld_items(n);
   if (count == 0) ld_problem(l, n, "a list of steps must not be empty");
   if (l->too_many_steps) return PROG_MAX_NODES + 1;
   /* counted before anything is loaded: a body that aliases itself over and

@@ -68,8 +68,6 @@ static uint32_t param_names(const prog_kernel *k, char names[][NAME_MAX_CHARS]) 
   return 0;
 }
 
-static size_t items(const node *n) { return (size_t)(n->data.sequence.items.top - n->data.sequence.items.start); }
-
 static bool load_blocks(ld *l, node *n, node *f, prog_tune *t, strbuf *spec) {
   if (!f) {
     ld_problem(l, n, "autotune needs block: a list of candidate blocks");
@@ -79,7 +77,7 @@ static bool load_blocks(ld *l, node *n, node *f, prog_tune *t, strbuf *spec) {
     ld_problem(l, f, "autotune block must be a list of candidate blocks (each an integer or a list of up to 3)");
     return false;
   }
-  size_t nb = items(f);
+  size_t nb = ld_items(f);
   if (nb == 0) {
     ld_problem(l, f, "autotune block lists no candidates");
     return false;
@@ -118,7 +116,7 @@ static bool load_grid(ld *l, node *n, node *f, int depth, prog_tune *t, strbuf *
   node *g[3] = {f, NULL, NULL};
   size_t ng = 1;
   if (f->type == YAML_SEQUENCE_NODE) {
-    ng = items(f);
+    ng = ld_items(f);
     if (ng < 1 || ng > 3) {
       ld_problem(l, f, "autotune grid must list 1 to 3 sizes, not %zu", ng);
       return false;
@@ -150,7 +148,7 @@ static bool load_key(ld *l, node *f, const prog_kernel *k, prog_tune *t, strbuf 
   }
   uint32_t nn = param_names(k, names);
   bool ok = true;
-  for (size_t i = 0; i < items(f); i++) {
+  for (size_t i = 0; i < ld_items(f); i++) {
     node *e = ld_get(l, f->data.sequence.items.start[i]);
     const char *name = e ? ld_read_str(l, e, "autotune key") : NULL;
     if (!name) {

@@ -40,6 +40,10 @@ typedef yaml_node_t node;
 
 static inline node *ld_get(ld *l, int id) { return yaml_document_get_node(&l->doc, id); }
 static inline const char *ld_sval(const node *n) { return (const char *)n->data.scalar.value; }
+/* How many items sequence node n has. */
+static inline size_t ld_items(const node *n) {
+  return (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+}
 
 prog_loc ld_loc_of(const node *n);
 /* One problem, as "file:line:col: message" (at most MAX_PROBLEMS are kept). */

@@ -48,11 +48,11 @@ static void load_kernels(ld *l, node *n) {
     if (!f[0]) ld_problem(l, v, "kernel '%s' has no params (a list of types)", name);
     else if (f[0]->type != YAML_SEQUENCE_NODE)
       ld_problem(l, f[0], "params of kernel '%s' must be a list of types", name);
-    else if (f[0]->data.sequence.items.top - f[0]->data.sequence.items.start > PROG_MAX_PARAMS)
+    else if (ld_items(f[0]) > PROG_MAX_PARAMS)
       ld_problem(l, f[0], "kernel '%s' has %zu params; at most %d", name,
-              (size_t)(f[0]->data.sequence.items.top - f[0]->data.sequence.items.start), PROG_MAX_PARAMS);
+              ld_items(f[0]), PROG_MAX_PARAMS);
     else {
-      size_t np = (size_t)(f[0]->data.sequence.items.top - f[0]->data.sequence.items.start);
+      size_t np = ld_items(f[0]);
       kr->params = ld_calloc(l, f[0], np, sizeof(prog_type), "the kernel's params");
       strbuf txt;
       sb_init(&txt);
