@@ -184,11 +184,15 @@ def test_futures_under_eight_threads(s):
     assert [r.job for r in rs] == [0, 1, 2, 3]
 
 
+# the builder tests' kernel: v[i] *= by for i < n
+SCALE_KERNEL = ("extern \"C\" __global__ void scale(float *v, float by, int n) {\n"
+                "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) v[i] *= by;\n}\n")
+
+
 def test_builder_mirrors_the_c_one(s):
     v = np.arange(256, dtype=np.float32)
     b = (schedrun.Builder("scale4")
-         .kernel("scale", "ptr, f32, i32", "extern \"C\" __global__ void scale(float *v, float by, int n) {\n"
-                 "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) v[i] *= by;\n}\n")
+         .kernel("scale", "ptr, f32, i32", SCALE_KERNEL)
          .buffer("v", v)
          .loop(4).launch("scale", grid=1, block=256, args=["v", 2.0, 256]).end())
     p = s.build(b)
@@ -201,8 +205,7 @@ def test_builder_mirrors_the_c_one(s):
 def test_builder_autotuned_launch(tmp_path):
     v = np.arange(1024, dtype=np.float32)
     b = (schedrun.Builder("tuned")
-         .kernel("scale", "ptr, f32, i32", "extern \"C\" __global__ void scale(float *v, float by, int n) {\n"
-                 "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) v[i] *= by;\n}\n")
+         .kernel("scale", "ptr, f32, i32", SCALE_KERNEL)
          .buffer("v", v)
          .launch_autotune("scale", [128, (256, 1, 1)], "1024 / $block", args=["v", 3.0, 1024], key=["n"]))
     with schedrun.open(devices="host:1", cache_dir=str(tmp_path)) as st:
@@ -212,9 +215,8 @@ def test_builder_autotuned_launch(tmp_path):
         assert t["key"] == "n=1024" and t["timed"] is True
         assert [c for c, _ in t["candidates"]] == [(128, 1, 1), (256, 1, 1)]
         with pytest.raises(schedrun.ConfigError, match="autotune block lists no candidates"):
-            st.build(schedrun.Builder("none").buffer("v", v).kernel(
-                "scale", "ptr, f32, i32", "extern \"C\" __global__ void scale(float *v, float by, int n) {}\n")
-                .launch_autotune("scale", [], "1", args=["v", 1.0, 1]))
+            st.build(schedrun.Builder("none").buffer("v", v).kernel("scale", "ptr, f32, i32", SCALE_KERNEL)
+                     .launch_autotune("scale", [], "1", args=["v", 1.0, 1]))
 
 
 def test_graph_with_a_python_host_task(s):
