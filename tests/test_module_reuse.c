@@ -1,6 +1,7 @@
 /*
- * Programs loaded, run and freed one after another on one host device: each
- * kernel's module is loaded into the device's worker and unloaded again, so
+ * Programs loaded, run and freed one after another on two host devices:
+ * each kernel's module is loaded into the devices' workers and unloaded
+ * again, so
  * the dynamic linker hands the thread-local storage module ids of the
  * modules that went to the ones that come. Every program must still run its
  * own kernel on its own threadIdx, blockDim and gridDim. (glibc before 2.38
