@@ -1,9 +1,8 @@
 /*
  * Programs loaded, run and freed one after another on two host devices:
  * each kernel's module is loaded into the devices' workers and unloaded
- * again, so
- * the dynamic linker hands the thread-local storage module ids of the
- * modules that went to the ones that come. Every program must still run its
+ * again, so the dynamic linker hands the thread-local storage module ids of
+ * the modules that went to the ones that come. Every program must still run its
  * own kernel on its own threadIdx, blockDim and gridDim. (glibc before 2.38
  * gives a module built with TLS descriptors a stale block after such a
  * reuse, its bug 29039: a launch then wrote half of its elements, or none.)
