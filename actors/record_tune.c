@@ -157,7 +157,7 @@ static void describe(tune_ctx *c, const prog_step *st, const uint64_t *args, con
 static int grid_for(const prog_tune *t, const prog_env *env, uint32_t bx, uint32_t g[3], strbuf *why) {
   prog_env e = *env;
   e.v[EXV_BLOCK] = bx;
-  static const uint32_t most[3] = {2147483647u, 65535u, 65535u};
+  static const uint32_t most[3] = {PROG_GRID_MAX_X, PROG_GRID_MAX_YZ, PROG_GRID_MAX_YZ};
   for (int d = 0; d < 3; d++) {
     g[d] = 1;
     if (t->grid[d].n == 0) continue;

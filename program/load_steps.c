@@ -66,7 +66,7 @@ static uint64_t load_launch(ld *l, node *n, int depth, prog_step *st) {
   else if (!f[1]) ld_problem(l, n, "launch needs a grid");
   else if (read_dims(l, f[1], "grid", st->u.launch.grid)) {
     const uint32_t *g = st->u.launch.grid;
-    if (g[0] > INT32_MAX || g[1] > 65535 || g[2] > 65535)
+    if (g[0] > PROG_GRID_MAX_X || g[1] > PROG_GRID_MAX_YZ || g[2] > PROG_GRID_MAX_YZ)
       ld_problem(l, f[1], "grid [%u, %u, %u]: x is at most 2147483647, y and z at most 65535 (CUDA's limits)", g[0], g[1],
               g[2]);
   }

@@ -30,6 +30,9 @@
 #define PROG_MAX_SOURCE_BYTES (8u << 20)
 #define PROG_MAX_SOURCES_BYTES (256u << 20)
 #define PROG_MAX_PARAMS 64 /* a kernel's parameters */
+/* a grid's sizes (CUDA's limits): x, and y and z */
+#define PROG_GRID_MAX_X 2147483647u
+#define PROG_GRID_MAX_YZ 65535u
 /* a launch's dynamic shared memory: 48 KiB, what every CUDA device gives a
  * block without the kernel opting in to more */
 #define PROG_MAX_SHARED (48u * 1024)
