@@ -76,6 +76,15 @@ static void test_bad_candidate_lists(void **st) {
   /* the launch's lines: 22 "autotune:", 23 its first key */
   load_fails("      autotune:\n        block: []\n        grid: 4\n", "t.yaml:23:16", "autotune block lists no candidates");
   load_fails("      autotune:\n        grid: 4\n", "t.yaml:23:9", "autotune needs block");
+  load_fails("      autotune:\n        block: 64\n        grid: 4\n", "t.yaml:23:16",
+             "autotune block must be a list of candidate blocks");
+  load_fails("      autotune:\n        block: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]\n        grid: 4\n",
+             "t.yaml:23:16", "autotune block lists 17 candidates; at most 16");
+  load_fails("      autotune:\n        block: [64]\n        grid: [1, 2, 3, 4]\n", "t.yaml:24:15",
+             "autotune grid must list 1 to 3 sizes, not 4");
+  load_fails("      autotune:\n        block: [64]\n        grid: 64\n        key: n\n", "t.yaml:25:14",
+             "autotune key must be a list of the kernel's argument names");
+  load_fails("      autotune: [64]\n", "t.yaml:22:17", "autotune must be a mapping, not a list");
   load_fails("      autotune:\n        block: [64, [2048]]\n        grid: 4\n", "t.yaml:23:21",
              "autotune candidate 2 has 2048 threads; at most 1024");
   load_fails("      autotune:\n        block: [64, [1, 1, 128]]\n        grid: 4\n", "t.yaml:23:21",
@@ -373,6 +382,42 @@ static void test_candidate_that_does_not_launch(void **st) {
   schedrun_close(&s);
 }
 
+/* A grid that is no grid for a candidate fails the job when it is
+ * recorded, naming the candidate's size and the launch. */
+static void test_grid_out_of_range(void **st) {
+  (void)st;
+  fresh_cache();
+  static const char zero[] = "version: 1\nname: zero\n"
+                             "kernels:\n"
+                             "  work:\n"
+                             "    params: [ptr, i32]\n"
+                             "    source: |\n"
+                             "      extern \"C\" __global__ void work(float *out, int n) {}\n"
+                             "buffers:\n  out: {type: f32, count: 16}\n"
+                             "program:\n"
+                             "  - launch:\n"
+                             "      kernel: work\n"
+                             "      args: [out, 16]\n"
+                             "      autotune: {block: [64], grid: \"16 / $block\"}\n";
+  schedrun_t *s = open_host(0);
+  schedrun_program_t *p = tu_load(s, zero, "zero.yaml");
+  schedrun_job_options_t o;
+  schedrun_job_options_init(&o);
+  schedrun_job_t id;
+  schedrun_job_result_t *r = NULL;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_submit(s, p, &o, &id, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait(s, id, -1, &r, &err), SCHEDRUN_OK);
+  assert_int_not_equal(schedrun_job_result_info(r)->status, SCHEDRUN_OK);
+  const char *why = schedrun_job_result_error(r);
+  if (!strstr(why, "zero.yaml:11:5") || !strstr(why, "autotune grid for block x 64: x is 0; it is 1 to 2147483647"))
+    fail_msg("unexpected error: %s", why);
+  schedrun_job_result_free(&r);
+  assert_int_equal(schedrun_tune_count(s), 0);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+}
+
 /* The builder's autotuned launch: the same choice, and the same checks. */
 static void test_builder_autotune(void **st) {
   (void)st;
@@ -435,6 +480,7 @@ int main(void) {
       cmocka_unit_test(test_picks_the_fastest_and_keeps_it),
       cmocka_unit_test(test_two_processes_leave_one_entry),
       cmocka_unit_test(test_candidate_that_does_not_launch),
+      cmocka_unit_test(test_grid_out_of_range),
       cmocka_unit_test(test_builder_autotune),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
