@@ -561,10 +561,11 @@ static int compile_start(actor_t *self, schedrun_error_t *err) {
   int rc = compile_pool_start(self, err);
   compile_state *s = actor_state(self);
   gpu_backend *be = s->core ? s->core->backend : NULL;
-  const gpu_compile_target *t = rc == SCHEDRUN_OK && be ? gpu_compile_target_find(be->ops->target(be, 0)) : NULL;
-  if (t) {
+  for (int i = 0; rc == SCHEDRUN_OK && be && i < gpu_target_count(be); i++) {
+    const gpu_backend *part = gpu_target_part(be, i);
+    const gpu_compile_target *t = gpu_compile_target_find(part->ops->target(part, 0));
     schedrun_error_t ignored = {0};
-    (void)compile_target_of(s, t, &ignored);
+    if (t) (void)compile_target_of(s, t, &ignored);
     schedrun_error_clear(&ignored);
   }
   return rc;

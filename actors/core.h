@@ -27,6 +27,23 @@
 #define ACTOR_CLIENT "client"
 #define ACTOR_EXECUTE_FMT "execute.%d"
 
+/* Placement (schedrun_options_t.placement). */
+enum { SCHEDRUN__PLACE_AUTO, SCHEDRUN__PLACE_MODEL, SCHEDRUN__PLACE_LEAST_LOADED };
+
+/* What the scheduler placed on a device, for schedrun_get_stats: written
+ * by the scheduler actor alone, read from any thread. */
+typedef struct core_placement {
+  _Atomic uint64_t placed;    /* jobs placed there */
+  _Atomic uint64_t by_model;  /* of them, by the performance model */
+  _Atomic uint64_t predicted; /* jobs that ran there with an expected time */
+  _Atomic uint64_t error_ppm; /* the sum of their |actual - expected| / expected, in millionths */
+} core_placement;
+
+/* Adds n to a counter that one thread writes and any thread reads. */
+static inline void core_count(_Atomic uint64_t *c, uint64_t n) {
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n, memory_order_relaxed);
+}
+
 typedef struct schedrun_core {
   void *zctx;
   gpu_backend *backend;
@@ -39,6 +56,8 @@ typedef struct schedrun_core {
   bool no_batching;          /* one message per job per hop (measurements) */
   bool time_nodes;           /* the first jobs of each device are timed node by node */
   bool retune;               /* autotuned launches are timed again, not taken from the cache */
+  int placement;             /* SCHEDRUN__PLACE_* */
+  core_placement placement_stats[SCHEDRUN_MAX_DEVICES];
   tune_table tunes;          /* the autotuned launches' choices (actors/record_tune.h) */
   pthread_mutex_t reg_lock;
   hmap programs; /* uint64_t id -> prog_program* */

@@ -63,10 +63,11 @@ bool batch_room(batch_out *b, size_t more) {
   if (need <= b->cap) return true;
   size_t cap = b->cap ? 2 * b->cap : 16;
   while (cap < need) cap *= 2;
-  msg_u64s *cols[NCOMPLETE_COLS + 1];
+  msg_u64s *cols[NCOMPLETE_COLS + 2];
   complete_cols(&b->complete.body.complete_many, cols);
   cols[NCOMPLETE_COLS] = &b->executed.body.executed_many.jobs;
-  for (size_t c = 0; c <= NCOMPLETE_COLS; c++) {
+  cols[NCOMPLETE_COLS + 1] = &b->executed.body.executed_many.exec_ns;
+  for (size_t c = 0; c <= NCOMPLETE_COLS + 1; c++) {
     uint64_t *v = realloc(cols[c]->v, cap * sizeof *v);
     if (!v) return false;
     cols[c]->v = v;
@@ -112,7 +113,7 @@ void batch_flush(actor_t *self, batch_out *b) {
   msg_u64s *cols[NCOMPLETE_COLS];
   complete_cols(c, cols);
   for (size_t k = 0; k < NCOMPLETE_COLS; k++) cols[k]->n = 0;
-  b->executed.body.executed_many.jobs.n = 0;
+  b->executed.body.executed_many.jobs.n = b->executed.body.executed_many.exec_ns.n = 0;
   batch_drop_outputs(b, 0);
   c->output_jobs.n = 0;
   c->parcels.n = c->parcel_jobs.n = 0; /* the client's now */
@@ -146,10 +147,11 @@ void batch_add(batch_out *b, const job_run *jr, uint64_t t_submit, uint64_t t0, 
   cm->bytes_out.v[n] = t->out;
   cm->bytes_peer.v[n] = t->across;
   b->executed.body.executed_many.jobs.v[n] = jr->id;
+  b->executed.body.executed_many.exec_ns.v[n] = t1 - t0;
   msg_u64s *cols[NCOMPLETE_COLS];
   complete_cols(cm, cols);
   for (size_t i = 0; i < NCOMPLETE_COLS; i++) cols[i]->n = n + 1;
-  b->executed.body.executed_many.jobs.n = n + 1;
+  b->executed.body.executed_many.jobs.n = b->executed.body.executed_many.exec_ns.n = n + 1;
   for (size_t i = outs_from; i < cm->outputs.n; i++) {
     cm->output_jobs.v[i] = n;
     b->out_bytes += cm->outputs.v[i].data.len;

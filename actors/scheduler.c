@@ -279,14 +279,19 @@ static void handle_executed(actor_t *self, scheduler_state *s, msg *m) {
   job *j = idmap_get(&s->jobs, m->job);
   if (!j || j->state != JOB_EXECUTING) return;
   /* the execute actor has sent the client its COMPLETE already */
+  if (j->by_model) scheduler_model_sample(s, scheduler_prog_get(s, j->program, false), j, m->body.executed.exec_ns);
   scheduler_retire(self, s, j);
 }
 
 static void handle_executed_many(actor_t *self, scheduler_state *s, msg *m) {
   const msg_u64s *ids = &m->body.executed_many.jobs;
+  const msg_u64s *ns = &m->body.executed_many.exec_ns;
+  assert(ns->n == ids->n); /* the codec checks the columns */
   for (size_t k = 0; k < ids->n; k++) {
     job *j = idmap_get(&s->jobs, ids->v[k]);
-    if (j && j->state == JOB_EXECUTING) scheduler_retire(self, s, j);
+    if (!j || j->state != JOB_EXECUTING) continue;
+    if (j->by_model) scheduler_model_sample(s, scheduler_prog_get(s, j->program, false), j, ns->v[k]);
+    scheduler_retire(self, s, j);
   }
 }
 
@@ -363,6 +368,7 @@ static int scheduler_handle(actor_t *self, msg *m) {
       void *sv;
       while (hmap_next(&((prog_state *)v)->slots, &sp, NULL, &sv)) ((slot_state *)sv)->queue = (job_queue){0};
       ((prog_state *)v)->moving = (job_queue){0}; /* PLACED_WAITING too: completed below */
+      ((prog_state *)v)->calibrating = (job_queue){0}; /* and these */
     }
     for (size_t i = 0; i < n; i++) scheduler_complete(self, s, pending[i], SCHEDRUN_ECLOSED, "the scheduler shut down before the job started", NULL);
     free(pending);
@@ -390,7 +396,7 @@ static int scheduler_handle(actor_t *self, msg *m) {
     }
     prog_state *ps = program ? scheduler_prog_get(s, program, false) : NULL;
     slot_state *ss = ps ? hmap_get(&ps->slots, &sk) : NULL;
-    size_t nmod = modules && ps ? ps->modules.n : 0;
+    size_t nmod = modules && ps ? ps->modules[0].n : 0;
     msg r;
     msg_init(&r, MSG_STATUS, m->job, ACTOR_SCHEDULER);
     r.body.status.items.v = calloc(4 + nmod, sizeof(msg_stat));
@@ -398,10 +404,10 @@ static int scheduler_handle(actor_t *self, msg *m) {
       r.body.status.items.v[0] = (msg_stat){xstrdup("jobs_in_flight"), (int64_t)s->jobs.count};
       r.body.status.items.v[1] = (msg_stat){xstrdup("programs"), (int64_t)s->progs.count};
       r.body.status.items.v[2] = (msg_stat){xstrdup("reused_without_record"), ss ? (int64_t)ss->fast_reuses : 0};
-      r.body.status.items.v[3] = (msg_stat){xstrdup("compiled"), ps && ps->modules.n ? 1 : 0};
+      r.body.status.items.v[3] = (msg_stat){xstrdup("compiled"), ps && ps->usable ? 1 : 0};
       r.body.status.items.n = 4;
       for (size_t i = 0; i < nmod; i++)
-        r.body.status.items.v[r.body.status.items.n++] = (msg_stat){xstrdup(ps->modules.v[i].path), (int64_t)i};
+        r.body.status.items.v[r.body.status.items.n++] = (msg_stat){xstrdup(ps->modules[0].v[i].path), (int64_t)i};
     }
     actor_send(self, m->from, &r);
     msg_free(&r);

@@ -10,10 +10,17 @@
  *              its teardown run): the late jobs fail with it, and jobs that
  *              came meanwhile, still in time, send a COMPILE again.
  *
+ * On devices of two kinds the program compiles for each target in turn,
+ * under the same session: PENDING lasts until the last target answers. A
+ * target whose compile fails leaves the program to the other target's
+ * devices (its error kept for jobs pinned to its devices); the jobs fail
+ * only when no target compiled.
+ *
  * The scheduler asks its actor for a TICK at the first deadline of a job
  * waiting for a compile. A late job while others still wait completes alone,
  * there and then, and the compile goes on for the others.
  */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +29,15 @@
 
 static const char closed_text[] = "the scheduler shut down before the job started";
 
-static int send_compile(actor_t *self, scheduler_state *s, prog_state *ps, job *j) {
-  const prog_program *p = ps->p ? ps->p : core_program(s->core, j->program);
-  gpu_backend *be = s->core->backend;
+/* Sends the COMPILE of session `session` for target ps->ctarget. */
+static int send_compile(actor_t *self, scheduler_state *s, prog_state *ps, uint64_t session) {
+  const prog_program *p = ps->p ? ps->p : core_program(s->core, ps->id);
+  const gpu_backend *be = gpu_target_part(s->core->backend, ps->ctarget);
+  assert(be);
   msg m;
-  msg_init(&m, MSG_COMPILE, j->id, ACTOR_SCHEDULER);
+  msg_init(&m, MSG_COMPILE, session, ACTOR_SCHEDULER);
   msg_compile *c = &m.body.compile;
-  c->program = j->program;
+  c->program = ps->id;
   c->target = xstrdup(be->ops->target(be, 0));
   c->arch = xstrdup(gpu_compile_arch(be));
   c->kernels.v = calloc(p && p->nkernels ? p->nkernels : 1, sizeof(msg_kernel));
@@ -57,7 +66,13 @@ static void compile_again(actor_t *self, scheduler_state *s, prog_state *ps) {
   ps->compile = COMPILE_PENDING;
   ps->compile_job = j->id;
   ps->compile_t0 = j->t_compile = now_ns();
-  if (send_compile(self, s, ps, j) == SCHEDRUN_OK) return;
+  ps->ctarget = 0;
+  ps->usable = 0;
+  for (int t = 0; t < GPU_MAX_TARGETS; t++) {
+    free(ps->unusable[t]);
+    ps->unusable[t] = NULL;
+  }
+  if (send_compile(self, s, ps, j->id) == SCHEDRUN_OK) return;
   ps->compile = COMPILE_NONE;
   ps->compile_job = 0;
   while ((j = scheduler_q_pop(&ps->waiting))) scheduler_complete(self, s, j, SCHEDRUN_EINTERNAL, "cannot send COMPILE", NULL);
@@ -83,12 +98,34 @@ prog_state *scheduler_compile_of(scheduler_state *s, uint64_t session) {
   return NULL;
 }
 
+/* The next target compiles, if one is left: true when its COMPILE is out. */
+static bool next_target(actor_t *self, scheduler_state *s, prog_state *ps) {
+  if (ps->compile != COMPILE_PENDING || s->closing) return false;
+  while (++ps->ctarget < s->ntargets)
+    if (send_compile(self, s, ps, ps->compile_job) == SCHEDRUN_OK) return true;
+    else ps->unusable[ps->ctarget] = xstrdup("cannot send COMPILE");
+  return false;
+}
+
+/* Every target has answered and one compiled: the waiting jobs are placed. */
+static void compile_ready(actor_t *self, scheduler_state *s, prog_state *ps, uint64_t session);
+
 void scheduler_compiled(actor_t *self, scheduler_state *s, msg *m) {
   prog_state *ps = scheduler_prog_get(s, m->body.compiled.program, false); /* a COMPILED names its program */
   if (!ps || !compiling_for(ps, m->job)) return;
-  scheduler_free_modules(&ps->modules);
-  ps->modules = m->body.compiled.modules;
+  assert(ps->ctarget >= 0 && ps->ctarget < s->ntargets);
+  scheduler_free_modules(&ps->modules[ps->ctarget]);
+  ps->modules[ps->ctarget] = m->body.compiled.modules;
   memset(&m->body.compiled.modules, 0, sizeof m->body.compiled.modules);
+  ps->usable |= 1u << ps->ctarget;
+  /* the counts add up over the targets; the trigger job is charged at the end */
+  ps->hits += m->body.compiled.hits;
+  ps->misses += m->body.compiled.misses;
+  if (next_target(self, s, ps)) return;
+  compile_ready(self, s, ps, m->job);
+}
+
+static void compile_ready(actor_t *self, scheduler_state *s, prog_state *ps, uint64_t session) {
   ps->compile = COMPILE_READY;
   ps->compile_job = 0;
   job *w;
@@ -98,12 +135,13 @@ void scheduler_compiled(actor_t *self, scheduler_state *s, msg *m) {
     return;
   }
   /* the compile is charged to the job that asked for it, once */
-  job *trigger = idmap_get(&s->jobs, m->job);
+  job *trigger = idmap_get(&s->jobs, session);
   if (trigger) {
     trigger->compile_ns = now_ns() - trigger->t_submit;
-    trigger->hits = m->body.compiled.hits;
-    trigger->misses = m->body.compiled.misses;
+    trigger->hits = ps->hits;
+    trigger->misses = ps->misses;
   }
+  ps->hits = ps->misses = 0;
   /* late ones among them find their deadline passed when they are placed */
   while ((w = scheduler_q_pop(&ps->waiting))) scheduler_place(self, s, ps, w);
 }
@@ -111,6 +149,33 @@ void scheduler_compiled(actor_t *self, scheduler_state *s, msg *m) {
 static bool late(const job *j, uint64_t now) { return j->deadline && j->deadline <= now; }
 
 void scheduler_compile_failed(actor_t *self, scheduler_state *s, prog_state *ps, int code, const char *text) {
+  if (ps->compile == COMPILE_PENDING && s->ntargets > 1) {
+    /* one target of several: the others' devices may still run the program */
+    uint64_t session = ps->compile_job;
+    const gpu_backend *be = gpu_target_part(s->core->backend, ps->ctarget);
+    strbuf why;
+    sb_init(&why);
+    sb_addf(&why, "the program's kernels do not compile for %s devices: %s", be->ops->target(be, 0), text);
+    free(ps->unusable[ps->ctarget]);
+    ps->unusable[ps->ctarget] = sb_take(&why);
+    if (next_target(self, s, ps)) return;
+    if (ps->usable) {
+      compile_ready(self, s, ps, session);
+      return;
+    }
+    /* none compiled: the jobs fail with every target's reason */
+    strbuf all;
+    sb_init(&all);
+    for (int t = 0; t < s->ntargets; t++)
+      if (ps->unusable[t]) sb_addf(&all, "%s%s", all.len ? "\n" : "", ps->unusable[t]);
+    ps->hits = ps->misses = 0;
+    ps->compile = COMPILE_NONE;
+    ps->compile_job = 0;
+    job *w;
+    while ((w = scheduler_q_pop(&ps->waiting))) scheduler_complete(self, s, w, code, all.data ? all.data : text, NULL);
+    sb_free(&all);
+    return;
+  }
   bool stopping = ps->compile == COMPILE_STOPPING;
   ps->compile = COMPILE_NONE;
   ps->compile_job = 0;

@@ -34,6 +34,7 @@ void scheduler_retire(actor_t *self, scheduler_state *s, job *j) {
   prog_state *ps = scheduler_prog_get(s, j->program, false);
   if (ps && ps->jobs) ps->jobs--;
   if (j->device >= 0 && s->load[j->device]) s->load[j->device]--;
+  if (j->by_model) scheduler_model_retire(s, ps, j);
   slot_state *ss = NULL;
   if (j->state == JOB_RECORDING || j->state == JOB_EXECUTING) {
     s->active--;
@@ -52,6 +53,7 @@ void scheduler_retire(actor_t *self, scheduler_state *s, job *j) {
   scheduler_job_free(s, j);
   if (ss) scheduler_dispatch_slot(self, s, ps, ss);
   if (ps && ps->moving.head) scheduler_resident_retry(self, s, ps);
+  if (ps && ps->calibrating.head && !s->closing) scheduler_model_retry(self, s, ps);
   if (ps && ps->releasing && ps->jobs == 0) scheduler_finish_release(self, s, ps);
 }
 
@@ -177,15 +179,17 @@ static void start_record(actor_t *self, scheduler_state *s, prog_state *ps, slot
   r->run = j->run;
   r->job_index = j->job_index;
   r->bindings.v = malloc((p->nbuffers ? p->nbuffers : 1) * sizeof(uint64_t));
-  r->modules.v = calloc(ps->modules.n ? ps->modules.n : 1, sizeof(msg_module));
+  const msg_modules *mods = &ps->modules[s->dev_target[j->device]]; /* compiled for the device's target */
+  assert(ps->usable & (1u << s->dev_target[j->device]));
+  r->modules.v = calloc(mods->n ? mods->n : 1, sizeof(msg_module));
   int rc = r->bindings.v && r->modules.v ? SCHEDRUN_OK : SCHEDRUN_ENOMEM;
   if (rc == SCHEDRUN_OK) {
     memcpy(r->bindings.v, ss->bindings, p->nbuffers * sizeof(uint64_t));
     r->bindings.n = p->nbuffers;
-    for (size_t i = 0; i < ps->modules.n; i++) {
-      r->modules.v[i].name = xstrdup(ps->modules.v[i].name);
-      r->modules.v[i].key = xstrdup(ps->modules.v[i].key);
-      r->modules.v[i].path = xstrdup(ps->modules.v[i].path);
+    for (size_t i = 0; i < mods->n; i++) {
+      r->modules.v[i].name = xstrdup(mods->v[i].name);
+      r->modules.v[i].key = xstrdup(mods->v[i].key);
+      r->modules.v[i].path = xstrdup(mods->v[i].path);
       r->modules.n++;
     }
     rc = actor_send(self, ACTOR_RECORD, &m);
@@ -459,6 +463,7 @@ static int pick_device(scheduler_state *s, prog_state *ps, const job *j, slot_st
   slot_state *warm_ss = NULL;
   for (int d = 0; d < s->core->ndevices; d++) {
     if (be->ops->device_lost(be, d)) continue; /* lost devices take no more jobs */
+    if (!scheduler_runs_on(s, ps, d)) continue;    /* its kernels did not compile for d's target */
     if (least < 0 || s->load[d] < s->load[least]) least = d;
     slot_key sk = {(uint32_t)d, j->slot};
     slot_state *ss = hmap_get(&ps->slots, &sk);
@@ -490,8 +495,22 @@ void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) 
     }
     if (x->device >= 0) j->pin = x->device;
   }
-  slot_state *ss;
-  j->device = pick_device(s, ps, j, &ss);
+  slot_state *ss = NULL;
+  if (j->pin >= 0 && !scheduler_runs_on(s, ps, j->pin)) {
+    scheduler_complete(self, s, j, SCHEDRUN_ECOMPILE, ps->unusable[s->dev_target[j->pin]], NULL);
+    return;
+  }
+  if (s->by_model && j->pin < 0) {
+    j->device = scheduler_model_pick(s, ps, j);
+    if (j->device == -2) { /* until its program's calibration jobs come back */
+      j->device = -1;
+      j->state = JOB_PLACED_WAITING;
+      scheduler_q_push(&ps->calibrating, j);
+      return;
+    }
+  } else {
+    j->device = pick_device(s, ps, j, &ss);
+  }
   if (j->device >= 0 && p->nresident) {
     int d = scheduler_resident_place(self, s, ps, j, j->device);
     if (d < 0) return; /* waits to move (ps->moving), or completed: j is not ours to touch */
@@ -501,13 +520,16 @@ void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j) 
   if (j->device < 0) {
     gpu_backend *be = s->core->backend;
     int d = j->pin >= 0 ? j->pin : 0;
+    while (j->pin < 0 && d + 1 < s->core->ndevices && !scheduler_runs_on(s, ps, d)) d++;
     char why[640];
-    snprintf(why, sizeof why, "%s: %s", j->pin >= 0 ? "the job's device is lost" : "every device is lost",
+    snprintf(why, sizeof why, "%s: %s", j->pin >= 0 ? "the job's device is lost" : "every device that runs it is lost",
              be->ops->device_lost(be, d) ? be->ops->device_lost(be, d) : "?");
     scheduler_complete(self, s, j, SCHEDRUN_ELOST, why, NULL);
     return;
   }
   s->load[j->device]++;
+  core_count(&s->core->placement_stats[j->device].placed, 1);
+  if (j->by_model) scheduler_model_placed(s, ps, j);
   slot_key sk = {(uint32_t)j->device, j->slot};
   if (!ss) ss = hmap_get(&ps->slots, &sk);
   assert(ss == hmap_get(&ps->slots, &sk));
@@ -570,6 +592,7 @@ void scheduler_replace_jobs_of(actor_t *self, scheduler_state *s, int device) {
     job *j = moving[i];
     if (s->load[device]) s->load[device]--;
     prog_state *ps = scheduler_prog_get(s, j->program, false);
+    if (j->by_model) scheduler_model_retire(s, ps, j);
     if (ps) scheduler_place(self, s, ps, j);
     else scheduler_complete(self, s, j, SCHEDRUN_EINTERNAL, "the job's program is gone", NULL);
   }

@@ -48,6 +48,11 @@ scheduler_state *scheduler_state_new(schedrun_core *core) {
   scheduler_state *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   s->core = core;
+  /* (a core without a backend: the actor alone, in tests) */
+  s->ntargets = core->backend ? gpu_target_count(core->backend) : 1;
+  for (int d = 0; core->backend && d < core->ndevices; d++)
+    s->dev_target[d] = (uint8_t)gpu_device_target(core->backend, d);
+  scheduler_model_setup(s, core->placement);
   s->load = calloc((size_t)core->ndevices, sizeof *s->load);
   if (!s->load) {
     free(s);
@@ -90,7 +95,11 @@ void scheduler_prog_state_free(scheduler_state *s, prog_state *ps) {
   scheduler_free_slots(s, ps);
   for (uint32_t i = 0; i < ps->nbound; i++) free(ps->bound[i].addr);
   free(ps->bound);
-  scheduler_free_modules(&ps->modules);
+  scheduler_model_free(s, ps);
+  for (int t = 0; t < GPU_MAX_TARGETS; t++) {
+    scheduler_free_modules(&ps->modules[t]);
+    free(ps->unusable[t]);
+  }
   free(ps);
 }
 

@@ -12,6 +12,7 @@
 
 #include "actors/actor.h"
 #include "actors/core.h"
+#include "actors/perf_model.h"
 #include "common/idmap.h"
 
 #define MAX_SLOTS 64
@@ -47,6 +48,8 @@ typedef struct job {
   uint64_t deadline; /* CLOCK_MONOTONIC ns; 0: none */
   bool record_only;  /* complete once recorded, without running */
   bool sent;         /* in an EXECUTE or EXECUTE_MANY (slot_state.batch_left) */
+  bool by_model;     /* placed by the performance model, and counted in its queues */
+  double expect_ns;  /* its expected execute time there (0: unknown) */
   struct job *next;  /* in a wait queue */
 } job;
 
@@ -108,7 +111,20 @@ typedef struct prog_state {
   int compile;
   uint64_t compile_job; /* the compile session (the job that asked), while PENDING or STOPPING */
   uint64_t compile_t0;  /* when it was asked for */
-  msg_modules modules;
+  /* Compiled once per target its devices need (one, or a host and a CUDA
+   * one on devices of both kinds), one after the other: */
+  msg_modules modules[GPU_MAX_TARGETS]; /* per target (scheduler_state.dev_target) */
+  int ctarget;      /* the target compiling, while PENDING */
+  unsigned usable;  /* bit t: target t compiled, so its devices may run the program */
+  char *unusable[GPU_MAX_TARGETS]; /* why target t did not (when another did), or NULL */
+  uint32_t hits, misses; /* the kernel cache's, over the targets compiled so far */
+  /* placement by model (scheduler_model.c): the program's model (NULL
+   * until its first job), the size its jobs are kept under, its jobs out
+   * per device kind, and the jobs waiting for calibration times */
+  perf_model *model;
+  uint64_t footprint;
+  uint32_t out[SCHEDRUN_MAX_DEVICES];
+  job_queue calibrating;
   job_queue waiting; /* for the compile */
   /* resident buffers (scheduler_resident.c): the device each buffer set's
    * resident buffers are on (-1: not made yet), and the jobs waiting for
@@ -133,6 +149,16 @@ typedef struct dirty_slot {
 
 struct scheduler_state {
   schedrun_core *core;
+  int ntargets;                              /* compile targets the devices need */
+  uint8_t dev_target[SCHEDRUN_MAX_DEVICES]; /* each device's */
+  /* placement by model (scheduler_model.c): on or not, the device kinds
+   * ("host", "cuda sm_90"), each device's, and the work placed on each
+   * device and not done, as expected (ns) */
+  bool by_model;
+  int nkinds;
+  char kinds[SCHEDRUN_MAX_DEVICES][PERF_KIND_MAX];
+  uint8_t dev_kind[SCHEDRUN_MAX_DEVICES];
+  double queued_ns[SCHEDRUN_MAX_DEVICES];
   idmap jobs; /* id -> job* */
   hmap progs; /* id -> prog_state* */
   prog_state *last_prog; /* the one scheduler_prog_get found last, or NULL */
@@ -150,6 +176,11 @@ struct scheduler_state {
 };
 
 /* ---- scheduler_state.c ---- */
+
+/* Whether device d may run ps's jobs: its target's compile succeeded. */
+static inline bool scheduler_runs_on(const scheduler_state *s, const prog_state *ps, int d) {
+  return (ps->usable >> s->dev_target[d]) & 1u;
+}
 
 /* Frees the program's execution contexts, their buffers on their devices
  * included (the slots table is destroyed: init it to use it again). */
@@ -199,6 +230,26 @@ void scheduler_resident_unmoved(prog_state *ps, job *j);
 void scheduler_resident_tick(actor_t *self, scheduler_state *s);
 /* A job of ps finished: those waiting to move go on, in order, while they can. */
 void scheduler_resident_retry(actor_t *self, scheduler_state *s, prog_state *ps);
+
+/* ---- scheduler_model.c ---- */
+
+/* Sets the device kinds up, and whether jobs are placed by model
+ * (SCHEDRUN__PLACE_*: auto is by model on devices of several kinds). */
+void scheduler_model_setup(scheduler_state *s, int placement);
+/* The device the model chooses for j (j->expect_ns set), -1 when no device
+ * can run it, -2 when it waits for calibration times (the caller queues it
+ * in ps->calibrating). */
+int scheduler_model_pick(scheduler_state *s, prog_state *ps, job *j);
+/* j, placed by model, is queued on its device: the queues count it. */
+void scheduler_model_placed(scheduler_state *s, prog_state *ps, job *j);
+/* j ran for exec_ns: one more sample of its program's model. */
+void scheduler_model_sample(scheduler_state *s, prog_state *ps, job *j, uint64_t exec_ns);
+/* j is done (or failed): the queues no longer count it. */
+void scheduler_model_retire(scheduler_state *s, prog_state *ps, job *j);
+/* The jobs waiting for calibration times are placed again. */
+void scheduler_model_retry(actor_t *self, scheduler_state *s, prog_state *ps);
+/* Writes the program's model back to the cache, when it changed, and frees it. */
+void scheduler_model_free(scheduler_state *s, prog_state *ps);
 
 /* ---- scheduler_dispatch.c ---- */
 

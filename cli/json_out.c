@@ -183,6 +183,23 @@ static json_object *report_object(const schedrun_report_t *rep) {
   return j;
 }
 
+/* "placement": per device, the jobs placed there, by model, and the model's error. */
+static json_object *placement(schedrun_t *s) {
+  schedrun_stats_t st;
+  if (schedrun_get_stats(s, &st, NULL) != SCHEDRUN_OK) return NULL;
+  json_object *a = json_object_new_array();
+  for (int d = 0; d < schedrun_device_count(s); d++) {
+    json_object *e = json_object_new_object();
+    put(e, "device", str(schedrun_device_name(s, d)));
+    put(e, "placed", json_object_new_int64((int64_t)st.placement[d].placed));
+    put(e, "by_model", json_object_new_int64((int64_t)st.placement[d].by_model));
+    put(e, "predicted", json_object_new_int64((int64_t)st.placement[d].predicted));
+    put(e, "model_error", json_object_new_double(st.placement[d].model_error));
+    json_object_array_add(a, e);
+  }
+  return a;
+}
+
 int json_print_outcome(const cli_outcome *o) {
   /* what the library says of the run, then what only the command knows */
   json_object *j = report_object(o->rep);
@@ -209,6 +226,7 @@ int json_print_outcome(const cli_outcome *o) {
   put(j, "fallback", o->s && schedrun_device_fallback(o->s) ? str(schedrun_device_fallback(o->s)) : NULL);
   put(j, "target", o->s && schedrun_compile_target(o->s) ? str(schedrun_compile_target(o->s)) : NULL);
   if (o->s && schedrun_tune_count(o->s)) put(j, "autotune", tunes(o->s));
+  if (o->s) put(j, "placement", placement((schedrun_t *)o->s)); /* stats are read under its lock */
   if (o->ranks) put(j, "ranks", o->ranks);
   if (o->stages) put(j, "stages", o->stages);
   json_object *errors;

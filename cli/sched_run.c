@@ -33,12 +33,16 @@ static void usage(FILE *f) {
           "\n"
           "options:\n"
           "  --devices SPEC   override the config's devices: auto, host, host:N,\n"
-          "                   cuda, cuda:I,J,... or all\n"
+          "                   cuda, cuda:I,J,..., all, or both kinds as cuda+host:N\n"
+          "  --placement P    where jobs go: model (where each is expected to finish\n"
+          "                   first, from execute times kept in the cache), least-loaded,\n"
+          "                   or auto (default: model on devices of both kinds)\n"
           "  --repeat N       override the config's repeat\n"
           "  --jobs N         override the config's jobs\n"
           "  --no-cache       compile into a temporary cache, removed afterwards\n"
           "  --retune         time autotuned launches' candidates again instead of taking\n"
-          "                   the choices the kernel cache holds, and replace them\n"
+          "                   the choices the kernel cache holds, and replace them; start\n"
+          "                   the performance models afresh\n"
           "  --check          compile and record every job without running any: exit 0,\n"
           "                   2 (config) or 3 (kernel) as a run would\n"
           "  -s, --stats      print per-device counters (always, with several devices)\n"
@@ -209,9 +213,9 @@ int main(int argc, char **argv) {
       {"output", required_argument, NULL, 'o'}, {"output-all", required_argument, NULL, 'O'},
       {"dot", required_argument, NULL, 'D'},    {"rank-batch", required_argument, NULL, 'B'},
       {"compile-timeout", required_argument, NULL, 'C'}, {"job-timeout", required_argument, NULL, 'M'},
-      {"retune", no_argument, NULL, 'R'},
+      {"retune", no_argument, NULL, 'R'},        {"placement", required_argument, NULL, 'P'},
       {NULL, 0, NULL, 0}};
-  const char *devices = NULL;
+  const char *devices = NULL, *placement = NULL;
   const char *trace = NULL, *output = NULL, *dotfile = NULL;
   int output_all = 0;
   int rank_batch = 0;
@@ -233,6 +237,7 @@ int main(int argc, char **argv) {
     case 'j': if (positive("--jobs", optarg, &jobs)) return EXIT_USAGE; break;
     case 'n': no_cache = 1; break;
     case 'R': retune = 1; break;
+    case 'P': placement = optarg; break;
     case 's': stats = 1; break;
     case 'q': quiet = 1; break;
     case 'J': json = 1; break;
@@ -374,6 +379,7 @@ int main(int argc, char **argv) {
   opts.devices = devices ? devices : schedrun_program_devices(prog);
   opts.no_disk_cache = no_cache;
   opts.retune = retune;
+  opts.placement = placement;
   opts.compile_timeout_ms = compile_timeout_s * 1000;
   opts.time_nodes = trace != NULL; /* each node's time in the trace, on every backend */
   schedrun_t *s = NULL;
@@ -468,6 +474,8 @@ int main(int argc, char **argv) {
     printf("  recorded nodes: %llu created, %llu updated, %llu reused\n",
            (unsigned long long)sum->nodes_created, (unsigned long long)sum->nodes_updated,
            (unsigned long long)sum->nodes_reused);
+    schedrun_stats_t st;
+    bool have_stats = schedrun_get_stats(s, &st, NULL) == SCHEDRUN_OK;
     if (stats || sum->ndevices > 1)
       for (int d = 0; d < sum->ndevices; d++) {
         const schedrun_device_stats_t *ds = &sum->devices[d];
@@ -483,6 +491,10 @@ int main(int argc, char **argv) {
         if (ds->batches_beside)
           printf("  %-8s %llu batches had their inputs copied in while the batch before ran\n", "",
                  (unsigned long long)ds->batches_beside);
+        if (have_stats && st.placement[d].by_model)
+          printf("  %-8s placed by model: %llu of %llu jobs; model error %.1f%% over %llu predicted\n", "",
+                 (unsigned long long)st.placement[d].by_model, (unsigned long long)st.placement[d].placed,
+                 100 * st.placement[d].model_error, (unsigned long long)st.placement[d].predicted);
       }
     if (stats) print_tunes(s);
     ranks_print(&ranks, stdout);

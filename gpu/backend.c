@@ -36,6 +36,7 @@ static int host_all_count(void) {
 
 bool gpu_devices_fit(const char *want, const char *opened, const gpu_backend *b, bool fell_back) {
   if (!strcmp(want, opened) || !strcmp(want, "auto")) return true; /* auto, as when devices: is left out: any */
+  if (strchr(want, '+') || strchr(opened, '+')) return false; /* several kinds: the same spec only */
   int n = b->ops->device_count(b);
   bool host = n > 0 && !strncmp(b->ops->device_name(b, 0), "host:", 5);
   if (!strcmp(want, "host")) return host && n == 1;
@@ -56,14 +57,48 @@ bool gpu_devices_fit(const char *want, const char *opened, const gpu_backend *b,
   return !strcmp(want, "all") && n == host_all_count();
 }
 
+/* "A+B": a part of each kind, host and CUDA, each one of host, host:N,
+ * cuda, cuda:I,J. */
+static int open_mixed(const char *spec, const gpu_open_opts *o, gpu_backend **out, schedrun_error_t *err) {
+  gpu_backend *parts[GPU_MAX_TARGETS] = {0};
+  int n = 0, rc = SCHEDRUN_OK;
+  bool host_seen = false, cuda_seen = false;
+  for (const char *p = spec; rc == SCHEDRUN_OK;) {
+    size_t len = strcspn(p, "+");
+    char one[64];
+    snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one ? len : sizeof one - 1), p);
+    bool host = !strcmp(one, "host") || !strncmp(one, "host:", 5);
+    bool cuda = !strcmp(one, "cuda") || !strncmp(one, "cuda:", 5);
+    if (len >= sizeof one || (!host && !cuda))
+      rc = err_set(err, SCHEDRUN_EINVAL, "devices '%s': '%.*s' is not one of host, host:N, cuda, cuda:I,J", spec,
+                   (int)len, p);
+    else if ((host && host_seen) || (cuda && cuda_seen))
+      rc = err_set(err, SCHEDRUN_EINVAL, "devices '%s' names %s devices twice", spec, host ? "host" : "CUDA");
+    else if (n == GPU_MAX_TARGETS)
+      rc = err_set(err, SCHEDRUN_EINVAL, "devices '%s': at most %d kinds", spec, GPU_MAX_TARGETS);
+    else if ((rc = gpu_backend_open(one, o, &parts[n], NULL, err)) == SCHEDRUN_OK)
+      n++;
+    host_seen |= host;
+    cuda_seen |= cuda;
+    if (!p[len]) break;
+    p += len + 1;
+  }
+  if (rc != SCHEDRUN_OK) {
+    for (int i = 0; i < n; i++) gpu_backend_close(&parts[i]);
+    return rc;
+  }
+  return gpu_mixed_open(parts, n, out, err);
+}
+
 /* "auto": every GPU, else one host device. "all": every GPU, else one host
  * device per core. "cuda", "cuda:I,J": those GPUs or an error. "host",
- * "host:N": host devices. */
+ * "host:N": host devices. "A+B": both, in one backend. */
 int gpu_backend_open(const char *devices, const gpu_open_opts *o, gpu_backend **out, char **why_fallback,
                      schedrun_error_t *err) {
   *out = NULL;
   if (why_fallback) *why_fallback = NULL;
   const char *spec = devices ? devices : "auto";
+  if (strchr(spec, '+')) return open_mixed(spec, o, out, err);
   uint64_t spin = o ? o->spin_ns : 0;
   if (!strcmp(spec, "host")) return gpu_host_open(1, o, out, err);
   if (!strncmp(spec, "host:", 5)) {
@@ -83,11 +118,29 @@ int gpu_backend_open(const char *devices, const gpu_open_opts *o, gpu_backend **
     if (n < 0) return err_set(err, SCHEDRUN_EINVAL, "devices '%s': cuda:I,J needs device numbers", spec);
     return gpu_cuda_open(which, n, spin, out, err);
   }
-  return err_set(err, SCHEDRUN_EINVAL, "devices '%s' is not one of auto, host, host:N, cuda, cuda:I,J, all", spec);
+  return err_set(err, SCHEDRUN_EINVAL, "devices '%s' is not one of auto, host, host:N, cuda, cuda:I,J, all, or kinds joined by '+'", spec);
 }
 
 const char *gpu_compile_arch(const gpu_backend *b) {
   return b->ops->compile_arch ? b->ops->compile_arch(b) : b->ops->arch(b, 0);
+}
+
+int gpu_target_count(const gpu_backend *b) {
+  int n = 0, first;
+  while (b->ops->part && b->ops->part(b, n, &first)) n++;
+  return n ? n : 1;
+}
+
+const gpu_backend *gpu_target_part(const gpu_backend *b, int i) {
+  int first;
+  return b->ops->part ? b->ops->part(b, i, &first) : i == 0 ? b : NULL;
+}
+
+int gpu_device_target(const gpu_backend *b, int dev) {
+  int t = 0, first;
+  for (int i = 0; b->ops->part && b->ops->part(b, i, &first); i++)
+    if (first <= dev) t = i;
+  return t;
 }
 
 void gpu_backend_close(gpu_backend **b) {

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/common.h"
 #include "program/program.h"
@@ -216,11 +217,35 @@ typedef struct gpu_ops {
   void (*abandon)(gpu_backend *b);
   /* The device's counters; any thread. */
   void (*counters)(const gpu_backend *b, int dev, gpu_counters *out);
+  /* A backend made of others (gpu/mixed_backend.c): its part i, whose
+   * devices are this one's [*first, *first + their count), or NULL past the
+   * last. NULL: the backend is one part, itself. */
+  const gpu_backend *(*part)(const gpu_backend *b, int i, int *first);
 } gpu_ops;
 
 struct gpu_backend {
   const gpu_ops *ops;
 };
+
+/* Every backend's struct gpu_seq and struct gpu_module begins with the
+ * backend that made it (a gpu_backend *), so that a backend made of others
+ * passes a sequence or a module to the part it came from. */
+static inline gpu_backend *gpu_owner(const void *seq_or_module) {
+  gpu_backend *b;
+  memcpy(&b, seq_or_module, sizeof b);
+  return b;
+}
+
+/* The compile targets of a backend's devices, one per part: at most
+ * GPU_MAX_TARGETS (a host part and a CUDA part). */
+#define GPU_MAX_TARGETS 2
+/* How many targets b's devices need, and target i's part (b itself for a
+ * backend of one part), its name ("host", "cuda") and the architecture its
+ * kernels are compiled for. */
+int gpu_target_count(const gpu_backend *b);
+const gpu_backend *gpu_target_part(const gpu_backend *b, int i);
+/* The index of device dev's target. */
+int gpu_device_target(const gpu_backend *b, int dev);
 
 /* How to open a backend. */
 typedef struct gpu_open_opts {
@@ -253,6 +278,9 @@ int host_worker_program(const char *cache_dir, char **path, int *fd, schedrun_er
 /* The CUDA devices listed in which[0..nwhich) (all when nwhich is 0);
  * waits for a device poll it spin_ns before they sleep. */
 int gpu_cuda_open(const int *which, int nwhich, uint64_t spin_ns, gpu_backend **out, schedrun_error_t *err);
+/* Devices of several kinds in one backend ("cuda+host:1"): the parts,
+ * taken over (closed on failure too), their devices numbered in order. */
+int gpu_mixed_open(gpu_backend **parts, int nparts, gpu_backend **out, schedrun_error_t *err);
 
 /* ---- compile targets ---- */
 

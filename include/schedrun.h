@@ -114,7 +114,13 @@ typedef struct schedrun_options {
                             instead of as one graph launch (same results, more launch
                             overhead) */
   int retune;            /* 1: autotuned launches time their candidates again instead of
-                            taking the choices the kernel cache holds, and replace them */
+                            taking the choices the kernel cache holds, and replace them;
+                            performance models start afresh (calibrated again) */
+  const char *placement; /* where jobs go: "model" (the device where a job is expected
+                            to finish first, from each program's history of execute
+                            times per device kind, kept in the cache directory),
+                            "least-loaded" (the device with the fewest jobs), or NULL /
+                            "auto": model on devices of several kinds, else least-loaded */
 } schedrun_options_t;
 
 SCHEDRUN_EXTERN void schedrun_options_init(schedrun_options_t *opts);
@@ -153,12 +159,21 @@ SCHEDRUN_EXTERN int schedrun_compile_progress(schedrun_t *s, int *kernels, int *
 /* The library's own counters. messages_dropped counts messages that could not
  * be decoded, on every actor's mailbox and the client's; a job whose message
  * was dropped still completes, with an error naming the cause. */
+#define SCHEDRUN_MAX_DEVICES 64
 typedef struct schedrun_stats {
   uint64_t submitted, completed;
   uint64_t in_flight; /* submitted, not yet complete (max_inflight bounds it) */
   uint64_t held;      /* submitted, result not yet handed over */
   uint64_t messages_dropped;
   int devices_lost;
+  /* per device (schedrun_device_count of them): the jobs placed there, of
+   * them those placed by the performance model, and the model's mean error
+   * over the jobs it predicted there: |actual - expected| / expected (0 when
+   * it predicted none, as before a program is calibrated) */
+  struct {
+    uint64_t placed, by_model, predicted;
+    double model_error;
+  } placement[SCHEDRUN_MAX_DEVICES];
 } schedrun_stats_t;
 
 SCHEDRUN_EXTERN int schedrun_get_stats(schedrun_t *s, schedrun_stats_t *out, schedrun_error_t *err);
@@ -680,7 +695,6 @@ typedef struct schedrun_run_options {
 
 SCHEDRUN_EXTERN void schedrun_run_options_init(schedrun_run_options_t *opts);
 
-#define SCHEDRUN_MAX_DEVICES 64
 
 typedef struct schedrun_device_stats {
   char name[32];

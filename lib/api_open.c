@@ -296,17 +296,26 @@ int schedrun_open(schedrun_t **out, const schedrun_options_t *opts, schedrun_err
   }
   s->core.ndevices = s->core.backend->ops->device_count(s->core.backend);
   core_name_devices(&s->core);
-  {
-    const gpu_backend *be = s->core.backend;
+  for (int t = 0; t < gpu_target_count(s->core.backend); t++) {
+    /* "cuda sm_90", "host", or both: "cuda sm_90 + host" */
+    const gpu_backend *be = gpu_target_part(s->core.backend, t);
     const char *arch = gpu_compile_arch(be);
-    snprintf(s->target, sizeof s->target, "%s%s%s", be->ops->target(be, 0), arch && *arch ? " " : "",
-             arch ? arch : "");
+    size_t len = strlen(s->target);
+    snprintf(s->target + len, sizeof s->target - len, "%s%s%s%s", t ? " + " : "", be->ops->target(be, 0),
+             arch && *arch ? " " : "", arch ? arch : "");
   }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   s->core.compile_workers = o.compile_workers ? o.compile_workers : (int)(cores > 0 ? cores : 1);
   s->core.compile_timeout_ns = (uint64_t)o.compile_timeout_ms * 1000000ull;
   s->core.record_always = o.record_always != 0;
   s->core.retune = o.retune != 0;
+  if (!o.placement || !strcmp(o.placement, "auto")) s->core.placement = SCHEDRUN__PLACE_AUTO;
+  else if (!strcmp(o.placement, "model")) s->core.placement = SCHEDRUN__PLACE_MODEL;
+  else if (!strcmp(o.placement, "least-loaded")) s->core.placement = SCHEDRUN__PLACE_LEAST_LOADED;
+  else {
+    rc = err_set(err, SCHEDRUN_EINVAL, "placement '%s' is not one of auto, model, least-loaded", o.placement);
+    goto fail;
+  }
   s->core.record_whole_program = o.record_whole_program != 0;
   s->core.no_batching = o.no_batching != 0;
   /* free on host devices (the worker notes the times); asked for elsewhere */

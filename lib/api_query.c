@@ -141,8 +141,15 @@ int schedrun_get_stats(schedrun_t *s, schedrun_stats_t *out, schedrun_error_t *e
   for (size_t i = 0; i < n; i++)
     if (actors[i]) out->messages_dropped += actor_malformed(actors[i]);
   pthread_mutex_unlock(&s->lock);
-  for (int d = 0; d < s->core.ndevices; d++)
+  for (int d = 0; d < s->core.ndevices; d++) {
     if (s->core.backend->ops->device_lost(s->core.backend, d)) out->devices_lost++;
+    core_placement *cp = &s->core.placement_stats[d];
+    out->placement[d].placed = atomic_load_explicit(&cp->placed, memory_order_relaxed);
+    out->placement[d].by_model = atomic_load_explicit(&cp->by_model, memory_order_relaxed);
+    out->placement[d].predicted = atomic_load_explicit(&cp->predicted, memory_order_relaxed);
+    uint64_t ppm = atomic_load_explicit(&cp->error_ppm, memory_order_relaxed);
+    out->placement[d].model_error = out->placement[d].predicted ? (double)ppm / 1e6 / (double)out->placement[d].predicted : 0;
+  }
   return SCHEDRUN_OK;
 }
 

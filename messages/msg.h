@@ -261,6 +261,7 @@ typedef struct msg_executed_many {
   uint64_t program;
   uint32_t device;
   msg_u64s jobs;
+  msg_u64s exec_ns; /* each job's execute time, for the performance models */
 } msg_executed_many;
 
 typedef struct msg_executed {

@@ -117,7 +117,8 @@ SCHEMA(complete_many_s, msg_complete_many, F(msg_complete_many, program, FK_U64)
        F(msg_complete_many, handoffs_peer, FK_U64S), F(msg_complete_many, bytes_in, FK_U64S),
        F(msg_complete_many, bytes_out, FK_U64S), F(msg_complete_many, bytes_peer, FK_U64S));
 SCHEMA(executed_many_s, msg_executed_many, F(msg_executed_many, program, FK_U64),
-       F(msg_executed_many, device, FK_U32), F(msg_executed_many, jobs, FK_U64S));
+       F(msg_executed_many, device, FK_U32), F(msg_executed_many, jobs, FK_U64S),
+       F(msg_executed_many, exec_ns, FK_U64S));
 
 const schema *const msg_body_schema[MSG__END] = {
     [MSG_SUBMIT] = &submit_s,     [MSG_COMPILE] = &compile_s,   [MSG_COMPILED] = &compiled_s,
@@ -253,7 +254,11 @@ static int check_batch(dctx *d, const msg *m) {
     if (rc == SCHEDRUN_OK) rc = check_columns(d, &c->jobs, NULL, NULL, 0, &c->parcel_jobs, "parcel_jobs", c->parcels.n);
     return rc;
   }
-  if (m->type == MSG_EXECUTED_MANY) return check_columns(d, &m->body.executed_many.jobs, NULL, NULL, 0, &none, "jobs", 0);
+  if (m->type == MSG_EXECUTED_MANY) {
+    const msg_u64s *cols[] = {&m->body.executed_many.exec_ns};
+    const char *names[] = {"exec_ns"};
+    return check_columns(d, &m->body.executed_many.jobs, cols, names, 1, &none, "jobs", 0);
+  }
   return SCHEDRUN_OK;
 }
 

@@ -122,7 +122,22 @@ static void load_kernels(ld *l, node *n) {
 
 /* ---- top level ---- */
 
+static bool devices_valid(const char *s);
+
+/* "a+b": one part of each kind, host and CUDA. */
+static bool mixed_valid(const char *s) {
+  const char *plus = strchr(s, '+');
+  char a[64];
+  if ((size_t)(plus - s) >= sizeof a || strchr(plus + 1, '+')) return false;
+  snprintf(a, sizeof a, "%.*s", (int)(plus - s), s);
+  const char *b = plus + 1;
+  bool ah = !strncmp(a, "host", 4), bh = !strncmp(b, "host", 4);
+  bool ac = !strncmp(a, "cuda", 4), bc = !strncmp(b, "cuda", 4);
+  return devices_valid(a) && devices_valid(b) && ((ah && bc) || (ac && bh));
+}
+
 static bool devices_valid(const char *s) {
+  if (strchr(s, '+')) return mixed_valid(s);
   if (!strcmp(s, "auto") || !strcmp(s, "host") || !strcmp(s, "cuda") || !strcmp(s, "all"))
     return true;
   if (!strncmp(s, "host:", 5)) {
@@ -167,15 +182,33 @@ static void load_doc(ld *l, node *root) {
     ld_problem(l, f[0], "version %lld is not supported (this is version 1)", (long long)v);
   if (f[1] && ld_read_str(l, f[1], "name")) p->name = xstrdup(ld_sval(f[1]));
   p->devices = xstrdup("auto");
-  if (f[2] && ld_read_str(l, f[2], "devices")) {
-    if (!devices_valid(ld_sval(f[2])))
-      ld_problem(l, f[2], "devices '%s' is not one of auto, host, host:N, cuda, cuda:I,J, all",
-              ld_sval(f[2]));
-    else {
-      free(p->devices);
-      p->devices = xstrdup(ld_sval(f[2]));
-      p->devices_at = ld_loc_of(f[2]);
+  char spec[160] = "";
+  if (f[2] && f[2]->type == YAML_SEQUENCE_NODE) {
+    /* [cuda, host:1]: devices of both kinds, as "cuda+host:1" */
+    yaml_node_item_t *it = f[2]->data.sequence.items.start;
+    size_t n = (size_t)(f[2]->data.sequence.items.top - it);
+    for (size_t i = 0; i < n && n == 2; i++) {
+      node *x = ld_get(l, it[i]);
+      if (!x || !ld_read_str(l, x, "an item of devices")) {
+        spec[0] = '\0';
+        break;
+      }
+      size_t len = strlen(spec);
+      snprintf(spec + len, sizeof spec - len, "%s%s", i ? "+" : "", ld_sval(x));
     }
+    if (n != 2)
+      ld_problem(l, f[2], "devices lists %zu kind%s; a list names two, one host and one CUDA ([cuda, host:1])", n,
+                 n == 1 ? "" : "s");
+  } else if (f[2] && ld_read_str(l, f[2], "devices")) {
+    snprintf(spec, sizeof spec, "%s", ld_sval(f[2]));
+  }
+  if (spec[0] && !devices_valid(spec)) {
+    ld_problem(l, f[2], "devices '%s' is not one of auto, host, host:N, cuda, cuda:I,J, all, or a list of one "
+                        "host and one CUDA kind ([cuda, host:1])", spec);
+  } else if (spec[0]) {
+    free(p->devices);
+    p->devices = xstrdup(spec);
+    p->devices_at = ld_loc_of(f[2]);
   }
   p->repeat = p->buffer_sets = p->jobs = 1;
   if (f[3] && ld_read_int(l, f[3], "repeat", 1, 1000000, &v)) p->repeat = (int)v;

@@ -28,6 +28,7 @@
 #include "gpu/cuda/cuda_internal.h"
 
 struct gpu_module {
+  gpu_backend *owner; /* first, as in every backend (gpu_owner) */
   CUmodule mod;
   int dev;
 };
@@ -277,6 +278,7 @@ static int c_module_load(gpu_backend *g, int dev, const void *image, size_t len,
     }
     return rc2;
   }
+  m->owner = g;
   m->dev = dev;
   *out = m;
   return SCHEDRUN_OK;

@@ -70,6 +70,7 @@ static CUresult add_cond_kernel(gpu_seq *s, cu_segment *sg, CUgraphConditionalHa
 static gpu_seq *seq_new(cuda_backend *b, int dev) {
   gpu_seq *s = calloc(1, sizeof *s);
   if (s) {
+    s->owner = &b->base;
     s->b = b;
     s->dev = dev;
   }

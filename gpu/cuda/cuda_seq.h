@@ -46,6 +46,7 @@ typedef struct cu_node {
 } cu_node;
 
 struct gpu_seq {
+  gpu_backend *owner; /* first, as in every backend (gpu_owner) */
   cuda_backend *b;
   int dev;
   cu_node *nodes;

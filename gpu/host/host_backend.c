@@ -45,11 +45,13 @@ typedef struct host_backend {
 } host_backend;
 
 struct gpu_module {
+  gpu_backend *owner; /* first, as in every backend (gpu_owner) */
   host_device *d;
   uint64_t handle; /* the worker's */
 };
 
 struct gpu_seq {
+  gpu_backend *owner; /* first, as in every backend (gpu_owner) */
   host_backend *b;
   int dev;
   uint64_t hdr;        /* device address of its hw_seq */
@@ -207,6 +209,7 @@ static int h_module_load(gpu_backend *b, int dev, const void *image, size_t len,
     free(m);
     return rc;
   }
+  m->owner = b;
   m->d = d;
   *out = m;
   return SCHEDRUN_OK;
@@ -252,6 +255,7 @@ static int h_seq_create(gpu_backend *b, int dev, gpu_seq **out, schedrun_error_t
     return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
   memset(host_device_ptr(d, s->hdr), 0, sizeof(hw_seq));
+  s->owner = b;
   s->b = hb(b);
   s->dev = dev;
   *out = s;

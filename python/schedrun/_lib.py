@@ -81,6 +81,24 @@ class Options(ctypes.Structure):
         ("compile_timeout_ms", c_int),
         ("time_nodes", c_int),
         ("retune", c_int),
+        ("placement", c_char_p),
+    ]
+
+
+class Placement(ctypes.Structure):
+    _fields_ = [("placed", c_uint64), ("by_model", c_uint64), ("predicted", c_uint64),
+                ("model_error", ctypes.c_double)]
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [
+        ("submitted", c_uint64),
+        ("completed", c_uint64),
+        ("in_flight", c_uint64),
+        ("held", c_uint64),
+        ("messages_dropped", c_uint64),
+        ("devices_lost", c_int),
+        ("placement", Placement * 64),
     ]
 
 
@@ -204,6 +222,7 @@ shutdown = _fn("schedrun_shutdown", c_int, c_void_p, c_int, E)
 device_count = _fn("schedrun_device_count", c_int, c_void_p)
 tune_count = _fn("schedrun_tune_count", c_size_t, c_void_p)
 tune_get = _fn("schedrun_tune_get", c_int, c_void_p, c_size_t, POINTER(TuneInfo), E)
+get_stats = _fn("schedrun_get_stats", c_int, c_void_p, POINTER(Stats), E)
 device_name = _fn("schedrun_device_name", c_char_p, c_void_p, c_int)
 device_fallback = _fn("schedrun_device_fallback", c_char_p, c_void_p)
 compile_target = _fn("schedrun_compile_target", c_char_p, c_void_p)

@@ -24,7 +24,7 @@ class Scheduler:
     """An open scheduler (schedrun_t). Use as a context manager, or close()."""
 
     def __init__(self, devices="auto", cache_dir=None, no_disk_cache=False, compile_workers=0, max_inflight=0,
-                 time_nodes=False, **options):
+                 time_nodes=False, placement=None, **options):
         o = _lib.Options()
         _lib.options_init(ctypes.byref(o))
         o.devices = _b(devices)
@@ -33,6 +33,7 @@ class Scheduler:
         o.compile_workers = int(compile_workers)
         o.max_inflight = int(max_inflight)
         o.time_nodes = 1 if time_nodes else 0
+        o.placement = _b(placement)
         for k, v in options.items():
             if not hasattr(o, k):
                 raise TypeError("schedrun.open: unknown option '%s'" % k)
@@ -65,6 +66,17 @@ class Scheduler:
                         "timed": bool(t.timed),
                         "candidates": [(tuple(t.candidates[c]), t.candidate_ns[c]) for c in range(t.ncandidates)]})
         return out
+
+    @property
+    def placement(self):
+        """Per device (schedrun_get_stats): a dict of the jobs placed there,
+        those placed by the performance model, how many it predicted, and
+        its mean relative error over them."""
+        self._alive()
+        st, err = _lib.Stats(), _lib.Error()
+        _check(_lib.get_stats(self._h, ctypes.byref(st), ctypes.byref(err)), err)
+        return [{"device": name, "placed": p.placed, "by_model": p.by_model, "predicted": p.predicted,
+                 "model_error": p.model_error} for name, p in zip(self.devices, st.placement)]
 
     @property
     def fallback(self):
@@ -270,7 +282,9 @@ _lib_wait = _lib._fn("schedrun_wait", ctypes.c_int, ctypes.c_void_p, ctypes.c_ui
 
 def open(devices="auto", **options):
     """Opens a scheduler on `devices` ("auto", "host", "host:N", "cuda",
-    "cuda:0,1", "all"); options as schedrun_options_t's fields."""
+    "cuda:0,1", "all", or both kinds as "cuda+host:N"); options as
+    schedrun_options_t's fields (placement: "auto", "model",
+    "least-loaded")."""
     return Scheduler(devices=devices, **options)
 
 

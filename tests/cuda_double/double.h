@@ -57,6 +57,12 @@
  *   SCHEDRUN_CUDA_DOUBLE_MEM_MB   each device's memory in MiB (16384):
  *                                 cuMemAlloc refuses past it (out of
  *                                 memory), cuMemGetInfo reports it
+ *   SCHEDRUN_CUDA_DOUBLE_SLOWDOWN F (1 to 1e6; default 1): every kernel takes
+ *                                 F times the CPU time it ran for, its
+ *                                 stream's thread waiting the rest out (a
+ *                                 device slower than the host by a known
+ *                                 factor; kernels never run faster than the
+ *                                 CPU runs them)
  *   SCHEDRUN_CUDA_DOUBLE_DRIVER   the driver version reported and the rules
  *                                 obeyed: 13000 (default) or 12xxx; below
  *                                 12030 there are no conditional nodes
@@ -260,6 +266,7 @@ extern pthread_mutex_t dbl_lock; /* recursive: held by every entry point */
 extern int dbl_driver_version;
 extern bool dbl_init_done;       /* cuInit ran */
 extern uint64_t dbl_mem_bytes;   /* each device's memory (SCHEDRUN_CUDA_DOUBLE_MEM_MB) */
+extern double dbl_slowdown;      /* kernels take this many times their CPU time (SCHEDRUN_CUDA_DOUBLE_SLOWDOWN) */
 #define DBL_STRICT_BODY_SETPARAMS 1u /* cuGraphExec*NodeSetParams refuse a conditional body's nodes */
 #define DBL_STRICT_NO_UPDATES 2u     /* every update of an instantiated graph is refused */
 extern unsigned dbl_strict;      /* DBL_STRICT_* (SCHEDRUN_CUDA_DOUBLE_STRICT) */

@@ -17,6 +17,7 @@ pthread_mutex_t dbl_lock;
 int dbl_driver_version = 13000;
 static int g_ndev = 1, g_arch[16] = {90, 90, 90, 90, 90, 90, 90, 90, 90, 90, 90, 90, 90, 90, 90, 90};
 uint64_t dbl_mem_bytes = 16ull << 30; /* per device */
+double dbl_slowdown = 1;
 static bool g_no_peer;                     /* SCHEDRUN_CUDA_DOUBLE_PEER=none */
 bool dbl_init_done; /* cuInit ran */
 /* initial-exec: a load from the thread pointer, no __tls_get_addr, whose
@@ -222,6 +223,7 @@ static CUresult d_cuInit(unsigned flags) {
       }
     }
     if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_MEM_MB")) && *e && atoll(e) > 0) dbl_mem_bytes = (uint64_t)atoll(e) << 20;
+    if ((e = getenv("SCHEDRUN_CUDA_DOUBLE_SLOWDOWN")) && *e && atof(e) >= 1 && atof(e) <= 1e6) dbl_slowdown = atof(e);
     g_no_peer = (e = getenv("SCHEDRUN_CUDA_DOUBLE_PEER")) && !strcmp(e, "none");
     dbl_init_done = true;
   }

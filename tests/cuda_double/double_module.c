@@ -182,8 +182,12 @@ static void register_source(const void *img, size_t len, const char *src) {
   write_file(path, src, strlen(src));
 }
 
+/* After the host prelude's headers: the source was compiled by NVRTC, which
+ * defines __CUDACC__ and __CUDACC_RTC__, and a kernel may ask for them. */
 static const char dbl_prelude[] =
     "#include <utility>\n"
+    "#define __CUDACC__ 1\n"
+    "#define __CUDACC_RTC__ 1\n"
     "typedef unsigned long long cudaGraphConditionalHandle;\n"
     "extern \"C\" { __attribute__((visibility(\"default\"))) void (*__dbl_set_conditional)(uint64_t, unsigned); }\n"
     "static inline void cudaGraphSetConditional(cudaGraphConditionalHandle h, unsigned v) { __dbl_set_conditional((uint64_t)h, v); }\n"

@@ -27,9 +27,12 @@
  * says which call and which kernel on standard error and ends the process
  * with status 87, so that a test sees at once what on a GPU would hang.
  */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -65,10 +68,22 @@ CUresult dbl_run_kernel(const dwork *w) {
   const char *code = named(dbl_fault_list, f->k->name);
   if (code) return *code ? (CUresult)atoi(code) : CUDA_ERROR_ILLEGAL_ADDRESS; /* as an illegal address would */
   char text[512];
+  struct timespec c0, c1;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
   if (f->run(w->u.k.grid, w->u.k.block, w->u.k.args, w->u.k.shared, text, sizeof text) != 0) {
     /* a GPU would hang or compute garbage; the double says which kernel, and the context has faulted */
     fprintf(stderr, "cuda-double: %s\n", text);
     return CUDA_ERROR_LAUNCH_FAILED;
+  }
+  if (dbl_slowdown > 1) {
+    /* a slower device: the kernel holds its stream for `slowdown` times the
+     * CPU time it took (this thread's own, whatever else the machine runs) */
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    double cpu = (double)(c1.tv_sec - c0.tv_sec) * 1e9 + (double)(c1.tv_nsec - c0.tv_nsec);
+    double more = cpu * (dbl_slowdown - 1);
+    struct timespec t = {(time_t)(more / 1e9), (long)fmod(more, 1e9)};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+    }
   }
   return CUDA_SUCCESS;
 }
