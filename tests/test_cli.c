@@ -591,7 +591,7 @@ static void test_usage(void **st) {
     free(err);
   }
   assert_int_equal(run_cli("--help", NULL, NULL, &out, &err), 0);
-  assert_non_null(strstr(out, "auto, host, host:N,\n                   cuda, cuda:I,J,... or all"));
+  assert_non_null(strstr(out, "auto, host, host:N,\n                   cuda, cuda:I,J,..., all, or both kinds as cuda+host:N"));
   assert_non_null(strstr(out, "- reads the config from standard input"));
   free(out);
   free(err);

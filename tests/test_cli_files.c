@@ -154,7 +154,7 @@ static void test_json_is_the_report_json(void **st) {
   for (size_t i = 0; i < sizeof documented / sizeof documented[0]; i++) (void)get(lib, documented[i]);
   assert_int_equal(shared, (int)(sizeof documented / sizeof documented[0]));
   assert_int_equal(json_object_get_int(get(lib, "schema")), SCHEDRUN_REPORT_SCHEMA);
-  static const char *const own[] = {"status", "exit", "config", "fallback", "target", "errors"};
+  static const char *const own[] = {"status", "exit", "config", "fallback", "target", "placement", "errors"};
   for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) (void)get(cli, own[i]);
   assert_int_equal(json_object_object_length(cli), shared + (int)(sizeof own / sizeof own[0]));
   json_object_put(lib);

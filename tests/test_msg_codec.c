@@ -367,10 +367,15 @@ static void test_batches(void **st) {
   m.body.executed_many.program = 5;
   m.body.executed_many.device = 1;
   m.body.executed_many.jobs = col(4, 60);
+  m.body.executed_many.exec_ns = col(4, 900);
   roundtrip(&m, &o);
   assert_true(o.body.executed_many.program == 5 && o.body.executed_many.device == 1);
   for (size_t k = 0; k < 4; k++) assert_true(o.body.executed_many.jobs.v[k] == 60 + k);
+  for (size_t k = 0; k < 4; k++) assert_true(o.body.executed_many.exec_ns.v[k] == 900 + k);
   msg_free(&o);
+  m.body.executed_many.exec_ns.n = 3; /* a time short */
+  refused(&m, "exec_ns");
+  m.body.executed_many.exec_ns.n = 4;
   m.body.executed_many.jobs.n = 0; /* a batch of nothing */
   refused(&m, "no jobs");
   m.body.executed_many.jobs.n = 4;
@@ -796,11 +801,13 @@ static void test_u32_range(void **st) {
  * are two jobs, read little-endian. */
 static void build_executed_many(msgpack_packer *pk, int form) {
   pack_envelope(pk, MSG_EXECUTED_MANY, 0);
-  msgpack_pack_array(pk, 3); /* program, device, jobs */
+  msgpack_pack_array(pk, 4); /* program, device, jobs, exec_ns */
   msgpack_pack_uint64(pk, 1);
   msgpack_pack_uint32(pk, 0);
   static const unsigned char two[16] = {5, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0};
-  if (form == 0) { /* two jobs: 5 and 256 */
+  if (form == 0) { /* two jobs: 5 and 256, which took 5 and 256 ns */
+    msgpack_pack_bin(pk, 16);
+    msgpack_pack_bin_body(pk, two, 16);
     msgpack_pack_bin(pk, 16);
     msgpack_pack_bin_body(pk, two, 16);
   } else if (form == 1) { /* 7 bytes */
@@ -809,6 +816,10 @@ static void build_executed_many(msgpack_packer *pk, int form) {
   } else { /* an array of integers, the old form */
     msgpack_pack_array(pk, 1);
     msgpack_pack_uint64(pk, 5);
+  }
+  if (form != 0) { /* times as they should be: the jobs column is what is wrong */
+    msgpack_pack_bin(pk, 16);
+    msgpack_pack_bin_body(pk, two, 16);
   }
 }
 
@@ -827,6 +838,7 @@ static void test_columns(void **st) {
       assert_int_equal(o.body.executed_many.jobs.n, 2);
       assert_int_equal(o.body.executed_many.jobs.v[0], 5);
       assert_int_equal(o.body.executed_many.jobs.v[1], 256);
+      assert_int_equal(o.body.executed_many.exec_ns.v[1], 256);
       msg_free(&o);
     } else {
       expect_reject(sb.data, sb.size, form == 1 ? "jobs: a column's length is not a multiple of 8" : "jobs: expected a column");
