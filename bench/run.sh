@@ -548,4 +548,6 @@ J=$tmp/jobs S=$tmp/starpu B=$tmp/breakdown R=$tmp/replay C=$tmp/compile RB=$tmp/
 if command -v mpirun >/dev/null && [ -x "$build/sched-run-mpi" ]; then
   { echo; bench/ranks.sh "$build"; } >> "$out"
 fi
+# placement by performance model over a CUDA device (the driver double) and a host device
+{ echo; bench/placement.sh "$build" 4; } >> "$out"
 echo "wrote $out" >&2
