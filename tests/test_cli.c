@@ -1002,7 +1002,7 @@ static void test_gpu_script_never_passes_by_skipping(void **st) {
                    build, NULL};
   rc = tu_run(argv2, &out, &err);
   if (rc != 1 || !strstr(out, "\nFAIL preflight: nvidia-smi sees 1 GPU(s)") || !strstr(out, "\nFAIL loops: ") ||
-      !strstr(out, "\ngpu: FAILED: preflight configs loops updates devices fault deadline batches overlap autotune trace context ") ||
+      !strstr(out, "\ngpu: FAILED: preflight configs loops updates devices fault deadline batches overlap autotune mixed trace context ") ||
       (!strstr(out, "no CUDA driver") && !strstr(out, "built without the CUDA backend")))
     fail_msg("a GPU schedrun cannot use: exit %d\n%s%s", rc, out, err);
   free(out);

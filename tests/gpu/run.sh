@@ -25,6 +25,9 @@
 #             kernels (batches_beside), every job verified
 #   autotune  configs/autotune.yaml: the candidates timed on the GPU, the
 #             fastest chosen and kept; a second run takes it untimed
+#   mixed     bench/configs/placement.yaml on the GPU and a host device in one
+#             scheduler (cuda:0+host:1), placed by model: verified, and the
+#             jobs each device took, with the model's error
 #   trace     --trace: the first jobs run node by node, timed with events; the
 #             trace has their node spans
 #   context   the application's current context is kept by every call
@@ -345,6 +348,20 @@ do_autotune() {
     [ "$block" = "$(jget "$first" 'min(j["autotune"][0]["candidates"], key=lambda c: c["ns"])["block"][0]')" ]
 }
 
+do_mixed() {
+  # the GPU and a host device in one scheduler, placed by performance model
+  srun mixed1 --devices cuda:0+host:1 --retune bench/configs/placement.yaml &&
+    srun mixed2 --devices cuda:0+host:1 bench/configs/placement.yaml
+  if ! verified mixed1 || ! verified mixed2; then
+    detail="placement.yaml on cuda:0+host:1 not verified: $(head -c 300 "$logs/mixed1.err" "$logs/mixed2.err")"
+    return 1
+  fi
+  local split
+  split=$(jget "$logs/mixed2.json" '"; ".join("%s %d jobs (%d by model, error %.0f%%)" % (d["device"], d["placed"], d["by_model"], 100 * d["model_error"]) for d in j["placement"])')
+  detail="calibrated, then: $split; wall $(jget "$logs/mixed1.json" 'j["wall_ms"]') ms, then $(jget "$logs/mixed2.json" 'j["wall_ms"]') ms"
+  [ "$(jget "$logs/mixed2.json" 'sum(d["by_model"] for d in j["placement"])')" = "$(jget "$logs/mixed2.json" 'j["jobs"]')" ]
+}
+
 do_trace() {
   # --trace: the first jobs run node by node, timed with events
   srun trace --devices cuda:0 --trace "$logs/trace.trace.json" configs/saxpy.yaml
@@ -412,6 +429,7 @@ section deadline do_deadline
 section batches do_batches
 section overlap do_overlap
 section autotune do_autotune
+section mixed do_mixed
 section trace do_trace
 section context do_context
 section memcheck do_memcheck

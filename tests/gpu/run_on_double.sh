@@ -40,7 +40,7 @@ cat "$tmp/all.log"
 [ $rc = 0 ] || fail "run.sh on the double: exit $rc"
 [ -f "$tmp/all/summary.json" ] || fail "no summary.json"
 got=$(results "$tmp/all/summary.json")
-want="build:PASS preflight:PASS configs:PASS loops:PASS updates:PASS devices:PASS fault:PASS deadline:PASS batches:PASS overlap:PASS autotune:PASS trace:PASS context:PASS memcheck:SKIP demo:PASS bench:PASS"
+want="build:PASS preflight:PASS configs:PASS loops:PASS updates:PASS devices:PASS fault:PASS deadline:PASS batches:PASS overlap:PASS autotune:PASS mixed:PASS trace:PASS context:PASS memcheck:SKIP demo:PASS bench:PASS"
 [ "$got" = "$want" ] || fail "the summary says: $got"
 echo "every section: $got"
 

@@ -326,3 +326,20 @@ def test_autotuned_choices_timed_kept_and_retuned(tmp_path):
             assert t["grid"] == (1024 // t["block"][0], 1, 1)
             assert [c for c, _ in t["candidates"]] == [(128, 1, 1), (256, 1, 1)]
             assert all(ns > 0 for _, ns in t["candidates"])
+
+
+def test_placement_by_model_and_its_counts(tmp_path):
+    # two host devices, placed by model as asked: every job is counted where it went
+    with schedrun.open(devices="host:2", cache_dir=str(tmp_path), placement="model") as s:
+        rep = s.run(s.load(os.path.join(CONFIGS, "saxpy.yaml")))
+        assert rep["verified"] is True
+        placed = s.placement
+        assert [p["device"] for p in placed] == ["host:0", "host:1"]
+        assert sum(p["placed"] for p in placed) == rep["jobs"]
+        assert all(p["by_model"] == p["placed"] for p in placed)
+        assert [p["placed"] for p in placed] == [d["jobs"] for d in rep["devices"]]
+    with schedrun.open(devices="host:1", cache_dir=str(tmp_path)) as s:
+        s.run(s.load(os.path.join(CONFIGS, "saxpy.yaml")))
+        assert all(p["by_model"] == 0 for p in s.placement)  # one kind: least-loaded
+    with pytest.raises(schedrun.SchedrunError, match="placement 'fastest' is not one of auto, model, least-loaded"):
+        schedrun.open(devices="host:1", placement="fastest")
