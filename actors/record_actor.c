@@ -291,6 +291,9 @@ static int ensure_functions(record_state *s, const prog_program *p, const msg_re
                             gpu_function *fns, const char **keys, schedrun_error_t *err) {
   const gpu_ops *ops = s->core->backend->ops;
   for (uint32_t k = 0; k < p->nkernels; k++) {
+    fns[k] = NULL;
+    keys[k] = NULL;
+    if (p->kernels[k].variants_only) continue; /* never compiled: its variants are */
     const msg_module *mm = NULL;
     for (size_t i = 0; i < r->modules.n; i++)
       if (!strcmp(r->modules.v[i].name, p->kernels[k].name)) mm = &r->modules.v[i];

@@ -213,7 +213,8 @@ static unsigned step_uses(const prog_step *st) {
   switch (st->kind) {
   case ST_LAUNCH:
     for (uint32_t a = 0; a < st->u.launch.nargs; a++) u |= prog_expr_uses(&st->u.launch.args[a].expr);
-    for (int d = 0; st->u.launch.tune && d < 3; d++) u |= prog_expr_uses(&st->u.launch.tune->grid[d]);
+    for (uint32_t c = 0; st->u.launch.tune && c < st->u.launch.tune->ncombos; c++)
+      for (int d = 0; d < 3; d++) u |= prog_expr_uses(&st->u.launch.tune->grid[c][d]);
     break;
   case ST_COPY:
     u = prog_expr_uses(&st->u.copy.count) | prog_expr_uses(&st->u.copy.from_offset) |
@@ -289,7 +290,8 @@ static int walk_step(walk *w, const prog_step *st, int depth, uint32_t rid, uint
       strbuf why;
       sb_init(&why);
       rec_node *at = &l->v[l->n - 1];
-      int rc = record_tune_choose(w->tune, st, &l->args[arg0], &w->env, at->u.launch.grid, at->u.launch.block, &why);
+      int rc = record_tune_choose(w->tune, st, &l->args[arg0], &w->env, at->u.launch.grid, at->u.launch.block,
+                                  &at->u.launch.fn, &why);
       if (rc) wfail(w, st, "%s", why.data ? why.data : "autotune failed");
       sb_free(&why);
       if (rc) return -1;

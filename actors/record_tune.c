@@ -121,9 +121,12 @@ static void choice_key(tune_ctx *c, const prog_step *st, const uint64_t *args, c
   const prog_tune *t = st->u.launch.tune;
   const prog_kernel *k = &c->p->kernels[st->u.launch.kernel];
   hash_ctx *h = hash_new();
-  hash_add_field(h, "schedrun autotune 1", 19);
+  hash_add_field(h, "schedrun autotune 2", 19);
   const char *mkey = c->module_keys[st->u.launch.kernel];
   hash_add_str(h, mkey ? mkey : "");
+  for (uint32_t i = 0; i < t->nblocks; i++) /* the variants', with constants */
+    if (t->kernels[i] != st->u.launch.kernel && (i == 0 || t->kernels[i] != t->kernels[i - 1]))
+      hash_add_str(h, c->module_keys[t->kernels[i]] ? c->module_keys[t->kernels[i]] : "");
   hash_add_str(h, k->entry ? k->entry : k->name);
   hash_add_str(h, device);
   hash_add_field(h, &st->u.launch.shared, sizeof st->u.launch.shared);
@@ -151,18 +154,22 @@ static void describe(tune_ctx *c, const prog_step *st, const uint64_t *args, con
   }
   e->ncand = t->nblocks;
   memcpy(e->cand, t->blocks, sizeof e->cand);
+  for (uint32_t i = 0; i < t->nblocks; i++)
+    str_copy(e->constants[i], sizeof e->constants[i], t->constants[t->combo[i]] ? t->constants[t->combo[i]] : "");
 }
 
-/* The grid of a candidate whose block's x size is bx. */
-static int grid_for(const prog_tune *t, const prog_env *env, uint32_t bx, uint32_t g[3], strbuf *why) {
+/* The grid of candidate i. */
+static int grid_for(const prog_tune *t, const prog_env *env, uint32_t i, uint32_t g[3], strbuf *why) {
   prog_env e = *env;
+  uint32_t bx = t->blocks[i][0];
+  const prog_expr *grid = t->grid[t->combo[i]];
   e.v[EXV_BLOCK] = bx;
   static const uint32_t most[3] = {PROG_GRID_MAX_X, PROG_GRID_MAX_YZ, PROG_GRID_MAX_YZ};
   for (int d = 0; d < 3; d++) {
     g[d] = 1;
-    if (t->grid[d].n == 0) continue;
+    if (grid[d].n == 0) continue;
     prog_value v;
-    const char *bad = prog_expr_eval(&t->grid[d], &e, &v);
+    const char *bad = prog_expr_eval(&grid[d], &e, &v);
     if (bad) {
       sb_addf(why, "autotune grid for block x %u: %s", bx, bad);
       return -1;
@@ -194,10 +201,12 @@ static char *cache_path(tune_ctx *c, const char *key) {
 
 /* A cache entry is msgpack, the project's one codec, written with
  * msgpack-c's packer and read back with its unpacker (msgpack_unpack_next)
- * into an object tree: [TUNE_VERSION, [bx, by, bz], [[x, y, z, ns], ...]],
- * the choice and each candidate's median time. Only an entry whose whole
- * payload is that one array, at most TUNE_MAX_BYTES, is believed. */
-#define TUNE_VERSION 1
+ * into an object tree: [TUNE_VERSION, choice, [[x, y, z, ns], ...]], the
+ * candidate chosen and each candidate's block and median time, in the
+ * launch's order (its key covers the candidates). Only an entry whose whole
+ * payload is that one array, at most TUNE_MAX_BYTES, listing the launch's
+ * candidates, is believed. */
+#define TUNE_VERSION 2
 #define TUNE_MAX_BYTES 1024
 
 /* n unsigned integers of array o into v, each at most `most`. */
@@ -224,35 +233,28 @@ static bool read_cached(tune_ctx *c, tune_entry *e) {
   ok = ok && msgpack_unpack_next(&u, (const char *)data, len, &off) == MSGPACK_UNPACK_SUCCESS && off == len;
   const msgpack_object *root = ok ? &u.data : NULL;
   ok = ok && root->type == MSGPACK_OBJECT_ARRAY && root->via.array.size == 3;
-  uint64_t b[3] = {0};
   const msgpack_object *v = ok ? &root->via.array.ptr[0] : NULL;
   ok = ok && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 == TUNE_VERSION;
-  ok = ok && read_uints(&root->via.array.ptr[1], 3, 1024, b);
+  const msgpack_object *ch = ok ? &root->via.array.ptr[1] : NULL;
+  ok = ok && ch->type == MSGPACK_OBJECT_POSITIVE_INTEGER && ch->via.u64 < e->ncand;
   const msgpack_object *cands = ok ? &root->via.array.ptr[2] : NULL;
-  ok = ok && cands->type == MSGPACK_OBJECT_ARRAY && cands->via.array.size <= PROG_MAX_CANDIDATES;
+  ok = ok && cands->type == MSGPACK_OBJECT_ARRAY && cands->via.array.size == e->ncand;
   uint64_t ns[PROG_MAX_CANDIDATES] = {0};
-  for (uint32_t k = 0; ok && k < cands->via.array.size; k++) {
+  for (uint32_t i = 0; ok && i < e->ncand; i++) {
     uint64_t x[4];
-    ok = read_uints(&cands->via.array.ptr[k], 4, UINT64_MAX, x);
-    for (uint32_t i = 0; ok && i < e->ncand; i++)
-      if (e->cand[i][0] == x[0] && e->cand[i][1] == x[1] && e->cand[i][2] == x[2]) ns[i] = x[3];
+    ok = read_uints(&cands->via.array.ptr[i], 4, UINT64_MAX, x) && e->cand[i][0] == x[0] && e->cand[i][1] == x[1] &&
+         e->cand[i][2] == x[2];
+    ns[i] = ok ? x[3] : 0;
   }
+  uint32_t choice = ok ? (uint32_t)ch->via.u64 : 0;
   msgpack_unpacked_destroy(&u);
   free(data);
-  bool listed = false;
-  for (uint32_t i = 0; ok && i < e->ncand; i++)
-    listed |= e->cand[i][0] == b[0] && e->cand[i][1] == b[1] && e->cand[i][2] == b[2];
-  if (!listed) return false;
-  for (int d = 0; d < 3; d++) e->block[d] = (uint32_t)b[d];
+  if (!ok) return false;
+  e->choice = choice;
+  memcpy(e->block, e->cand[choice], sizeof e->block);
   memcpy(e->cand_ns, ns, sizeof ns);
   e->timed = false;
   return true;
-}
-
-static int pack_triple(msgpack_packer *pk, const uint32_t v[3]) {
-  int rc = msgpack_pack_array(pk, 3);
-  for (int d = 0; d < 3; d++) rc |= msgpack_pack_uint32(pk, v[d]);
-  return rc;
 }
 
 /* Publishes e's choice in the cache; a failure only costs a later process
@@ -266,7 +268,7 @@ static void write_cached(tune_ctx *c, const tune_entry *e) {
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
   int rc = msgpack_pack_array(&pk, 3);
   rc |= msgpack_pack_uint32(&pk, TUNE_VERSION);
-  rc |= pack_triple(&pk, e->block);
+  rc |= msgpack_pack_uint32(&pk, e->choice);
   rc |= msgpack_pack_array(&pk, e->ncand);
   for (uint32_t i = 0; i < e->ncand; i++) {
     rc |= msgpack_pack_array(&pk, 4);
@@ -382,12 +384,12 @@ static int time_candidates(tune_ctx *c, const prog_step *st, const uint64_t *arg
   uint32_t best = 0;
   for (uint32_t i = 0; rc == SCHEDRUN_OK && i < t->nblocks; i++) {
     gpu_node n = {.kind = GN_LAUNCH, .tag = st->command};
-    n.u.launch.fn = c->fns[st->u.launch.kernel];
+    n.u.launch.fn = c->fns[t->kernels[i]];
     memcpy(n.u.launch.block, t->blocks[i], sizeof n.u.launch.block);
     n.u.launch.shared = st->u.launch.shared;
     n.u.launch.args = targs;
     n.u.launch.nargs = st->u.launch.nargs;
-    if (grid_for(t, env, t->blocks[i][0], n.u.launch.grid, why)) {
+    if (grid_for(t, env, i, n.u.launch.grid, why)) {
       rc = SCHEDRUN_ECONFIG;
       break;
     }
@@ -395,8 +397,10 @@ static int time_candidates(tune_ctx *c, const prog_step *st, const uint64_t *arg
     if (rc == SCHEDRUN_OK) rc = time_node(c, &n, i ? e->cand_ns[best] : 0, &e->cand_ns[i], &err);
     if (rc) {
       const uint32_t *b = t->blocks[i], *g = n.u.launch.grid;
-      sb_addf(why, "autotune candidate %u of %u (block [%u, %u, %u], grid [%u, %u, %u]) does not launch: %s", i + 1,
-              t->nblocks, b[0], b[1], b[2], g[0], g[1], g[2], err.message ? err.message : "failed");
+      const char *k = t->constants[t->combo[i]];
+      sb_addf(why, "autotune candidate %u of %u (block [%u, %u, %u], grid [%u, %u, %u]%s%s) does not launch: %s", i + 1,
+              t->nblocks, b[0], b[1], b[2], g[0], g[1], g[2], k ? ", " : "", k ? k : "",
+              err.message ? err.message : "failed");
       break;
     }
     if (e->cand_ns[i] < e->cand_ns[best]) best = i;
@@ -408,12 +412,13 @@ static int time_candidates(tune_ctx *c, const prog_step *st, const uint64_t *arg
   free(targs);
   if (rc) return -1;
   memcpy(e->block, t->blocks[best], sizeof e->block);
+  e->choice = best;
   e->timed = true;
   return 0;
 }
 
 int record_tune_choose(tune_ctx *c, const prog_step *st, const uint64_t *args, const prog_env *env, uint32_t grid[3],
-                       uint32_t block[3], strbuf *why) {
+                       uint32_t block[3], gpu_function *fn, strbuf *why) {
   const prog_tune *t = st->u.launch.tune;
   assert(t && t->nblocks > 0); /* the loader refuses an empty list */
   /* a launch whose key reads $job is walked for every job: only the key
@@ -424,13 +429,15 @@ int record_tune_choose(tune_ctx *c, const prog_step *st, const uint64_t *args, c
   tune_table *table = &c->core->tunes;
   tune_entry e;
   if (table_find(table, key, &e)) {
+    assert(e.choice < t->nblocks); /* the key covers the candidates */
     memcpy(block, e.block, sizeof e.block);
-    return grid_for(t, env, e.block[0], grid, why);
+    *fn = c->fns[t->kernels[e.choice]];
+    return grid_for(t, env, e.choice, grid, why);
   }
   describe(c, st, args, device, key, &e);
   bool cached = !c->core->retune && read_cached(c, &e);
   if (!cached && time_candidates(c, st, args, env, &e, why)) return -1;
-  if (grid_for(t, env, e.block[0], e.grid, why)) return -1;
+  if (grid_for(t, env, e.choice, e.grid, why)) return -1;
   if (!cached) write_cached(c, &e);
   if (!table_add(table, &e)) {
     sb_adds(why, "autotune: out of memory");
@@ -438,5 +445,6 @@ int record_tune_choose(tune_ctx *c, const prog_step *st, const uint64_t *args, c
   }
   memcpy(block, e.block, sizeof e.block);
   memcpy(grid, e.grid, sizeof e.grid);
+  *fn = c->fns[t->kernels[e.choice]];
   return 0;
 }

@@ -30,9 +30,11 @@ typedef struct tune_entry {
   char keyvals[128]; /* "n=4096", "" without a key */
   char device[64];  /* the kind of device: its target and architecture ("host", "cuda sm_90") */
   uint32_t block[3], grid[3]; /* grid: as the first launch that took the choice had it */
+  uint32_t choice;   /* the candidate chosen */
   bool timed;        /* timed by this process; else read from the cache */
   uint32_t ncand;
   uint32_t cand[PROG_MAX_CANDIDATES][3];
+  char constants[PROG_MAX_CANDIDATES][64]; /* each candidate's constants ("TILE=8"), "" without */
   uint64_t cand_ns[PROG_MAX_CANDIDATES]; /* median time of a launch of each */
 } tune_entry;
 
@@ -60,11 +62,12 @@ typedef struct tune_ctx {
   const char *const *module_keys;
 } tune_ctx;
 
-/* The grid and block of autotuned launch st, whose arguments evaluate to
- * args (device addresses of the context's buffers, scalars) under env:
- * known, read from the cache, or timed now. -1 with why (no location) when
- * a candidate does not launch or its grid is not one. */
+/* The grid, block and function (the kernel, or its variant with the chosen
+ * constants) of autotuned launch st, whose arguments evaluate to args
+ * (device addresses of the context's buffers, scalars) under env: known,
+ * read from the cache, or timed now. -1 with why (no location) when a
+ * candidate does not launch or its grid is not one. */
 int record_tune_choose(tune_ctx *c, const prog_step *st, const uint64_t *args, const prog_env *env, uint32_t grid[3],
-                       uint32_t block[3], strbuf *why);
+                       uint32_t block[3], gpu_function *fn, strbuf *why);
 
 #endif

@@ -44,6 +44,7 @@ static int send_compile(actor_t *self, scheduler_state *s, prog_state *ps, uint6
   int rc = p && c->kernels.v ? SCHEDRUN_OK : SCHEDRUN_ENOMEM;
   for (uint32_t i = 0; rc == SCHEDRUN_OK && i < p->nkernels; i++) {
     const prog_kernel *k = &p->kernels[i];
+    if (k->variants_only) continue; /* its variants are compiled instead */
     msg_kernel *mk = &c->kernels.v[c->kernels.n++];
     char where[512];
     prog_where(p, k->loc, where, sizeof where);

@@ -158,11 +158,13 @@ static json_object *tunes(const schedrun_t *s) {
     put(e, "block", triple(t.block));
     put(e, "grid", triple(t.grid));
     put(e, "timed", json_object_new_boolean(t.timed));
+    if (t.constants[0]) put(e, "constants", str(t.constants));
     json_object *cands = json_object_new_array();
     for (unsigned c = 0; c < t.ncandidates; c++) {
       json_object *ce = json_object_new_object();
       put(ce, "block", triple(t.candidates[c]));
       put(ce, "ns", json_object_new_int64((int64_t)t.candidate_ns[c]));
+      if (t.candidate_constants[c][0]) put(ce, "constants", str(t.candidate_constants[c]));
       json_object_array_add(cands, ce);
     }
     put(e, "candidates", cands);

@@ -191,13 +191,13 @@ static void show_progress(const char *phase, uint32_t done, uint32_t total, uint
 static void print_tunes(schedrun_t *s) {
   schedrun_tune_info_t t;
   for (size_t i = 0; schedrun_tune_get(s, i, &t, NULL) == SCHEDRUN_OK; i++) {
-    printf("  autotune: kernel '%s' at %s on %s%s%s: block [%u, %u, %u], grid [%u, %u, %u], %s\n", t.kernel, t.where,
-           t.device, t.key[0] ? ", " : "", t.key, t.block[0], t.block[1], t.block[2], t.grid[0], t.grid[1], t.grid[2],
-           t.timed ? "timed now" : "from the kernel cache (not timed)");
+    printf("  autotune: kernel '%s' at %s on %s%s%s: block [%u, %u, %u], grid [%u, %u, %u]%s%s, %s\n", t.kernel,
+           t.where, t.device, t.key[0] ? ", " : "", t.key, t.block[0], t.block[1], t.block[2], t.grid[0], t.grid[1],
+           t.grid[2], t.constants[0] ? ", " : "", t.constants, t.timed ? "timed now" : "from the kernel cache (not timed)");
     printf("            candidates:");
     for (unsigned c = 0; c < t.ncandidates; c++)
-      printf("%s [%u, %u, %u] %.3f ms", c ? "," : "", t.candidates[c][0], t.candidates[c][1], t.candidates[c][2],
-             (double)t.candidate_ns[c] / 1e6);
+      printf("%s [%u, %u, %u]%s%s %.3f ms", c ? "," : "", t.candidates[c][0], t.candidates[c][1], t.candidates[c][2],
+             t.candidate_constants[c][0] ? " " : "", t.candidate_constants[c], (double)t.candidate_ns[c] / 1e6);
     printf("\n");
   }
 }

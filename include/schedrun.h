@@ -194,6 +194,10 @@ typedef struct schedrun_tune_info {
   /* each candidate's median time per launch, as timed when the choice was
    * made (by this process or the one that left it in the cache) */
   uint64_t candidate_ns[SCHEDRUN_MAX_CANDIDATES];
+  /* with `constants`: the chosen values ("TILE=16 WARPS=2") and each
+   * candidate's; "" without */
+  char constants[64];
+  char candidate_constants[SCHEDRUN_MAX_CANDIDATES][64];
 } schedrun_tune_info_t;
 
 /* How many choices the scheduler has made or read so far, and choice i, in
@@ -298,6 +302,12 @@ SCHEDRUN_EXTERN void schedrun_builder_launch(schedrun_builder_t *b, const char *
  * scalar parameters (as its source names them) whose values the choice
  * depends on (nkey 0: none). The choice is made once per kind of device and
  * key, and kept in the kernel cache (schedrun_tune_get says what it is). */
+/* Candidate values of a named constant of the autotuned launch added just
+ * before (a config's `autotune: {constants: {NAME: [values]}}`): its kernel
+ * is compiled once per combination of the constants' values, each behind
+ * `#define NAME value`, and the grid may read $NAME. */
+SCHEDRUN_EXTERN void schedrun_builder_autotune_constant(schedrun_builder_t *b, const char *name,
+                                                        const long long *values, size_t n);
 SCHEDRUN_EXTERN void schedrun_builder_launch_autotune(schedrun_builder_t *b, const char *kernel, const unsigned (*blocks)[3],
                                                       size_t nblocks, const char *grid, const char *const *key,
                                                       size_t nkey, const char *const *args, size_t nargs);

@@ -25,6 +25,7 @@ struct schedrun_builder {
   int root, kernels, buffers, steps, expect; /* node ids; 0: none yet */
   int last_buffer;                           /* the mapping of the buffer added last, 0: none */
   int last_launch;                           /* the launch's mapping when the step added last is one, else 0 */
+  int last_tune, last_constants;             /* its autotune mapping (0: not autotuned), and its constants (0: none yet) */
   int seq[PROG_MAX_DEPTH + 1];               /* the step list being added to, per depth */
   uint32_t count[PROG_MAX_DEPTH + 1];        /* steps added so far, per depth */
   int depth;
@@ -291,7 +292,7 @@ static int step(schedrun_builder_t *b, int *at, const char *part, const char *fm
   char what[256];
   snprintf(what, sizeof what, fmt, arg ? arg : "");
   *at = call(b, part, "step %s%s%u (%s)", b->path, b->path[0] ? "." : "", n, what);
-  b->last_launch = 0;
+  b->last_launch = b->last_tune = b->last_constants = 0;
   int m = map(b, *at);
   item(b, b->seq[b->depth], m);
   return m;
@@ -324,6 +325,7 @@ static void autotune(schedrun_builder_t *b, int l, const tune_args *t, int at) {
     pair(b, m, "key", keys, at);
   }
   pair(b, l, "autotune", m, at);
+  b->last_tune = m;
 }
 
 /* A launch with grid and block, or autotuned (t). */
@@ -362,6 +364,7 @@ static void launch(schedrun_builder_t *b, const char *kernel_name, const unsigne
   pair(b, l, "args", a, at);
   pair(b, st, "launch", l, at);
   b->last_launch = l;
+  if (!t) b->last_tune = 0;
 }
 
 void schedrun_builder_launch(schedrun_builder_t *b, const char *kernel_name, const unsigned grid[3],
@@ -382,6 +385,23 @@ void schedrun_builder_launch_autotune(schedrun_builder_t *b, const char *kernel_
     return;
   tune_args t = {blocks, nblocks, grid, key, nkey};
   launch(b, kernel_name, NULL, NULL, &t, args, nargs);
+}
+
+void schedrun_builder_autotune_constant(schedrun_builder_t *b, const char *name, const long long *values, size_t n) {
+  const char *fn = "schedrun_builder_autotune_constant";
+  if (!usable(b, fn, "name", name) || (n && !usable(b, fn, "values", values))) return;
+  if (!b->last_tune) {
+    misuse(b, "schedrun_builder_autotune_constant: the step added before it is not an autotuned launch");
+    return;
+  }
+  int at = call(b, NULL, "autotune constant '%s' of the launch before it", name);
+  if (!b->last_constants) {
+    b->last_constants = map(b, at);
+    pair(b, b->last_tune, "constants", b->last_constants, at);
+  }
+  int vals = seq(b, at);
+  for (size_t i = 0; i < n; i++) item(b, vals, number(b, (double)values[i], true, at, 0));
+  pair(b, b->last_constants, name, vals, at);
 }
 
 void schedrun_builder_shared(schedrun_builder_t *b, unsigned bytes) {

@@ -54,8 +54,9 @@ static void tuned(dot *d, const prog_step *st, char *out, size_t n) {
   schedrun_tune_info_t t;
   for (size_t i = 0; d->s && schedrun_tune_get(d->s, i, &t, NULL) == SCHEDRUN_OK; i++)
     if (!strcmp(t.where, where)) {
-      snprintf(out, n, "grid %u,%u,%u block %u,%u,%u (autotuned on %s%s%s)\n", t.grid[0], t.grid[1], t.grid[2],
-               t.block[0], t.block[1], t.block[2], t.device, t.key[0] ? ", " : "", t.key);
+      snprintf(out, n, "grid %u,%u,%u block %u,%u,%u%s%s (autotuned on %s%s%s)\n", t.grid[0], t.grid[1], t.grid[2],
+               t.block[0], t.block[1], t.block[2], t.constants[0] ? " " : "", t.constants, t.device,
+               t.key[0] ? ", " : "", t.key);
       return;
     }
   snprintf(out, n, "autotune, not chosen yet: %s\n", st->u.launch.tune->spec ? st->u.launch.tune->spec : "");

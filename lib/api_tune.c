@@ -35,6 +35,9 @@ int schedrun_tune_get(const schedrun_t *s, size_t i, schedrun_tune_info_t *out, 
   for (uint32_t c = 0; c < e.ncand; c++) {
     for (int d = 0; d < 3; d++) out->candidates[c][d] = e.cand[c][d];
     out->candidate_ns[c] = e.cand_ns[c];
+    _Static_assert(sizeof out->candidate_constants[c] == sizeof e.constants[c], "the same texts");
+    memcpy(out->candidate_constants[c], e.constants[c], sizeof e.constants[c]);
   }
+  if (e.choice < e.ncand) memcpy(out->constants, e.constants[e.choice], sizeof out->constants);
   return SCHEDRUN_OK;
 }

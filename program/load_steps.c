@@ -149,6 +149,14 @@ static uint64_t load_launch(ld *l, node *n, int depth, prog_step *st) {
     }
   }
   if (f[5]) ld_load_tune(l, f[5], depth, k, st);
+  /* (k may have moved: autotune's variants are appended to the kernels) */
+  prog_kernel *kk = &l->p->kernels[kidx];
+  if (st->u.launch.tune && st->u.launch.tune->constants[0]) {
+    kk->variants_only = !kk->launched_plain;
+  } else {
+    kk->launched_plain = true;
+    kk->variants_only = false;
+  }
   return 1;
 }
 

@@ -279,12 +279,17 @@ void ld_store_elem(prog_type t, uint8_t *base, uint64_t i, double v) {
 
 
 bool ld_parse_expr_node(ld *l, node *n, int depth, const char *what, prog_expr *out) {
+  return ld_parse_expr_text(l, n, NULL, depth, what, out);
+}
+
+bool ld_parse_expr_text(ld *l, node *n, const char *text, int depth, const char *what, prog_expr *out) {
   if (!ld_is_scalar(l, n, what)) return false;
   char why[400];
   size_t at = 0;
-  const char *bad = prog_expr_parse_at(ld_sval(n), depth, out, why, sizeof why, &at);
+  const char *bad = prog_expr_parse_at(text ? text : ld_sval(n), depth, out, why, sizeof why, &at);
   if (bad) {
-    problem_in_scalar(l, n, at, "%s: %s", what, bad);
+    /* a place in text given is not one in the node's own text: its start */
+    problem_in_scalar(l, n, text ? 0 : at, "%s: %s", what, bad);
     return false;
   }
   if (out->u64_literal && !l->u64_literal_ok) {

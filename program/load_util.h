@@ -85,6 +85,9 @@ void ld_store_num(prog_type t, uint8_t *base, uint64_t i, const ld_num *v);
 uint64_t ld_num_bits(prog_type t, const ld_num *v);
 /* An expression at loop depth `depth`; a constant one is computed now. */
 bool ld_parse_expr_node(ld *l, node *n, int depth, const char *what, prog_expr *out);
+/* The same for `text` instead of the node's own (NULL: the node's), its
+ * problems placed at the node. */
+bool ld_parse_expr_text(ld *l, node *n, const char *text, int depth, const char *what, prog_expr *out);
 /* The value of a constant integer expression. */
 bool ld_const_int(const prog_expr *e, int64_t *v);
 /* The index of the buffer a node names, or -1 (reported). */

@@ -62,7 +62,10 @@ int prog_find_buffer(const prog_program *p, const char *name) {
 
 void prog_tune_free(prog_tune *t) {
   if (!t) return;
-  for (int d = 0; d < 3; d++) prog_expr_free(&t->grid[d]);
+  for (uint32_t c = 0; c < PROG_MAX_CANDIDATES; c++) {
+    for (int d = 0; d < 3; d++) prog_expr_free(&t->grid[c][d]);
+    free(t->constants[c]);
+  }
   for (uint32_t i = 0; i < t->nkey; i++) free(t->key_names[i]);
   free(t->spec);
   free(t);

@@ -106,6 +106,10 @@ typedef struct prog_kernel {
   uint32_t nparams;
   char *params_text; /* "f32,ptr,ptr,i32" */
   prog_loc loc;
+  /* every launch of it autotunes named constants: only its variants (the
+   * kernels made for them) are compiled and loaded, not it */
+  bool variants_only;
+  bool launched_plain; /* while loading: a launch uses it as it is */
 } prog_kernel;
 
 #define PROG_MAX_DIMS 8 /* dimensions of a buffer's shape */
@@ -143,12 +147,21 @@ typedef struct prog_arg {
 /* An autotuned launch (`autotune:`): the block is one of the candidates,
  * chosen by timing each on the device (actors/record_tune.c), and the grid
  * an expression that may read the candidate's x size as $block. `key`
- * lists the scalar arguments whose values the choice depends on. */
+ * lists the scalar arguments whose values the choice depends on. With
+ * `constants`, a candidate is a block and a value for each named constant:
+ * the launch's kernel is compiled once per combination of values (a kernel
+ * of the program of its own, the source behind `#define NAME value` lines),
+ * and the grid may read a constant as $NAME. */
 #define PROG_MAX_CANDIDATES 16
+#define PROG_MAX_CONSTANTS 4
 typedef struct prog_tune {
-  uint32_t blocks[PROG_MAX_CANDIDATES][3];
-  uint32_t nblocks;
-  prog_expr grid[3]; /* x, y, z; an empty y or z is 1 */
+  uint32_t blocks[PROG_MAX_CANDIDATES][3]; /* each candidate's block */
+  uint32_t nblocks;                        /* the candidates */
+  uint32_t kernels[PROG_MAX_CANDIDATES];   /* each candidate's kernel: the launch's, or its variant */
+  uint8_t combo[PROG_MAX_CANDIDATES];      /* each candidate's combination of constants' values */
+  char *constants[PROG_MAX_CANDIDATES];    /* each combination as "TILE=8 WARPS=2"; NULL without constants */
+  uint32_t ncombos;                        /* 1 without constants */
+  prog_expr grid[PROG_MAX_CANDIDATES][3];  /* per combination: x, y, z; an empty y or z is 1 */
   uint32_t key[PROG_MAX_PARAMS]; /* argument positions */
   char *key_names[PROG_MAX_PARAMS]; /* as the config names them */
   uint32_t nkey;

@@ -128,9 +128,9 @@ static void test_loads_candidates_grid_and_key(void **st) {
   prog_env env = {{0}};
   env.v[EXV_BLOCK] = 256;
   prog_value v;
-  assert_null(prog_expr_eval(&t->grid[0], &env, &v));
+  assert_null(prog_expr_eval(&t->grid[0][0], &env, &v));
   assert_int_equal(v.i, 16);
-  assert_int_equal(t->grid[1].n, 0);
+  assert_int_equal(t->grid[0][1].n, 0);
   prog_free(p);
 }
 
@@ -139,12 +139,7 @@ static void test_loads_candidates_grid_and_key(void **st) {
 static char cache[256];
 
 /* A cache directory no test has used yet. */
-static void fresh_cache(void) {
-  static int fresh;
-  snprintf(cache, sizeof cache, "%s", tu_write_temp(0, "x", ""));
-  *strrchr(cache, '/') = '\0';
-  snprintf(cache + strlen(cache), sizeof cache - strlen(cache), "/cache%d", fresh++);
-}
+static void fresh_cache(void) { snprintf(cache, sizeof cache, "%s", tu_fresh_dir("cache")); }
 
 static schedrun_t *open_host(int retune) {
   schedrun_options_t o;
@@ -268,7 +263,7 @@ static void one_whole_entry(const char *dir, char path_out[800]) {
     schedrun_error_t err = {0};
     if (artifact_read(file, e->d_name, &payload, &len, &err) != SCHEDRUN_OK) fail_msg("%s: %s", file, err.message);
     snprintf(path_out, 800, "%s", file);
-    /* [version, block, candidates], msgpack */
+    /* [version, choice, candidates], msgpack: the third candidate, block 1024 */
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     size_t off = 0;
@@ -276,11 +271,14 @@ static void one_whole_entry(const char *dir, char path_out[800]) {
     assert_int_equal(off, len);
     assert_int_equal(u.data.type, MSGPACK_OBJECT_ARRAY);
     assert_int_equal(u.data.via.array.size, 3);
-    const msgpack_object *b = &u.data.via.array.ptr[1];
-    assert_int_equal(b->type, MSGPACK_OBJECT_ARRAY);
-    assert_int_equal(b->via.array.size, 3);
-    assert_int_equal(b->via.array.ptr[0].via.u64, 1024);
-    assert_int_equal(u.data.via.array.ptr[2].via.array.size, 3); /* the three candidates' times */
+    assert_int_equal(u.data.via.array.ptr[0].via.u64, 2);
+    assert_int_equal(u.data.via.array.ptr[1].via.u64, 2);
+    const msgpack_object *c = &u.data.via.array.ptr[2];
+    assert_int_equal(c->via.array.size, 3); /* the three candidates' blocks and times */
+    for (int i = 0; i < 3; i++) {
+      assert_int_equal(c->via.array.ptr[i].via.array.size, 4);
+      assert_int_equal(c->via.array.ptr[i].via.array.ptr[0].via.u64, candidates[i]);
+    }
     msgpack_unpacked_destroy(&u);
     free(payload);
   }

@@ -65,12 +65,7 @@ static void test_devices_list(void **st) {
 
 static char cache[256];
 
-static void fresh_cache(void) {
-  static int fresh;
-  snprintf(cache, sizeof cache, "%s", tu_write_temp(0, "x", ""));
-  *strrchr(cache, '/') = '\0';
-  snprintf(cache + strlen(cache), sizeof cache - strlen(cache), "/mixed%d", fresh++);
-}
+static void fresh_cache(void) { snprintf(cache, sizeof cache, "%s", tu_fresh_dir("mixed")); }
 
 static schedrun_t *open_mixed(const char *placement) {
   schedrun_options_t o;

@@ -30,6 +30,17 @@ const char *tu_write_temp(int slot, const char *name, const char *text) {
   return paths[slot];
 }
 
+const char *tu_fresh_dir(const char *prefix) {
+  static char dir[512];
+  static int fresh;
+  const char *any = tu_write_temp(0, "x", "");
+  if (!any) return NULL;
+  snprintf(dir, sizeof dir, "%s", any);
+  *strrchr(dir, '/') = '\0';
+  snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/%s%d", prefix, fresh++);
+  return dir;
+}
+
 char *tu_slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;

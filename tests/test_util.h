@@ -43,6 +43,9 @@ int tu_run(char *const argv[], char **out, char **err);
 /* A whole file, NUL-terminated (heap; *len its length, may be NULL); NULL
  * when it cannot be read. */
 char *tu_slurp(const char *path, size_t *len);
+/* A path no test of this process has used yet, in the test's temporary
+ * directory ("<dir>/<prefix><n>"; not made): until the next call. */
+const char *tu_fresh_dir(const char *prefix);
 /* The environment variable, which the test setup must provide. */
 const char *tu_env(const char *name);
 /* Calls fn with the path of every *.yaml in $SCHEDRUN_CONFIGS; returns how many. */

@@ -114,6 +114,8 @@ class TuneInfo(ctypes.Structure):
         ("ncandidates", ctypes.c_uint),
         ("candidates", (ctypes.c_uint * 3) * 16),
         ("candidate_ns", ctypes.c_uint64 * 16),
+        ("constants", ctypes.c_char * 64),
+        ("candidate_constants", (ctypes.c_char * 64) * 16),
     ]
 
 
@@ -259,6 +261,8 @@ builder_launch = _fn("schedrun_builder_launch", None, c_void_p, c_char_p, POINTE
 builder_launch_autotune = _fn("schedrun_builder_launch_autotune", None, c_void_p, c_char_p,
                               POINTER(ctypes.c_uint * 3), c_size_t, c_char_p, POINTER(c_char_p), c_size_t,
                               POINTER(c_char_p), c_size_t)
+builder_autotune_constant = _fn("schedrun_builder_autotune_constant", None, c_void_p, c_char_p,
+                                POINTER(ctypes.c_longlong), c_size_t)
 builder_shared = _fn("schedrun_builder_shared", None, c_void_p, ctypes.c_uint)
 builder_copy = _fn("schedrun_builder_copy", None, c_void_p, c_char_p, c_char_p, c_char_p, c_char_p, c_char_p)
 builder_fill = _fn("schedrun_builder_fill", None, c_void_p, c_char_p, c_char_p, c_char_p, c_char_p)

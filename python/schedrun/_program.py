@@ -142,16 +142,21 @@ class Builder:
             _lib.builder_shared(self._h, int(shared))
         return self
 
-    def launch_autotune(self, kernel, blocks, grid, args=(), key=(), shared=0):
+    def launch_autotune(self, kernel, blocks, grid, args=(), key=(), shared=0, constants=None):
         """A launch whose block is chosen by timing the candidates `blocks`
         (each a number or up to three); grid: an expression that may read a
         candidate's x size as $block; key: names of the kernel's scalar
-        parameters the choice depends on (a config's `autotune:`)."""
+        parameters the choice depends on; constants: {NAME: [values]}, named
+        constants of the kernel's source whose values are candidates too (the
+        grid reads them as $NAME) (a config's `autotune:`)."""
         cands = (ctypes.c_uint * 3 * max(1, len(blocks)))(*[_dim3(b) for b in blocks])
         argv = (ctypes.c_char_p * max(1, len(args)))(*[_b(str(a)) for a in args])
         keys = (ctypes.c_char_p * max(1, len(key)))(*[_b(k) for k in key])
         _lib.builder_launch_autotune(self._h, _b(kernel), cands, len(blocks), _b(str(grid)), keys, len(key), argv,
                                      len(args))
+        for name, values in (constants or {}).items():
+            vals = (ctypes.c_longlong * max(1, len(values)))(*[int(v) for v in values])
+            _lib.builder_autotune_constant(self._h, _b(name), vals, len(values))
         if shared:
             _lib.builder_shared(self._h, int(shared))
         return self

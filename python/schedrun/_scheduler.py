@@ -54,8 +54,9 @@ class Scheduler:
     def tunes(self):
         """The autotuned launches' choices (schedrun_tune_get), as dicts: kernel,
         where, key, device, block, grid, timed (this process timed the
-        candidates, or the kernel cache had the choice) and candidates, a
-        list of (block, ns)."""
+        candidates, or the kernel cache had the choice), constants (the
+        chosen values of named constants, "" without), candidates, a list of
+        (block, ns), and candidate_constants, each candidate's."""
         self._alive()
         out = []
         for i in range(_lib.tune_count(self._h)):
@@ -63,8 +64,10 @@ class Scheduler:
             _check(_lib.tune_get(self._h, i, ctypes.byref(t), ctypes.byref(err)), err)
             out.append({"kernel": t.kernel.decode(), "where": t.where.decode(), "key": t.key.decode(),
                         "device": t.device.decode(), "block": tuple(t.block), "grid": tuple(t.grid),
-                        "timed": bool(t.timed),
-                        "candidates": [(tuple(t.candidates[c]), t.candidate_ns[c]) for c in range(t.ncandidates)]})
+                        "timed": bool(t.timed), "constants": t.constants.decode(),
+                        "candidates": [(tuple(t.candidates[c]), t.candidate_ns[c]) for c in range(t.ncandidates)],
+                        "candidate_constants": [t.candidate_constants[c].value.decode()
+                                                for c in range(t.ncandidates)]})
         return out
 
     @property

@@ -343,3 +343,22 @@ def test_placement_by_model_and_its_counts(tmp_path):
         assert all(p["by_model"] == 0 for p in s.placement)  # one kind: least-loaded
     with pytest.raises(schedrun.SchedrunError, match="placement 'fastest' is not one of auto, model, least-loaded"):
         schedrun.open(devices="host:1", placement="fastest")
+
+
+def test_builder_autotuned_constants(tmp_path):
+    # each thread scales PER elements: the same result for every value
+    kernel = ("extern \"C\" __global__ void scale(float *v, float by, int n) {\n"
+              "  int t = blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "  for (int e = 0; e < PER; e++) if (t * PER + e < n) v[t * PER + e] *= by;\n}\n")
+    v = np.arange(1024, dtype=np.float32)
+    b = (schedrun.Builder("per")
+         .kernel("scale", "ptr, f32, i32", kernel)
+         .buffer("v", v)
+         .launch_autotune("scale", [128], "(1024 / $PER + $block - 1) / $block", args=["v", 3.0, 1024],
+                          constants={"PER": [1, 2, 4]}))
+    with schedrun.open(devices="host:1", cache_dir=str(tmp_path)) as st:
+        r = st.submit(st.build(b)).result(timeout=120)
+        np.testing.assert_array_equal(r["v"], v * 3)
+        (t,) = st.tunes
+        assert t["candidate_constants"] == ["PER=1", "PER=2", "PER=4"]
+        assert t["constants"] in t["candidate_constants"]
