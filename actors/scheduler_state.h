@@ -1,8 +1,9 @@
 /*
  * The scheduler actor's state, shared by its files: scheduler.c (the
- * message handlers), scheduler_state.c (the state made and freed) and
- * scheduler_dispatch.c (completion, placement and dispatch). Private
- * to actors/.
+ * message handlers), scheduler_state.c (the state made and freed),
+ * scheduler_place.c (placement), scheduler_model.c (placement by model),
+ * scheduler_compile.c, scheduler_resident.c and scheduler_dispatch.c
+ * (completion and dispatch). Private to actors/.
  */
 #ifndef SCHEDRUN_SCHEDULER_STATE_H
 #define SCHEDRUN_SCHEDULER_STATE_H
@@ -251,6 +252,13 @@ void scheduler_model_retry(actor_t *self, scheduler_state *s, prog_state *ps);
 /* Writes the program's model back to the cache, when it changed, and frees it. */
 void scheduler_model_free(scheduler_state *s, prog_state *ps);
 
+/* ---- scheduler_place.c ---- */
+
+/* Puts j on a device (or fails it when none is left) and queues it there. */
+void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j);
+/* A device was lost: its queued jobs go elsewhere (or fail). */
+void scheduler_replace_jobs_of(actor_t *self, scheduler_state *s, int device);
+
 /* ---- scheduler_dispatch.c ---- */
 
 /* text, then "\nteardown: " and steps, unless it has a teardown already
@@ -262,8 +270,6 @@ void scheduler_complete(actor_t *self, scheduler_state *s, job *j, int status, c
                         msg_outputs *outputs);
 /* Forgets a finished job: its slot, the device's load, the program's count. */
 void scheduler_retire(actor_t *self, scheduler_state *s, job *j);
-/* Puts j on a device (or fails it when none is left) and queues it there. */
-void scheduler_place(actor_t *self, scheduler_state *s, prog_state *ps, job *j);
 /* Starts what can start in an execution context: a RECORD, or EXECUTEs.
  * While a message is being handled this only notes the context; the handler
  * then calls scheduler_flush. */
@@ -271,8 +277,6 @@ void scheduler_dispatch_slot(actor_t *self, scheduler_state *s, prog_state *ps, 
 /* Dispatches every noted execution context, until none is left. */
 void scheduler_flush(actor_t *self, scheduler_state *s);
 void scheduler_start_execute(actor_t *self, scheduler_state *s, prog_state *ps, slot_state *ss, job *j);
-/* A device was lost: its queued jobs go elsewhere (or fail). */
-void scheduler_replace_jobs_of(actor_t *self, scheduler_state *s, int device);
 void scheduler_reply_simple(actor_t *self, const char *to, int type, uint64_t job_id, uint64_t program);
 void scheduler_finish_release(actor_t *self, scheduler_state *s, prog_state *ps);
 

@@ -16,121 +16,7 @@
 #include <yaml.h>
 
 #include "lib/api.h"
-
-#define MAX_PARTS 4
-
-struct schedrun_builder {
-  yaml_document_t doc;
-  char *name;
-  int root, kernels, buffers, steps, expect; /* node ids; 0: none yet */
-  int last_buffer;                           /* the mapping of the buffer added last, 0: none */
-  int last_launch;                           /* the launch's mapping when the step added last is one, else 0 */
-  int last_tune, last_constants;             /* its autotune mapping (0: not autotuned), and its constants (0: none yet) */
-  int seq[PROG_MAX_DEPTH + 1];               /* the step list being added to, per depth */
-  uint32_t count[PROG_MAX_DEPTH + 1];        /* steps added so far, per depth */
-  int depth;
-  char path[64];                             /* "2.1": the index path of the open loops */
-  char **what;                               /* per call: what it made ("step 2.1 (...)") */
-  const char **part;                         /* per call: what its numbered parts are ("args") */
-  size_t ncalls, cap;
-  prog_blob *blobs;
-  size_t nblobs;
-  prog_hostfn *hostfns; /* host steps' functions: `host: {task: K}` runs hostfns[K] */
-  size_t nhostfns;
-  bool failed;    /* out of memory: finish says so */
-  char *misuse;   /* the first call that could not be made (finish says so) */
-};
-
-static void misuse(schedrun_builder_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void misuse(schedrun_builder_t *b, const char *fmt, ...) {
-  if (b->misuse) return;
-  va_list ap;
-  va_start(ap, fmt);
-  if (vasprintf(&b->misuse, fmt, ap) < 0) b->misuse = NULL, b->failed = true;
-  va_end(ap);
-}
-
-/* A new builder call: its number (the place of the nodes it makes). */
-static int call(schedrun_builder_t *b, const char *part, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int call(schedrun_builder_t *b, const char *part, const char *fmt, ...) {
-  if (b->ncalls == b->cap) {
-    size_t cap = b->cap ? b->cap * 2 : 32;
-    char **w = realloc(b->what, cap * sizeof *w);
-    if (w) b->what = w;
-    const char **pt = w ? realloc(b->part, cap * sizeof *pt) : NULL;
-    if (pt) b->part = pt;
-    if (!w || !pt) {
-      b->failed = true;
-      return 0;
-    }
-    b->cap = cap;
-  }
-  va_list ap;
-  va_start(ap, fmt);
-  char *w = NULL;
-  if (vasprintf(&w, fmt, ap) < 0) w = NULL;
-  va_end(ap);
-  if (!w) b->failed = true;
-  b->what[b->ncalls] = w;
-  b->part[b->ncalls] = part;
-  return (int)++b->ncalls;
-}
-
-static void place(schedrun_builder_t *b, int id, int at, int sub) {
-  yaml_node_t *n = yaml_document_get_node(&b->doc, id);
-  if (!n) return;
-  n->start_mark.line = at > 0 ? (size_t)at - 1 : 0;
-  n->start_mark.column = (size_t)sub;
-  n->end_mark = n->start_mark;
-}
-
-/* Folded style: the loader takes no column inside it, so the place stays
- * the builder call's. */
-static int scalar(schedrun_builder_t *b, const char *text, int at, int sub) {
-  int id = yaml_document_add_scalar(&b->doc, NULL, (yaml_char_t *)(text ? text : ""), -1, YAML_FOLDED_SCALAR_STYLE);
-  if (!id) b->failed = true;
-  else place(b, id, at, sub);
-  return id;
-}
-
-static int number(schedrun_builder_t *b, double v, bool integer, int at, int sub) {
-  char s[64];
-  if (integer) snprintf(s, sizeof s, "%.0f", v);
-  else snprintf(s, sizeof s, "%.17g", v);
-  return scalar(b, s, at, sub);
-}
-
-static int map(schedrun_builder_t *b, int at) {
-  int id = yaml_document_add_mapping(&b->doc, NULL, YAML_BLOCK_MAPPING_STYLE);
-  if (!id) b->failed = true;
-  else place(b, id, at, 0);
-  return id;
-}
-
-static int seq(schedrun_builder_t *b, int at) {
-  int id = yaml_document_add_sequence(&b->doc, NULL, YAML_BLOCK_SEQUENCE_STYLE);
-  if (!id) b->failed = true;
-  else place(b, id, at, 0);
-  return id;
-}
-
-static void pair(schedrun_builder_t *b, int m, const char *key, int value, int at) {
-  int k = scalar(b, key, at, 0);
-  if (!m || !k || !value || !yaml_document_append_mapping_pair(&b->doc, m, k, value)) b->failed = true;
-}
-
-static void item(schedrun_builder_t *b, int s, int value) {
-  if (!s || !value || !yaml_document_append_sequence_item(&b->doc, s, value)) b->failed = true;
-}
-
-static bool usable(schedrun_builder_t *b, const char *fn, const char *what, const void *p) {
-  if (!b) return false;
-  if (!p) {
-    misuse(b, "%s: %s is NULL", fn, what);
-    return false;
-  }
-  return true;
-}
+#include "lib/builder_doc.h"
 
 int schedrun_builder_new(schedrun_builder_t **out, const char *name, schedrun_error_t *err) {
   if (!out || !name) return err_set(err, SCHEDRUN_EINVAL, "schedrun_builder_new: %s is NULL", out ? "name" : "out");
@@ -143,11 +29,11 @@ int schedrun_builder_new(schedrun_builder_t **out, const char *name, schedrun_er
     free(b);
     return err_set(err, SCHEDRUN_ENOMEM, "out of memory");
   }
-  int at = call(b, NULL, "the program '%s'", name);
-  b->root = map(b, at); /* the first node is the document's root */
-  pair(b, b->root, "version", scalar(b, "1", at, 0), at);
-  pair(b, b->root, "name", scalar(b, name, at, 0), at);
-  b->steps = seq(b, at);
+  int at = bd_call(b, NULL, "the program '%s'", name);
+  b->root = bd_map(b, at); /* the first node is the document's root */
+  bd_pair(b, b->root, "version", bd_scalar(b, "1", at, 0), at);
+  bd_pair(b, b->root, "name", bd_scalar(b, name, at, 0), at);
+  b->steps = bd_seq(b, at);
   b->seq[0] = b->steps;
   *out = b;
   return SCHEDRUN_OK;
@@ -171,39 +57,39 @@ void schedrun_builder_free(schedrun_builder_t **pb) {
 
 void schedrun_builder_runs(schedrun_builder_t *b, int repeat, int buffer_sets, int jobs) {
   if (!b) return;
-  int at = call(b, NULL, "the runs of '%s'", b->name);
-  if (repeat) pair(b, b->root, "repeat", number(b, repeat, true, at, 0), at);
-  if (buffer_sets) pair(b, b->root, "buffer_sets", number(b, buffer_sets, true, at, 0), at);
-  if (jobs) pair(b, b->root, "jobs", number(b, jobs, true, at, 0), at);
+  int at = bd_call(b, NULL, "the runs of '%s'", b->name);
+  if (repeat) bd_pair(b, b->root, "repeat", bd_number(b, repeat, true, at, 0), at);
+  if (buffer_sets) bd_pair(b, b->root, "buffer_sets", bd_number(b, buffer_sets, true, at, 0), at);
+  if (jobs) bd_pair(b, b->root, "jobs", bd_number(b, jobs, true, at, 0), at);
 }
 
 void schedrun_builder_devices(schedrun_builder_t *b, const char *devices) {
-  if (!usable(b, "schedrun_builder_devices", "devices", devices)) return;
-  int at = call(b, NULL, "the devices of '%s'", b->name);
-  pair(b, b->root, "devices", scalar(b, devices, at, 0), at);
+  if (!bd_usable(b, "schedrun_builder_devices", "devices", devices)) return;
+  int at = bd_call(b, NULL, "the devices of '%s'", b->name);
+  bd_pair(b, b->root, "devices", bd_scalar(b, devices, at, 0), at);
 }
 
 /* The params list: "ptr, f32, i32" -> [ptr, f32, i32]. */
 static int params_list(schedrun_builder_t *b, const char *params, int at) {
-  int s = seq(b, at);
+  int s = bd_seq(b, at);
   char *copy = xstrdup(params), *save = NULL;
   if (!copy) b->failed = true;
   for (char *t = copy ? strtok_r(copy, ", ", &save) : NULL; t; t = strtok_r(NULL, ", ", &save))
-    item(b, s, scalar(b, t, at, 0));
+    bd_item(b, s, bd_scalar(b, t, at, 0));
   free(copy);
   return s;
 }
 
 static void kernel(schedrun_builder_t *b, const char *fn, const char *name, const char *params, const char *key,
                    const char *text, const char *entry) {
-  if (!usable(b, fn, "name", name) || !usable(b, fn, "params", params) || !usable(b, fn, key, text)) return;
-  int at = call(b, NULL, "kernel '%s'", name);
-  if (!b->kernels) pair(b, b->root, "kernels", b->kernels = map(b, at), at);
-  int k = map(b, at);
-  pair(b, k, "params", params_list(b, params, at), at);
-  pair(b, k, key, scalar(b, text, at, 0), at);
-  if (entry) pair(b, k, "entry", scalar(b, entry, at, 0), at);
-  pair(b, b->kernels, name, k, at);
+  if (!bd_usable(b, fn, "name", name) || !bd_usable(b, fn, "params", params) || !bd_usable(b, fn, key, text)) return;
+  int at = bd_call(b, NULL, "kernel '%s'", name);
+  if (!b->kernels) bd_pair(b, b->root, "kernels", b->kernels = bd_map(b, at), at);
+  int k = bd_map(b, at);
+  bd_pair(b, k, "params", params_list(b, params, at), at);
+  bd_pair(b, k, key, bd_scalar(b, text, at, 0), at);
+  if (entry) bd_pair(b, k, "entry", bd_scalar(b, entry, at, 0), at);
+  bd_pair(b, b->kernels, name, k, at);
 }
 
 void schedrun_builder_kernel(schedrun_builder_t *b, const char *name, const char *params, const char *source,
@@ -218,16 +104,16 @@ void schedrun_builder_kernel_file(schedrun_builder_t *b, const char *name, const
 
 static int buffer_begin(schedrun_builder_t *b, const char *name, const char *type, uint64_t count, int flags,
                         int *at) {
-  *at = call(b, NULL, "buffer '%s'", name);
-  if (!b->buffers) pair(b, b->root, "buffers", b->buffers = map(b, *at), *at);
-  int m = map(b, *at);
-  pair(b, m, "type", scalar(b, type, *at, 0), *at);
-  pair(b, m, "count", number(b, (double)count, true, *at, 0), *at);
-  if (flags & SCHEDRUN_BUFFER_OUTPUT) pair(b, m, "output", scalar(b, "true", *at, 0), *at);
-  if (flags & SCHEDRUN_BUFFER_RESIDENT) pair(b, m, "resident", scalar(b, "true", *at, 0), *at);
+  *at = bd_call(b, NULL, "buffer '%s'", name);
+  if (!b->buffers) bd_pair(b, b->root, "buffers", b->buffers = bd_map(b, *at), *at);
+  int m = bd_map(b, *at);
+  bd_pair(b, m, "type", bd_scalar(b, type, *at, 0), *at);
+  bd_pair(b, m, "count", bd_number(b, (double)count, true, *at, 0), *at);
+  if (flags & SCHEDRUN_BUFFER_OUTPUT) bd_pair(b, m, "output", bd_scalar(b, "true", *at, 0), *at);
+  if (flags & SCHEDRUN_BUFFER_RESIDENT) bd_pair(b, m, "resident", bd_scalar(b, "true", *at, 0), *at);
   if (flags & ~(SCHEDRUN_BUFFER_OUTPUT | SCHEDRUN_BUFFER_RESIDENT))
-    misuse(b, "buffer '%s': unknown flags 0x%x", name, (unsigned)flags);
-  pair(b, b->buffers, name, m, *at);
+    bd_misuse(b, "buffer '%s': unknown flags 0x%x", name, (unsigned)flags);
+  bd_pair(b, b->buffers, name, m, *at);
   b->last_buffer = m;
   return m;
 }
@@ -235,24 +121,24 @@ static int buffer_begin(schedrun_builder_t *b, const char *name, const char *typ
 void schedrun_builder_shape(schedrun_builder_t *b, const uint64_t *dims, size_t ndims) {
   if (!b || b->failed) return;
   if (!b->last_buffer) {
-    misuse(b, "schedrun_builder_shape: no buffer was added before it");
+    bd_misuse(b, "schedrun_builder_shape: no buffer was added before it");
     return;
   }
   if (!dims && ndims) {
-    misuse(b, "schedrun_builder_shape: dims is NULL with %zu dimensions", ndims);
+    bd_misuse(b, "schedrun_builder_shape: dims is NULL with %zu dimensions", ndims);
     return;
   }
-  int at = call(b, "dims", "the shape of the buffer before it%s", "");
-  int s = seq(b, at);
-  for (size_t d = 0; d < ndims; d++) item(b, s, number(b, (double)dims[d], true, at, (int)d + 1));
-  pair(b, b->last_buffer, "shape", s, at);
+  int at = bd_call(b, "dims", "the shape of the buffer before it%s", "");
+  int s = bd_seq(b, at);
+  for (size_t d = 0; d < ndims; d++) bd_item(b, s, bd_number(b, (double)dims[d], true, at, (int)d + 1));
+  bd_pair(b, b->last_buffer, "shape", s, at);
 }
 
 void schedrun_builder_buffer(schedrun_builder_t *b, const char *name, const char *type, uint64_t count,
                              const void *init, size_t init_bytes, int flags) {
-  if (!usable(b, "schedrun_builder_buffer", "name", name) || !usable(b, "schedrun_builder_buffer", "type", type)) return;
+  if (!bd_usable(b, "schedrun_builder_buffer", "name", name) || !bd_usable(b, "schedrun_builder_buffer", "type", type)) return;
   if (!init && init_bytes) {
-    misuse(b, "schedrun_builder_buffer: buffer '%s': init is NULL with %zu bytes", name, init_bytes);
+    bd_misuse(b, "schedrun_builder_buffer: buffer '%s': init is NULL with %zu bytes", name, init_bytes);
     return;
   }
   int at;
@@ -269,21 +155,21 @@ void schedrun_builder_buffer(schedrun_builder_t *b, const char *name, const char
   b->blobs = nb;
   if (init_bytes) memcpy(copy, init, init_bytes);
   b->blobs[b->nblobs] = (prog_blob){copy, init_bytes};
-  int in = map(b, at);
-  pair(b, in, "memory", number(b, (double)b->nblobs, true, at, 0), at);
+  int in = bd_map(b, at);
+  bd_pair(b, in, "memory", bd_number(b, (double)b->nblobs, true, at, 0), at);
   b->nblobs++;
-  pair(b, m, "init", in, at);
+  bd_pair(b, m, "init", in, at);
 }
 
 void schedrun_builder_buffer_file(schedrun_builder_t *b, const char *name, const char *type, uint64_t count,
                                   const char *path, int flags) {
   const char *fn = "schedrun_builder_buffer_file";
-  if (!usable(b, fn, "name", name) || !usable(b, fn, "type", type) || !usable(b, fn, "path", path)) return;
+  if (!bd_usable(b, fn, "name", name) || !bd_usable(b, fn, "type", type) || !bd_usable(b, fn, "path", path)) return;
   int at;
   int m = buffer_begin(b, name, type, count, flags, &at);
-  int in = map(b, at);
-  pair(b, in, "file", scalar(b, path, at, 0), at);
-  pair(b, m, "init", in, at);
+  int in = bd_map(b, at);
+  bd_pair(b, in, "file", bd_scalar(b, path, at, 0), at);
+  bd_pair(b, m, "init", in, at);
 }
 
 /* A step at the current depth: its call, described with its index path. */
@@ -291,17 +177,17 @@ static int step(schedrun_builder_t *b, int *at, const char *part, const char *fm
   uint32_t n = ++b->count[b->depth];
   char what[256];
   snprintf(what, sizeof what, fmt, arg ? arg : "");
-  *at = call(b, part, "step %s%s%u (%s)", b->path, b->path[0] ? "." : "", n, what);
+  *at = bd_call(b, part, "step %s%s%u (%s)", b->path, b->path[0] ? "." : "", n, what);
   b->last_launch = b->last_tune = b->last_constants = 0;
-  int m = map(b, *at);
-  item(b, b->seq[b->depth], m);
+  int m = bd_map(b, *at);
+  bd_item(b, b->seq[b->depth], m);
   return m;
 }
 
 static int dims(schedrun_builder_t *b, const unsigned d[3], int at) {
-  int s = seq(b, at);
+  int s = bd_seq(b, at);
   int n = d[2] > 1 ? 3 : d[1] > 1 ? 2 : 1;
-  for (int i = 0; i < n; i++) item(b, s, number(b, d[i], true, at, 0));
+  for (int i = 0; i < n; i++) bd_item(b, s, bd_number(b, d[i], true, at, 0));
   return s;
 }
 
@@ -315,16 +201,16 @@ typedef struct tune_args {
 } tune_args;
 
 static void autotune(schedrun_builder_t *b, int l, const tune_args *t, int at) {
-  int m = map(b, at), cands = seq(b, at);
-  for (size_t i = 0; i < t->nblocks; i++) item(b, cands, dims(b, t->blocks[i], at));
-  pair(b, m, "block", cands, at);
-  pair(b, m, "grid", scalar(b, t->grid, at, 0), at);
+  int m = bd_map(b, at), cands = bd_seq(b, at);
+  for (size_t i = 0; i < t->nblocks; i++) bd_item(b, cands, dims(b, t->blocks[i], at));
+  bd_pair(b, m, "block", cands, at);
+  bd_pair(b, m, "grid", bd_scalar(b, t->grid, at, 0), at);
   if (t->nkey) {
-    int keys = seq(b, at);
-    for (size_t i = 0; i < t->nkey; i++) item(b, keys, scalar(b, t->key[i], at, 0));
-    pair(b, m, "key", keys, at);
+    int keys = bd_seq(b, at);
+    for (size_t i = 0; i < t->nkey; i++) bd_item(b, keys, bd_scalar(b, t->key[i], at, 0));
+    bd_pair(b, m, "key", keys, at);
   }
-  pair(b, l, "autotune", m, at);
+  bd_pair(b, l, "autotune", m, at);
   b->last_tune = m;
 }
 
@@ -333,15 +219,15 @@ static void launch(schedrun_builder_t *b, const char *kernel_name, const unsigne
                    const tune_args *t, const char *const *args, size_t nargs) {
   int at;
   int st = step(b, &at, "args", "launch of kernel '%s'", kernel_name);
-  int l = map(b, at);
-  pair(b, l, "kernel", scalar(b, kernel_name, at, 0), at);
+  int l = bd_map(b, at);
+  bd_pair(b, l, "kernel", bd_scalar(b, kernel_name, at, 0), at);
   if (t) {
     autotune(b, l, t, at);
   } else {
-    pair(b, l, "grid", dims(b, grid, at), at);
-    pair(b, l, "block", dims(b, block, at), at);
+    bd_pair(b, l, "grid", dims(b, grid, at), at);
+    bd_pair(b, l, "block", dims(b, block, at), at);
   }
-  int a = seq(b, at);
+  int a = bd_seq(b, at);
   for (size_t i = 0; i < nargs; i++) {
     /* "NAME[EXPR]" is buffer NAME from element EXPR (a '+' before the '['
      * makes it an expression instead); anything else is as in YAML */
@@ -350,19 +236,19 @@ static void launch(schedrun_builder_t *b, const char *kernel_name, const unsigne
     if (bracket && args[i][strlen(args[i]) - 1] == ']' && bracket != args[i] && (!plus || plus > bracket)) {
       char *name = xstrndup(args[i], (size_t)(bracket - args[i]));
       char *off = xstrndup(bracket + 1, strlen(bracket + 1) - 1);
-      int o = map(b, at);
-      pair(b, o, "buffer", scalar(b, name, at, (int)i + 1), at);
-      pair(b, o, "offset", scalar(b, off, at, (int)i + 1), at);
-      place(b, o, at, (int)i + 1);
-      item(b, a, o);
+      int o = bd_map(b, at);
+      bd_pair(b, o, "buffer", bd_scalar(b, name, at, (int)i + 1), at);
+      bd_pair(b, o, "offset", bd_scalar(b, off, at, (int)i + 1), at);
+      bd_place(b, o, at, (int)i + 1);
+      bd_item(b, a, o);
       free(name);
       free(off);
     } else {
-      item(b, a, scalar(b, args[i], at, (int)i + 1));
+      bd_item(b, a, bd_scalar(b, args[i], at, (int)i + 1));
     }
   }
-  pair(b, l, "args", a, at);
-  pair(b, st, "launch", l, at);
+  bd_pair(b, l, "args", a, at);
+  bd_pair(b, st, "launch", l, at);
   b->last_launch = l;
   if (!t) b->last_tune = 0;
 }
@@ -370,8 +256,8 @@ static void launch(schedrun_builder_t *b, const char *kernel_name, const unsigne
 void schedrun_builder_launch(schedrun_builder_t *b, const char *kernel_name, const unsigned grid[3],
                              const unsigned block[3], const char *const *args, size_t nargs) {
   const char *fn = "schedrun_builder_launch";
-  if (!usable(b, fn, "kernel", kernel_name) || !usable(b, fn, "grid", grid) || !usable(b, fn, "block", block)) return;
-  if (nargs && !usable(b, fn, "args", args)) return;
+  if (!bd_usable(b, fn, "kernel", kernel_name) || !bd_usable(b, fn, "grid", grid) || !bd_usable(b, fn, "block", block)) return;
+  if (nargs && !bd_usable(b, fn, "args", args)) return;
   launch(b, kernel_name, grid, block, NULL, args, nargs);
 }
 
@@ -379,9 +265,9 @@ void schedrun_builder_launch_autotune(schedrun_builder_t *b, const char *kernel_
                                       size_t nblocks, const char *grid, const char *const *key, size_t nkey,
                                       const char *const *args, size_t nargs) {
   const char *fn = "schedrun_builder_launch_autotune";
-  if (!usable(b, fn, "kernel", kernel_name) || !usable(b, fn, "grid", grid)) return;
-  if ((nblocks && !usable(b, fn, "blocks", blocks)) || (nkey && !usable(b, fn, "key", key)) ||
-      (nargs && !usable(b, fn, "args", args)))
+  if (!bd_usable(b, fn, "kernel", kernel_name) || !bd_usable(b, fn, "grid", grid)) return;
+  if ((nblocks && !bd_usable(b, fn, "blocks", blocks)) || (nkey && !bd_usable(b, fn, "key", key)) ||
+      (nargs && !bd_usable(b, fn, "args", args)))
     return;
   tune_args t = {blocks, nblocks, grid, key, nkey};
   launch(b, kernel_name, NULL, NULL, &t, args, nargs);
@@ -389,66 +275,66 @@ void schedrun_builder_launch_autotune(schedrun_builder_t *b, const char *kernel_
 
 void schedrun_builder_autotune_constant(schedrun_builder_t *b, const char *name, const long long *values, size_t n) {
   const char *fn = "schedrun_builder_autotune_constant";
-  if (!usable(b, fn, "name", name) || (n && !usable(b, fn, "values", values))) return;
+  if (!bd_usable(b, fn, "name", name) || (n && !bd_usable(b, fn, "values", values))) return;
   if (!b->last_tune) {
-    misuse(b, "schedrun_builder_autotune_constant: the step added before it is not an autotuned launch");
+    bd_misuse(b, "schedrun_builder_autotune_constant: the step added before it is not an autotuned launch");
     return;
   }
-  int at = call(b, NULL, "autotune constant '%s' of the launch before it", name);
+  int at = bd_call(b, NULL, "autotune constant '%s' of the launch before it", name);
   if (!b->last_constants) {
-    b->last_constants = map(b, at);
-    pair(b, b->last_tune, "constants", b->last_constants, at);
+    b->last_constants = bd_map(b, at);
+    bd_pair(b, b->last_tune, "constants", b->last_constants, at);
   }
-  int vals = seq(b, at);
-  for (size_t i = 0; i < n; i++) item(b, vals, number(b, (double)values[i], true, at, 0));
-  pair(b, b->last_constants, name, vals, at);
+  int vals = bd_seq(b, at);
+  for (size_t i = 0; i < n; i++) bd_item(b, vals, bd_number(b, (double)values[i], true, at, 0));
+  bd_pair(b, b->last_constants, name, vals, at);
 }
 
 void schedrun_builder_shared(schedrun_builder_t *b, unsigned bytes) {
   if (!b || b->failed) return;
   if (!b->last_launch) {
-    misuse(b, "schedrun_builder_shared: the step added before it is not a launch");
+    bd_misuse(b, "schedrun_builder_shared: the step added before it is not a launch");
     return;
   }
-  int at = call(b, NULL, "the dynamic shared memory of the launch before it%s", "");
-  pair(b, b->last_launch, "shared", number(b, bytes, true, at, 0), at);
+  int at = bd_call(b, NULL, "the dynamic shared memory of the launch before it%s", "");
+  bd_pair(b, b->last_launch, "shared", bd_number(b, bytes, true, at, 0), at);
   b->last_launch = 0; /* once per launch */
 }
 
 void schedrun_builder_copy(schedrun_builder_t *b, const char *from, const char *to, const char *count,
                            const char *from_offset, const char *to_offset) {
   const char *fn = "schedrun_builder_copy";
-  if (!usable(b, fn, "from", from) || !usable(b, fn, "to", to) || !usable(b, fn, "count", count)) return;
+  if (!bd_usable(b, fn, "from", from) || !bd_usable(b, fn, "to", to) || !bd_usable(b, fn, "count", count)) return;
   int at;
   int st = step(b, &at, NULL, "copy from '%s'", from);
-  int c = map(b, at);
-  pair(b, c, "from", scalar(b, from, at, 0), at);
-  pair(b, c, "to", scalar(b, to, at, 0), at);
-  pair(b, c, "count", scalar(b, count, at, 0), at);
-  if (from_offset) pair(b, c, "from_offset", scalar(b, from_offset, at, 0), at);
-  if (to_offset) pair(b, c, "to_offset", scalar(b, to_offset, at, 0), at);
-  pair(b, st, "copy", c, at);
+  int c = bd_map(b, at);
+  bd_pair(b, c, "from", bd_scalar(b, from, at, 0), at);
+  bd_pair(b, c, "to", bd_scalar(b, to, at, 0), at);
+  bd_pair(b, c, "count", bd_scalar(b, count, at, 0), at);
+  if (from_offset) bd_pair(b, c, "from_offset", bd_scalar(b, from_offset, at, 0), at);
+  if (to_offset) bd_pair(b, c, "to_offset", bd_scalar(b, to_offset, at, 0), at);
+  bd_pair(b, st, "copy", c, at);
 }
 
 void schedrun_builder_fill(schedrun_builder_t *b, const char *buffer, const char *value, const char *count,
                            const char *offset) {
   const char *fn = "schedrun_builder_fill";
-  if (!usable(b, fn, "buffer", buffer) || !usable(b, fn, "value", value)) return;
+  if (!bd_usable(b, fn, "buffer", buffer) || !bd_usable(b, fn, "value", value)) return;
   int at;
   int st = step(b, &at, NULL, "fill of '%s'", buffer);
-  int f = map(b, at);
-  pair(b, f, "buffer", scalar(b, buffer, at, 0), at);
-  pair(b, f, "value", scalar(b, value, at, 0), at);
-  if (count) pair(b, f, "count", scalar(b, count, at, 0), at);
-  if (offset) pair(b, f, "offset", scalar(b, offset, at, 0), at);
-  pair(b, st, "fill", f, at);
+  int f = bd_map(b, at);
+  bd_pair(b, f, "buffer", bd_scalar(b, buffer, at, 0), at);
+  bd_pair(b, f, "value", bd_scalar(b, value, at, 0), at);
+  if (count) bd_pair(b, f, "count", bd_scalar(b, count, at, 0), at);
+  if (offset) bd_pair(b, f, "offset", bd_scalar(b, offset, at, 0), at);
+  bd_pair(b, st, "fill", f, at);
 }
 
 void schedrun_builder_host(schedrun_builder_t *b, const char *name, schedrun_host_fn fn, void *user) {
   const char *fname = "schedrun_builder_host";
-  if (!usable(b, fname, "name", name)) return;
+  if (!bd_usable(b, fname, "name", name)) return;
   if (!fn) {
-    misuse(b, "%s: host step '%s': fn is NULL", fname, name);
+    bd_misuse(b, "%s: host step '%s': fn is NULL", fname, name);
     return;
   }
   prog_hostfn *v = realloc(b->hostfns, (b->nhostfns + 1) * sizeof *v);
@@ -460,20 +346,20 @@ void schedrun_builder_host(schedrun_builder_t *b, const char *name, schedrun_hos
   b->hostfns[b->nhostfns] = (prog_hostfn){fn, user};
   int at;
   int st = step(b, &at, NULL, "host step '%s'", name);
-  int h = map(b, at);
-  pair(b, h, "name", scalar(b, name, at, 0), at);
-  pair(b, h, "task", number(b, (double)b->nhostfns++, true, at, 0), at);
-  pair(b, st, "host", h, at);
+  int h = bd_map(b, at);
+  bd_pair(b, h, "name", bd_scalar(b, name, at, 0), at);
+  bd_pair(b, h, "task", bd_number(b, (double)b->nhostfns++, true, at, 0), at);
+  bd_pair(b, st, "host", h, at);
 }
 
 /* Opens a loop step's body: the steps added next go into it. */
 static void open_body(schedrun_builder_t *b, int loop, int at) {
   if (b->depth >= PROG_MAX_DEPTH) {
-    misuse(b, "%s: loops nest at most %d deep", b->what[at - 1], PROG_MAX_DEPTH);
+    bd_misuse(b, "%s: loops nest at most %d deep", b->what[at - 1], PROG_MAX_DEPTH);
     return;
   }
-  int body = seq(b, at);
-  pair(b, loop, "body", body, at);
+  int body = bd_seq(b, at);
+  bd_pair(b, loop, "body", body, at);
   size_t len = strlen(b->path);
   snprintf(b->path + len, sizeof b->path - len, "%s%u", len ? "." : "", b->count[b->depth]);
   b->depth++;
@@ -487,30 +373,30 @@ void schedrun_builder_loop(schedrun_builder_t *b, unsigned trips) {
   char t[32];
   snprintf(t, sizeof t, "%u", trips);
   int st = step(b, &at, NULL, "loop of %s trips", t);
-  int l = map(b, at);
-  pair(b, l, "trips", number(b, trips, true, at, 0), at);
-  pair(b, st, "loop", l, at);
+  int l = bd_map(b, at);
+  bd_pair(b, l, "trips", bd_number(b, trips, true, at, 0), at);
+  bd_pair(b, st, "loop", l, at);
   open_body(b, l, at);
 }
 
 void schedrun_builder_while(schedrun_builder_t *b, const char *flag_buffer, uint64_t index, unsigned max_trips) {
-  if (!usable(b, "schedrun_builder_while", "flag_buffer", flag_buffer)) return;
+  if (!bd_usable(b, "schedrun_builder_while", "flag_buffer", flag_buffer)) return;
   int at;
   int st = step(b, &at, NULL, "while loop on '%s'", flag_buffer);
-  int l = map(b, at);
-  int w = map(b, at);
-  pair(b, w, "buffer", scalar(b, flag_buffer, at, 0), at);
-  pair(b, w, "index", number(b, (double)index, true, at, 0), at);
-  pair(b, l, "while", w, at);
-  pair(b, l, "max_trips", number(b, max_trips, true, at, 0), at);
-  pair(b, st, "loop", l, at);
+  int l = bd_map(b, at);
+  int w = bd_map(b, at);
+  bd_pair(b, w, "buffer", bd_scalar(b, flag_buffer, at, 0), at);
+  bd_pair(b, w, "index", bd_number(b, (double)index, true, at, 0), at);
+  bd_pair(b, l, "while", w, at);
+  bd_pair(b, l, "max_trips", bd_number(b, max_trips, true, at, 0), at);
+  bd_pair(b, st, "loop", l, at);
   open_body(b, l, at);
 }
 
 void schedrun_builder_end(schedrun_builder_t *b) {
   if (!b) return;
   if (b->depth == 0) {
-    misuse(b, "schedrun_builder_end: no loop is open (after step %u)", b->count[0]);
+    bd_misuse(b, "schedrun_builder_end: no loop is open (after step %u)", b->count[0]);
     return;
   }
   b->depth--;
@@ -520,45 +406,45 @@ void schedrun_builder_end(schedrun_builder_t *b) {
 }
 
 static int expect_begin(schedrun_builder_t *b, const char *buffer, const char *part, double tol, int *at) {
-  *at = call(b, part, "the expectation on '%s'", buffer);
-  if (!b->expect) pair(b, b->root, "expect", b->expect = map(b, *at), *at);
-  int m = map(b, *at);
-  if (tol > 0) pair(b, m, "tol", number(b, tol, false, *at, 0), *at);
-  pair(b, b->expect, buffer, m, *at);
+  *at = bd_call(b, part, "the expectation on '%s'", buffer);
+  if (!b->expect) bd_pair(b, b->root, "expect", b->expect = bd_map(b, *at), *at);
+  int m = bd_map(b, *at);
+  if (tol > 0) bd_pair(b, m, "tol", bd_number(b, tol, false, *at, 0), *at);
+  bd_pair(b, b->expect, buffer, m, *at);
   return m;
 }
 
 void schedrun_builder_expect_at(schedrun_builder_t *b, const char *buffer, const uint64_t *index,
                                 const char *const *values, size_t n, const char *sum, double tol) {
   const char *fn = "schedrun_builder_expect_at";
-  if (!usable(b, fn, "buffer", buffer) || (n && (!usable(b, fn, "index", index) || !usable(b, fn, "values", values))))
+  if (!bd_usable(b, fn, "buffer", buffer) || (n && (!bd_usable(b, fn, "index", index) || !bd_usable(b, fn, "values", values))))
     return;
   int at;
   int m = expect_begin(b, buffer, "at", tol, &at);
   if (n) {
-    int a = map(b, at);
+    int a = bd_map(b, at);
     for (size_t i = 0; i < n; i++) {
       char k[32];
       snprintf(k, sizeof k, "%llu", (unsigned long long)index[i]);
-      int key = scalar(b, k, at, (int)i + 1), val = scalar(b, values[i], at, (int)i + 1);
+      int key = bd_scalar(b, k, at, (int)i + 1), val = bd_scalar(b, values[i], at, (int)i + 1);
       if (!key || !val || !yaml_document_append_mapping_pair(&b->doc, a, key, val)) b->failed = true;
     }
-    pair(b, m, "at", a, at);
+    bd_pair(b, m, "at", a, at);
   }
-  if (sum) pair(b, m, "sum", scalar(b, sum, at, 0), at);
+  if (sum) bd_pair(b, m, "sum", bd_scalar(b, sum, at, 0), at);
 }
 
 void schedrun_builder_expect_values(schedrun_builder_t *b, const char *buffer, const char *const *values, size_t n,
                                     const char *sum, double tol) {
-  if (!usable(b, "schedrun_builder_expect_values", "buffer", buffer) ||
-      (n && !usable(b, "schedrun_builder_expect_values", "values", values)))
+  if (!bd_usable(b, "schedrun_builder_expect_values", "buffer", buffer) ||
+      (n && !bd_usable(b, "schedrun_builder_expect_values", "values", values)))
     return;
   int at;
   int m = expect_begin(b, buffer, "values", tol, &at);
-  int s = seq(b, at);
-  for (size_t i = 0; i < n; i++) item(b, s, scalar(b, values[i], at, (int)i + 1));
-  pair(b, m, "values", s, at);
-  if (sum) pair(b, m, "sum", scalar(b, sum, at, 0), at);
+  int s = bd_seq(b, at);
+  for (size_t i = 0; i < n; i++) bd_item(b, s, bd_scalar(b, values[i], at, (int)i + 1));
+  bd_pair(b, m, "values", s, at);
+  if (sum) bd_pair(b, m, "sum", bd_scalar(b, sum, at, 0), at);
 }
 
 /* Where a place of the document is: the builder call that made it, and the
@@ -580,7 +466,7 @@ int schedrun_builder_finish(schedrun_builder_t *b, schedrun_program_t **out, sch
   if (b->failed) return err_set(err, SCHEDRUN_ENOMEM, "%s: out of memory while it was built", b->name);
   if (b->misuse) return err_set(err, SCHEDRUN_EINVAL, "%s: %s", b->name, b->misuse);
   if (b->depth) return err_set(err, SCHEDRUN_EINVAL, "%s: loop step %s is not closed (schedrun_builder_end)", b->name, b->path);
-  pair(b, b->root, "program", b->steps, 1);
+  bd_pair(b, b->root, "program", b->steps, 1);
   if (b->failed) return err_set(err, SCHEDRUN_ENOMEM, "%s: out of memory while it was built", b->name);
   prog_source src = {where, b, b->blobs, b->nblobs, b->hostfns ? b->hostfns : (const prog_hostfn *)"", b->nhostfns};
   prog_program *p = NULL;
@@ -588,7 +474,7 @@ int schedrun_builder_finish(schedrun_builder_t *b, schedrun_program_t **out, sch
   /* the document is the loader's now (deleted); this builder is spent */
   yaml_document_initialize(&b->doc, NULL, NULL, NULL, 1, 1);
   b->root = 0;
-  misuse(b, "schedrun_builder_finish was called already");
+  bd_misuse(b, "schedrun_builder_finish was called already");
   if (rc != SCHEDRUN_OK) return rc;
   /* a kernel's source came from a call, not from lines of a file */
   for (uint32_t i = 0; i < p->nkernels; i++) {
