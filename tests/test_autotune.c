@@ -62,13 +62,7 @@ static void load_fails(const char *autotune, const char *where, const char *need
   char text[4096];
   snprintf(text, sizeof text, "version: 1\nname: bad\n%sprogram:\n  - launch:\n      kernel: work\n      args: [in, out, 4096]\n%s",
            KERNEL, autotune);
-  prog_program *p = NULL;
-  schedrun_error_t err = {0};
-  assert_int_equal(prog_load_string(text, strlen(text), "t.yaml", &p, &err), SCHEDRUN_ECONFIG);
-  assert_null(p);
-  if (!strstr(err.message, where) || !strstr(err.message, needle))
-    fail_msg("expected '%s' at %s, got: %s", needle, where, err.message);
-  schedrun_error_clear(&err);
+  tu_config_fails(text, "t.yaml", where, needle);
 }
 
 static void test_bad_candidate_lists(void **st) {

@@ -109,13 +109,7 @@ static void load_fails(const char *autotune, const char *where, const char *need
            "{type: f32, count: 16}\nprogram:\n  - launch:\n      kernel: work\n      args: [in, out, 16]\n"
            "      autotune:\n        block: [64, 128]\n        grid: \"$PER\"\n%s",
            autotune);
-  prog_program *p = NULL;
-  schedrun_error_t err = {0};
-  assert_int_equal(prog_load_string(text, strlen(text), "c.yaml", &p, &err), SCHEDRUN_ECONFIG);
-  assert_null(p);
-  if (!strstr(err.message, where) || !strstr(err.message, needle))
-    fail_msg("expected '%s' at %s, got: %s", needle, where, err.message);
-  schedrun_error_clear(&err);
+  tu_config_fails(text, "c.yaml", where, needle);
 }
 
 static void test_bad_constants(void **st) {

@@ -32,11 +32,7 @@
 static void load_fails(const char *devices, const char *needle) {
   char yaml[512];
   snprintf(yaml, sizeof yaml, "version: 1\ndevices: %s\n" BODY, devices);
-  prog_program *p = NULL;
-  schedrun_error_t err = {0};
-  assert_int_equal(prog_load_string(yaml, strlen(yaml), "d.yaml", &p, &err), SCHEDRUN_ECONFIG);
-  if (!strstr(err.message, needle)) fail_msg("devices %s: %s", devices, err.message);
-  schedrun_error_clear(&err);
+  tu_config_fails(yaml, "d.yaml", NULL, needle);
 }
 
 static void test_devices_list(void **st) {

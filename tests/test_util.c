@@ -30,6 +30,16 @@ const char *tu_write_temp(int slot, const char *name, const char *text) {
   return paths[slot];
 }
 
+void tu_config_fails(const char *text, const char *origin, const char *where, const char *needle) {
+  prog_program *p = NULL;
+  schedrun_error_t err = {0};
+  assert_int_equal(prog_load_string(text, strlen(text), origin, &p, &err), SCHEDRUN_ECONFIG);
+  assert_null(p);
+  if ((where && !strstr(err.message, where)) || !strstr(err.message, needle))
+    fail_msg("expected '%s' at %s, got: %s", needle, where ? where : "any place", err.message);
+  schedrun_error_clear(&err);
+}
+
 const char *tu_fresh_dir(const char *prefix) {
   static char dir[512];
   static int fresh;

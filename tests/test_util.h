@@ -43,6 +43,10 @@ int tu_run(char *const argv[], char **out, char **err);
 /* A whole file, NUL-terminated (heap; *len its length, may be NULL); NULL
  * when it cannot be read. */
 char *tu_slurp(const char *path, size_t *len);
+/* Loading config `text` (named origin) fails with SCHEDRUN_ECONFIG, and its
+ * message has `where` ("file:line:col"; NULL: anywhere) and `needle`, or the
+ * test fails saying what it got. */
+void tu_config_fails(const char *text, const char *origin, const char *where, const char *needle);
 /* A path no test of this process has used yet, in the test's temporary
  * directory ("<dir>/<prefix><n>"; not made): until the next call. */
 const char *tu_fresh_dir(const char *prefix);
