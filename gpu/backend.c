@@ -1,4 +1,5 @@
 /* Choosing a backend from a device spec, and finding compile targets. */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,34 +61,35 @@ bool gpu_devices_fit(const char *want, const char *opened, const gpu_backend *b,
 /* "A+B": a part of each kind, host and CUDA, each one of host, host:N,
  * cuda, cuda:I,J. */
 static int open_mixed(const char *spec, const gpu_open_opts *o, gpu_backend **out, schedrun_error_t *err) {
-  gpu_backend *parts[GPU_MAX_TARGETS] = {0};
-  int n = 0, rc = SCHEDRUN_OK;
+  char parts[GPU_MAX_TARGETS][64];
+  int n = 0;
   bool host_seen = false, cuda_seen = false;
-  for (const char *p = spec; rc == SCHEDRUN_OK;) {
+  /* every part checked before any opens */
+  for (const char *p = spec;;) {
     size_t len = strcspn(p, "+");
-    char one[64];
-    snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one ? len : sizeof one - 1), p);
-    bool host = !strcmp(one, "host") || !strncmp(one, "host:", 5);
-    bool cuda = !strcmp(one, "cuda") || !strncmp(one, "cuda:", 5);
-    if (len >= sizeof one || (!host && !cuda))
-      rc = err_set(err, SCHEDRUN_EINVAL, "devices '%s': '%.*s' is not one of host, host:N, cuda, cuda:I,J", spec,
-                   (int)len, p);
-    else if ((host && host_seen) || (cuda && cuda_seen))
-      rc = err_set(err, SCHEDRUN_EINVAL, "devices '%s' names %s devices twice", spec, host ? "host" : "CUDA");
-    else if (n == GPU_MAX_TARGETS)
-      rc = err_set(err, SCHEDRUN_EINVAL, "devices '%s': at most %d kinds", spec, GPU_MAX_TARGETS);
-    else if ((rc = gpu_backend_open(one, o, &parts[n], NULL, err)) == SCHEDRUN_OK)
-      n++;
+    bool host = !strncmp(p, "host", 4) && (len == 4 || p[4] == ':');
+    bool cuda = !strncmp(p, "cuda", 4) && (len == 4 || p[4] == ':');
+    if (len >= sizeof parts[0] || (!host && !cuda))
+      return err_set(err, SCHEDRUN_EINVAL, "devices '%s': '%.*s' is not one of host, host:N, cuda, cuda:I,J", spec,
+                     (int)len, p);
+    if ((host && host_seen) || (cuda && cuda_seen))
+      return err_set(err, SCHEDRUN_EINVAL, "devices '%s' names %s devices twice", spec, host ? "host" : "CUDA");
+    assert(n < GPU_MAX_TARGETS); /* one of each kind at most */
+    snprintf(parts[n++], sizeof parts[0], "%.*s", (int)len, p);
     host_seen |= host;
     cuda_seen |= cuda;
     if (!p[len]) break;
     p += len + 1;
   }
-  if (rc != SCHEDRUN_OK) {
-    for (int i = 0; i < n; i++) gpu_backend_close(&parts[i]);
-    return rc;
+  gpu_backend *opened[GPU_MAX_TARGETS] = {0};
+  for (int i = 0; i < n; i++) {
+    int rc = gpu_backend_open(parts[i], o, &opened[i], NULL, err);
+    if (rc != SCHEDRUN_OK) {
+      while (i-- > 0) gpu_backend_close(&opened[i]);
+      return rc;
+    }
   }
-  return gpu_mixed_open(parts, n, out, err);
+  return gpu_mixed_open(opened, n, out, err);
 }
 
 /* "auto": every GPU, else one host device. "all": every GPU, else one host

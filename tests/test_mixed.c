@@ -147,6 +147,20 @@ static void test_jobs_on_both_kinds(void **st) {
   assert_int_equal(schedrun_open(&s, &o, &err), SCHEDRUN_EINVAL);
   assert_string_equal(err.message, "placement 'fastest' is not one of auto, model, least-loaded");
   schedrun_error_clear(&err);
+  /* specs of two kinds that are not: each refused before anything opens */
+  static const char *const bad[][2] = {
+      {"cuda+bogus", "devices 'cuda+bogus': 'bogus' is not one of host, host:N, cuda, cuda:I,J"},
+      {"host+host:2", "devices 'host+host:2' names host devices twice"},
+      {"cuda:0+cuda", "devices 'cuda:0+cuda' names CUDA devices twice"},
+      {"host+", "devices 'host+': '' is not one of host, host:N, cuda, cuda:I,J"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    o.devices = bad[i][0];
+    o.placement = NULL;
+    assert_int_equal(schedrun_open(&s, &o, &err), SCHEDRUN_EINVAL);
+    assert_string_equal(err.message, bad[i][1]);
+    schedrun_error_clear(&err);
+  }
 }
 
 /* A kernel that only the CUDA compiler takes (NVRTC defines __CUDACC__). */
