@@ -10,6 +10,7 @@
  * combination, sees each constant's value as $NAME. The choice itself is
  * made when the launch is recorded (actors/record_tune.c).
  */
+#include <assert.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -385,14 +386,18 @@ bool ld_load_tune(ld *l, node *n, int depth, const prog_kernel *k, prog_step *st
   tune_constants *tc = ld_calloc(l, n, 1, sizeof *tc, "the launch's autotune");
   if (!tc) return false;
   bool ok = load_blocks(l, n, f[0], blocks, &nb, &spec);
-  ok = load_constants(l, f[3], tc, &spec) && ok;
-  if (ok && nb * tc->ncombos > PROG_MAX_CANDIDATES) {
+  bool constants_ok = load_constants(l, f[3], tc, &spec);
+  if (constants_ok && nb * tc->ncombos > PROG_MAX_CANDIDATES) {
     ld_problem(l, f[3], "autotune has %u candidates (%u blocks times %u combinations of constants); at most %d",
                nb * tc->ncombos, nb, tc->ncombos, PROG_MAX_CANDIDATES);
-    ok = false;
+    constants_ok = false;
   }
-  t->ncombos = ok ? tc->ncombos : 1;
-  ok = load_grid(l, n, f[1], depth, tc, t, &spec) && ok;
+  ok = ok && constants_ok;
+  t->ncombos = constants_ok ? tc->ncombos : 1;
+  assert(t->ncombos <= PROG_MAX_CANDIDATES); /* the grids' room */
+  /* a grid reads the constants: with none to read it is not parsed (its
+   * $NAMEs would only be reported again) */
+  if (constants_ok) ok = load_grid(l, n, f[1], depth, tc, t, &spec) && ok;
   if (f[2]) ok = load_key(l, f[2], k, t, &spec) && ok;
   /* every block with every combination; the launch's own kernel without constants */
   uint32_t kidx = st->u.launch.kernel;
