@@ -5,7 +5,7 @@
 # every job on the GPU) and against least-loaded placement over both. Whole
 # `sched-run` runs of bench/configs/placement.yaml, the cache warm (kernels
 # compiled, and the model calibrated by a run before the timed ones), taking
-# turns, 5 rounds; the figure is each one's median wall time.
+# turns, 5 rounds, idle and beside 4 busy loops; the figure is each one's median wall time.
 # Prints a Markdown section; bench/run.sh appends it to bench/RESULTS.md.
 # Usage: bench/placement.sh BUILD_DIR [SLOWDOWN]
 set -euo pipefail
@@ -32,16 +32,22 @@ echo "placement: model, least-loaded, host only, GPU only (slowdown $slowdown)" 
 # compile for both kinds, and calibrate the model
 run --devices cuda+host:1 --placement model > /dev/null
 run --devices host:1 > /dev/null
-for round in 1 2 3 4 5; do
-  run --devices cuda+host:1 --placement model | wall | sed 's/^/model /' >> "$tmp/raw"
-  run --devices cuda+host:1 --placement least-loaded | wall | sed 's/^/least /' >> "$tmp/raw"
-  run --devices host:1 | wall | sed 's/^/host /' >> "$tmp/raw"
-  run --devices cuda | wall | sed 's/^/cuda /' >> "$tmp/raw"
+# the same rounds idle, then with 4 busy loops beside them (two per core)
+for mode in idle loaded; do
+  pids=()
+  if [ "$mode" = loaded ]; then
+    for i in 1 2 3 4; do (while :; do :; done) & pids+=($!); done
+  fi
+  for round in 1 2 3 4 5; do
+    run --devices cuda+host:1 --placement model | wall | sed "s/^/$mode-model /" >> "$tmp/raw"
+    run --devices cuda+host:1 --placement least-loaded | wall | sed "s/^/$mode-least /" >> "$tmp/raw"
+    run --devices host:1 | wall | sed "s/^/$mode-host /" >> "$tmp/raw"
+    run --devices cuda | wall | sed "s/^/$mode-cuda /" >> "$tmp/raw"
+  done
+  if [ ${#pids[@]} -gt 0 ]; then kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true; fi
 done
 fig() { awk -v l="$1" '$1 == l {print $2}' "$tmp/raw" | median; }
 split() { awk -v l="$1" '$1 == l {print $3 " / " $4; exit}' "$tmp/raw"; }
-model=$(fig model) least=$(fig least) host=$(fig host) cuda=$(fig cuda)
-best=$(awk "BEGIN {print ($host < $cuda) ? $host : $cuda}")
 ratio() { awk "BEGIN {printf \"%.2f\", $1 / $2}"; }
 jobs=$(awk '/^jobs:/ {print $2}' "$config")
 echo "## Placement over devices of two kinds"
@@ -49,14 +55,30 @@ echo
 echo "$jobs jobs of \`$config\` on \`cuda+host:1\`: the GPU is the driver double with"
 echo "\`SCHEDRUN_CUDA_DOUBLE_SLOWDOWN=$slowdown\` (each kernel takes $slowdown times its CPU time),"
 echo "the host device runs the same kernel on the CPU. Whole \`sched-run --json\` runs,"
-echo "warm cache, the model calibrated by a run before; medians of 5 rounds taking turns."
+echo "warm cache, the model calibrated by a run before; medians of 5 rounds taking turns,"
+echo "idle, then with 4 busy loops beside them (two per core)."
 echo
-echo "| placement | wall | jobs on cuda:0 / host:0 | against the best fixed placement |"
-echo "|---|---|---|---|"
-echo "| **model** | $model ms | $(split model) | **$(ratio "$model" "$best")x** |"
-echo "| least-loaded | $least ms | $(split least) | $(ratio "$least" "$best")x |"
-echo "| every job on host:0 (\`--devices host:1\`) | $host ms | | $(ratio "$host" "$best")x |"
-echo "| every job on cuda:0 (\`--devices cuda\`) | $cuda ms | | $(ratio "$cuda" "$best")x |"
+echo "| placement | idle: wall | jobs on cuda:0 / host:0 | against the best fixed | loaded: wall | jobs on cuda:0 / host:0 | against the best fixed |"
+echo "|---|---|---|---|---|---|---|"
+for m in model least host cuda; do
+  case $m in
+    model) label="**model**" ;;
+    least) label="least-loaded" ;;
+    host) label="every job on host:0 (\`--devices host:1\`)" ;;
+    cuda) label="every job on cuda:0 (\`--devices cuda\`)" ;;
+  esac
+  row="| $label"
+  for mode in idle loaded; do
+    w=$(fig "$mode-$m") h=$(fig "$mode-host") c=$(fig "$mode-cuda")
+    best=$(awk "BEGIN {print ($h < $c) ? $h : $c}")
+    r=$(ratio "$w" "$best")
+    [ "$m" = model ] && r="**${r}x**" || r="${r}x"
+    sp=$(split "$mode-$m")
+    case $m in host | cuda) sp="" ;; esac # one device: all its jobs there
+    row="$row | $w ms | $sp | $r"
+  done
+  echo "$row |"
+done
 echo
 echo "Command: \`bench/placement.sh build $slowdown\`. Target: the model's total time within"
 echo "20% of the best fixed placement (at most 1.20x)."
