@@ -135,14 +135,7 @@ static char cache[256];
 /* A cache directory no test has used yet. */
 static void fresh_cache(void) { snprintf(cache, sizeof cache, "%s", tu_fresh_dir("cache")); }
 
-static schedrun_t *open_host(int retune) {
-  schedrun_options_t o;
-  schedrun_options_init(&o);
-  o.devices = "host:1";
-  o.cache_dir = cache;
-  o.retune = retune;
-  return tu_open(&o);
-}
+static schedrun_t *open_host(int retune) { return tu_open_tuning(cache, retune); }
 
 /* Runs `yaml` (3 jobs, verified) on a fresh scheduler; returns its one
  * choice and the device's launches. */

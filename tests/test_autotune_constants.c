@@ -131,18 +131,9 @@ static void test_bad_constants(void **st) {
              "autotune names more than 4 constants");
 }
 
-static schedrun_t *open_host(const char *cache, int retune) {
-  schedrun_options_t o;
-  schedrun_options_init(&o);
-  o.devices = "host:1";
-  o.cache_dir = cache;
-  o.retune = retune;
-  return tu_open(&o);
-}
-
 /* Runs p (verified) on a fresh scheduler over `cache`; its one choice. */
 static void run_one(const char *cache, schedrun_program_t *p, int jobs, schedrun_tune_info_t *t) {
-  schedrun_t *s = open_host(cache, 0);
+  schedrun_t *s = tu_open_tuning(cache, 0);
   schedrun_report_t *r = NULL;
   schedrun_error_t err = {0};
   if (schedrun_run(s, p, NULL, &r, &err) != SCHEDRUN_OK) fail_msg("run: %s", err.message);
@@ -157,7 +148,7 @@ static void test_picks_the_fastest_value(void **st) {
   (void)st;
   char cache[512];
   snprintf(cache, sizeof cache, "%s", tu_fresh_dir("constants"));
-  schedrun_t *s = open_host(cache, 0);
+  schedrun_t *s = tu_open_tuning(cache, 0);
   schedrun_program_t *p = tu_load(s, tuned, "per.yaml");
   schedrun_close(&s);
   schedrun_tune_info_t t;

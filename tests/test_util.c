@@ -30,6 +30,15 @@ const char *tu_write_temp(int slot, const char *name, const char *text) {
   return paths[slot];
 }
 
+schedrun_t *tu_open_tuning(const char *cache, int retune) {
+  schedrun_options_t o;
+  schedrun_options_init(&o);
+  o.devices = "host:1";
+  o.cache_dir = cache;
+  o.retune = retune;
+  return tu_open(&o);
+}
+
 void tu_config_fails(const char *text, const char *origin, const char *where, const char *needle) {
   prog_program *p = NULL;
   schedrun_error_t err = {0};

@@ -43,6 +43,9 @@ int tu_run(char *const argv[], char **out, char **err);
 /* A whole file, NUL-terminated (heap; *len its length, may be NULL); NULL
  * when it cannot be read. */
 char *tu_slurp(const char *path, size_t *len);
+/* One host device over the kernel cache `cache`, timing autotuned launches
+ * again when `retune`; the test fails if it does not open. */
+schedrun_t *tu_open_tuning(const char *cache, int retune);
 /* Loading config `text` (named origin) fails with SCHEDRUN_ECONFIG, and its
  * message has `where` ("file:line:col"; NULL: anywhere) and `needle`, or the
  * test fails saying what it got. */
