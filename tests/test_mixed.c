@@ -163,6 +163,66 @@ static void test_jobs_on_both_kinds(void **st) {
   }
 }
 
+/* v[i] = v[i] * 2 + 1, from init i */
+static const char step_cfg[] =
+    "version: 1\nname: step\n"
+    "kernels:\n"
+    "  step:\n"
+    "    params: [ptr, i32]\n"
+    "    source: |\n"
+    "      extern \"C\" __global__ void step(float *v, int n) {\n"
+    "        int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "        if (i < n) v[i] = v[i] * 2.0f + 1.0f;\n"
+    "      }\n"
+    "buffers:\n"
+    "  v: {type: f32, count: 1024, init: {iota: {start: 0, step: 1}}}\n"
+    "program:\n"
+    "  - launch: {kernel: step, grid: 4, block: 256, args: [v, 1024]}\n";
+
+/* A buffer handed from a job on the GPU to a job on the host device and back
+ * goes through the host (the kinds share no memory): three steps, each
+ * result element by element. */
+static void test_handoffs_across_kinds(void **st) {
+  (void)st;
+  fresh_cache();
+  schedrun_t *s = open_mixed(NULL);
+  schedrun_program_t *p = tu_load(s, step_cfg, "step.yaml");
+  schedrun_graph_t *g = NULL;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_graph_new(&g, &err), SCHEDRUN_OK);
+  int node[3];
+  for (int k = 0; k < 3; k++) {
+    schedrun_job_options_t o;
+    schedrun_job_options_init(&o);
+    o.device = k % 2 == 0 ? 0 : 1; /* cuda:0, host:0, cuda:0 */
+    o.keep_outputs = 1;
+    if (schedrun_graph_job(g, p, &o, &node[k], &err)) fail_msg("%s", err.message);
+    if (k && schedrun_graph_handoff(g, node[k - 1], "v", node[k], "v", &err)) fail_msg("%s", err.message);
+  }
+  schedrun_job_t ids[3];
+  if (schedrun_graph_submit(s, g, ids, &err)) fail_msg("%s", err.message);
+  for (int k = 0; k < 3; k++) {
+    schedrun_job_result_t *r = NULL;
+    assert_int_equal(schedrun_wait(s, ids[k], -1, &r, &err), SCHEDRUN_OK);
+    const schedrun_job_info_t *info = schedrun_job_result_info(r);
+    if (info->status != SCHEDRUN_OK) fail_msg("step %d: %s", k, schedrun_job_result_error(r));
+    assert_int_equal(info->device, k % 2 == 0 ? 0 : 1);
+    if (k) assert_int_equal(info->handoffs_copied, 1); /* through the host */
+    size_t bytes = 0;
+    const float *v = schedrun_job_result_output(r, "v", &bytes);
+    assert_int_equal(bytes, 1024 * sizeof(float));
+    for (int i = 0; i < 1024; i++) {
+      float want = (float)i;
+      for (int j = 0; j <= k; j++) want = want * 2 + 1;
+      if (v[i] != want) fail_msg("step %d, v[%d] = %g, not %g", k, i, (double)v[i], (double)want);
+    }
+    schedrun_job_result_free(&r);
+  }
+  schedrun_graph_free(&g);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+}
+
 /* A kernel that only the CUDA compiler takes (NVRTC defines __CUDACC__). */
 static const char cuda_only[] =
     "version: 1\nname: cuda-only\njobs: 4\n"
@@ -286,6 +346,7 @@ int main(void) {
       cmocka_unit_test(test_devices_list),
       cmocka_unit_test(test_jobs_on_both_kinds),
       cmocka_unit_test(test_cuda_only_kernel),
+      cmocka_unit_test(test_handoffs_across_kinds),
       cmocka_unit_test(test_model_prefers_the_faster_kind),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
