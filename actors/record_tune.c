@@ -107,15 +107,6 @@ static void scalar_text(prog_type t, uint64_t slot, char *out, size_t n) {
   }
 }
 
-/* The kind of device the launch is recorded for: its target and
- * architecture ("host", "cuda sm_90"). */
-static void device_kind(tune_ctx *c, char *out, size_t n) {
-  const gpu_backend *be = c->core->backend;
-  int dev = (int)c->r->device;
-  const char *target = be->ops->target(be, dev), *arch = be->ops->arch(be, dev);
-  snprintf(out, n, "%s%s%s", target, arch && *arch ? " " : "", arch ? arch : "");
-}
-
 /* The key of the choice for launch st with arguments args on `device`. */
 static void choice_key(tune_ctx *c, const prog_step *st, const uint64_t *args, const char *device, char key[65]) {
   const prog_tune *t = st->u.launch.tune;
@@ -424,7 +415,7 @@ int record_tune_choose(tune_ctx *c, const prog_step *st, const uint64_t *args, c
   /* a launch whose key reads $job is walked for every job: only the key
    * is worked out each time, the rest when the choice is made */
   char device[64], key[65];
-  device_kind(c, device, sizeof device);
+  gpu_device_kind(c->core->backend, (int)c->r->device, device, sizeof device); /* the kind it is recorded for */
   choice_key(c, st, args, device, key);
   tune_table *table = &c->core->tunes;
   tune_entry e;

@@ -33,8 +33,7 @@ void scheduler_model_setup(scheduler_state *s, int placement) {
   s->nkinds = 0;
   for (int d = 0; be && d < s->core->ndevices; d++) {
     char kind[PERF_KIND_MAX];
-    const char *arch = be->ops->arch(be, d);
-    snprintf(kind, sizeof kind, "%s%s%s", be->ops->target(be, d), arch && *arch ? " " : "", arch ? arch : "");
+    gpu_device_kind(be, d, kind, sizeof kind);
     int k = 0;
     while (k < s->nkinds && strcmp(s->kinds[k], kind)) k++;
     if (k == s->nkinds) snprintf(s->kinds[s->nkinds++], PERF_KIND_MAX, "%s", kind);

@@ -133,6 +133,11 @@ int gpu_target_count(const gpu_backend *b) {
   return n ? n : 1;
 }
 
+void gpu_device_kind(const gpu_backend *b, int dev, char *out, size_t n) {
+  const char *target = b->ops->target(b, dev), *arch = b->ops->arch(b, dev);
+  snprintf(out, n, "%s%s%s", target, arch && *arch ? " " : "", arch ? arch : "");
+}
+
 const gpu_backend *gpu_target_part(const gpu_backend *b, int i) {
   int first;
   return b->ops->part ? b->ops->part(b, i, &first) : i == 0 ? b : NULL;

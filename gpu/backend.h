@@ -246,6 +246,9 @@ int gpu_target_count(const gpu_backend *b);
 const gpu_backend *gpu_target_part(const gpu_backend *b, int i);
 /* The index of device dev's target. */
 int gpu_device_target(const gpu_backend *b, int dev);
+/* Device dev's kind: its target and architecture ("host", "cuda sm_90"), as
+ * autotuned choices and performance models key what they measure. */
+void gpu_device_kind(const gpu_backend *b, int dev, char *out, size_t n);
 
 /* How to open a backend. */
 typedef struct gpu_open_opts {

@@ -184,42 +184,18 @@ static int x_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedr
 static int x_seq_launch_timed(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64_t *times, uint32_t max,
                               uint32_t *n, schedrun_error_t *err) {
   const gpu_ops *o = gpu_owner(s)->ops;
-  if (o->seq_launch_timed) return o->seq_launch_timed(s, deadline_ns, f, times, max, n, err);
-  *n = 0;
-  return o->seq_launch(s, deadline_ns, f, err);
+  assert(o->seq_launch_timed); /* both parts time nodes */
+  return o->seq_launch_timed(s, deadline_ns, f, times, max, n, err);
 }
 
 static void x_seq_destroy(gpu_seq *s) { gpu_owner(s)->ops->seq_destroy(s); }
-
-/* The ops one by one, for a part without run_batch. */
-static int ops_one_by_one(gpu_backend *p, int l, gpu_batch_op *ops, size_t n, uint64_t deadline_ns, size_t *done,
-                          gpu_failure *f, schedrun_error_t *err) {
-  int rc = SCHEDRUN_OK;
-  f->tag = GPU_NO_TAG;
-  f->lost = false;
-  for (*done = 0; *done < n && rc == SCHEDRUN_OK; ++*done) {
-    gpu_batch_op *o = &ops[*done];
-    switch (o->kind) {
-    case GB_HTOD: rc = p->ops->copy_htod(p, l, o->addr, o->src, o->bytes, err); break;
-    case GB_ZERO: rc = p->ops->mem_zero(p, l, o->addr, o->bytes, err); break;
-    case GB_DTOH: rc = p->ops->copy_dtoh(p, l, o->dst, o->addr, o->bytes, err); break;
-    case GB_DTOD: rc = p->ops->copy_dtod(p, l, o->addr, o->from, o->bytes, err); break;
-    case GB_SEQ:
-      rc = p->ops->seq_launch(o->seq, deadline_ns, f, err);
-      o->t_end = now_ns();
-      break;
-    }
-    if (rc != SCHEDRUN_OK) return rc; /* ops[*done] failed */
-  }
-  return rc;
-}
 
 static int x_run_batch(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uint64_t deadline_ns, size_t *done,
                        gpu_failure *f, schedrun_error_t *err) {
   int l;
   gpu_backend *p = part_of(b, dev, &l);
-  if (p->ops->run_batch) return p->ops->run_batch(p, l, ops, n, deadline_ns, done, f, err);
-  return ops_one_by_one(p, l, ops, n, deadline_ns, done, f, err);
+  assert(p->ops->run_batch); /* both parts run batches */
+  return p->ops->run_batch(p, l, ops, n, deadline_ns, done, f, err);
 }
 
 static const char *x_device_lost(const gpu_backend *b, int dev) {

@@ -318,6 +318,27 @@ static void test_two_processes_leave_one_entry(void **st) {
   one_whole_entry(cache, entry);
 }
 
+/* One job of yaml (named origin) on a fresh scheduler fails when recorded,
+ * its error naming `where` and saying `needle`, and no choice is kept. */
+static void job_fails(const char *yaml, const char *origin, const char *where, const char *needle) {
+  schedrun_t *s = open_host(0);
+  schedrun_program_t *p = tu_load(s, yaml, origin);
+  schedrun_job_options_t o;
+  schedrun_job_options_init(&o);
+  schedrun_job_t id;
+  schedrun_job_result_t *r = NULL;
+  schedrun_error_t err = {0};
+  assert_int_equal(schedrun_submit(s, p, &o, &id, &err), SCHEDRUN_OK);
+  assert_int_equal(schedrun_wait(s, id, -1, &r, &err), SCHEDRUN_OK);
+  assert_int_not_equal(schedrun_job_result_info(r)->status, SCHEDRUN_OK);
+  const char *why = schedrun_job_result_error(r);
+  if (!strstr(why, where) || !strstr(why, needle)) fail_msg("unexpected error: %s", why);
+  schedrun_job_result_free(&r);
+  assert_int_equal(schedrun_tune_count(s), 0);
+  schedrun_program_free(&p);
+  schedrun_close(&s);
+}
+
 /* A candidate that does not launch fails the job, naming it and the launch. */
 static void test_candidate_that_does_not_launch(void **st) {
   (void)st;
@@ -339,23 +360,9 @@ static void test_candidate_that_does_not_launch(void **st) {
                                 "      kernel: half\n"
                                 "      args: [out]\n"
                                 "      autotune: {block: [64, 256], grid: \"1024 / $block\"}\n";
-  schedrun_t *s = open_host(0);
-  schedrun_program_t *p = tu_load(s, barrier, "barrier.yaml");
-  schedrun_job_options_t o;
-  schedrun_job_options_init(&o);
-  schedrun_job_t id;
-  schedrun_job_result_t *r = NULL;
-  schedrun_error_t err = {0};
-  assert_int_equal(schedrun_submit(s, p, &o, &id, &err), SCHEDRUN_OK);
-  assert_int_equal(schedrun_wait(s, id, -1, &r, &err), SCHEDRUN_OK);
-  assert_int_not_equal(schedrun_job_result_info(r)->status, SCHEDRUN_OK);
-  const char *why = schedrun_job_result_error(r);
-  if (!strstr(why, "barrier.yaml:14:5") ||
-      !strstr(why, "autotune candidate 2 of 2 (block [256, 1, 1], grid [4, 1, 1]) does not launch"))
-    fail_msg("unexpected error: %s", why);
-  schedrun_job_result_free(&r);
-  assert_int_equal(schedrun_tune_count(s), 0);
-  /* nothing was kept: not in the process, not in the cache */
+  job_fails(barrier, "barrier.yaml", "barrier.yaml:14:5",
+            "autotune candidate 2 of 2 (block [256, 1, 1], grid [4, 1, 1]) does not launch");
+  /* nothing was kept in the cache either */
   char dir[300];
   snprintf(dir, sizeof dir, "%s/tune", cache);
   DIR *d = opendir(dir);
@@ -363,8 +370,6 @@ static void test_candidate_that_does_not_launch(void **st) {
   for (struct dirent *e; d && (e = readdir(d));) files += e->d_name[0] != '.';
   if (d) closedir(d);
   assert_int_equal(files, 0);
-  schedrun_program_free(&p);
-  schedrun_close(&s);
 }
 
 /* A grid that is no grid for a candidate fails the job when it is
@@ -384,23 +389,7 @@ static void test_grid_out_of_range(void **st) {
                              "      kernel: work\n"
                              "      args: [out, 16]\n"
                              "      autotune: {block: [64], grid: \"16 / $block\"}\n";
-  schedrun_t *s = open_host(0);
-  schedrun_program_t *p = tu_load(s, zero, "zero.yaml");
-  schedrun_job_options_t o;
-  schedrun_job_options_init(&o);
-  schedrun_job_t id;
-  schedrun_job_result_t *r = NULL;
-  schedrun_error_t err = {0};
-  assert_int_equal(schedrun_submit(s, p, &o, &id, &err), SCHEDRUN_OK);
-  assert_int_equal(schedrun_wait(s, id, -1, &r, &err), SCHEDRUN_OK);
-  assert_int_not_equal(schedrun_job_result_info(r)->status, SCHEDRUN_OK);
-  const char *why = schedrun_job_result_error(r);
-  if (!strstr(why, "zero.yaml:11:5") || !strstr(why, "autotune grid for block x 64: x is 0; it is 1 to 2147483647"))
-    fail_msg("unexpected error: %s", why);
-  schedrun_job_result_free(&r);
-  assert_int_equal(schedrun_tune_count(s), 0);
-  schedrun_program_free(&p);
-  schedrun_close(&s);
+  job_fails(zero, "zero.yaml", "zero.yaml:11:5", "autotune grid for block x 64: x is 0; it is 1 to 2147483647");
 }
 
 /* The builder's autotuned launch: the same choice, and the same checks. */
