@@ -77,6 +77,7 @@ struct actor {
 static _Thread_local actor_t *own_thread_of;
 
 void *actor_state(const actor_t *a) { return a->state; }
+bool actor_on_own_thread(const actor_t *a) { return own_thread_of == a; }
 
 void actor_wake_at(actor_t *self, uint64_t at_ns) {
   assert(at_ns != 0); /* 0 means no wake is due */
@@ -307,11 +308,12 @@ static int take_now(void *sock, zmq_msg_t *zm) {
 }
 
 int mbox_recv(void *sock, int timeout_ms, msg *m, uint64_t *malformed, schedrun_error_t *err) {
-  return mbox_recv_spin(sock, timeout_ms, 0, NULL, m, malformed, err);
+  return mbox_recv_spin(sock, timeout_ms, 0, NULL, NULL, 0, m, malformed, err);
 }
 
-int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg_queue *q, msg *m, uint64_t *malformed,
-                   schedrun_error_t *err) {
+int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg_queue *q, const int *fds, int nfds, msg *m,
+                   uint64_t *malformed, schedrun_error_t *err) {
+  assert(nfds >= 0 && nfds <= ACTOR_WAKE_FDS);
   uint64_t start = now_ns();
   uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000ull;
   for (;;) {
@@ -348,13 +350,19 @@ int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg_queue *q, m
         return err_set(err, SCHEDRUN_ETIMEOUT, "no message within %d ms", timeout_ms);
       }
       long wait = timeout_ms < 0 ? -1 : (long)((deadline - now + 999999) / 1000000);
-      zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
-      int n = zmq_poll(&it, 1, wait);
+      zmq_pollitem_t it[1 + ACTOR_WAKE_FDS] = {{sock, 0, ZMQ_POLLIN, 0}};
+      for (int i = 0; i < nfds; i++) it[1 + i] = (zmq_pollitem_t){NULL, fds[i], ZMQ_POLLIN, 0};
+      int n = zmq_poll(it, 1 + nfds, wait);
       if (n < 0 && zmq_errno() != EINTR) {
         zmq_msg_close(&zm);
         return err_set(err, SCHEDRUN_EINTERNAL, "zmq_poll: %s", zmq_strerror(zmq_errno()));
       }
       got = take_now(sock, &zm);
+      for (int i = 0; got == 0 && n > 0 && i < nfds; i++)
+        if (it[1 + i].revents) {
+          zmq_msg_close(&zm);
+          return SCHEDRUN_EAGAIN;
+        }
     }
     if (got < 0) {
       int e = zmq_errno();
@@ -448,6 +456,9 @@ int actor_send(actor_t *self, const char *to, msg *m) {
 
 static void *actor_main(void *arg) {
   actor_t *a = arg;
+  char title[16]; /* the thread's name in ps, top and debuggers: the actor's, cut to the kernel's 15 bytes */
+  str_copy(title, sizeof title, a->name);
+  pthread_setname_np(pthread_self(), title);
   schedrun_error_t err = {0};
   int rc = SCHEDRUN_OK;
   a->mailbox = mbox_bind(a->zctx, a->name, &err);
@@ -460,22 +471,36 @@ static void *actor_main(void *arg) {
   pthread_mutex_unlock(&a->lock);
   if (rc == SCHEDRUN_OK) {
     own_thread_of = a;
+    bool spin = true; /* no spin after a wake descriptor's TICK: no message is on its way */
     for (;;) {
       msg m;
       uint64_t dropped = 0;
       int timeout_ms, got = SCHEDRUN_OK;
       if (!take_tick(a, &m, &timeout_ms)) {
-        got = mbox_recv_spin(a->mailbox, timeout_ms, a->spin_ns, a->queue, &m, &dropped, NULL);
+        int fds[ACTOR_WAKE_FDS];
+        int nfds = a->def->wake_fds ? a->def->wake_fds(a, fds) : 0;
+        got = mbox_recv_spin(a->mailbox, timeout_ms, spin ? a->spin_ns : 0, a->queue, fds, nfds, &m, &dropped, NULL);
         if (got == SCHEDRUN_ETIMEOUT) continue; /* the TICK is due: the next look takes it */
       }
       if (dropped) atomic_fetch_add(&a->malformed, dropped);
+      bool fd_tick = false;
       if (got == SCHEDRUN_EAGAIN) {
-        /* the queue has messages: as if its doorbell had rung */
-        msg_init(&m, MSG_QUEUED, 0, a->name);
+        /* the queue has messages: as if its doorbell had rung; or a wake
+         * descriptor is readable: a TICK */
+        fd_tick = !(a->queue && msgq_any(a->queue));
+        msg_init(&m, fd_tick ? MSG_TICK : MSG_QUEUED, 0, a->name);
         got = SCHEDRUN_OK;
       }
       if (got != SCHEDRUN_OK) break;
-      pthread_mutex_lock(&a->turn);
+      spin = !fd_tick;
+      if (fd_tick && a->def->woken) a->def->woken(a);
+      if (fd_tick && pthread_mutex_trylock(&a->turn) != 0) {
+        /* a guest holds the turn (and sees to it): waiting behind guests
+         * that take it job after job would wake this thread at each */
+        msg_free(&m);
+        continue;
+      }
+      if (!fd_tick) pthread_mutex_lock(&a->turn);
       if (!a->stopped && a->queue && m.type != MSG_QUEUED && msgq_any(a->queue)) {
         /* what a sender queued before it sent m comes first */
         msg bell;
@@ -518,6 +543,17 @@ actor_turn actor_run_queue_here(actor_t *a) {
       actor_send(a, a->name, &bell);
     }
     msg_free(&bell);
+  }
+  pthread_mutex_unlock(&a->turn);
+  return r;
+}
+
+actor_turn actor_run_here(actor_t *a, void (*fn)(actor_t *self, void *arg), void *arg) {
+  if (pthread_mutex_trylock(&a->turn) != 0) return ACTOR_TURN_BUSY;
+  actor_turn r = a->stopped ? ACTOR_TURN_STOPPED : ACTOR_TURN_RAN;
+  if (!a->stopped) {
+    atomic_fetch_add(&a->guest_rounds, 1);
+    fn(a, arg);
   }
   pthread_mutex_unlock(&a->turn);
   return r;

@@ -33,7 +33,16 @@ typedef struct actor_def {
   int (*handle)(actor_t *self, msg *m);
   /* In the actor's thread, after the last message. May be NULL. */
   void (*stop)(actor_t *self);
+  /* Descriptors the actor's thread also sleeps on, looked up before each
+   * sleep (at most ACTOR_WAKE_FDS, how many returned). When one becomes
+   * readable, `woken` runs on the thread without the turn (it must empty
+   * what it must, safely beside a guest), then the handler gets a TICK if
+   * the turn is free: a guest holding it must see to what the TICK was for.
+   * Both may be NULL. */
+  int (*wake_fds)(actor_t *self, int *fds);
+  void (*woken)(actor_t *self);
 } actor_def;
+#define ACTOR_WAKE_FDS 2
 
 /* How long a receiver keeps polling (yielding the CPU each time) before it
  * sleeps: in a pipeline the next message is often microseconds away, and
@@ -71,6 +80,13 @@ typedef enum { ACTOR_TURN_RAN, ACTOR_TURN_BUSY, ACTOR_TURN_STOPPED } actor_turn;
  * thread is woken to end. The actor must have a queue and must live (see
  * actor_join). */
 actor_turn actor_run_queue_here(actor_t *a);
+/* Runs fn(a, arg) on the calling thread under the actor's turn, if the turn
+ * is free and the actor has not stopped: a guest's errand that the actor's
+ * own code defines (fn may run the handler; it must not stop the actor).
+ * The actor must live. */
+actor_turn actor_run_here(actor_t *a, void (*fn)(actor_t *self, void *arg), void *arg);
+/* Whether the calling thread is the actor's own. */
+bool actor_on_own_thread(const actor_t *a);
 /* How many times guests have taken the actor's queue (any thread). */
 uint64_t actor_guest_rounds(const actor_t *a);
 
@@ -134,9 +150,10 @@ void mbox_unsent(zmq_msg_t *zm, msg *m);
 int mbox_recv(void *sock, int timeout_ms, msg *m, uint64_t *malformed, schedrun_error_t *err);
 /* The same, polling for up to spin_ns before sleeping; with a queue (may be
  * NULL), polling it too: SCHEDRUN_EAGAIN when it has messages (m is then
- * untouched). */
-int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg_queue *q, msg *m, uint64_t *malformed,
-                   schedrun_error_t *err);
+ * untouched). Its sleep also ends when one of the nfds descriptors fds
+ * becomes readable: SCHEDRUN_EAGAIN too. */
+int mbox_recv_spin(void *sock, int timeout_ms, uint64_t spin_ns, msg_queue *q, const int *fds, int nfds, msg *m,
+                   uint64_t *malformed, schedrun_error_t *err);
 
 /* ---- a queue beside a mailbox ----
  *

@@ -58,6 +58,9 @@ typedef struct schedrun_core {
   bool retune;               /* autotuned launches are timed again, not taken from the cache */
   int placement;             /* SCHEDRUN__PLACE_* */
   core_placement placement_stats[SCHEDRUN_MAX_DEVICES];
+  /* lone jobs posted to their device by the submitting thread, and those of
+   * them the device's own thread collected (nobody waited in time) */
+  _Atomic uint64_t posted, posted_late;
   tune_table tunes;          /* the autotuned launches' choices (actors/record_tune.h) */
   pthread_mutex_t reg_lock;
   hmap programs; /* uint64_t id -> prog_program* */
@@ -134,6 +137,16 @@ record_state *record_state_new(schedrun_core *core);
 void record_state_free(record_state *s);
 execute_state *execute_state_new(schedrun_core *core, int device);
 void execute_state_free(execute_state *s);
+/* Guests of an execute actor (actors/execute_posted.c). A thread that
+ * placed a lone job takes the device's queue and posts the job to the
+ * device, returning while it runs (ACTOR_TURN_BUSY: the turn is held, or
+ * the device cannot post; the caller rings the actor then). */
+actor_turn execute_post_here(actor_t *a);
+/* Whether a job posted so is still to be collected (any thread). */
+bool execute_has_posted(actor_t *a);
+/* Collects the job posted, waiting for it until until_ns at most (0: no
+ * limit), then runs what is queued; nothing more when it had not ended. */
+actor_turn execute_run_here(actor_t *a, uint64_t until_ns);
 scheduler_state *scheduler_state_new(schedrun_core *core);
 void scheduler_state_free(scheduler_state *s);
 

@@ -17,6 +17,10 @@ _Static_assert(PROG_MAX_SOURCE_BYTES <= MSG_MAX_STRING, "a kernel's source fits 
 execute_state *execute_state_new(schedrun_core *core, int device) {
   execute_state *s = calloc(1, sizeof *s);
   if (!s) return NULL;
+  if (!(s->post = calloc(1, sizeof *s->post))) {
+    free(s);
+    return NULL;
+  }
   s->core = core;
   s->device = device;
   snprintf(s->name, sizeof s->name, ACTOR_EXECUTE_FMT, device);
@@ -25,6 +29,9 @@ execute_state *execute_state_new(schedrun_core *core, int device) {
 
 void execute_state_free(execute_state *s) {
   if (s) {
+    assert(!atomic_load(&s->posted) && !s->ndeferred); /* collected and run before the actor stopped */
+    free(s->post);
+    free(s->deferred);
     free(s->times);
     kept_table_free(&s->kept); /* empty once the actor stopped (execute_stop) */
   }
@@ -92,14 +99,12 @@ bool execute_timing(const execute_state *s) {
   return s->core->time_nodes && s->timed < TIMED_JOBS && s->core->backend->ops->seq_launch_timed;
 }
 
-static int run_job(execute_state *s, const context_run *c, const job_run *jr, msg_outputs *outs, size_t *cap,
-                   uint32_t *ntimed, gpu_failure *f, schedrun_error_t *err) {
+/* A job's buffers from its inputs, the program's `init` or what it takes;
+ * then whether it may still start. */
+static int job_before(execute_state *s, const context_run *c, const job_run *jr, schedrun_error_t *err) {
   const prog_program *p = c->p;
   gpu_backend *be = s->core->backend;
   int rc = SCHEDRUN_OK;
-  *ntimed = 0;
-  f->tag = GPU_NO_TAG;
-  f->lost = false;
   for (uint32_t b = 0; rc == SCHEDRUN_OK && b < p->nbuffers; b++) {
     if (execute_taken(&jr->takes, b)) continue; /* filled from its parcel below */
     if (execute_stays(p, jr, b)) continue;       /* as the last job here left it */
@@ -122,10 +127,18 @@ static int run_job(execute_state *s, const context_run *c, const job_run *jr, ms
   if (jr->deadline && now_ns() >= jr->deadline)
     return err_set(err, SCHEDRUN_ETIMEOUT, "job %llu (run %u, job %u) reached its deadline before it started on %s",
                    (unsigned long long)jr->id, jr->run, jr->job_index, be->ops->device_name(be, s->device));
+  return SCHEDRUN_OK;
+}
+
+/* The replay, waited for; a failure names its step. */
+static int job_launch(execute_state *s, const context_run *c, const job_run *jr, uint32_t *ntimed, gpu_failure *f,
+                      schedrun_error_t *err) {
+  gpu_backend *be = s->core->backend;
   gpu_seq *seq = (gpu_seq *)(uintptr_t)c->sequence;
+  int rc;
   if (execute_timing(s) && !s->times)
     s->times = malloc(TIMED_NODES * 3 * sizeof *s->times); /* freed once the last timed job is answered */
-  if (p->nhosts) {
+  if (c->p->nhosts) {
     rc = execute_run_segments(s, c, jr, f, err);
   } else if (execute_timing(s) && s->times) {
     s->timed++;
@@ -133,10 +146,17 @@ static int run_job(execute_state *s, const context_run *c, const job_run *jr, ms
   } else {
     rc = be->ops->seq_launch(seq, jr->deadline, f, err);
   }
-  if (rc) {
-    execute_name_failure(p, jr, f, rc, err);
-    return rc;
-  }
+  if (rc) execute_name_failure(c->p, jr, f, rc, err);
+  return rc;
+}
+
+/* What the job wrote back into registered memory, and the buffers it wants
+ * read back, appended to *outs. */
+static int job_after(execute_state *s, const context_run *c, const job_run *jr, msg_outputs *outs, size_t *cap,
+                     schedrun_error_t *err) {
+  const prog_program *p = c->p;
+  gpu_backend *be = s->core->backend;
+  int rc = SCHEDRUN_OK;
   if (jr->takes.n && (rc = execute_write_back(s, c, jr, err))) return rc;
   for (uint32_t b = 0; rc == SCHEDRUN_OK && b < p->nbuffers; b++) {
     if (!execute_wanted(p, b, jr->keep)) continue;
@@ -155,18 +175,27 @@ static int run_job(execute_state *s, const context_run *c, const job_run *jr, ms
   return rc;
 }
 
+/* Buffers bound in place stay bound until the outputs are read: then they
+ * get their own memory back, however the job ended. */
+static int job_unbind(execute_state *s, const context_run *c, const job_run *jr, int rc, schedrun_error_t *err) {
+  if (!jr->traffic || !jr->traffic->inplace) return rc;
+  schedrun_error_t e = {0};
+  int r = execute_unbind(s, c, jr, &e);
+  if (rc == SCHEDRUN_OK && r) err_move(err, &e);
+  if (rc == SCHEDRUN_OK) rc = r;
+  schedrun_error_clear(&e);
+  return rc;
+}
+
 int execute_run_job(execute_state *s, const context_run *c, const job_run *jr, msg_outputs *outs, size_t *cap,
                     uint32_t *ntimed, gpu_failure *f, schedrun_error_t *err) {
-  int rc = run_job(s, c, jr, outs, cap, ntimed, f, err);
-  /* buffers bound in place stay bound until the outputs are read */
-  if (jr->traffic && jr->traffic->inplace) {
-    schedrun_error_t e = {0};
-    int r = execute_unbind(s, c, jr, &e);
-    if (rc == SCHEDRUN_OK && r) err_move(err, &e);
-    if (rc == SCHEDRUN_OK) rc = r;
-    schedrun_error_clear(&e);
-  }
-  return rc;
+  *ntimed = 0;
+  f->tag = GPU_NO_TAG;
+  f->lost = false;
+  int rc = job_before(s, c, jr, err);
+  if (rc == SCHEDRUN_OK) rc = job_launch(s, c, jr, ntimed, f, err);
+  if (rc == SCHEDRUN_OK) rc = job_after(s, c, jr, outs, cap, err);
+  return job_unbind(s, c, jr, rc, err);
 }
 
 void execute_job_failed(actor_t *self, execute_state *s, const char *scheduler, uint64_t job, int rc,
@@ -211,30 +240,44 @@ void execute_answer(actor_t *self, execute_state *s, msg *complete, uint32_t nti
   msg_free(&done);
 }
 
-static void handle_execute(actor_t *self, execute_state *s, msg *m) {
+void execute_one_begin(execute_state *s, execute_one *o) {
+  msg *m = o->m;
   msg_execute *x = &m->body.execute;
-  context_run c = {core_program(s->core, x->program), &x->bindings, x->sequence};
+  o->c = (context_run){core_program(s->core, x->program), &x->bindings, x->sequence};
+  o->traffic = (job_traffic){0};
+  o->jr = (job_run){m->job, x->run, x->job_index, x->keep, x->deadline, x->inputs.v, x->inputs.n, x->takes, x->park, &o->traffic};
+  o->kp = (kept_plan){0};
+  o->copies_ran = 0;
+  o->ntimed = 0;
+  o->f = (gpu_failure){GPU_NO_TAG, false};
+  o->err = (schedrun_error_t){0};
+  o->t0 = now_ns();
+  o->rc = execute_check_context(s, "EXECUTE", x->program, x->device, &o->c, &o->err);
+  if (o->rc == SCHEDRUN_OK) o->rc = kept_before_job(s, &o->c, &o->jr, &o->kp, &o->copies_ran, &o->err);
+  if (o->rc == SCHEDRUN_OK) o->rc = job_before(s, &o->c, &o->jr, &o->err);
+}
+
+void execute_one_launch(execute_state *s, execute_one *o) {
+  assert(o->rc == SCHEDRUN_OK);
+  o->rc = job_launch(s, &o->c, &o->jr, &o->ntimed, &o->f, &o->err);
+}
+
+void execute_one_end(actor_t *self, execute_state *s, execute_one *o) {
+  msg *m = o->m;
+  msg_execute *x = &m->body.execute;
   msg c_msg;
   msg_init(&c_msg, MSG_COMPLETE, m->job, s->name);
   msg_complete *cp = &c_msg.body.complete;
-  job_traffic traffic = {0};
-  job_run jr = {m->job, x->run, x->job_index, x->keep, x->deadline, x->inputs.v, x->inputs.n, x->takes, x->park, &traffic};
-  schedrun_error_t err = {0};
-  gpu_failure f = {GPU_NO_TAG, false};
   size_t cap = 0;
-  uint32_t ntimed = 0;
-  uint64_t t0 = now_ns();
-  kept_plan kp = {0};
-  size_t copies_ran = 0;
-  int rc = execute_check_context(s, "EXECUTE", x->program, x->device, &c, &err);
-  if (rc == SCHEDRUN_OK) rc = kept_before_job(s, &c, &jr, &kp, &copies_ran, &err);
-  if (rc == SCHEDRUN_OK) rc = execute_run_job(s, &c, &jr, &cp->outputs, &cap, &ntimed, &f, &err);
+  int rc = o->rc;
+  if (rc == SCHEDRUN_OK) rc = job_after(s, &o->c, &o->jr, &cp->outputs, &cap, &o->err);
+  if (o->c.p) rc = job_unbind(s, &o->c, &o->jr, rc, &o->err);
   core_free_parcels(s->core, &x->takes);
-  if (rc == SCHEDRUN_OK && x->park.n) rc = execute_park(s, &c, &x->park, &cp->parcels, &err);
-  kept_commit(s, &kp, rc ? 0 : SIZE_MAX, copies_ran);
-  kept_plan_free(&kp);
+  if (rc == SCHEDRUN_OK && x->park.n) rc = execute_park(s, &o->c, &x->park, &cp->parcels, &o->err);
+  kept_commit(s, &o->kp, rc ? 0 : SIZE_MAX, o->copies_ran);
+  kept_plan_free(&o->kp);
   if (rc) {
-    execute_job_failed(self, s, m->from, m->job, rc, &f, &err);
+    execute_job_failed(self, s, m->from, m->job, rc, &o->f, &o->err);
   } else {
     cp->status = SCHEDRUN_OK;
     cp->program = x->program;
@@ -248,11 +291,19 @@ static void handle_execute(actor_t *self, execute_state *s, msg *m) {
     cp->t_submit = x->t_submit;
     cp->t_compile = x->t_compile;
     cp->t_record = x->t_record;
-    execute_traffic_out(&traffic, cp);
-    execute_answer(self, s, &c_msg, ntimed, t0, now_ns(), x->client && *x->client ? x->client : ACTOR_CLIENT, m->from);
+    execute_traffic_out(&o->traffic, cp);
+    execute_answer(self, s, &c_msg, o->ntimed, o->t0, now_ns(), x->client && *x->client ? x->client : ACTOR_CLIENT,
+                   m->from);
   }
   msg_free(&c_msg);
-  schedrun_error_clear(&err);
+  schedrun_error_clear(&o->err);
+}
+
+static void handle_execute(actor_t *self, execute_state *s, msg *m) {
+  execute_one o = {.m = m};
+  execute_one_begin(s, &o);
+  if (o.rc == SCHEDRUN_OK) execute_one_launch(s, &o);
+  execute_one_end(self, s, &o);
 }
 
 static int execute_handle(actor_t *self, msg *m);
@@ -261,9 +312,13 @@ static int execute_handle(actor_t *self, msg *m);
  * device that can queue a submission while another runs, an EXECUTE_MANY
  * joins the ready list (execute_pipeline.c), run once the queue is taken;
  * elsewhere it runs now. */
-static bool take_queued(void *self, msg *m) {
+bool execute_take_queued(void *self, msg *m) {
   execute_state *s = actor_state(self);
   gpu_backend *be = s->core->backend;
+  if (s->post_mode) {
+    execute_post_or_defer(self, s, m);
+    return true;
+  }
   if (m->type == MSG_EXECUTE_MANY) {
     if (be->ops->batch_begin) execute_queue_many(self, s, m);
     else execute_handle_many(self, s, m);
@@ -283,12 +338,14 @@ static bool take_queued(void *self, msg *m) {
 static int execute_handle(actor_t *self, msg *m) {
   execute_state *s = actor_state(self);
   msg_queue *q = &s->core->to_execute[s->device];
+  if (!s->post_mode) execute_settle(self, s); /* a posted job first: the device is its until collected */
   switch (m->type) {
+  case MSG_TICK: return ACTOR_CONTINUE; /* a wake descriptor was readable: settled above */
   case MSG_QUEUED: /* the scheduler has queued EXECUTEs (core->to_execute[device]) */
     /* takes the queue, then runs what is ready a submission at a time,
      * taking what arrives meanwhile; returns with nothing ready or out */
     for (bool more = true; more;) {
-      for (size_t bad = msgq_drain(q, take_queued, self); bad; bad--) actor_count_malformed(self);
+      for (size_t bad = msgq_drain(q, execute_take_queued, self); bad; bad--) actor_count_malformed(self);
       do more = execute_step(self, s);
       while (more && !msgq_any(q));
     }
@@ -310,6 +367,7 @@ static int execute_handle(actor_t *self, msg *m) {
 static void execute_stop(actor_t *self) {
   execute_state *s = actor_state(self);
   gpu_backend *be = s->core->backend;
+  execute_settle(self, s); /* a job posted, or left by a guest, ends before the device does */
   assert(!s->pending && !s->ready); /* run and finished when the queue was last taken */
   execute_images_free(s);
   for (size_t i = 0; i < s->kept.n; i++)
@@ -317,4 +375,18 @@ static void execute_stop(actor_t *self) {
   kept_table_free(&s->kept);
 }
 
-const actor_def execute_actor_def = {NULL, execute_handle, execute_stop};
+/* The device's: the thread wakes when a posted job ends, or its worker does. */
+static int execute_wake_fds(actor_t *self, int *fds) {
+  execute_state *s = actor_state(self);
+  gpu_backend *be = s->core->backend;
+  return be->ops->device_wake_fds ? be->ops->device_wake_fds(be, s->device, fds) : 0;
+}
+
+/* Without the turn: the device's eventfd emptied, its worker's end noted. */
+static void execute_woken(actor_t *self) {
+  execute_state *s = actor_state(self);
+  gpu_backend *be = s->core->backend;
+  if (be->ops->device_woken) be->ops->device_woken(be, s->device);
+}
+
+const actor_def execute_actor_def = {NULL, execute_handle, execute_stop, execute_wake_fds, execute_woken};

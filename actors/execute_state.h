@@ -45,6 +45,7 @@ typedef struct image_copy {
 
 typedef struct execute_pending execute_pending;
 typedef struct many_run many_run;
+typedef struct execute_one execute_one;
 
 struct execute_state {
   schedrun_core *core;
@@ -59,6 +60,14 @@ struct execute_state {
   execute_pending *pending;      /* a submission left running (execute_pipeline.c), or NULL */
   many_run *ready, *ready_tail; /* queued EXECUTE_MANYs not yet wholly run, in order */
   const many_run *last_begun;   /* whose submission was planned last (NULL: none in the list) */
+  /* A lone job posted to the device by a guest (execute_posted.c): launched,
+   * not yet collected. `posted` is read without the turn by guests. */
+  _Atomic bool posted;
+  execute_one *post; /* its halves' state, made with the state */
+  msg post_msg;      /* its EXECUTE, taken */
+  bool post_mode;    /* a guest that placed a lone job runs the queue: post it, defer the rest */
+  msg *deferred;     /* what such a guest took and left for the actor's thread, in order */
+  size_t ndeferred, deferred_cap;
 };
 
 /* What one job moved (msg_complete's traffic fields): its taken parcels by
@@ -189,6 +198,38 @@ int kept_plan_job(execute_state *s, kept_table *t, const context_run *c, const j
  * takes, and the spills among the first copies_ran copies); frees the
  * parcels of spills that did not happen and of entries taken. */
 void kept_commit(execute_state *s, const kept_plan *pl, size_t failed, size_t copies_ran);
+/* One EXECUTE from its first half (its buffers filled) to its last (read
+ * back and answered): on the stack for a job run at once, in the state for
+ * the one posted (execute_posted.c). */
+struct execute_one {
+  msg *m; /* the EXECUTE */
+  context_run c;
+  job_run jr;
+  job_traffic traffic;
+  kept_plan kp;
+  size_t copies_ran;
+  uint64_t t0;
+  uint32_t ntimed;
+  gpu_failure f;
+  schedrun_error_t err;
+  int rc; /* SCHEDRUN_OK while it may go on */
+};
+/* Takes a job's first half: its context checked, what it takes from jobs
+ * before it, its buffers filled; o->m set, the rest filled here. */
+void execute_one_begin(execute_state *s, execute_one *o);
+/* The replay, waited for (o->rc OK). */
+void execute_one_launch(execute_state *s, execute_one *o);
+/* Its last half, after the replay (or a failure before it): the buffers it
+ * wants read back, what it leaves, the answer or the error. */
+void execute_one_end(actor_t *self, execute_state *s, execute_one *o);
+/* execute_posted.c: collects the job posted, if any, and runs what a guest
+ * deferred (the start of every turn but a posting guest's). */
+void execute_settle(actor_t *self, execute_state *s);
+/* While a guest posts (s->post_mode): takes m, posting it when it can. */
+void execute_post_or_defer(actor_t *self, execute_state *s, msg *m);
+/* A queued message, run now (execute_actor.c's queue taker). */
+bool execute_take_queued(void *self, msg *m);
+
 /* Drops what the plan holds past nchanges changes and ncopies copies
  * values (a job planned last that will not run with the others). */
 void kept_plan_truncate(execute_state *s, kept_plan *pl, size_t nchanges, size_t ncopies);

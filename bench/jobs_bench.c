@@ -301,6 +301,12 @@ int main(int argc, char **argv) {
     for (int d = 1; d <= 2; d++) in_flight(d);
     return 0;
   }
+  if (argc == 4 && !strcmp(argv[1], "--only-latency")) {
+    /* N lone jobs on D devices, waited for one by one, and nothing else */
+    mode = 0;
+    latency(atoi(argv[2]), atoi(argv[3]) < 100 ? 100 : atoi(argv[3]));
+    return 0;
+  }
   if (argc == 4 && !strcmp(argv[1], "--only-many")) {
     throughput_many(atoi(argv[3]), atoi(argv[2]));
     return 0;

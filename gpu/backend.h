@@ -188,6 +188,25 @@ typedef struct gpu_ops {
    * the backend cannot time nodes. */
   int (*seq_launch_timed)(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64_t *times, uint32_t max, uint32_t *n,
                           schedrun_error_t *err);
+  /* seq_launch in two halves, the second on any thread that holds the
+   * device's turn: seq_post starts the sequence, with no deadline, and
+   * returns at once (false: it cannot be started so here, and nothing was);
+   * seq_collect waits for it, until until_ns at most (0: no limit), and says
+   * what seq_launch would have, or SCHEDRUN_EAGAIN when it had not ended by
+   * until_ns (it is still posted). The
+   * device takes no other request until it is collected (other threads'
+   * requests wait), so whoever posted collects before its next use of the
+   * device. When nobody collects, the end is announced on the device's
+   * wake descriptors (device_wake_fds). NULL all four where the backend has
+   * no such way (posting is for guests: backends with any_thread). */
+  bool (*seq_post)(gpu_seq *s);
+  int (*seq_collect)(gpu_seq *s, uint64_t until_ns, gpu_failure *f, schedrun_error_t *err);
+  /* The descriptors that become readable when a posted sequence ends, or
+   * the device's worker does: how many (at most 2) are in fds. */
+  int (*device_wake_fds)(gpu_backend *b, int dev, int fds[2]);
+  /* One of them was readable: empties what needs emptying, and notes a
+   * device lost meanwhile. */
+  void (*device_woken)(gpu_backend *b, int dev);
   void (*seq_destroy)(gpu_seq *s);
   /* Runs ops in order on device dev as one submission, until deadline_ns;
    * *done is how many finished (all of them on success; on failure the one

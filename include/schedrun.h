@@ -174,6 +174,11 @@ typedef struct schedrun_stats {
     uint64_t placed, by_model, predicted;
     double model_error;
   } placement[SCHEDRUN_MAX_DEVICES];
+  /* lone jobs (nothing else in flight, no callback, no timeout, no host
+   * steps) that the submitting thread posted to a host device itself, to be
+   * collected by the wait for them; and of them, those the device's own
+   * thread collected because nobody was waiting when they ended */
+  uint64_t posted, posted_late;
 } schedrun_stats_t;
 
 SCHEDRUN_EXTERN int schedrun_get_stats(schedrun_t *s, schedrun_stats_t *out, schedrun_error_t *err);

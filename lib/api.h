@@ -172,16 +172,19 @@ void api_guest_unhold(schedrun_t *s, guest_round *g);
 /* Places an error that a check of call `fn` left ("fn: what") at `where`
  * ("fn: where: what"), formatted only when there is one; returns rc. */
 int api_name_error(schedrun_error_t *err, int rc, const char *fn, const char *where);
-/* For a caller about to sleep until a lone job completes (no lock held):
- * when an EXECUTE is still queued for a device, takes the scheduler's and
- * that device's turns and runs it here, filing the COMPLETE; true when it
- * found one. */
-bool api_guest_run_queued(schedrun_t *s);
+/* For a caller about to wait until a lone job completes (no lock held):
+ * when a device has a job posted (actors/execute_posted.c), or (with
+ * queued_too) an EXECUTE still queued, takes the scheduler's and that
+ * device's turns and collects (waiting until until_ns at most, 0: no limit)
+ * or runs it here, filing the COMPLETE; true when it found one. */
+bool api_guest_run_queued(schedrun_t *s, bool queued_too, uint64_t until_ns);
 
 /* How a SUBMIT reaches the scheduler: queued for its thread; or, for a lone
- * job, placed on the caller's thread; or also run there on its device, for
- * a caller that waits for it next (schedrun_submit_wait). */
-typedef enum { SUBMIT_QUEUE, SUBMIT_PLACE_HERE, SUBMIT_RUN_HERE } submit_how;
+ * job, placed on the caller's thread; or placed and posted to its device
+ * there, to be collected by whoever waits for it (a job without a callback:
+ * actors/execute_posted.c); or also run there on its device, for a caller
+ * that waits for it next (schedrun_submit_wait). */
+typedef enum { SUBMIT_QUEUE, SUBMIT_PLACE_HERE, SUBMIT_POST_HERE, SUBMIT_RUN_HERE } submit_how;
 /* Hands a SUBMIT or SUBMIT_MANY to the scheduler; SCHEDRUN_ECLOSED once the
  * shutdown's TERM has gone before it. */
 int api_send_submit(schedrun_t *s, msg *m, submit_how how, schedrun_error_t *err);
@@ -214,6 +217,8 @@ int api_ask_status(schedrun_t *s, const char *actor, const msg_stat *query, size
 int64_t api_stat_value(const msg *m, const char *name);
 /* A CLOCK_REALTIME deadline timeout_ms from now, for pthread_cond_timedwait. */
 struct timespec api_deadline_in(int timeout_ms);
+/* How many ns are left until such a deadline (0 once it has passed). */
+uint64_t api_ns_until(const struct timespec *deadline);
 /* Registers program h with s on its first job (under s->lock). */
 int api_attach(schedrun_t *s, schedrun_program_t *h, schedrun_error_t *err);
 /* Takes what is in the completion queue and files it; from a thread other

@@ -71,17 +71,22 @@ void api_guests_close(schedrun_t *s) {
  * device's and the completion queue while the scheduler places the job and
  * the execute actor runs it, so that neither the EXECUTE, nor the EXECUTED,
  * nor the COMPLETE rings anyone; then it runs or rings what each holds. */
-static void run_here(schedrun_t *s, actor_t *sched) {
+static void run_here(schedrun_t *s, actor_t *sched, uint64_t until_ns) {
   msg_queue *sq = &s->core.to_scheduler, *cq = &s->core.to_client;
   int n = s->core.ndevices;
   for (int d = 0; d < n; d++) msgq_poll_begin(&s->core.to_execute[d]);
   msgq_poll_begin(cq);
   actor_run_queue_here(sched); /* placed: its EXECUTE is queued for its device */
   for (int d = 0; d < n; d++)
-    if (msgq_any(&s->core.to_execute[d])) actor_run_queue_here(s->execute[d]);
+    if (execute_has_posted(s->execute[d])) execute_run_here(s->execute[d], until_ns); /* collected, then the queue run */
+    else if (msgq_any(&s->core.to_execute[d])) actor_run_queue_here(s->execute[d]);
   for (int d = 0; d < n; d++) {
-    msgq_poll_end(&s->core.to_execute[d]);
-    settle(s, s->execute[d], &s->core.to_execute[d], s->execute_bell[d]);
+    msg_queue *q = &s->core.to_execute[d];
+    msgq_poll_end(q);
+    /* a device whose posted job outlasted until_ns is still that job's:
+     * what is queued behind it is its thread's, not this (timed) wait's */
+    if (execute_has_posted(s->execute[d])) ring_for(s, q, s->execute_bell[d]);
+    else settle(s, s->execute[d], q, s->execute_bell[d]);
   }
   msgq_poll_end(sq);
   api_guest_settle(s, sched); /* the EXECUTED */
@@ -89,11 +94,30 @@ static void run_here(schedrun_t *s, actor_t *sched) {
   if (msgq_any(cq)) api_drain_completions(s, false); /* the COMPLETE: filed for the wait */
 }
 
-/* Whether every device's queue is empty now. */
+/* Whether every device's queue is empty now, and nothing posted waits. */
 static bool devices_idle(schedrun_t *s) {
   for (int d = 0; d < s->core.ndevices; d++)
-    if (msgq_any(&s->core.to_execute[d])) return false;
+    if (msgq_any(&s->core.to_execute[d]) || execute_has_posted(s->execute[d])) return false;
   return true;
+}
+
+/* A lone job placed here, and posted to its device by this thread
+ * (execute_post_here): it runs while the caller goes on, and nobody's
+ * thread is woken for it. A device that cannot post it, or whose turn is
+ * busy, has its actor rung instead. */
+static void place_and_post(schedrun_t *s, actor_t *sched) {
+  msg_queue *sq = &s->core.to_scheduler;
+  int n = s->core.ndevices;
+  for (int d = 0; d < n; d++) msgq_poll_begin(&s->core.to_execute[d]);
+  actor_run_queue_here(sched); /* placed: its EXECUTE is queued for its device */
+  for (int d = 0; d < n; d++) {
+    msg_queue *q = &s->core.to_execute[d];
+    if (msgq_any(q)) execute_post_here(s->execute[d]);
+    msgq_poll_end(q);
+    ring_for(s, q, s->execute_bell[d]); /* what is still there (or came meanwhile) is the thread's */
+  }
+  msgq_poll_end(sq);
+  api_guest_settle(s, sched);
 }
 
 void api_guest_hold(schedrun_t *s, guest_round *g) {
@@ -134,14 +158,15 @@ void api_guest_unhold(schedrun_t *s, guest_round *g) {
   api_guest_leave(s);
 }
 
-bool api_guest_run_queued(schedrun_t *s) {
+bool api_guest_run_queued(schedrun_t *s, bool queued_too, uint64_t until_ns) {
   actor_t *sched = api_guest_enter(s);
   if (!sched) return false;
   bool queued = false;
-  for (int d = 0; d < s->core.ndevices && !queued; d++) queued = msgq_any(&s->core.to_execute[d]);
+  for (int d = 0; d < s->core.ndevices && !queued; d++)
+    queued = execute_has_posted(s->execute[d]) || (queued_too && msgq_any(&s->core.to_execute[d]));
   if (queued) {
     msgq_poll_begin(&s->core.to_scheduler); /* run_here ends this poll */
-    run_here(s, sched);
+    run_here(s, sched, until_ns);
   }
   api_guest_leave(s);
   return queued;
@@ -172,7 +197,9 @@ int api_send_submit(schedrun_t *s, msg *m, submit_how how, schedrun_error_t *err
   if (sched) {
     pthread_mutex_unlock(&s->send_lock);
     if (rc == SCHEDRUN_OK && how == SUBMIT_RUN_HERE) {
-      run_here(s, sched);
+      run_here(s, sched, 0);
+    } else if (rc == SCHEDRUN_OK && how == SUBMIT_POST_HERE && devices_idle(s)) {
+      place_and_post(s, sched);
     } else {
       msgq_poll_end(q);
       api_guest_settle(s, sched);

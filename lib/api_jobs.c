@@ -32,11 +32,15 @@ static bool wait_completion(schedrun_t *s, const struct timespec *deadline, bool
   uint64_t t0 = now_ns(), look = t0;
   msg_queue *q = &s->core.to_client, *sq = &s->core.to_scheduler;
   bool spin = s->spin_ns && spin_gauge_may_spin(&spin_gauge_process, t0);
-  /* Not spinning (the cores are shared, or spinning is off), the execute
-   * actor's thread sleeps too, and a lone job's EXECUTE waits for it to
-   * wake: this thread, about to sleep anyway, runs it instead, unless the
-   * wait has a deadline that the job's run could overstay. */
-  if (!spin && lone && forever && api_guest_run_queued(s)) {
+  /* A lone job posted to its device by the thread that submitted it is
+   * collected here, until the wait's deadline at most: this thread waits
+   * for it anyway. Not spinning (the cores are shared, or spinning is off),
+   * the execute actor's thread sleeps too, and a lone job's EXECUTE still
+   * queued waits for it to wake: this thread, about to sleep anyway, runs it
+   * instead, unless the wait has a deadline that the job's run could
+   * overstay. */
+  uint64_t until = forever ? 0 : t0 + api_ns_until(deadline);
+  if (lone && api_guest_run_queued(s, !spin && forever, until)) {
     pthread_mutex_lock(&s->lock);
     if (atomic_load(&s->completions) != seen) return true;
     pthread_mutex_unlock(&s->lock);
@@ -203,8 +207,15 @@ int api_submit(schedrun_t *s, schedrun_program_t *h, const schedrun_job_options_
   if (rc == SCHEDRUN_OK && (rc = api_register_job(s, p, o, hidden, pj, err)) == SCHEDRUN_OK &&
       (rc = api_bind(s, pj, o, err)) != SCHEDRUN_OK)
     api_unregister_job(s, pj);
-  /* a lone job (nothing else in flight) may be placed, or run, here */
-  submit_how how = s->incomplete != 1 ? SUBMIT_QUEUE : run_here ? SUBMIT_RUN_HERE : SUBMIT_PLACE_HERE;
+  /* a lone job (nothing else in flight) may be placed, or run, here; or
+   * posted to its device, to be collected by its wait (not a job whose
+   * callback takes its answer, whenever it comes; not one with a deadline
+   * or host steps, which the device cannot run alone) */
+  bool postable = !o->on_complete && !m.body.submit.deadline && !p->nhosts;
+  submit_how how = s->incomplete != 1 ? SUBMIT_QUEUE
+                   : run_here       ? SUBMIT_RUN_HERE
+                   : postable       ? SUBMIT_POST_HERE
+                                    : SUBMIT_PLACE_HERE;
   if (rc == SCHEDRUN_OK && dn) {
     pj->dep = dn; /* nothing can run after it before its id is out */
     deps_after(s, pj, o->after, o->nafter);

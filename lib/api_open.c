@@ -58,6 +58,13 @@ struct timespec api_deadline_in(int timeout_ms) {
   return ts;
 }
 
+uint64_t api_ns_until(const struct timespec *deadline) {
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  int64_t ns = (int64_t)(deadline->tv_sec - now.tv_sec) * 1000000000 + (deadline->tv_nsec - now.tv_nsec);
+  return ns > 0 ? (uint64_t)ns : 0;
+}
+
 /* The disk cache's directory; *none when the environment names none (no
  * HOME, no XDG_CACHE_HOME: cron, systemd units, env -i). There is no shared
  * fallback: a fixed directory in /tmp is one another user can make first. */
@@ -109,6 +116,7 @@ static void stop_actor(schedrun_t *s, actor_t *a, const char *name) {
 /* ---- the completion thread (what it files: lib/api_complete.c) ---- */
 
 static void *completer_main(void *arg) {
+  pthread_setname_np(pthread_self(), "completions"); /* as the actors' threads are named */
   schedrun_t *s = arg;
   bool terminating = false;
   for (;;) {
@@ -122,7 +130,7 @@ static void *completer_main(void *arg) {
     }
     msg m;
     uint64_t dropped = 0;
-    int rc = mbox_recv_spin(s->inbox, terminating ? DRAIN_TIMEOUT_MS : -1, s->spin_ns, &s->core.to_client, &m,
+    int rc = mbox_recv_spin(s->inbox, terminating ? DRAIN_TIMEOUT_MS : -1, s->spin_ns, &s->core.to_client, NULL, 0, &m,
                             &dropped, NULL);
     if (dropped) atomic_fetch_add(&s->malformed, dropped);
     if (rc == SCHEDRUN_EAGAIN) {

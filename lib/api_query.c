@@ -141,6 +141,8 @@ int schedrun_get_stats(schedrun_t *s, schedrun_stats_t *out, schedrun_error_t *e
   for (size_t i = 0; i < n; i++)
     if (actors[i]) out->messages_dropped += actor_malformed(actors[i]);
   pthread_mutex_unlock(&s->lock);
+  out->posted = atomic_load_explicit(&s->core.posted, memory_order_relaxed);
+  out->posted_late = atomic_load_explicit(&s->core.posted_late, memory_order_relaxed);
   for (int d = 0; d < s->core.ndevices; d++) {
     if (s->core.backend->ops->device_lost(s->core.backend, d)) out->devices_lost++;
     core_placement *cp = &s->core.placement_stats[d];

@@ -198,7 +198,7 @@ static int h_module_load(gpu_backend *b, int dev, const void *image, size_t len,
   }
   memcpy(host_device_ptr(d, staged), image, len);
   gpu_failure f;
-  pthread_mutex_lock(&d->lock);
+  host_device_lock(d);
   d->ctl->a[0] = staged;
   d->ctl->a[1] = len;
   int rc = host_device_request(d, HW_OP_LOAD, now_ns() + MODULE_TIMEOUT_NS, &f, err);
@@ -220,7 +220,7 @@ static void h_module_unload(gpu_backend *b, gpu_module *m) {
   if (!m) return;
   host_device *d = m->d;
   gpu_failure f;
-  pthread_mutex_lock(&d->lock);
+  host_device_lock(d);
   d->ctl->a[0] = m->handle;
   /* a lost device has no worker to ask; its modules went with it */
   if (!atomic_load(&d->lost)) host_device_request(d, HW_OP_UNLOAD, now_ns() + MODULE_TIMEOUT_NS, &f, NULL);
@@ -233,7 +233,7 @@ static int h_module_function(gpu_backend *b, gpu_module *m, const char *entry, g
   (void)b;
   host_device *d = m->d;
   gpu_failure f;
-  pthread_mutex_lock(&d->lock);
+  host_device_lock(d);
   d->ctl->a[0] = m->handle;
   snprintf(d->ctl->text, HW_TEXT, "__sched_launch_%s", entry);
   int rc = host_device_request(d, HW_OP_SYM, now_ns() + MODULE_TIMEOUT_NS, &f, NULL);
@@ -395,7 +395,7 @@ static int h_launch(gpu_backend *b, int dev, const gpu_node *n, bool wait, sched
   gpu_failure f;
   if (rc == SCHEDRUN_OK) {
     hn->arg0 = 0;
-    pthread_mutex_lock(&d->lock);
+    host_device_lock(d);
     d->ctl->a[0] = at;
     d->ctl->a[1] = at + sizeof(hw_node);
     rc = host_device_request(d, HW_OP_RUN_NODE, 0, &f, err);
@@ -412,7 +412,7 @@ static int run_seq(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64_t ti
   host_device *d = &s->b->devs[s->dev];
   gpu_failure ignored;
   if (!f) f = &ignored;
-  pthread_mutex_lock(&d->lock);
+  host_device_lock(d);
   d->ctl->a[0] = s->hdr;
   d->ctl->a[1] = times;
   d->ctl->a[2] = max;
@@ -425,6 +425,25 @@ static int run_seq(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64_t ti
 static int h_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
   return run_seq(s, deadline_ns, f, 0, 0, err);
 }
+
+static bool h_seq_post(gpu_seq *s) {
+  host_device *d = &s->b->devs[s->dev];
+  host_device_lock(d);
+  d->ctl->a[0] = s->hdr;
+  d->ctl->a[1] = 0; /* not timed */
+  d->ctl->a[2] = 0;
+  bool posted = host_device_post(d, HW_OP_RUN_SEQ);
+  if (posted) atomic_fetch_add(&d->launches, 1);
+  pthread_mutex_unlock(&d->lock);
+  return posted;
+}
+
+static int h_seq_collect(gpu_seq *s, uint64_t until_ns, gpu_failure *f, schedrun_error_t *err) {
+  return host_device_collect(&s->b->devs[s->dev], until_ns, f, err);
+}
+
+static int h_device_wake_fds(gpu_backend *b, int dev, int fds[2]) { return host_device_wake_fds(dev_of(b, dev), fds); }
+static void h_device_woken(gpu_backend *b, int dev) { host_device_woken(dev_of(b, dev)); }
 
 static int h_seq_launch_timed(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64_t *times, uint32_t max,
                               uint32_t *n, schedrun_error_t *err) {
@@ -487,7 +506,7 @@ static int h_run_batch(gpu_backend *b, int dev, gpu_batch_op *ops, size_t n, uin
     stage += stage_len(o);
   }
   assert(stage == at + steps_bytes + staged);
-  pthread_mutex_lock(&d->lock);
+  host_device_lock(d);
   d->ctl->a[0] = at;
   d->ctl->a[1] = n;
   d->ctl->a[2] = 0;
@@ -566,6 +585,10 @@ static const gpu_ops host_ops = {
     .seq_finalize = h_seq_finalize,
     .seq_launch = h_seq_launch,
     .seq_launch_timed = h_seq_launch_timed,
+    .seq_post = h_seq_post,
+    .seq_collect = h_seq_collect,
+    .device_wake_fds = h_device_wake_fds,
+    .device_woken = h_device_woken,
     .run_batch = h_run_batch,
     .seq_destroy = h_seq_destroy,
     .device_lost = h_device_lost,

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -108,6 +109,9 @@ static int died(host_device *d, gpu_failure *f, schedrun_error_t *err) {
   char how[256];
   int code = SCHEDRUN_EFAULT;
   if (d->ctl->fault_signo) describe_fault(d->ctl, how, sizeof how);
+  else if (WIFEXITED(status) && WEXITSTATUS(status) == HW_EXIT_NOTIFY)
+    snprintf(how, sizeof how, "the device's process could no longer announce its answers (a kernel closed its "
+                              "descriptor %d)", HW_NOTIFY_FD);
   else if (WIFEXITED(status))
     snprintf(how, sizeof how, "the device's process ended with exit status %d (a kernel may not end it)",
              WEXITSTATUS(status));
@@ -293,6 +297,49 @@ int host_device_request(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_f
   return post(d, op, deadline_ns, f, err);
 }
 
+/* Posts op (ctl->a[] filled): the request's number. */
+static uint32_t begin(host_device *d, uint32_t op) {
+  hw_ctl *c = d->ctl;
+  c->op = op;
+  c->status = 0; /* ctl->text may carry the request's argument (a symbol) */
+  uint32_t r = c->req + 1;
+  __atomic_store_n(&c->req, r, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&c->worker_sleeping, __ATOMIC_SEQ_CST)) futex_wake(&c->req);
+  return r;
+}
+
+/* Waits for request r's answer until deadline_ns (0: none): past it, the
+ * device is lost, or with give_up the wait ends (SCHEDRUN_EAGAIN), the
+ * request still running. */
+static int finish(host_device *d, uint32_t r, uint64_t deadline_ns, bool give_up, gpu_failure *f,
+                  schedrun_error_t *err) {
+  hw_ctl *c = d->ctl;
+  uint64_t t0 = now_ns(), look = t0;
+  bool spin = spin_gauge_may_spin(&spin_gauge_process, t0);
+  while (__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) != r) {
+    bool over = give_up && deadline_ns && look >= deadline_ns;
+    if (spin && look - t0 < d->spin_ns && !over) {
+      spin = spin_gauge_yield(&spin_gauge_process, &look, now_ns); /* false: the core went elsewhere */
+      continue;
+    }
+    uint64_t now = now_ns();
+    if (give_up && deadline_ns && now >= deadline_ns) return SCHEDRUN_EAGAIN;
+    long slice = SLEEP_SLICE_NS;
+    if (deadline_ns && deadline_ns > now && (long)(deadline_ns - now) < slice) slice = (long)(deadline_ns - now);
+    __atomic_store_n(&c->library_sleeping, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&c->done, __ATOMIC_SEQ_CST) != r && slice > 0) futex_wait(&c->done, r - 1, slice);
+    __atomic_store_n(&c->library_sleeping, 0, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) == r) break;
+    if (worker_ended(d)) return died(d, f, err);
+    if (deadline_ns && now_ns() >= deadline_ns) return give_up ? SCHEDRUN_EAGAIN : timed_out(d, f, err);
+  }
+  if (c->status != 0) {
+    c->text[HW_TEXT - 1] = '\0';
+    return err_set(err, SCHEDRUN_EBACKEND, "%s: %s", d->name, c->text);
+  }
+  return SCHEDRUN_OK;
+}
+
 static int post(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err) {
   if (d->in_process) {
     d->ctl->op = op;
@@ -307,34 +354,73 @@ static int post(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_failure *
     f->lost = true;
     return err_set(err, SCHEDRUN_ELOST, "%s is lost: %s", d->name, atomic_load(&d->lost) ? d->lost_why : "no worker");
   }
-  hw_ctl *c = d->ctl;
-  c->op = op;
-  c->status = 0; /* ctl->text may carry the request's argument (a symbol) */
-  uint32_t r = c->req + 1;
-  __atomic_store_n(&c->req, r, __ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&c->worker_sleeping, __ATOMIC_SEQ_CST)) futex_wake(&c->req);
-  uint64_t t0 = now_ns(), look = t0;
-  bool spin = spin_gauge_may_spin(&spin_gauge_process, t0);
-  while (__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) != r) {
-    if (spin && look - t0 < d->spin_ns) {
-      spin = spin_gauge_yield(&spin_gauge_process, &look, now_ns); /* false: the core went elsewhere */
-      continue;
-    }
-    uint64_t now = now_ns();
-    long slice = SLEEP_SLICE_NS;
-    if (deadline_ns && deadline_ns > now && (long)(deadline_ns - now) < slice) slice = (long)(deadline_ns - now);
-    __atomic_store_n(&c->library_sleeping, 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&c->done, __ATOMIC_SEQ_CST) != r && slice > 0) futex_wait(&c->done, r - 1, slice);
-    __atomic_store_n(&c->library_sleeping, 0, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) == r) break;
-    if (worker_ended(d)) return died(d, f, err);
-    if (deadline_ns && now_ns() >= deadline_ns) return timed_out(d, f, err);
+  return finish(d, begin(d, op), deadline_ns, false, f, err);
+}
+
+void host_device_lock(host_device *d) {
+  pthread_mutex_lock(&d->lock);
+  while (d->posted) pthread_cond_wait(&d->posted_cv, &d->lock);
+}
+
+bool host_device_post(host_device *d, uint32_t op) {
+  assert(!d->posted); /* host_device_lock waited for the last one */
+  if (d->in_process || d->notify_fd < 0 || d->pid_fd < 0 || atomic_load(&d->lost) || atomic_load(&d->pid) == 0)
+    return false;
+  gpu_failure f;
+  while (stage_prot(d, op)) /* as host_device_request: the changes that do not fit go first */
+    if (post(d, HW_OP_PROTECT, 0, &f, NULL)) return false;
+  /* before the request: the worker reads it after answering */
+  __atomic_store_n(&d->ctl->notify, 1, __ATOMIC_SEQ_CST);
+  d->posted_req = begin(d, op);
+  d->posted = true;
+  return true;
+}
+
+int host_device_collect(host_device *d, uint64_t until_ns, gpu_failure *f, schedrun_error_t *err) {
+  f->tag = HW_NO_TAG;
+  f->lost = false;
+  pthread_mutex_lock(&d->lock);
+  assert(d->posted); /* one collect per post, by whoever holds the device's turn */
+  /* whoever clears it first hears the answer: the worker, after this,
+   * writes nothing (and one that cleared it already has written, or will:
+   * the wake it gives then finds nothing posted) */
+  __atomic_store_n(&d->ctl->notify, 0, __ATOMIC_SEQ_CST);
+  int rc = finish(d, d->posted_req, until_ns, true, f, err);
+  if (rc == SCHEDRUN_EAGAIN) {
+    /* not ended by until_ns: announced again when it ends (the worker looks
+     * at `notify` before it sleeps, or is woken here to) */
+    __atomic_store_n(&d->ctl->notify, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&d->ctl->worker_sleeping, __ATOMIC_SEQ_CST)) futex_wake(&d->ctl->req);
+    pthread_mutex_unlock(&d->lock);
+    return rc;
   }
-  if (c->status != 0) {
-    c->text[HW_TEXT - 1] = '\0';
-    return err_set(err, SCHEDRUN_EBACKEND, "%s: %s", d->name, c->text);
+  d->posted = false;
+  pthread_cond_broadcast(&d->posted_cv);
+  pthread_mutex_unlock(&d->lock);
+  return rc;
+}
+
+int host_device_wake_fds(host_device *d, int fds[2]) {
+  int n = 0;
+  if (d->notify_fd >= 0) fds[n++] = d->notify_fd;
+  if (d->pid_fd >= 0 && !atomic_load(&d->lost) && atomic_load(&d->pid) != 0) fds[n++] = d->pid_fd;
+  return n;
+}
+
+void host_device_woken(host_device *d) {
+  uint64_t count;
+  if (d->notify_fd >= 0) (void)!read(d->notify_fd, &count, sizeof count); /* non-blocking */
+  if (d->pid_fd < 0 || atomic_load(&d->lost) || !worker_ended(d)) return;
+  /* ended between requests: lost now, so that its pidfd, readable for good,
+   * leaves the set (a request in flight would have said so itself) */
+  pthread_mutex_lock(&d->lock);
+  if (!d->posted && !atomic_load(&d->lost)) {
+    gpu_failure f;
+    schedrun_error_t e = {0};
+    died(d, &f, &e);
+    schedrun_error_clear(&e);
   }
-  return SCHEDRUN_OK;
+  pthread_mutex_unlock(&d->lock);
 }
 
 static int spawn(host_device *d, const char *worker, int worker_fd, schedrun_error_t *err) {
@@ -351,6 +437,13 @@ static int spawn(host_device *d, const char *worker, int worker_fd, schedrun_err
     if (lib_read >= 0) close(lib_read);
     return err_set(err, SCHEDRUN_EBACKEND, "%s: fcntl: %s", d->name, strerror(errno));
   }
+  /* without it (or without a pidfd, below) requests are not posted to be
+   * collected later (host_device_post): each is waited for where it is made */
+  int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (efd >= 0) {
+    d->notify_fd = fcntl(efd, F_DUPFD_CLOEXEC, 10);
+    close(efd);
+  }
   assert(d->arena_fd >= 10 && worker_fd >= 10 && (d->host_fd < 0 || d->host_fd >= 10));
   char size[32], library[32], spin[32], zone[32], exe[64];
   snprintf(size, sizeof size, "%llu", (unsigned long long)d->size);
@@ -366,6 +459,7 @@ static int spawn(host_device *d, const char *worker, int worker_fd, schedrun_err
   posix_spawn_file_actions_adddup2(&fa, d->arena_fd, 3);
   posix_spawn_file_actions_adddup2(&fa, lib_read, 4);
   if (d->host_fd >= 0) posix_spawn_file_actions_adddup2(&fa, d->host_fd, HW_HOST_FD);
+  if (d->notify_fd >= 0) posix_spawn_file_actions_adddup2(&fa, d->notify_fd, HW_NOTIFY_FD);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawnattr_t at;
   posix_spawnattr_init(&at);
@@ -388,6 +482,13 @@ static int spawn(host_device *d, const char *worker, int worker_fd, schedrun_err
   close(lib_read);
   if (rc != 0) return err_set(err, SCHEDRUN_EBACKEND, "%s: cannot start its worker process %s: %s", d->name, worker, strerror(rc));
   atomic_store(&d->pid, pid);
+#ifdef SYS_pidfd_open
+  int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (pfd >= 0) {
+    d->pid_fd = fcntl(pfd, F_DUPFD_CLOEXEC, 10);
+    close(pfd);
+  }
+#endif
   return SCHEDRUN_OK;
 }
 
@@ -400,7 +501,8 @@ int host_device_start(host_device *d, int index, const char *worker, int worker_
   pthread_mutex_init(&d->lock, NULL);
   pthread_mutex_init(&d->lock_why, NULL);
   pthread_mutex_init(&d->lock_prot, NULL);
-  d->arena_fd = d->lib_fd = -1;
+  pthread_cond_init(&d->posted_cv, NULL);
+  d->arena_fd = d->lib_fd = d->notify_fd = d->pid_fd = -1;
   d->spin_ns = spin_ns;
   d->base = MAP_FAILED;
   int fd = memfd_create("schedrun-device", MFD_CLOEXEC);
@@ -432,7 +534,7 @@ int host_device_start(host_device *d, int index, const char *worker, int worker_
                            : spawn(d, worker, worker_fd, err);
   gpu_failure f;
   if (rc == SCHEDRUN_OK) {
-    pthread_mutex_lock(&d->lock);
+    host_device_lock(d);
     rc = host_device_request(d, HW_OP_HELLO, now_ns() + START_TIMEOUT_NS, &f, err);
     d->wbase = d->ctl->a[0];
     pthread_mutex_unlock(&d->lock);
@@ -451,7 +553,10 @@ void host_device_stop(host_device *d) {
   kill_worker(atomic_load(&d->pid));
   int status;
   reap(d, &status);
+  assert(!d->posted); /* collected by the device's execute actor before it stopped */
   if (d->lib_fd >= 0) close(d->lib_fd);
+  if (d->notify_fd >= 0) close(d->notify_fd);
+  if (d->pid_fd >= 0) close(d->pid_fd);
   if (d->base != MAP_FAILED && d->base) munmap(d->base, d->size);
   if (d->arena_fd >= 0) close(d->arena_fd);
   host_arena_destroy(&d->alloc);
@@ -462,6 +567,7 @@ void host_device_stop(host_device *d) {
   pthread_mutex_destroy(&d->lock);
   pthread_mutex_destroy(&d->lock_why);
   pthread_mutex_destroy(&d->lock_prot);
+  pthread_cond_destroy(&d->posted_cv);
   d->base = MAP_FAILED;
-  d->arena_fd = d->lib_fd = -1;
+  d->arena_fd = d->lib_fd = d->notify_fd = d->pid_fd = -1;
 }

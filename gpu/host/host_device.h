@@ -75,6 +75,13 @@ typedef struct host_device {
   char lost_why[512]; /* written once, under lock_why, before `lost` is set */
   uint64_t spin_ns;
   bool in_process; /* no worker: requests run on the calling thread */
+  /* A request posted by host_device_post and not yet collected: no other is
+   * posted (host_device_lock waits on posted_cv) until it is. Under lock. */
+  bool posted;
+  uint32_t posted_req;
+  pthread_cond_t posted_cv;
+  int notify_fd; /* eventfd the worker writes after answering a posted request; -1: none */
+  int pid_fd;    /* pidfd of the worker, readable once it has ended; -1: none */
 } host_device;
 
 /* Maps an arena and starts the worker program `worker` for it, run from
@@ -152,10 +159,32 @@ int host_device_unbind(host_device *d, uint64_t addr, uint64_t len, bool here, s
  * onto the arena before its pages serve another buffer. */
 void host_device_forget_alias(host_device *d, uint64_t addr);
 
-/* Posts one request (ctl->op and ctl->a[] filled by the caller under d->lock)
- * and waits for its answer until deadline_ns (0: no deadline). Called with
- * d->lock held. */
+/* Takes d->lock for a request: once it is held, and no posted request is
+ * waiting to be collected, ctl->op and ctl->a[] are the caller's to fill. */
+void host_device_lock(host_device *d);
+/* Posts one request (ctl->op and ctl->a[] filled by the caller under
+ * host_device_lock) and waits for its answer until deadline_ns (0: no
+ * deadline). Called with d->lock held. */
 int host_device_request(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_failure *f, schedrun_error_t *err);
+/* host_device_request in two halves, for a request another thread may
+ * finish: host_device_post (d->lock held, as for a request) posts it and
+ * returns at once; false when it cannot be (no worker process, or no way to
+ * hear the answer: nothing was posted). Its answer is announced on
+ * host_device_wake_fds's eventfd unless a thread collects it first (within
+ * HW_NOTIFY_GRACE_NS of the answer). host_device_collect waits for it, until
+ * until_ns at most (0: no limit; the request has no deadline), and says
+ * what host_device_request would have; SCHEDRUN_EAGAIN when it had not
+ * ended by until_ns (it is still posted, and announced when it ends). It
+ * takes d->lock itself. */
+bool host_device_post(host_device *d, uint32_t op);
+int host_device_collect(host_device *d, uint64_t until_ns, gpu_failure *f, schedrun_error_t *err);
+/* The descriptors a thread that collects posted requests sleeps on: the
+ * eventfd the worker writes after answering one, and the worker's pidfd
+ * while its end has not been noticed. Returns how many (0 to 2). */
+int host_device_wake_fds(host_device *d, int fds[2]);
+/* After one of them woke the thread: empties the eventfd, and notes a
+ * worker that has ended (the device is lost; its pidfd leaves the set). */
+void host_device_woken(host_device *d);
 
 /* The library's pointer to device address addr (which must lie in the arena). */
 static inline void *host_device_ptr(const host_device *d, uint64_t addr) {

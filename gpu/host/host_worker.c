@@ -18,7 +18,11 @@
  * write end only the library's process holds: a watchdog thread here ends
  * this process when it closes, even while a kernel that never returns keeps
  * the main thread. The library learns that this process ended from the
- * kernel (waitid), not from a descriptor a kernel could close or pass on.
+ * kernel (waitid, or a pidfd), not from a descriptor a kernel could close or
+ * pass on. fd 6 is an eventfd this process writes when a request the library
+ * posted with `notify` set (one that no library thread may be waiting for:
+ * the thread that posted it has gone on) is still not collected
+ * HW_NOTIFY_GRACE_NS after its answer.
  * Requests arrive through the control block at the arena's start (see the
  * ABI header).
  *
@@ -371,6 +375,17 @@ static int forbid_processes(void) {
 #endif
 }
 
+/* Writes the eventfd for an answer nobody collected, unless a library
+ * thread cleared `notify` first (it then found the answer in `done`). */
+static void announce(hw_ctl *ctl) {
+  if (!__atomic_exchange_n(&ctl->notify, 0, __ATOMIC_SEQ_CST)) return;
+  uint64_t one = 1;
+  ssize_t wrote;
+  while ((wrote = write(HW_NOTIFY_FD, &one, sizeof one)) < 0 && errno == EINTR) {
+  }
+  if (wrote != (ssize_t)sizeof one) _exit(HW_EXIT_NOTIFY); /* a kernel closed it: nobody would hear the answer */
+}
+
 int main(int argc, char **argv) {
   if (argc != 5) return 2;
   uint64_t size = strtoull(argv[1], NULL, 10), spin_ns = strtoull(argv[3], NULL, 10);
@@ -394,19 +409,33 @@ int main(int argc, char **argv) {
    * graph's submissions with the library's work between them, find the
    * worker awake instead of paying a wake each), up to SPIN_FOLLOW_MAX_NS */
   uint64_t window = spin_ns;
+  uint64_t answered = 0; /* when the last request was answered */
   for (;;) {
     uint32_t r;
     uint64_t t0 = hw_now_ns(), look = t0;
     bool spin = spin_gauge_may_spin(&gauge, t0);
     while ((r = __atomic_load_n(&ctl->req, __ATOMIC_ACQUIRE)) == seen) {
+      /* an answer nobody has collected is announced once the grace is
+       * over: the thread that posted it usually collects it before */
+      uint64_t due = answered + HW_NOTIFY_GRACE_NS;
+      bool pending = __atomic_load_n(&ctl->notify, __ATOMIC_ACQUIRE) != 0;
+      if (pending && look >= due) {
+        announce(ctl);
+        continue;
+      }
       if (spin && look - t0 < window) {
         spin = spin_gauge_yield(&gauge, &look, hw_now_ns); /* false: the core went elsewhere */
         continue;
       }
       __atomic_store_n(&ctl->worker_sleeping, 1, __ATOMIC_SEQ_CST);
-      if (__atomic_load_n(&ctl->req, __ATOMIC_SEQ_CST) == seen) futex_wait(&ctl->req, seen, 250000000L);
+      /* `notify` set again meanwhile (a thread that gave up collecting)
+       * is seen here, or that thread sees worker_sleeping and wakes us */
+      if (__atomic_load_n(&ctl->req, __ATOMIC_SEQ_CST) == seen &&
+          (pending || !__atomic_load_n(&ctl->notify, __ATOMIC_SEQ_CST)))
+        futex_wait(&ctl->req, seen, pending ? (long)(due - look) : 250000000L);
       __atomic_store_n(&ctl->worker_sleeping, 0, __ATOMIC_SEQ_CST);
       if (getppid() != library) _exit(0); /* the library's process is gone */
+      look = hw_now_ns();
     }
     seen = r;
     uint64_t waited = hw_now_ns() - t0;
@@ -415,6 +444,7 @@ int main(int argc, char **argv) {
     ctl->status = prot ? -1 : ctl->op == HW_OP_PROTECT ? 0 : hw_handle(ctl, ctl->op, (uint64_t)(uintptr_t)arena);
     __atomic_store_n(&ctl->done, r, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&ctl->library_sleeping, __ATOMIC_SEQ_CST)) futex_wake(&ctl->done);
+    answered = hw_now_ns();
   }
 }
 #endif /* HW_IN_PROCESS */

@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#define HW_ABI_VERSION 8
+#define HW_ABI_VERSION 9
 #define HW_CTL_BYTES 4096 /* the control block's share of the arena's start */
 #define HW_TEXT 1024
 #define HW_PROT_MAX 80 /* protection changes carried by one request */
@@ -52,6 +52,13 @@ enum {
  * in place (HW_MAP_HOST), and back onto the arena after it (HW_MAP_ARENA). */
 enum { HW_PROT = 0, HW_MAP_HOST = 1, HW_MAP_ARENA = 2 };
 #define HW_HOST_FD 5
+/* An eventfd of the library's, written when the answer to a request posted
+ * with `notify` is still not collected HW_NOTIFY_GRACE_NS after it was
+ * given: the thread that posted it usually collects it sooner, and nobody
+ * else need wake. A worker that cannot write it ends with HW_EXIT_NOTIFY. */
+#define HW_NOTIFY_FD 6
+#define HW_EXIT_NOTIFY 7
+#define HW_NOTIFY_GRACE_NS 200000ull
 typedef struct hw_prot {
   uint64_t addr, len; /* device addresses, page-aligned */
   uint32_t writable, source; /* source: HW_PROT, HW_MAP_HOST or HW_MAP_ARENA */
@@ -66,6 +73,10 @@ typedef struct hw_ctl {
   uint32_t req;  /* futex word: the library bumps it to post a request */
   uint32_t done; /* futex word: the worker sets it to `req` when answered */
   uint32_t worker_sleeping, library_sleeping;
+  /* set by the library with a request nobody may be waiting for; cleared by
+   * whoever collects the answer: the library's thread, or the worker once the
+   * grace is over (it then writes to HW_NOTIFY_FD) */
+  uint32_t notify;
   uint32_t op;
   int32_t status; /* 0, or -1 with text */
   uint32_t running_tag; /* the tag of the node running now, HW_NO_TAG between nodes */

@@ -99,6 +99,8 @@ class Stats(ctypes.Structure):
         ("messages_dropped", c_uint64),
         ("devices_lost", c_int),
         ("placement", Placement * 64),
+        ("posted", c_uint64),
+        ("posted_late", c_uint64),
     ]
 
 
