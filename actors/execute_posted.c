@@ -34,9 +34,11 @@ static bool postable(execute_state *s, const msg *m) {
   gpu_backend *be = s->core->backend;
   const msg_execute *x = &m->body.execute;
   const prog_program *p = core_program(s->core, x->program);
+  /* the device announces both a job's end and its worker's death (an
+   * eventfd and a pidfd): a job nobody collects is heard of either way */
   int fds[ACTOR_WAKE_FDS];
   return be->ops->seq_post && p && !p->nhosts && !x->deadline && !execute_timing(s) &&
-         be->ops->device_wake_fds(be, s->device, fds) > 0;
+         be->ops->device_wake_fds(be, s->device, fds) == ACTOR_WAKE_FDS;
 }
 
 /* Leaves m (taken) for the actor's thread. */
