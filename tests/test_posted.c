@@ -175,9 +175,8 @@ static void the_device_completes_a_job_nobody_waits_for(void **st) {
 /* A wait with a timeout collects until its deadline, then gives up and
  * leaves the job posted; a later wait collects it, or, with nobody
  * waiting, the device's thread once the worker announces its end. Tried a
- * few times: a
- * job of 200 million rounds outlasts the moment between schedrun_submit
- * and schedrun_wait on any machine that is not stopped for that long. */
+ * few times: a job of 200 million rounds outlasts the moment between
+ * schedrun_submit and schedrun_wait on any machine not stopped that long. */
 static void a_timed_wait_gives_up_and_a_later_one_collects(void **st) {
   (void)st;
   schedrun_program_t *p;
