@@ -19,6 +19,10 @@
  * that sleep; busy neighbours that take every slice keep the waits asleep,
  * with one try at spinning every 100 ms.
  *
+ * One wait ignores it: a host device's worker after a lone job's request
+ * spins through its window anyway (gpu/host/host_worker.c), since a loop
+ * that submits and waits posts the next one microseconds later.
+ *
  * Header-only and plain C with standard includes only: the host devices'
  * worker program, compiled at run time, carries a copy of this text.
  */

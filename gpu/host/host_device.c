@@ -297,11 +297,12 @@ int host_device_request(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_f
   return post(d, op, deadline_ns, f, err);
 }
 
-/* Posts op (ctl->a[] filled): the request's number. */
-static uint32_t begin(host_device *d, uint32_t op) {
+/* Posts op (ctl->a[] filled), a lone job's or not: the request's number. */
+static uint32_t begin(host_device *d, uint32_t op, bool lone) {
   hw_ctl *c = d->ctl;
   c->op = op;
   c->status = 0; /* ctl->text may carry the request's argument (a symbol) */
+  c->lone = lone; /* before `req`, which publishes it */
   uint32_t r = c->req + 1;
   __atomic_store_n(&c->req, r, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&c->worker_sleeping, __ATOMIC_SEQ_CST)) futex_wake(&c->req);
@@ -354,7 +355,7 @@ static int post(host_device *d, uint32_t op, uint64_t deadline_ns, gpu_failure *
     f->lost = true;
     return err_set(err, SCHEDRUN_ELOST, "%s is lost: %s", d->name, atomic_load(&d->lost) ? d->lost_why : "no worker");
   }
-  return finish(d, begin(d, op), deadline_ns, false, f, err);
+  return finish(d, begin(d, op, false), deadline_ns, false, f, err);
 }
 
 void host_device_lock(host_device *d) {
@@ -371,7 +372,7 @@ bool host_device_post(host_device *d, uint32_t op) {
     if (post(d, HW_OP_PROTECT, 0, &f, NULL)) return false;
   /* before the request: the worker reads it after answering */
   __atomic_store_n(&d->ctl->notify, 1, __ATOMIC_SEQ_CST);
-  d->posted_req = begin(d, op);
+  d->posted_req = begin(d, op, true);
   d->posted = true;
   return true;
 }

@@ -410,10 +410,14 @@ int main(int argc, char **argv) {
    * worker awake instead of paying a wake each), up to SPIN_FOLLOW_MAX_NS */
   uint64_t window = spin_ns;
   uint64_t answered = 0; /* when the last request was answered */
+  bool lone = false;     /* it was a lone job's (ctl->lone) */
   for (;;) {
     uint32_t r;
     uint64_t t0 = hw_now_ns(), look = t0;
-    bool spin = spin_gauge_may_spin(&gauge, t0);
+    /* after a lone job the next one is expected within the window even where
+     * the cores are shared: asleep, the worker would be woken for it by a
+     * caller that goes on running, and wait for a core */
+    bool spin = lone || spin_gauge_may_spin(&gauge, t0);
     while ((r = __atomic_load_n(&ctl->req, __ATOMIC_ACQUIRE)) == seen) {
       /* an answer nobody has collected is announced once the grace is
        * over: the thread that posted it usually collects it before */
@@ -424,7 +428,7 @@ int main(int argc, char **argv) {
         continue;
       }
       if (spin && look - t0 < window) {
-        spin = spin_gauge_yield(&gauge, &look, hw_now_ns); /* false: the core went elsewhere */
+        spin = spin_gauge_yield(&gauge, &look, hw_now_ns) || lone; /* false: the core went elsewhere */
         continue;
       }
       __atomic_store_n(&ctl->worker_sleeping, 1, __ATOMIC_SEQ_CST);
@@ -438,6 +442,7 @@ int main(int argc, char **argv) {
       look = hw_now_ns();
     }
     seen = r;
+    lone = __atomic_load_n(&ctl->lone, __ATOMIC_RELAXED) != 0;
     uint64_t waited = hw_now_ns() - t0;
     window = spin_ns && waited <= SPIN_FOLLOW_MAX_NS / 2 && 2 * waited > spin_ns ? 2 * waited : spin_ns;
     int prot = ctl->nprot ? apply_prot(ctl, (uint8_t *)arena, zone, size) : 0;

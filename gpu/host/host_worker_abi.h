@@ -77,6 +77,10 @@ typedef struct hw_ctl {
    * whoever collects the answer: the library's thread, or the worker once the
    * grace is over (it then writes to HW_NOTIFY_FD) */
   uint32_t notify;
+  /* set by the library with each request: 1 for a lone job posted by the
+   * thread that submitted it (a loop that submits and waits posts the next
+   * one microseconds after it collects this one), else 0 */
+  uint32_t lone;
   uint32_t op;
   int32_t status; /* 0, or -1 with text */
   uint32_t running_tag; /* the tag of the node running now, HW_NO_TAG between nodes */
