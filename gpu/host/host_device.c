@@ -424,27 +424,30 @@ void host_device_woken(host_device *d) {
   pthread_mutex_unlock(&d->lock);
 }
 
+int host_fd_high(int fd) {
+  if (fd < 0) return -1;
+  int high = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  int e = errno;
+  close(fd);
+  errno = e;
+  return high;
+}
+
 static int spawn(host_device *d, const char *worker, int worker_fd, schedrun_error_t *err) {
   int lib[2];
   if (pipe2(lib, O_CLOEXEC) != 0) return err_set(err, SCHEDRUN_EBACKEND, "%s: pipe: %s", d->name, strerror(errno));
   /* held, never written: it closes when this process ends, however it ends;
    * kept clear of the descriptors the worker is given (0, 3, 4 and 5), as the
    * arena's and the worker program's are */
-  d->lib_fd = fcntl(lib[1], F_DUPFD_CLOEXEC, 10);
-  int lib_read = fcntl(lib[0], F_DUPFD_CLOEXEC, 10);
-  close(lib[0]);
-  close(lib[1]);
+  d->lib_fd = host_fd_high(lib[1]);
+  int lib_read = host_fd_high(lib[0]);
   if (d->lib_fd < 0 || lib_read < 0) {
     if (lib_read >= 0) close(lib_read);
     return err_set(err, SCHEDRUN_EBACKEND, "%s: fcntl: %s", d->name, strerror(errno));
   }
   /* without it (or without a pidfd, below) requests are not posted to be
    * collected later (host_device_post): each is waited for where it is made */
-  int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (efd >= 0) {
-    d->notify_fd = fcntl(efd, F_DUPFD_CLOEXEC, 10);
-    close(efd);
-  }
+  d->notify_fd = host_fd_high(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   assert(d->arena_fd >= 10 && worker_fd >= 10 && (d->host_fd < 0 || d->host_fd >= 10));
   char size[32], library[32], spin[32], zone[32], exe[64];
   snprintf(size, sizeof size, "%llu", (unsigned long long)d->size);
@@ -484,11 +487,7 @@ static int spawn(host_device *d, const char *worker, int worker_fd, schedrun_err
   if (rc != 0) return err_set(err, SCHEDRUN_EBACKEND, "%s: cannot start its worker process %s: %s", d->name, worker, strerror(rc));
   atomic_store(&d->pid, pid);
 #ifdef SYS_pidfd_open
-  int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  if (pfd >= 0) {
-    d->pid_fd = fcntl(pfd, F_DUPFD_CLOEXEC, 10);
-    close(pfd);
-  }
+  d->pid_fd = host_fd_high((int)syscall(SYS_pidfd_open, pid, 0));
 #endif
   return SCHEDRUN_OK;
 }
@@ -506,11 +505,7 @@ int host_device_start(host_device *d, int index, const char *worker, int worker_
   d->arena_fd = d->lib_fd = d->notify_fd = d->pid_fd = -1;
   d->spin_ns = spin_ns;
   d->base = MAP_FAILED;
-  int fd = memfd_create("schedrun-device", MFD_CLOEXEC);
-  if (fd >= 0) {
-    d->arena_fd = fcntl(fd, F_DUPFD_CLOEXEC, 10);
-    close(fd);
-  }
+  d->arena_fd = host_fd_high(memfd_create("schedrun-device", MFD_CLOEXEC));
   for (d->size = ARENA_BYTES; d->arena_fd >= 0 && d->size >= (1ull << 30); d->size /= 4) {
     if (ftruncate(d->arena_fd, (off_t)d->size) != 0) continue;
     d->base = mmap(NULL, d->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, d->arena_fd, 0);

@@ -84,6 +84,11 @@ typedef struct host_device {
   int pid_fd;    /* pidfd of the worker, readable once it has ended; -1: none */
 } host_device;
 
+/* fd moved to a descriptor of 10 or more (close-on-exec), clear of those a
+ * worker is given (0 to 6); the original is closed. -1, with errno from
+ * the move, when fd is -1 or cannot be moved. */
+int host_fd_high(int fd);
+
 /* Maps an arena and starts the worker program `worker` for it, run from
  * worker_fd (see host_worker_program), given the host memory file host_fd
  * (-1: none); with worker NULL the device runs its requests in this process

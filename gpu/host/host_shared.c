@@ -15,10 +15,8 @@ int host_shared_open(host_shared *h, uint64_t page, schedrun_error_t *err) {
   memset(h, 0, sizeof *h);
   h->page = page;
   pthread_mutex_init(&h->lock, NULL);
-  int fd = memfd_create("schedrun-host", MFD_CLOEXEC);
-  h->fd = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 10) : -1;
+  h->fd = host_fd_high(memfd_create("schedrun-host", MFD_CLOEXEC));
   int e = errno;
-  if (fd >= 0) close(fd);
   if (h->fd < 0) {
     pthread_mutex_destroy(&h->lock);
     return err_set(err, SCHEDRUN_EBACKEND, "host memory: cannot make its memory file: %s", strerror(e));
