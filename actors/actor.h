@@ -137,6 +137,9 @@ int mbox_send(void *sock, msg *m, schedrun_error_t *err);
  * ZeroMQ's, none up to its 33-byte inline size); a message of more than
  * MBOX_COPY_MAX bytes (outputs) takes the buffer itself, without a copy. */
 #define MBOX_COPY_MAX (8u << 10)
+/* A thread's encoding buffer after it was handed on is made again at its
+ * size when that is at most this much. */
+#define MBOX_KEEP_MAX (256u << 10)
 int mbox_encode(msg *m, zmq_msg_t *zm, schedrun_error_t *err);
 /* Decodes a received message into m and closes it: SCHEDRUN_OK, or
  * SCHEDRUN_EPROTO for malformed bytes (m is then empty). */

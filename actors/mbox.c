@@ -180,8 +180,11 @@ int mbox_encode(msg *m, zmq_msg_t *zm, schedrun_error_t *err) {
   } else if (len > MBOX_COPY_MAX) {
     if (zmq_msg_init_data(zm, sc->buf, len, free_buf, NULL) != 0)
       return err_set(err, SCHEDRUN_ENOMEM, "out of memory sending %s", msg_type_name(m->type));
-    sc->buf = NULL; /* ZeroMQ's now: freed by whoever closes the last copy */
-    sc->cap = 0;
+    /* ZeroMQ's now: freed by whoever closes the last copy. The next message
+     * of this thread is likely as big: its buffer starts at this size rather
+     * than growing from nothing again, unless that is more than a batch's */
+    sc->buf = sc->cap <= MBOX_KEEP_MAX ? malloc(sc->cap) : NULL;
+    if (!sc->buf) sc->cap = 0;
   } else {
     if (zmq_msg_init_size(zm, len) != 0)
       return err_set(err, SCHEDRUN_ENOMEM, "out of memory sending %s", msg_type_name(m->type));
