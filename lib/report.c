@@ -337,11 +337,10 @@ char *schedrun_report_json(const schedrun_report_t *r) {
     sb_add_json(&sb, r->failures[i]);
   }
   sb_adds(&sb, "]}");
-  if (sb.failed) {
-    sb_free(&sb);
-    return NULL;
-  }
-  return sb_take(&sb);
+  /* the caller frees it with the C library's free() (common/alloc.h) */
+  char *text = sb.failed ? NULL : sys_strdup(sb.data);
+  sb_free(&sb);
+  return text;
 }
 
 /* ---- Chrome trace ---- */

@@ -123,7 +123,7 @@ static void test_json_is_the_report_json(void **st) {
   char *text = schedrun_report_json(r);
   json_object *lib = text ? json_tokener_parse(text) : NULL;
   if (!lib) fail_msg("schedrun_report_json is not JSON: %s", text ? text : "(NULL)");
-  free(text);
+  (free)(text); /* the C library's free, as the header says: not alloc.h's */
 
   int shared = 0;
   json_object_object_foreach(lib, key, val) {

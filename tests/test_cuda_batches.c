@@ -289,7 +289,7 @@ static void test_double_async_copies_and_events(void **st) {
   assert_int_equal(a.event_destroy(e2), OK);
   assert_int_equal(a.event_destroy(quiet), OK);
   assert_int_equal(a.host_free(pinned), OK);
-  assert_int_equal(a.free(p), OK);
+  assert_int_equal((a.free)(p), OK);
   assert_int_equal(a.stream_destroy(stream), OK);
   assert_int_equal(a.set(NULL), OK);
   assert_int_equal(a.release(dev), OK);

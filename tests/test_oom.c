@@ -8,7 +8,8 @@
  * ENOMEM and the place, never a program that silently lacks part of what
  * the config says.
  *
- * This program replaces calloc to fail exactly one allocation of a chosen
+ * This program replaces calloc (alloc.h's sr_calloc where the library
+ * keeps caches of small blocks) to fail exactly one allocation of a chosen
  * size while armed, so it is built without sanitizers (they own calloc).
  */
 #include <errno.h>
@@ -22,17 +23,23 @@
 #include "program/program.h"
 #include "test_util.h"
 
+#ifdef SCHEDRUN_ALLOC_CACHE
+#define real_calloc(n, size) sr_cache_calloc(n, size)
+#else
 extern void *__libc_calloc(size_t n, size_t size);
+#define real_calloc(n, size) __libc_calloc(n, size)
+#endif
 
 static _Atomic size_t fail_size; /* the next calloc of fail_size bytes in all fails */
 
+/* calloc here is alloc.h's name: sr_calloc with the caches */
 void *calloc(size_t n, size_t size) {
   size_t f = atomic_load(&fail_size);
   if (f && n * size == f && atomic_compare_exchange_strong(&fail_size, &f, 0)) {
     errno = ENOMEM;
     return NULL;
   }
-  return __libc_calloc(n, size);
+  return real_calloc(n, size);
 }
 
 typedef struct rig {
@@ -84,7 +91,7 @@ static void compile_msg(msg *m, uint64_t id) {
   m->body.compile.program = id;
   m->body.compile.target = strdup("host");
   m->body.compile.arch = strdup("x86_64");
-  m->body.compile.kernels.v = __libc_calloc(1, sizeof(msg_kernel));
+  m->body.compile.kernels.v = real_calloc(1, sizeof(msg_kernel));
   m->body.compile.kernels.v[0] =
       (msg_kernel){strdup("k"), strdup("k"), strdup("ptr"), strdup("extern \"C\" __global__ void k(int *p) { p[0] = 3; }\n"),
                    strdup("oom.yaml:4:3"), strdup("oom.yaml"), 6};
