@@ -98,7 +98,10 @@ static void lose(schedrun_mpi_t *m, int peer, const char *why) {
   bool first = !r->info.lost;
   if (first) {
     r->info.lost = 1;
-    snprintf(r->info.lost_why, sizeof r->info.lost_why, "rank %d (host %s) lost: %s", peer, r->info.host, why);
+    /* a long reason is cut to fit the fixed field */
+    if (snprintf(r->info.lost_why, sizeof r->info.lost_why, "rank %d (host %s) lost: %s", peer, r->info.host, why) >=
+        (int)sizeof r->info.lost_why)
+      r->info.lost_why[sizeof r->info.lost_why - 1] = '\0';
   }
   pthread_mutex_unlock(&m->lock);
   if (!first) return;
