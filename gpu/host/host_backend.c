@@ -405,17 +405,24 @@ static int h_launch(gpu_backend *b, int dev, const gpu_node *n, bool wait, sched
   return rc;
 }
 
-/* Posts RUN_SEQ for s; times, when not 0, is where the worker writes
- * {tag, start, end} of the first max nodes. */
-static int run_seq(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64_t times, uint32_t max,
-                   schedrun_error_t *err) {
+/* s's device, locked, with RUN_SEQ's arguments for s in its control block;
+ * times, when not 0, is where the worker writes {tag, start, end} of the
+ * first max nodes. */
+static host_device *lock_for_seq(gpu_seq *s, uint64_t times, uint32_t max) {
   host_device *d = &s->b->devs[s->dev];
-  gpu_failure ignored;
-  if (!f) f = &ignored;
   host_device_lock(d);
   d->ctl->a[0] = s->hdr;
   d->ctl->a[1] = times;
   d->ctl->a[2] = max;
+  return d;
+}
+
+/* Runs s and waits for it (times and max: lock_for_seq). */
+static int run_seq(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, uint64_t times, uint32_t max,
+                   schedrun_error_t *err) {
+  gpu_failure ignored;
+  if (!f) f = &ignored;
+  host_device *d = lock_for_seq(s, times, max);
   atomic_fetch_add(&d->launches, 1);
   int rc = host_device_request(d, HW_OP_RUN_SEQ, deadline_ns, f, err);
   pthread_mutex_unlock(&d->lock);
@@ -427,11 +434,7 @@ static int h_seq_launch(gpu_seq *s, uint64_t deadline_ns, gpu_failure *f, schedr
 }
 
 static bool h_seq_post(gpu_seq *s) {
-  host_device *d = &s->b->devs[s->dev];
-  host_device_lock(d);
-  d->ctl->a[0] = s->hdr;
-  d->ctl->a[1] = 0; /* not timed */
-  d->ctl->a[2] = 0;
+  host_device *d = lock_for_seq(s, 0, 0); /* not timed */
   bool posted = host_device_post(d, HW_OP_RUN_SEQ);
   if (posted) atomic_fetch_add(&d->launches, 1);
   pthread_mutex_unlock(&d->lock);
