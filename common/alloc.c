@@ -25,7 +25,7 @@ char *sys_strdup(const char *s) { return s ? (strdup)(s) : NULL; }
 #define NCLASS (16 + (ALLOC_SMALL_MAX - 256) / 64)
 #define BATCH 64        /* blocks that move between a thread and the depot at a time */
 #define KEEP (2 * BATCH) /* blocks a thread keeps of a class: a burst of a hundred jobs */
-#define DEPOT 16         /* batches the depot keeps of a class */
+#define DEPOT_BYTES (64u << 20) /* what the depot keeps, all classes together */
 #define MAGIC 0x5c4ed0a1u
 
 /* The slow paths stay out of line, so that the fast ones need no frame. */
@@ -50,10 +50,11 @@ typedef struct tcache {
 static __thread tcache tc;
 
 static pthread_mutex_t depot_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-  void *batch[DEPOT]; /* each a list of BATCH blocks */
-  int n;
-} depot[NCLASS + 1];
+/* A class's batches, each a list of BATCH blocks, chained through the
+ * second word of each batch's first block (every class has room for two). */
+static void *depot[NCLASS + 1];
+static size_t depot_bytes; /* what the batches hold, headers included */
+#define NEXT_BATCH(b) (((void **)(b))[1])
 static pthread_key_t flush_key;
 static pthread_once_t flush_once = PTHREAD_ONCE_INIT;
 static bool flush_ok;
@@ -122,8 +123,11 @@ static SLOW void *fresh(uint32_t c) {
 static SLOW void *refill(uint32_t c) {
   assert(!tc.top[c] && tc.n[c] == 0);
   pthread_mutex_lock(&depot_lock);
-  if (depot[c].n > 0) {
-    tc.top[c] = depot[c].batch[--depot[c].n];
+  void *b = depot[c];
+  if (b) {
+    depot[c] = NEXT_BATCH(b);
+    depot_bytes -= BATCH * (sizeof(head) + class_bytes(c));
+    tc.top[c] = b;
     tc.n[c] = BATCH;
   }
   pthread_mutex_unlock(&depot_lock);
@@ -143,15 +147,27 @@ static SLOW void give_batch(uint32_t c) {
   tc.top[c] = *(void **)last;
   tc.n[c] -= BATCH;
   *(void **)last = NULL;
+  size_t bytes = BATCH * (sizeof(head) + class_bytes(c));
   pthread_mutex_lock(&depot_lock);
-  bool kept = depot[c].n < DEPOT;
-  if (kept) depot[c].batch[depot[c].n++] = first;
+  bool kept = depot_bytes + bytes <= DEPOT_BYTES;
+  if (kept) {
+    NEXT_BATCH(first) = depot[c];
+    depot[c] = first;
+    depot_bytes += bytes;
+  }
   pthread_mutex_unlock(&depot_lock);
   while (!kept && first) {
     void *next = *(void **)first;
     (free)((head *)first - 1);
     first = next;
   }
+}
+
+size_t sr_depot_bytes(void) {
+  pthread_mutex_lock(&depot_lock);
+  size_t n = depot_bytes;
+  pthread_mutex_unlock(&depot_lock);
+  return n;
 }
 
 void *sr_malloc(size_t n) {

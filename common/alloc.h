@@ -51,6 +51,8 @@ void *sr_aligned_alloc(size_t align, size_t n);
 int sr_posix_memalign(void **out, size_t align, size_t n);
 int sr_asprintf(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int sr_vasprintf(char **out, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+/* Bytes the shared depot holds now (blocks and their headers). */
+size_t sr_depot_bytes(void);
 
 #define malloc(n) sr_malloc(n)
 #define calloc(n, size) sr_calloc(n, size)
