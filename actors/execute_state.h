@@ -260,7 +260,7 @@ void execute_handle_many(actor_t *self, execute_state *s, msg *m);
 /* execute_answers.c: the answers of an EXECUTE_MANY's jobs, in columns
  * (COMPLETE_MANY to the client, EXECUTED_MANY to the scheduler), sent every
  * FLUSH_JOBS jobs or FLUSH_BYTES of outputs and at the end. */
-#define FLUSH_JOBS 128
+#define FLUSH_JOBS 512
 #define FLUSH_BYTES (64u << 20)
 /* The answers of a batch being run, in columns. */
 typedef struct batch_out {

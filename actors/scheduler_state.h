@@ -19,7 +19,7 @@
 #define MAX_SLOTS 64
 /* Jobs out to the execute actor per execution context: two full batches, so
  * the device has the next batch while the scheduler hears about the last. */
-#define EXECUTE_BATCH 256
+#define EXECUTE_BATCH 1024
 #define EXECUTE_AHEAD (2 * EXECUTE_BATCH)
 /* EXECUTE messages out per context: while the device has one to run and one
  * queued, the jobs that come meanwhile wait here and leave together. */
