@@ -55,6 +55,7 @@ static pthread_mutex_t depot_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *depot[NCLASS + 1];
 static size_t depot_bytes; /* what the batches hold, headers included */
 #define NEXT_BATCH(b) (((void **)(b))[1])
+_Static_assert(2 * sizeof(void *) <= 16, "the smallest class holds a block's link and its batch's");
 static pthread_key_t flush_key;
 static pthread_once_t flush_once = PTHREAD_ONCE_INIT;
 static bool flush_ok;
@@ -126,6 +127,7 @@ static SLOW void *refill(uint32_t c) {
   void *b = depot[c];
   if (b) {
     depot[c] = NEXT_BATCH(b);
+    assert(depot_bytes >= BATCH * (sizeof(head) + class_bytes(c))); /* counted when it came in */
     depot_bytes -= BATCH * (sizeof(head) + class_bytes(c));
     tc.top[c] = b;
     tc.n[c] = BATCH;
